@@ -1,0 +1,82 @@
+"""crashproof: long AI-agent runs that survive crashes.
+
+A run resumes where it stopped, no recorded step runs again, no recorded model
+decision is asked again, and a replay that would diverge stops with an explained
+refusal instead. See the README for the guarantees and their limits.
+"""
+
+from crashproof._faults import CrashPoints
+from crashproof.errors import (
+    ActFailed,
+    CrashproofError,
+    IntegrityError,
+    LeaseHeld,
+    LedgerError,
+    NonDeterminismError,
+    NotALedger,
+    OutcomeUnknown,
+    PermanentError,
+    ReceiptConflict,
+    RetryableError,
+    RunConflict,
+    RunFailed,
+    RunFrozen,
+    RunNotFound,
+    SchemaTooNew,
+    SerializationError,
+    SimulatedCrash,
+    StaleLeaseError,
+    UnknownWorkflow,
+)
+from crashproof.journal.records import (
+    Budget,
+    RunInfo,
+    RunStatus,
+    StepInfo,
+    StepKind,
+    StepStatus,
+)
+from crashproof.runtime.context import Context
+from crashproof.runtime.ledger import Ledger
+from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
+from crashproof.runtime.workflow import Workflow, workflow
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActFailed",
+    "Budget",
+    "Context",
+    "CrashPoints",
+    "CrashproofError",
+    "Decision",
+    "IntegrityError",
+    "LeaseHeld",
+    "Ledger",
+    "LedgerError",
+    "NonDeterminismError",
+    "NotALedger",
+    "OutcomeUnknown",
+    "PermanentError",
+    "ReceiptConflict",
+    "RetryPolicy",
+    "RetryableError",
+    "RunConflict",
+    "RunFailed",
+    "RunFrozen",
+    "RunInfo",
+    "RunNotFound",
+    "RunStatus",
+    "SchemaTooNew",
+    "SerializationError",
+    "SimulatedCrash",
+    "StaleLeaseError",
+    "StepInfo",
+    "StepKind",
+    "StepOptions",
+    "StepStatus",
+    "UnknownWorkflow",
+    "Workflow",
+    "__version__",
+    "workflow",
+]

@@ -1,0 +1,179 @@
+"""One exception tree for everything crashproof raises.
+
+::
+
+    CrashproofError
+    ├── LedgerError                  the ledger cannot be opened or used safely
+    │   ├── NotALedger               the file/database is not a crashproof ledger
+    │   └── SchemaTooNew             written by a newer crashproof
+    ├── IntegrityError               stored data is corrupt, altered or inconsistent
+    ├── SerializationError (+TypeError)   a value is not JSON; nothing was recorded
+    ├── UnknownWorkflow              no registered workflow has that name
+    ├── RunNotFound (+KeyError)      no run has that id
+    ├── RunConflict                  a run id reused with another input
+    ├── RunFrozen                    the run waits for a human (needs_review, ...)
+    ├── RunFailed                    the run ended in `failed`
+    ├── NonDeterminismError          replay met a call the journal does not hold
+    ├── ReceiptConflict              a tool's receipt disagrees with the journal
+    ├── StaleLeaseError              another worker owns the run now
+    ├── LeaseHeld                    the run is owned by someone else
+    ├── OutcomeUnknown               a tool cannot tell whether an effect happened
+    ├── RetryableError               a tool says: not done, try again
+    ├── PermanentError               a tool says: not done, never will be
+    └── ActFailed                    a permanent failure, as the workflow sees it
+
+    SimulatedCrash (BaseException)   raised by armed crash points; never caught
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ActFailed",
+    "CrashproofError",
+    "IntegrityError",
+    "LeaseHeld",
+    "LedgerError",
+    "NonDeterminismError",
+    "NotALedger",
+    "OutcomeUnknown",
+    "PermanentError",
+    "ReceiptConflict",
+    "RetryableError",
+    "RunConflict",
+    "RunFailed",
+    "RunFrozen",
+    "RunNotFound",
+    "SchemaTooNew",
+    "SerializationError",
+    "SimulatedCrash",
+    "StaleLeaseError",
+    "UnknownWorkflow",
+]
+
+
+class CrashproofError(Exception):
+    """Root of every error crashproof raises on purpose."""
+
+
+class LedgerError(CrashproofError):
+    """The ledger cannot be opened or used safely; nothing was written."""
+
+
+class NotALedger(LedgerError):
+    """The target is not a crashproof ledger (another database, or not a database)."""
+
+
+class SchemaTooNew(LedgerError):
+    """The ledger was written by a newer crashproof; this one refuses to touch it."""
+
+    def __init__(self, found: int, supported: int) -> None:
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"ledger schema version {found} is newer than this crashproof supports "
+            f"(up to {supported}); nothing was changed. Upgrade crashproof to open it."
+        )
+
+
+class IntegrityError(CrashproofError):
+    """Stored data is corrupt, altered, or inconsistent with itself."""
+
+
+class SerializationError(CrashproofError, TypeError):
+    """A value that must be stored is not JSON-serializable; nothing was recorded."""
+
+
+class UnknownWorkflow(CrashproofError):
+    """No workflow with that name is registered in this ledger."""
+
+
+class RunNotFound(CrashproofError, KeyError):
+    """No run with that id exists in this ledger."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence.
+        return str(self.args[0]) if self.args else "run not found"
+
+
+class RunConflict(CrashproofError):
+    """A run id was reused with a different input; nothing was started."""
+
+    def __init__(self, run_id: str, existing_digest: str, new_digest: str) -> None:
+        self.run_id = run_id
+        self.existing_digest = existing_digest
+        self.new_digest = new_digest
+        super().__init__(
+            f"run {run_id!r} already exists with input digest {existing_digest}, "
+            f"but this call's input digest is {new_digest}; nothing was started. "
+            "Use another run id for another input."
+        )
+
+
+class RunFrozen(CrashproofError):
+    """The run stopped in a state that needs a human (needs_review, awaiting_approval)."""
+
+    def __init__(self, run_id: str, status: str, reason: str, cause: Any = None) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.reason = reason
+        self.cause = cause
+        super().__init__(f"run {run_id!r} is {status}: {reason}")
+
+
+class RunFailed(CrashproofError):
+    """The run ended in `failed`; `.cause` is the recorded error."""
+
+    def __init__(self, run_id: str, error: dict[str, Any], cause: BaseException | None = None):
+        self.run_id = run_id
+        self.error = error
+        self.cause = cause
+        super().__init__(
+            f"run {run_id!r} failed: {error.get('type', 'Error')}: {error.get('message', '')}"
+        )
+
+
+class NonDeterminismError(CrashproofError):
+    """Replay met a ctx call that does not match the journal: the code changed under a run."""
+
+    def __init__(self, message: str, evidence: dict[str, Any] | None = None) -> None:
+        self.evidence = evidence or {}
+        super().__init__(message)
+
+
+class ReceiptConflict(CrashproofError):
+    """A tool's authoritative receipt disagrees with the journaled intent."""
+
+
+class StaleLeaseError(CrashproofError):
+    """Another worker took the run over; this one must stop before any further effect."""
+
+
+class LeaseHeld(CrashproofError):
+    """The run is owned by another worker until its lease expires."""
+
+
+class OutcomeUnknown(CrashproofError):
+    """A tool cannot tell whether an effect happened."""
+
+
+class RetryableError(CrashproofError):
+    """A tool states the effect did not happen and may be tried again."""
+
+
+class PermanentError(CrashproofError):
+    """A tool states the effect did not happen and never will."""
+
+
+class ActFailed(CrashproofError):
+    """A permanent tool failure, as the workflow sees it (recorded, replayed identically)."""
+
+
+class SimulatedCrash(BaseException):
+    """Raised by an armed crash point. Derives from BaseException so user code
+    written with ``except Exception`` cannot swallow it; the runtime writes
+    nothing while it unwinds, exactly as if the process had died there."""
+
+    def __init__(self, point: str) -> None:
+        self.point = point
+        super().__init__(f"simulated crash at {point}")

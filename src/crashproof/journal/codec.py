@@ -1,0 +1,105 @@
+"""JSON encoding, canonical digests and error records: the only way values are stored.
+
+Stored values are plain JSON (never pickle). Digests that bind identity (a run's
+input, a step's arguments, an act's intent) use RFC 8785 canonical JSON, so they
+stay equal across Python versions, dict orders and crashproof releases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from typing import Any
+
+import rfc8785
+
+from crashproof.errors import SerializationError
+
+__all__ = [
+    "canonical_digest",
+    "decode",
+    "encode",
+    "error_from_record",
+    "error_record",
+    "sha256_hex",
+]
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_digest(value: Any, *, what: str) -> str:
+    """SHA-256 hex of the RFC 8785 canonical form of ``value``.
+
+    ``what`` names the value in the error, e.g. "arguments of step 'plan'".
+    """
+    try:
+        return sha256_hex(rfc8785.dumps(value))
+    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
+        raise SerializationError(
+            f"{what} cannot be canonicalized as JSON ({exc}); nothing was recorded. "
+            "Pass only JSON values (str, int within +/-2**53, float, bool, None, "
+            "lists, dicts with str keys), or close over other objects in the function."
+        ) from None
+
+
+def encode(value: Any, *, what: str) -> str:
+    """Compact JSON text for storage; a clear SerializationError otherwise."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(
+            f"{what} is not JSON-serializable ({exc}); nothing was recorded. "
+            "Return JSON values (dict, list, str, int, float, bool, None) — crashproof "
+            "never pickles."
+        ) from None
+
+
+def decode(text: str | bytes) -> Any:
+    return json.loads(text)
+
+
+def error_record(exc: BaseException) -> dict[str, Any]:
+    """What is stored about an exception: enough to raise the same type and message again."""
+    cls = type(exc)
+    record: dict[str, Any] = {
+        "type": f"{cls.__module__}.{cls.__qualname__}",
+        "message": str(exc),
+    }
+    try:
+        json.dumps(list(exc.args), allow_nan=False)
+        record["args"] = list(exc.args)
+    except (TypeError, ValueError):
+        pass  # args that are not JSON are summarised by the message alone
+    return record
+
+
+class RecordedError(Exception):
+    """Stands in for a recorded exception whose class cannot be rebuilt here."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+        super().__init__(f"{record.get('type')}: {record.get('message')}")
+
+
+def error_from_record(record: dict[str, Any]) -> BaseException:
+    """Rebuild the recorded exception: same class and args, else a RecordedError.
+
+    Only modules already imported are consulted: a journal never makes us import code.
+    """
+    path = str(record.get("type", ""))
+    module_name, _, qualname = path.rpartition(".")
+    try:
+        obj: Any = sys.modules[module_name]
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            args = record.get("args")
+            exc = obj(*args) if isinstance(args, list) else obj(record.get("message", ""))
+            if str(exc) == record.get("message"):
+                return exc
+    except Exception:  # noqa: S110 - any failure to rebuild falls back to RecordedError
+        pass
+    return RecordedError(record)

@@ -1,0 +1,127 @@
+"""Fold a run's journal into what readers and the replayer need. Pure functions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from crashproof.errors import IntegrityError
+from crashproof.journal.records import (
+    Budget,
+    Event,
+    EventType,
+    RunInfo,
+    RunRow,
+    RunStatus,
+    StepInfo,
+    StepKind,
+    StepStatus,
+)
+
+__all__ = ["Replay", "fold_run", "index_journal", "tokens_of"]
+
+_TERMINAL = (EventType.RUN_SUCCEEDED, EventType.RUN_FAILED, EventType.RUN_FROZEN)
+_BUDGETED = (StepKind.STEP, StepKind.DECIDE, StepKind.ACT)
+
+
+@dataclass(slots=True)
+class Replay:
+    """What the replayer needs from a journal, indexed once per resume."""
+
+    started: Event
+    done: list[Event]  # STEP_DONE events in journal order: the replay sequence
+    failed_attempts: dict[str, list[Event]] = field(default_factory=dict)
+    outcome: Event | None = None  # the latest RUN_SUCCEEDED / RUN_FAILED / RUN_FROZEN
+    next_seq: int = 0
+
+
+def index_journal(events: Sequence[Event]) -> Replay:
+    """Check the journal's shape and index it for replay."""
+    if not events or events[0].type is not EventType.RUN_STARTED:
+        run = events[0].run_id if events else "?"
+        raise IntegrityError(f"run {run!r}: journal does not begin with run_started")
+    replay = Replay(started=events[0], done=[])
+    for expected, event in enumerate(events):
+        if event.seq != expected:
+            raise IntegrityError(
+                f"run {event.run_id!r}: journal has a gap or reorder at sequence {expected}"
+            )
+        kind = event.type
+        if kind is EventType.STEP_DONE:
+            replay.done.append(event)
+        elif kind is EventType.ATTEMPT_FAILED and event.key is not None:
+            replay.failed_attempts.setdefault(event.key, []).append(event)
+        elif kind in _TERMINAL:
+            replay.outcome = event
+    replay.next_seq = len(events)
+    return replay
+
+
+def tokens_of(usage: dict[str, Any] | None) -> int:
+    """Tokens a decision consumed: ``total_tokens`` if given, else the sum of its counts."""
+    if not usage:
+        return 0
+    total = usage.get("total_tokens")
+    if isinstance(total, int):
+        return total
+    return sum(v for v in usage.values() if isinstance(v, int) and not isinstance(v, bool))
+
+
+def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
+    """The reader's view of a run: status from the index row, everything else from events."""
+    replay = index_journal(events)
+    steps: dict[str, dict[str, Any]] = {}
+    steps_n = decisions = tokens = 0
+    cost = 0.0
+    for event in events:
+        if event.key is None or event.type not in (EventType.STEP_DONE, EventType.ATTEMPT_FAILED):
+            continue
+        p = event.payload
+        info = steps.setdefault(
+            event.key,
+            {"key": event.key, "kind": StepKind(p["kind"]), "attempts": 0, "started_at": None},
+        )
+        info["attempts"] = max(info["attempts"], int(p.get("attempt", 1)))
+        if info["started_at"] is None:
+            info["started_at"] = p.get("started_at")
+        info["ended_at"] = p.get("ended_at")
+        info["error"] = p.get("error")
+        if event.type is EventType.ATTEMPT_FAILED:
+            info["status"] = StepStatus.RUNNING
+            continue
+        info["status"] = StepStatus(p["status"])
+        for name in ("model", "usage", "cost", "operation_id", "intent_digest"):
+            if p.get(name) is not None:
+                info[name] = p[name]
+        if info["kind"] in _BUDGETED:
+            steps_n += 1
+        if info["kind"] is StepKind.DECIDE:
+            decisions += 1
+            tokens += tokens_of(p.get("usage"))
+            cost += float(p.get("cost") or 0.0)
+    outcome = replay.outcome
+    result = error = evidence = None
+    if outcome is not None:
+        if outcome.type is EventType.RUN_SUCCEEDED:
+            result = outcome.value
+        elif outcome.type is EventType.RUN_FAILED:
+            error = outcome.payload.get("error")
+        else:
+            evidence = outcome.payload.get("evidence")
+    return RunInfo(
+        run_id=row.run_id,
+        workflow=row.workflow,
+        version=row.version,
+        status=RunStatus(row.status),
+        reason=row.reason,
+        input=replay.started.value or {},
+        input_digest=row.input_digest,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        result=result,
+        error=error,
+        evidence=evidence,
+        budget=Budget(steps=steps_n, decisions=decisions, tokens=tokens, cost=cost),
+        steps=tuple(StepInfo(**info) for info in steps.values()),
+    )

@@ -1,0 +1,1 @@
+"""The runtime: Ledger, Context, replay and recording."""

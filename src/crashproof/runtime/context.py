@@ -1,0 +1,338 @@
+"""The Context a workflow receives: every non-deterministic or effectful call goes through it.
+
+Replay: on resume the workflow runs again from the top. Each ctx call takes the
+next step key (``name``, ``name#2``, ...) and is matched, in order, with the next
+recorded step of the journal: same key, same kind, same arguments digest. A
+match returns the recorded value (or raises the recorded error) without running
+anything. A mismatch freezes the run in ``needs_review`` and raises
+NonDeterminismError. Past the end of the journal, calls run live and are recorded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random as _random
+import time
+import uuid as _uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from crashproof.errors import CrashproofError, NonDeterminismError
+from crashproof.journal.codec import (
+    canonical_digest,
+    decode,
+    encode,
+    error_from_record,
+    error_record,
+)
+from crashproof.journal.fold import Replay
+from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
+from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
+
+if TYPE_CHECKING:
+    from crashproof.runtime.ledger import Ledger
+
+__all__ = ["Context"]
+
+T = TypeVar("T")
+
+_NO_RETRY = RetryPolicy(attempts=1)
+# Digest of "no arguments", the common case, computed once.
+_EMPTY_ARGS = canonical_digest({"args": [], "kwargs": {}}, what="no arguments")
+
+
+class Context:
+    """Handed to a workflow function as its first argument."""
+
+    def __init__(self, ledger: Ledger, run_id: str, replay: Replay) -> None:
+        self._ledger = ledger
+        self.run_id = run_id
+        self._done = replay.done
+        self._cursor = 0
+        self._failed_attempts = replay.failed_attempts
+        self._next_seq = replay.next_seq
+        self._counts: dict[str, int] = {}
+        self._patches: dict[str, bool] = {}
+        self._in_step: str | None = None
+        self.frozen: NonDeterminismError | None = None
+
+    # -- the public calls --------------------------------------------------
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        options: StepOptions | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Run ``fn(*args, **kwargs)`` once; record its JSON result; replay it afterwards."""
+        return self._call(StepKind.STEP, name, fn, args, kwargs, options)  # type: ignore[no-any-return]
+
+    def decide(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        options: StepOptions | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Ask a model (or anything that decides) once. ``fn`` may return a ``cp.Decision``
+        to record model, usage and cost. A recorded decision is never asked again."""
+        return self._call(StepKind.DECIDE, name, fn, args, kwargs, options)
+
+    def now(self) -> dt.datetime:
+        """The current UTC time, recorded: replay returns the same instant."""
+        iso = self._call(
+            StepKind.NOW, "now", lambda: dt.datetime.now(dt.UTC).isoformat(), (), {}, None
+        )
+        return dt.datetime.fromisoformat(iso)
+
+    def random(self) -> float:
+        """A random float in [0, 1), recorded."""
+        value: float = self._call(StepKind.RANDOM, "random", _random.random, (), {}, None)
+        return value
+
+    def uuid(self) -> _uuid.UUID:
+        """A random UUID4, recorded."""
+        text = self._call(StepKind.UUID, "uuid", lambda: str(_uuid.uuid4()), (), {}, None)
+        return _uuid.UUID(text)
+
+    def patched(self, change_id: str) -> bool:
+        """True for runs that reach this point under the new code, False for runs that
+        passed it before the change was deployed. Use it to branch around in-flight runs:
+        ``if ctx.patched("use-v2-prompt"): ... else: ...`` (the answer is fixed per run)."""
+        if change_id in self._patches:
+            return self._patches[change_id]
+        self._check_usable()
+        name = f"patched:{change_id}"
+        recorded = self._peek()
+        if recorded is None:  # live: the new code is here first
+            self._record_marker(name)
+            answer = True
+        elif recorded.key == self._key_for(name) and recorded.payload["kind"] == StepKind.PATCHED:
+            self._take_key(name)
+            self._cursor += 1
+            answer = True
+        else:  # the run went past this point before the patch existed
+            answer = False
+        self._patches[change_id] = answer
+        return answer
+
+    # -- matching and recording --------------------------------------------
+
+    def _call(
+        self,
+        kind: StepKind,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: StepOptions | None,
+    ) -> Any:
+        self._check_usable()
+        key = self._take_key(name)
+        digest = (
+            _EMPTY_ARGS
+            if not args and not kwargs
+            else canonical_digest(
+                {"args": list(args), "kwargs": kwargs}, what=f"arguments of {kind} {key!r}"
+            )
+        )
+        recorded = self._peek()
+        if recorded is not None:
+            self._cursor += 1
+            self._match(recorded, key, kind, digest)
+            payload = recorded.payload
+            if payload["status"] == StepStatus.SUCCEEDED:
+                return recorded.value
+            raise error_from_record(payload["error"])
+        return self._run_live(kind, key, fn, args, kwargs, digest, options)
+
+    def _run_live(
+        self,
+        kind: StepKind,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        digest: str,
+        options: StepOptions | None,
+    ) -> Any:
+        policy = (options.retry if options else None) or _NO_RETRY
+        earlier = self._failed_attempts.get(key, [])
+        attempt = len(earlier) + 1
+        if earlier:  # a crash interrupted the wait after a failed attempt: finish waiting
+            last = earlier[-1].payload
+            remaining = float(last["ended_at"]) + float(last["retry_in"]) - time.time()
+            if remaining > 0:
+                time.sleep(remaining)
+        while True:
+            started = time.time()
+            self._in_step = key
+            try:
+                out = fn(*args, **kwargs)
+            except Exception as exc:
+                ended = time.time()
+                if attempt < policy.attempts and policy.retries(exc):
+                    delay = policy.delay(attempt)
+                    self._append(
+                        EventType.ATTEMPT_FAILED,
+                        key,
+                        {
+                            "kind": kind.value,
+                            "digest": digest,
+                            "attempt": attempt,
+                            "error": error_record(exc),
+                            "started_at": started,
+                            "ended_at": ended,
+                            "retry_in": delay,
+                        },
+                    )
+                    time.sleep(delay)
+                    attempt += 1
+                    continue
+                self._append(
+                    EventType.STEP_DONE,
+                    key,
+                    {
+                        "kind": kind.value,
+                        "digest": digest,
+                        "status": StepStatus.FAILED.value,
+                        "attempt": attempt,
+                        "error": error_record(exc),
+                        "started_at": started,
+                        "ended_at": ended,
+                    },
+                )
+                raise
+            finally:
+                self._in_step = None
+            ended = time.time()
+            payload: dict[str, Any] = {
+                "kind": kind.value,
+                "digest": digest,
+                "status": StepStatus.SUCCEEDED.value,
+                "attempt": attempt,
+                "started_at": started,
+                "ended_at": ended,
+            }
+            if isinstance(out, Decision):
+                if kind is not StepKind.DECIDE:
+                    raise CrashproofError(f"{kind} {key!r} returned a Decision; use ctx.decide")
+                payload.update(model=out.model, usage=out.usage, cost=out.cost)
+                encode(payload, what=f"model/usage/cost of decision {key!r}")
+                out = out.value
+            value_json = encode(out, what=f"the result of {kind} {key!r}")
+            self._append(EventType.STEP_DONE, key, payload, value_json)
+            # The workflow sees exactly what replay will return (tuples become lists...).
+            return decode(value_json)
+
+    def _record_marker(self, name: str) -> None:
+        key = self._take_key(name)
+        now = time.time()
+        self._append(
+            EventType.STEP_DONE,
+            key,
+            {
+                "kind": StepKind.PATCHED.value,
+                "digest": _EMPTY_ARGS,
+                "status": StepStatus.SUCCEEDED.value,
+                "attempt": 1,
+                "started_at": now,
+                "ended_at": now,
+            },
+            "true",
+        )
+
+    def _match(self, recorded: Event, key: str, kind: StepKind, digest: str) -> None:
+        payload = recorded.payload
+        if (
+            recorded.key == key
+            and payload["kind"] == kind.value
+            and payload["digest"] == digest
+            and payload["kind"] != StepKind.PATCHED
+        ):
+            return
+        expected = {"key": recorded.key, "kind": payload["kind"], "digest": payload["digest"]}
+        actual = {"key": key, "kind": kind.value, "digest": digest}
+        what = "arguments differ" if recorded.key == key else "another call"
+        self.freeze(
+            f"non-determinism at {key!r}: the journal holds {payload['kind']} "
+            f"{recorded.key!r} here, the code now makes {kind} {key!r} ({what})",
+            {"expected": expected, "actual": actual, "seq": recorded.seq},
+        )
+
+    def freeze(self, reason: str, evidence: dict[str, Any]) -> None:
+        """Stop the run in needs_review with evidence, and raise NonDeterminismError.
+
+        The run stays frozen even if the workflow catches the error."""
+        error = NonDeterminismError(reason, evidence)
+        if self.frozen is None:
+            self._append(
+                EventType.RUN_FROZEN,
+                None,
+                {"status": RunStatus.NEEDS_REVIEW.value, "reason": reason, "evidence": evidence},
+                status=(RunStatus.NEEDS_REVIEW, reason),
+            )
+            self.frozen = error
+        raise error
+
+    def unreplayed(self) -> list[Event]:
+        """Recorded steps the workflow has not reached (non-empty at return = frozen)."""
+        return self._done[self._cursor :]
+
+    # -- helpers -----------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self.frozen is not None:
+            raise NonDeterminismError(str(self.frozen), self.frozen.evidence)
+        if self._in_step is not None:
+            raise CrashproofError(
+                f"ctx calls cannot be nested inside step {self._in_step!r}; "
+                "call them from the workflow function"
+            )
+
+    def _peek(self) -> Event | None:
+        return self._done[self._cursor] if self._cursor < len(self._done) else None
+
+    def _key_for(self, name: str) -> str:
+        n = self._counts.get(name, 0) + 1
+        return name if n == 1 else f"{name}#{n}"
+
+    def _take_key(self, name: str) -> str:
+        key = self._key_for(name)
+        self._counts[name] = self._counts.get(name, 0) + 1
+        return key
+
+    def _append(
+        self,
+        type_: EventType,
+        key: str | None,
+        payload: dict[str, Any],
+        value_json: str | None = None,
+        *,
+        status: tuple[RunStatus, str | None] | None = None,
+    ) -> None:
+        event = Event(
+            run_id=self.run_id,
+            seq=self._next_seq,
+            type=type_,
+            key=key,
+            payload=payload,
+            value_json=value_json,
+            created_at=time.time(),
+        )
+        self._ledger._commit((event,), status)
+        self._next_seq += 1
+
+    def finish(self, type_: EventType, payload: dict[str, Any], value_json: str | None) -> None:
+        """Record the run's outcome (used by the ledger once the workflow returns)."""
+        status = RunStatus.SUCCEEDED if type_ is EventType.RUN_SUCCEEDED else RunStatus.FAILED
+        reason = None
+        if type_ is EventType.RUN_FAILED:
+            err = payload["error"]
+            reason = f"{err['type']}: {err['message']}"
+        self._append(type_, None, payload, value_json, status=(status, reason))

@@ -1,0 +1,296 @@
+"""The Ledger: a durable store plus the runtime that drives workflows over it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from crashproof._faults import CrashPoints
+from crashproof.errors import (
+    ActFailed,
+    CrashproofError,
+    PermanentError,
+    RetryableError,
+    RunConflict,
+    RunFailed,
+    RunFrozen,
+    RunNotFound,
+    UnknownWorkflow,
+)
+from crashproof.journal.codec import canonical_digest, decode, encode, error_record
+from crashproof.journal.fold import Replay, fold_run, index_journal
+from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
+from crashproof.runtime.context import Context
+from crashproof.runtime.workflow import Workflow, make_workflow
+from crashproof.store.port import StatusChange, Store
+
+__all__ = ["DURABILITY_MODES", "Ledger", "open_store"]
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+DURABILITY_MODES = ("full", "normal")
+
+# CrashproofErrors a workflow may legitimately end with (a tool's permanent failure).
+# Any other CrashproofError escaping the workflow (a corrupt ledger, a non-JSON value,
+# a lost lease) is never recorded as the run's failure: the run stays resumable once
+# the cause is fixed.
+_WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
+
+
+def open_store(url: str, *, durability: str = "full") -> Store:
+    """A store from a URL: ``sqlite:///relative.db``, ``sqlite:////abs.db``, ``memory://``."""
+    if durability not in DURABILITY_MODES:
+        raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
+    if url == "memory://":
+        from crashproof.store.memory import MemoryStore
+
+        return MemoryStore()
+    if url.startswith("sqlite:///"):
+        from crashproof.store.sqlite import SQLiteStore
+
+        path = url[len("sqlite:///") :]  # "sqlite:////abs" leaves "/abs"
+        if not path or path == ":memory:":
+            raise ValueError("sqlite URLs need a file path: sqlite:///runs.db")
+        return SQLiteStore(Path(path), durability=durability)
+    scheme = url.split(":", 1)[0]
+    raise ValueError(
+        f"unsupported ledger URL {url!r} (scheme {scheme!r}); "
+        "use sqlite:///path.db (relative), sqlite:////abs/path.db, or memory://"
+    )
+
+
+class Ledger:
+    """Durable runs of workflows. Independent instances never share state.
+
+    >>> ledger = Ledger("sqlite:///runs.db")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        url: str = "sqlite:///crashproof.db",
+        *,
+        durability: str = "full",
+        store: Store | None = None,
+        crash_points: CrashPoints | None = None,
+    ) -> None:
+        self.url = url
+        self.durability = durability
+        self._store = store if store is not None else open_store(url, durability=durability)
+        self._workflows: dict[str, Workflow[Any]] = {}
+        self.crash_points = crash_points
+
+    # -- registry ----------------------------------------------------------
+
+    def workflow(self, name: str, version: str = "1") -> Callable[[Callable[..., R]], Workflow[R]]:
+        """Decorator: register ``fn(ctx, **input)`` under ``name`` and ``version``."""
+
+        def wrap(fn: Callable[..., R]) -> Workflow[R]:
+            return self.register(make_workflow(name, version, fn))
+
+        return wrap
+
+    def register(self, wf: Workflow[R]) -> Workflow[R]:
+        """Register a workflow made elsewhere (e.g. with ``cp.workflow``)."""
+        known = self._workflows.get(wf.name)
+        if known is not None and known is not wf and known.version != wf.version:
+            raise CrashproofError(
+                f"workflow {wf.name!r} is already registered with version {known.version!r}"
+            )
+        self._workflows[wf.name] = wf
+        return wf
+
+    @property
+    def workflows(self) -> dict[str, Workflow[Any]]:
+        return dict(self._workflows)
+
+    # -- running -----------------------------------------------------------
+
+    def run(self, wf: Workflow[R] | str, /, *, run_id: str, **input: Any) -> R:
+        """Start the run ``run_id`` or, if it exists with the same input, resume it to
+        completion; returns the workflow's result. The same run id with another input
+        raises RunConflict and starts nothing."""
+        workflow = self._resolve(wf)
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError("run_id must be a non-empty string")
+        workflow.bind_input(input)
+        input_json = encode(input, what=f"the input of run {run_id!r}")
+        digest = canonical_digest(
+            {"workflow": workflow.name, "input": input}, what=f"the input of run {run_id!r}"
+        )
+        now = time.time()
+        row = RunRow(
+            run_id=run_id,
+            workflow=workflow.name,
+            version=workflow.version,
+            status=RunStatus.RUNNING,
+            input_digest=digest,
+            created_at=now,
+            updated_at=now,
+        )
+        first = Event(
+            run_id=run_id,
+            seq=0,
+            type=EventType.RUN_STARTED,
+            key=None,
+            payload={
+                "workflow": workflow.name,
+                "version": workflow.version,
+                "input_digest": digest,
+            },
+            value_json=input_json,
+            created_at=now,
+        )
+        self._hit("before_commit", first)
+        existing = self._store.create_run(row, first)
+        if existing is None:
+            self._hit("after_commit", first)
+            log.info("run started", extra={"run_id": run_id, "workflow": workflow.name})
+            return self._drive(workflow, run_id)  # type: ignore[no-any-return]
+        if existing.input_digest != digest:
+            raise RunConflict(run_id, existing.input_digest, digest)
+        return self._drive(workflow, run_id)  # type: ignore[no-any-return]
+
+    def resume(self, run_id: str) -> Any:
+        """Resume a run to completion in this process; returns its result."""
+        row = self._store.get_run(run_id)
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+        workflow = self._workflows.get(row.workflow)
+        if workflow is None:
+            known = ", ".join(sorted(self._workflows)) or "none"
+            raise UnknownWorkflow(
+                f"run {run_id!r} needs workflow {row.workflow!r}, which is not registered "
+                f"here (registered: {known}); nothing was changed. Import the module that "
+                "defines it (CLI: --app MODULE)."
+            )
+        return self._drive(workflow, run_id)
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """Everything known about a run, folded from its journal."""
+        row = self._store.get_run(run_id)
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+        return fold_run(row, self._store.load_events(run_id))
+
+    def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
+        """All runs, oldest first, optionally only those of one status."""
+        wanted = RunStatus(status) if status is not None else None
+        return [
+            fold_run(row, self._store.load_events(row.run_id))
+            for row in self._store.list_runs(wanted)
+        ]
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------
+
+    def _resolve(self, wf: Workflow[R] | str) -> Workflow[R]:
+        if isinstance(wf, str):
+            found = self._workflows.get(wf)
+            if found is None:
+                raise UnknownWorkflow(f"no workflow {wf!r} is registered in this ledger")
+            return found
+        if not isinstance(wf, Workflow):
+            raise TypeError(
+                "Ledger.run expects a workflow made with @ledger.workflow or @cp.workflow, "
+                f"not {type(wf).__name__}"
+            )
+        return self.register(wf)
+
+    def _drive(self, workflow: Workflow[Any], run_id: str) -> Any:
+        events = self._store.load_events(run_id)
+        replay = index_journal(events)
+        started = replay.started.payload
+        if started.get("version") != workflow.version:
+            raise UnknownWorkflow(
+                f"run {run_id!r} started on workflow {workflow.name!r} version "
+                f"{started.get('version')!r}, but this process registers version "
+                f"{workflow.version!r}; nothing was changed. Deploy a worker that still "
+                "registers the old version to finish it."
+            )
+        finished = _outcome(run_id, replay)
+        if finished is not None:
+            return finished()
+        ctx = Context(self, run_id, replay)
+        try:
+            result = workflow.fn(ctx, **(replay.started.value or {}))
+        except Exception as exc:
+            if ctx.frozen is not None:
+                raise self._frozen(run_id, ctx) from exc
+            if isinstance(exc, CrashproofError) and not isinstance(exc, _WORKFLOW_OUTCOMES):
+                raise  # the ledger, not the workflow, is at fault: keep the run resumable
+            error = error_record(exc)
+            ctx.finish(EventType.RUN_FAILED, {"error": error}, None)
+            raise RunFailed(run_id, error, exc) from exc
+        if ctx.frozen is not None:
+            raise self._frozen(run_id, ctx)
+        left = ctx.unreplayed()
+        if left:
+            try:
+                ctx.freeze(
+                    f"non-determinism: the workflow returned while {len(left)} recorded "
+                    f"step(s) were not replayed, first {left[0].key!r}",
+                    {"unreplayed": [e.key for e in left[:20]]},
+                )
+            except CrashproofError:
+                raise self._frozen(run_id, ctx) from None
+        value_json = encode(result, what=f"the result of run {run_id!r}")
+        ctx.finish(EventType.RUN_SUCCEEDED, {}, value_json)
+        log.info("run succeeded", extra={"run_id": run_id})
+        return decode(value_json)
+
+    def _frozen(self, run_id: str, ctx: Context) -> RunFrozen:
+        cause = ctx.frozen
+        return RunFrozen(run_id, RunStatus.NEEDS_REVIEW.value, str(cause), cause)
+
+    def _commit(self, events: Sequence[Event], status: StatusChange | None) -> None:
+        """Append to the journal, with crash points on each side of the commit."""
+        if self.crash_points is None:
+            self._store.append(events, status)
+            return
+        self._hit("before_commit", events[0])
+        self._store.append(events, status)
+        self._hit("after_commit", events[0])
+
+    def _hit(self, side: str, event: Event) -> None:
+        points = self.crash_points
+        if points is not None:
+            label = event.type.value if event.key is None else f"{event.type.value}:{event.key}"
+            points.hit(f"{side}[{label}]")
+
+
+def _outcome(run_id: str, replay: Replay) -> Callable[[], Any] | None:
+    """For a run that already ended: a thunk returning its result or raising its outcome."""
+    event = replay.outcome
+    if event is None:
+        return None
+    if event.type is EventType.RUN_SUCCEEDED:
+        value = event.value
+        return lambda: value
+    if event.type is EventType.RUN_FAILED:
+        error = event.payload.get("error") or {}
+
+        def failed() -> Any:
+            raise RunFailed(run_id, error)
+
+        return failed
+    status = str(event.payload.get("status", RunStatus.NEEDS_REVIEW.value))
+    reason = str(event.payload.get("reason", ""))
+    evidence = event.payload.get("evidence")
+
+    def frozen() -> Any:
+        raise RunFrozen(run_id, status, reason, evidence)
+
+    return frozen

@@ -1,0 +1,61 @@
+"""Small value types users pass to the runtime."""
+
+from __future__ import annotations
+
+import random as _random
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Decision", "RetryPolicy", "StepOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a ``ctx.decide`` function may return to record model, usage and cost.
+
+    ``usage`` maps token kinds to counts (e.g. ``{"input_tokens": 812,
+    "output_tokens": 64}``); a run's token budget adds ``total_tokens`` when given,
+    else the sum of all counts.
+    """
+
+    value: Any
+    model: str | None = None
+    usage: dict[str, int] | None = None
+    cost: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often a local step or decision is tried, and how long to wait between tries.
+
+    Every failed attempt is journaled; a crash during the wait resumes the wait,
+    not the count.
+    """
+
+    attempts: int = 3
+    backoff: float = 0.5  # seconds before the 2nd attempt
+    multiplier: float = 2.0
+    max_backoff: float = 30.0
+    jitter: float = 0.0  # fraction of the delay added at random, 0..1
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("RetryPolicy.attempts must be at least 1")
+        if self.backoff < 0 or self.multiplier < 1 or not 0 <= self.jitter <= 1:
+            raise ValueError("RetryPolicy needs backoff >= 0, multiplier >= 1, 0 <= jitter <= 1")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        base = min(self.max_backoff, self.backoff * self.multiplier ** (attempt - 1))
+        return base * (1 + self.jitter * _random.random())
+
+    def retries(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.retry_on)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepOptions:
+    """Per-call options for ``ctx.step`` / ``ctx.decide`` (``options=`` is reserved)."""
+
+    retry: RetryPolicy | None = field(default=None)

@@ -1,0 +1,60 @@
+"""Workflows: a function ``(ctx, **input) -> result`` with a name and a version."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from crashproof.errors import CrashproofError
+
+__all__ = ["RESERVED_PARAMS", "Workflow", "workflow"]
+
+RESERVED_PARAMS = frozenset({"run_id", "options"})
+
+R = TypeVar("R")
+P = ParamSpec("P")
+
+
+@dataclass(frozen=True, slots=True)
+class Workflow(Generic[R]):
+    """A registered workflow. Calling it directly is not supported: run it through a Ledger."""
+
+    name: str
+    version: str
+    fn: Callable[..., R]
+
+    def bind_input(self, kwargs: dict[str, Any]) -> None:
+        """Raise TypeError now, before a run exists, if ``kwargs`` do not fit the function."""
+        try:
+            inspect.signature(self.fn).bind(None, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"workflow {self.name!r}: {exc}; nothing was started") from None
+
+
+def make_workflow(name: str, version: str, fn: Callable[..., R]) -> Workflow[R]:
+    if not name or not isinstance(name, str):
+        raise ValueError("a workflow needs a non-empty name")
+    params = list(inspect.signature(fn).parameters.values())
+    if not params or params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise CrashproofError(f"workflow {name!r}: the first parameter must be the context (ctx)")
+    clash = RESERVED_PARAMS.intersection(p.name for p in params[1:])
+    if clash:
+        raise CrashproofError(
+            f"workflow {name!r}: parameter name(s) {sorted(clash)} are reserved by Ledger.run; "
+            "rename them"
+        )
+    return Workflow(name=name, version=str(version), fn=fn)
+
+
+def workflow(name: str, version: str = "1") -> Callable[[Callable[..., R]], Workflow[R]]:
+    """Decorator that makes a Workflow without binding it to a ledger (the CLI binds it)."""
+
+    def wrap(fn: Callable[..., R]) -> Workflow[R]:
+        return make_workflow(name, version, fn)
+
+    return wrap

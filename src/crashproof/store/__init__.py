@@ -1,0 +1,1 @@
+"""Storage: the port (a small Protocol) and its implementations."""

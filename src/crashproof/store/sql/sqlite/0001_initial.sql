@@ -1,0 +1,43 @@
+-- crashproof ledger, schema 1 (SQLite)
+CREATE TABLE crashproof_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE crashproof_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at REAL NOT NULL
+) STRICT;
+
+-- The run index: a cache folded from events, never trusted over them.
+CREATE TABLE runs (
+    run_id       TEXT PRIMARY KEY,
+    workflow     TEXT NOT NULL,
+    version      TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    reason       TEXT,
+    input_digest TEXT NOT NULL,
+    created_at   REAL NOT NULL,
+    updated_at   REAL NOT NULL
+) STRICT;
+CREATE INDEX runs_by_status ON runs (status, created_at);
+
+-- Large recorded values (model responses, results), stored once by SHA-256.
+CREATE TABLE blobs (
+    digest TEXT PRIMARY KEY,
+    data   TEXT NOT NULL
+) STRICT, WITHOUT ROWID;
+
+-- The append-only journal. (run_id, seq) is the fence against two writers.
+CREATE TABLE events (
+    run_id     TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    type       TEXT NOT NULL,
+    key        TEXT,
+    payload    TEXT NOT NULL,
+    value      TEXT,
+    blob       TEXT REFERENCES blobs (digest),
+    created_at REAL NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) STRICT, WITHOUT ROWID;

@@ -1,0 +1,43 @@
+-- Named queries for the SQLite store. Each starts with "-- name: NAME".
+
+-- name: get_meta
+SELECT value FROM crashproof_meta WHERE key = ?;
+
+-- name: set_meta
+INSERT INTO crashproof_meta (key, value) VALUES (?, ?)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: record_migration
+INSERT INTO crashproof_migrations (version, name, applied_at) VALUES (?, ?, ?);
+
+-- name: insert_run
+INSERT INTO runs (run_id, workflow, version, status, reason, input_digest, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id) DO NOTHING;
+
+-- name: get_run
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM runs WHERE run_id = ?;
+
+-- name: list_runs
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM runs ORDER BY created_at, run_id;
+
+-- name: list_runs_by_status
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM runs WHERE status = ? ORDER BY created_at, run_id;
+
+-- name: set_status
+UPDATE runs SET status = ?, reason = ?, updated_at = ? WHERE run_id = ?;
+
+-- name: insert_event
+INSERT INTO events (run_id, seq, type, key, payload, value, blob, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: insert_blob
+INSERT INTO blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING;
+
+-- name: load_events
+SELECT e.seq, e.type, e.key, e.payload, coalesce(e.value, b.data), e.blob, e.created_at
+FROM events AS e LEFT JOIN blobs AS b ON b.digest = e.blob
+WHERE e.run_id = ? ORDER BY e.seq;

@@ -1,0 +1,307 @@
+"""The embedded default store: one SQLite file in WAL mode, stdlib ``sqlite3`` only.
+
+Every write is one ``BEGIN IMMEDIATE ... COMMIT`` transaction, so a journal append
+and the run's status change land together or not at all. Opening never writes
+before the file has been recognised as an empty database or a crashproof ledger
+this version can read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from crashproof.errors import (
+    IntegrityError,
+    LedgerError,
+    NotALedger,
+    SchemaTooNew,
+    StaleLeaseError,
+)
+from crashproof.journal.codec import decode
+from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.store.port import BLOB_THRESHOLD, StatusChange
+from crashproof.store.sql import load_migrations, load_queries
+
+__all__ = ["SQLiteStore"]
+
+_Q = load_queries("sqlite")
+_MIGRATIONS = load_migrations("sqlite")
+SCHEMA_VERSION = _MIGRATIONS[-1].version
+_HEADER = b"SQLite format 3\x00"
+_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
+
+
+class SQLiteStore:
+    """A ledger in one SQLite file. Thread-safe: one connection behind a lock."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, durability: str = "full", busy_timeout: float = 5.0
+    ) -> None:
+        if durability not in _SYNCHRONOUS:
+            raise ValueError(
+                f"durability must be one of {sorted(_SYNCHRONOUS)}, not {durability!r}"
+            )
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        _check_file(self.path)
+        try:
+            self._conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,  # we issue BEGIN IMMEDIATE / COMMIT ourselves
+                check_same_thread=False,
+                timeout=busy_timeout,
+            )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from None
+        try:
+            self._open(durability, busy_timeout)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- opening -----------------------------------------------------------
+
+    def _open(self, durability: str, busy_timeout: float) -> None:
+        with self._errors():
+            tables = {
+                row[0]
+                for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            if tables and "crashproof_meta" not in tables:
+                raise NotALedger(
+                    f"{self.path} is a SQLite database but not a crashproof ledger "
+                    f"(it has tables {sorted(tables)[:5]}); nothing was changed. "
+                    "Point --db at a new file or an existing ledger."
+                )
+            if tables:
+                found = self._read_version()
+                if found > SCHEMA_VERSION:
+                    raise SchemaTooNew(found, SCHEMA_VERSION)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
+            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._migrate(self._read_version() if tables else 0)
+
+    def _read_version(self) -> int:
+        row = self._conn.execute(_Q["get_meta"], ("schema_version",)).fetchone()
+        if row is None or not str(row[0]).isdigit():
+            raise IntegrityError(f"{self.path}: the ledger's schema version is missing or invalid")
+        return int(row[0])
+
+    def _migrate(self, current: int) -> None:
+        pending = [m for m in _MIGRATIONS if m.version > current]
+        if not pending:
+            return
+        with self._transaction() as conn:
+            if current and self._read_version() != current:
+                return  # another process migrated meanwhile
+            for migration in pending:
+                for statement in _split_statements(migration.sql):
+                    conn.execute(statement)
+                conn.execute(
+                    _Q["record_migration"], (migration.version, migration.name, time.time())
+                )
+            conn.execute(_Q["set_meta"], ("schema_version", str(SCHEMA_VERSION)))
+
+    # -- the port ----------------------------------------------------------
+
+    def schema_version(self) -> int:
+        with self._lock, self._errors():
+            return self._read_version()
+
+    def create_run(self, row: RunRow, first: Event) -> RunRow | None:
+        with self._transaction() as conn:
+            cur = conn.execute(
+                _Q["insert_run"],
+                (
+                    row.run_id,
+                    row.workflow,
+                    row.version,
+                    row.status.value,
+                    row.reason,
+                    row.input_digest,
+                    row.created_at,
+                    row.updated_at,
+                ),
+            )
+            if cur.rowcount == 0:
+                existing = conn.execute(_Q["get_run"], (row.run_id,)).fetchone()
+                return _row(existing)
+            self._insert_events(conn, (first,))
+            return None
+
+    def get_run(self, run_id: str) -> RunRow | None:
+        with self._lock, self._errors():
+            found = self._conn.execute(_Q["get_run"], (run_id,)).fetchone()
+        return None if found is None else _row(found)
+
+    def list_runs(self, status: RunStatus | None = None) -> list[RunRow]:
+        with self._lock, self._errors():
+            if status is None:
+                rows = self._conn.execute(_Q["list_runs"]).fetchall()
+            else:
+                rows = self._conn.execute(_Q["list_runs_by_status"], (status.value,)).fetchall()
+        return [_row(r) for r in rows]
+
+    def load_events(self, run_id: str) -> list[Event]:
+        with self._lock, self._errors():
+            rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
+        events = []
+        for seq, type_, key, payload, value, blob, created_at in rows:
+            if blob is not None and value is None:
+                raise IntegrityError(f"run {run_id!r} event {seq}: blob {blob} is missing")
+            try:
+                events.append(
+                    Event(
+                        run_id=run_id,
+                        seq=seq,
+                        type=EventType(type_),
+                        key=key,
+                        payload=decode(payload),
+                        value_json=value,
+                        created_at=created_at,
+                    )
+                )
+            except ValueError as exc:
+                raise IntegrityError(f"run {run_id!r} event {seq} is unreadable: {exc}") from None
+        return events
+
+    def append(self, events: Sequence[Event], status: StatusChange | None = None) -> None:
+        if not events:
+            return
+        with self._transaction() as conn:
+            self._insert_events(conn, events)
+            if status is not None:
+                conn.execute(
+                    _Q["set_status"],
+                    (status[0].value, status[1], time.time(), events[0].run_id),
+                )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- internals ---------------------------------------------------------
+
+    def _insert_events(self, conn: sqlite3.Connection, events: Sequence[Event]) -> None:
+        try:
+            for event in events:
+                value, blob = event.value_json, None
+                if value is not None and len(value) >= BLOB_THRESHOLD:
+                    blob = hashlib.sha256(value.encode()).hexdigest()
+                    conn.execute(_Q["insert_blob"], (blob, value))
+                    value = None
+                conn.execute(
+                    _Q["insert_event"],
+                    (
+                        event.run_id,
+                        event.seq,
+                        event.type.value,
+                        event.key,
+                        _encode_payload(event.payload),
+                        value,
+                        blob,
+                        event.created_at,
+                    ),
+                )
+        except sqlite3.IntegrityError:
+            first = events[0]
+            raise StaleLeaseError(
+                f"run {first.run_id!r}: journal sequence {first.seq} is already taken; "
+                "another writer is appending to this run. Nothing of this write was kept."
+            ) from None
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._errors():
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Turn SQLite's low-level errors into clear crashproof ones."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise LedgerError(
+                    f"ledger {self.path} is locked by another process ({exc}); try again"
+                ) from None
+            if isinstance(exc, sqlite3.OperationalError | sqlite3.IntegrityError):
+                raise
+            raise IntegrityError(
+                f"ledger {self.path} is corrupt or not a ledger ({exc}); nothing was changed. "
+                "Restore it from a backup, or point --db at another file."
+            ) from None
+
+
+def _check_file(path: Path) -> None:
+    """Refuse files that are not SQLite databases, or are shorter than their header says,
+    before SQLite gets a chance to write anything to them."""
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise LedgerError(
+                f"cannot create ledger {path}: directory {path.parent} does not exist"
+            )
+        return
+    if not path.is_file():
+        raise NotALedger(f"{path} is not a file")
+    size = path.stat().st_size
+    if size == 0:
+        return  # an empty file is an empty database; it becomes a new ledger
+    with path.open("rb") as f:
+        header = f.read(100)
+    if len(header) < 100 or not header.startswith(_HEADER):
+        raise NotALedger(
+            f"{path} is not a crashproof ledger (not a SQLite database); nothing was changed"
+        )
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    change_counter = int.from_bytes(header[24:28], "big")
+    page_count = int.from_bytes(header[28:32], "big")
+    valid_for = int.from_bytes(header[92:96], "big")
+    if valid_for == change_counter and size < page_count * page_size:
+        raise IntegrityError(
+            f"ledger {path} is truncated: its header promises {page_count * page_size} bytes, "
+            f"the file has {size}; nothing was changed. Restore it from a backup."
+        )
+
+
+def _row(found: Any) -> RunRow:
+    run_id, workflow, version, status, reason, input_digest, created_at, updated_at = found
+    return RunRow(
+        run_id=run_id,
+        workflow=workflow,
+        version=version,
+        status=RunStatus(status),
+        reason=reason,
+        input_digest=input_digest,
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+
+
+def _encode_payload(payload: dict[str, Any]) -> str:
+    # The runtime has already validated every value as JSON; this cannot fail.
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def _split_statements(sql: str) -> list[str]:
+    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
