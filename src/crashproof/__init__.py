@@ -9,6 +9,7 @@ from crashproof._faults import CrashPoints
 from crashproof.errors import (
     ActFailed,
     CrashproofError,
+    DriftError,
     IntegrityError,
     LeaseHeld,
     LedgerError,
@@ -40,16 +41,20 @@ from crashproof.runtime.context import Context
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
 from crashproof.runtime.workflow import Workflow, workflow
+from crashproof.tools.port import Call, Receipt, Tool
+from crashproof.tools.workspace import Workspace
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ActFailed",
     "Budget",
+    "Call",
     "Context",
     "CrashPoints",
     "CrashproofError",
     "Decision",
+    "DriftError",
     "IntegrityError",
     "LeaseHeld",
     "Ledger",
@@ -58,6 +63,7 @@ __all__ = [
     "NotALedger",
     "OutcomeUnknown",
     "PermanentError",
+    "Receipt",
     "ReceiptConflict",
     "RetryPolicy",
     "RetryableError",
@@ -75,8 +81,10 @@ __all__ = [
     "StepKind",
     "StepOptions",
     "StepStatus",
+    "Tool",
     "UnknownWorkflow",
     "Workflow",
+    "Workspace",
     "__version__",
     "workflow",
 ]

@@ -15,6 +15,7 @@
     ├── RunFailed                    the run ended in `failed`
     ├── NonDeterminismError          replay met a call the journal does not hold
     ├── ReceiptConflict              a tool's receipt disagrees with the journal
+    ├── DriftError                   the target changed in a way no intent explains
     ├── StaleLeaseError              another worker owns the run now
     ├── LeaseHeld                    the run is owned by someone else
     ├── OutcomeUnknown               a tool cannot tell whether an effect happened
@@ -32,6 +33,7 @@ from typing import Any
 __all__ = [
     "ActFailed",
     "CrashproofError",
+    "DriftError",
     "IntegrityError",
     "LeaseHeld",
     "LedgerError",
@@ -143,6 +145,11 @@ class NonDeterminismError(CrashproofError):
 
 class ReceiptConflict(CrashproofError):
     """A tool's authoritative receipt disagrees with the journaled intent."""
+
+
+class DriftError(CrashproofError):
+    """A tool found its target in a state neither before nor after the intent (someone
+    else changed it): the act is frozen for review, never forced."""
 
 
 class StaleLeaseError(CrashproofError):

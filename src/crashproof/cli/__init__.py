@@ -1,15 +1,99 @@
-"""The command line: the only place that reads env vars, prints, exits or configures logging."""
+"""The command line: the only place that reads env vars, prints, exits or configures logging.
+
+::
+
+    crashproof run MODULE:WORKFLOW --run-id ID [--arg KEY=VALUE ...]
+    crashproof resume RUN_ID --app MODULE [--app MODULE ...]
+    crashproof runs [--status STATUS]
+    crashproof show RUN_ID
+    crashproof demo [--workdir DIR]
+
+    --db URL    (before or after the command) ledger URL; default $CRASHPROOF_DB,
+                else sqlite:///crashproof.db
+    --json      machine-readable JSON on stdout (runs, show, run, resume)
+    --verbose   log at INFO on stderr; show tracebacks
+
+Every failure prints ``crashproof: error: <what happened>`` and ``hint: <what to
+do>`` on stderr, never a traceback (unless --verbose), and exits with a code
+scripts can trust:
+
+====  ==================================================================
+code  meaning
+====  ==================================================================
+0     ok (for run/resume: the run succeeded)
+1     the run failed; the failure is recorded and re-running returns it
+2     usage or input error (option, module, workflow, --arg, URL, unknown
+      run id); nothing was changed
+3     the run is frozen (needs_review / awaiting_approval): it waits for a
+      human
+4     conflict: the run id exists with another input, or another worker
+      owns the run
+5     the ledger is unusable (missing, not a ledger, corrupt, newer
+      schema, locked); nothing was changed
+6     the run stopped on an error before finishing and stays resumable:
+      fix the cause, then resume
+70    internal error (a bug): rerun with --verbose for the traceback
+130   interrupted (Ctrl-C)
+====  ==================================================================
+
+The codes are ``crashproof.cli.exitcodes.ExitCode``; ``crashproof --help`` lists them.
+"""
 
 from __future__ import annotations
 
 import sys
+import traceback
+
+import typer
+import typer.main
+
+from crashproof.cli.app import app
+from crashproof.cli.exitcodes import ExitCode, Failure, failure_for
+from crashproof.cli.render import print_error
+from crashproof.cli.settings import State
+
+__all__ = ["ExitCode", "app", "main", "run_cli"]
+
+
+def _usage_failure(exc: typer.TyperException) -> Failure:
+    ctx = getattr(exc, "ctx", None)  # click's UsageError knows the command it came from
+    path = getattr(ctx, "command_path", None) or "crashproof"
+    return Failure(ExitCode.USAGE, " ".join(exc.format_message().split()), f"see `{path} --help`")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI with ``argv``; return the exit code (tests call this in-process)."""
-    print("crashproof: CLI not built yet", file=sys.stderr)
-    return 2
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:
+        main(["--help"])
+        return int(ExitCode.USAGE)
+    state = State()
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=args, prog_name="crashproof", standalone_mode=False, obj=state)
+    except typer.Abort:
+        print_error(Failure(ExitCode.INTERRUPTED, "aborted", ""))
+        return int(ExitCode.INTERRUPTED)
+    except typer.TyperException as exc:  # bad options or arguments, from click's parser
+        print_error(_usage_failure(exc))
+        return int(ExitCode.USAGE)
+    except Exception as exc:
+        failure = failure_for(exc)
+        if failure is None:
+            failure = Failure(
+                ExitCode.INTERNAL,
+                f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())}",
+                "this is a bug; rerun with --verbose for the traceback, and report it",
+            )
+            if state.verbose:
+                traceback.print_exception(exc)
+        elif state.verbose and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__)
+        print_error(failure)
+        return int(failure.code)
+    return rv if isinstance(rv, int) else int(ExitCode.OK)
 
 
 def run_cli() -> None:
+    """Console-script entry point: ``crashproof`` and ``python -m crashproof``."""
     raise SystemExit(main(sys.argv[1:]))

@@ -17,6 +17,7 @@ import rfc8785
 from crashproof.errors import SerializationError
 
 __all__ = [
+    "ascii_json",
     "canonical_digest",
     "decode",
     "encode",
@@ -48,13 +49,32 @@ def canonical_digest(value: Any, *, what: str) -> str:
 def encode(value: Any, *, what: str) -> str:
     """Compact JSON text for storage; a clear SerializationError otherwise."""
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise SerializationError(
             f"{what} is not JSON-serializable ({exc}); nothing was recorded. "
             "Return JSON values (dict, list, str, int, float, bool, None) — crashproof "
             "never pickles."
         ) from None
+    return text if _is_utf8(text) else ascii_json(value)
+
+
+def ascii_json(value: Any) -> str:
+    """Compact JSON with every non-ASCII character escaped.
+
+    Used when a string holds a lone surrogate (e.g. a file name decoded with
+    ``surrogateescape``): such text cannot be stored as UTF-8, but its ``\\udcxx``
+    escape can, and ``json.loads`` gives back the very same string.
+    """
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def decode(text: str | bytes) -> Any:

@@ -23,6 +23,12 @@ __all__ = ["Replay", "fold_run", "index_journal", "tokens_of"]
 
 _TERMINAL = (EventType.RUN_SUCCEEDED, EventType.RUN_FAILED, EventType.RUN_FROZEN)
 _BUDGETED = (StepKind.STEP, StepKind.DECIDE, StepKind.ACT)
+_OPEN_STATUS = {
+    EventType.ATTEMPT_FAILED: StepStatus.RUNNING,
+    EventType.ACT_INTENT: StepStatus.RUNNING,
+    EventType.ACT_UNKNOWN: StepStatus.UNKNOWN,
+}
+_STEP_EVENTS = (EventType.STEP_DONE, *_OPEN_STATUS)
 
 
 @dataclass(slots=True)
@@ -32,6 +38,8 @@ class Replay:
     started: Event
     done: list[Event]  # STEP_DONE events in journal order: the replay sequence
     failed_attempts: dict[str, list[Event]] = field(default_factory=dict)
+    # Acts in flight: intent/unknown events of keys with no STEP_DONE yet.
+    open_acts: dict[str, list[Event]] = field(default_factory=dict)
     outcome: Event | None = None  # the latest RUN_SUCCEEDED / RUN_FAILED / RUN_FROZEN
     next_seq: int = 0
 
@@ -50,10 +58,16 @@ def index_journal(events: Sequence[Event]) -> Replay:
         kind = event.type
         if kind is EventType.STEP_DONE:
             replay.done.append(event)
+            if event.key is not None:
+                replay.open_acts.pop(event.key, None)
         elif kind is EventType.ATTEMPT_FAILED and event.key is not None:
             replay.failed_attempts.setdefault(event.key, []).append(event)
+        elif kind in (EventType.ACT_INTENT, EventType.ACT_UNKNOWN) and event.key is not None:
+            replay.open_acts.setdefault(event.key, []).append(event)
         elif kind in _TERMINAL:
             replay.outcome = event
+        elif kind is EventType.RUN_THAWED:
+            replay.outcome = None
     replay.next_seq = len(events)
     return replay
 
@@ -75,7 +89,7 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
     steps_n = decisions = tokens = 0
     cost = 0.0
     for event in events:
-        if event.key is None or event.type not in (EventType.STEP_DONE, EventType.ATTEMPT_FAILED):
+        if event.key is None or event.type not in _STEP_EVENTS:
             continue
         p = event.payload
         info = steps.setdefault(
@@ -87,8 +101,11 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
             info["started_at"] = p.get("started_at")
         info["ended_at"] = p.get("ended_at")
         info["error"] = p.get("error")
-        if event.type is EventType.ATTEMPT_FAILED:
-            info["status"] = StepStatus.RUNNING
+        if event.type is not EventType.STEP_DONE:
+            info["status"] = _OPEN_STATUS[event.type]
+            for name in ("operation_id", "intent_digest"):
+                if p.get(name) is not None:
+                    info[name] = p[name]
             continue
         info["status"] = StepStatus(p["status"])
         for name in ("model", "usage", "cost", "operation_id", "intent_digest"):

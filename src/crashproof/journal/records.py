@@ -69,6 +69,9 @@ class EventType(enum.StrEnum):
     RUN_SUCCEEDED = "run_succeeded"
     RUN_FAILED = "run_failed"
     RUN_FROZEN = "run_frozen"
+    RUN_THAWED = "run_thawed"  # a resume lifts a retryable freeze (e.g. lookup unavailable)
+    ACT_INTENT = "act_intent"  # committed before a tool executes (one per attempt)
+    ACT_UNKNOWN = "act_unknown"  # the tool's outcome is unknown: reconcile before retrying
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,7 +15,7 @@ import random as _random
 import time
 import uuid as _uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from crashproof.errors import CrashproofError, NonDeterminismError
 from crashproof.journal.codec import (
@@ -27,12 +27,19 @@ from crashproof.journal.codec import (
 )
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
+from crashproof.runtime.acts import ActSettings, intent_digest, perform_act
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
+from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
     from crashproof.runtime.ledger import Ledger
 
 __all__ = ["Context"]
+
+
+def _no_crash_point(name: str) -> None:
+    return None
+
 
 T = TypeVar("T")
 
@@ -50,11 +57,14 @@ class Context:
         self._done = replay.done
         self._cursor = 0
         self._failed_attempts = replay.failed_attempts
+        self._open_acts = replay.open_acts
         self._next_seq = replay.next_seq
         self._counts: dict[str, int] = {}
         self._patches: dict[str, bool] = {}
         self._in_step: str | None = None
-        self.frozen: NonDeterminismError | None = None
+        self.frozen: CrashproofError | None = None
+        self.fencing_token: int | None = None
+        self.act_settings: ActSettings = ledger.act_settings
 
     # -- the public calls --------------------------------------------------
 
@@ -82,6 +92,19 @@ class Context:
         """Ask a model (or anything that decides) once. ``fn`` may return a ``cp.Decision``
         to record model, usage and cost. A recorded decision is never asked again."""
         return self._call(StepKind.DECIDE, name, fn, args, kwargs, options)
+
+    def act(self, name: str, tool: Tool, /, **params: Any) -> Any:
+        """Perform a side effect through ``tool`` under the act protocol; returns the
+        receipt's result. Its operation id is ``run_id/step_key``: the same on every
+        attempt and in every process, so the tool can dedupe and look it up."""
+        self._check_usable()
+        key = self._take_key(name)
+        digest = intent_digest(tool, params, key)
+        recorded = self._peek()
+        if recorded is not None:
+            return self._replay(recorded, key, StepKind.ACT, digest)
+        self._check_open_acts(key)
+        return perform_act(self, key, tool, params, digest, self._open_acts.pop(key, []))
 
     def now(self) -> dt.datetime:
         """The current UTC time, recorded: replay returns the same instant."""
@@ -143,13 +166,29 @@ class Context:
         )
         recorded = self._peek()
         if recorded is not None:
-            self._cursor += 1
-            self._match(recorded, key, kind, digest)
-            payload = recorded.payload
-            if payload["status"] == StepStatus.SUCCEEDED:
-                return recorded.value
-            raise error_from_record(payload["error"])
+            return self._replay(recorded, key, kind, digest)
+        self._check_open_acts(key)
         return self._run_live(kind, key, fn, args, kwargs, digest, options)
+
+    def _replay(self, recorded: Event, key: str, kind: StepKind, digest: str) -> Any:
+        """The recorded outcome of a matching call; nothing runs."""
+        self._cursor += 1
+        self._match(recorded, key, kind, digest)
+        payload = recorded.payload
+        if payload["status"] == StepStatus.SUCCEEDED:
+            return recorded.value
+        raise error_from_record(payload["error"])
+
+    def _check_open_acts(self, key: str) -> None:
+        """An act left in flight must be reconciled by the same call, not skipped."""
+        if self._open_acts and key not in self._open_acts:
+            pending = next(iter(self._open_acts))
+            self.freeze(
+                f"non-determinism: act {pending!r} is in flight in the journal, but the code "
+                f"now makes {key!r} instead; the in-flight act is not abandoned",
+                {"in_flight": pending, "actual": key},
+                key=pending,
+            )
 
     def _run_live(
         self,
@@ -178,7 +217,7 @@ class Context:
                 ended = time.time()
                 if attempt < policy.attempts and policy.retries(exc):
                     delay = policy.delay(attempt)
-                    self._append(
+                    self.append_event(
                         EventType.ATTEMPT_FAILED,
                         key,
                         {
@@ -194,7 +233,7 @@ class Context:
                     time.sleep(delay)
                     attempt += 1
                     continue
-                self._append(
+                self.append_event(
                     EventType.STEP_DONE,
                     key,
                     {
@@ -226,14 +265,14 @@ class Context:
                 encode(payload, what=f"model/usage/cost of decision {key!r}")
                 out = out.value
             value_json = encode(out, what=f"the result of {kind} {key!r}")
-            self._append(EventType.STEP_DONE, key, payload, value_json)
+            self.append_event(EventType.STEP_DONE, key, payload, value_json)
             # The workflow sees exactly what replay will return (tuples become lists...).
             return decode(value_json)
 
     def _record_marker(self, name: str) -> None:
         key = self._take_key(name)
         now = time.time()
-        self._append(
+        self.append_event(
             EventType.STEP_DONE,
             key,
             {
@@ -265,30 +304,61 @@ class Context:
             {"expected": expected, "actual": actual, "seq": recorded.seq},
         )
 
-    def freeze(self, reason: str, evidence: dict[str, Any]) -> None:
-        """Stop the run in needs_review with evidence, and raise NonDeterminismError.
-
-        The run stays frozen even if the workflow catches the error."""
-        error = NonDeterminismError(reason, evidence)
+    def freeze(
+        self,
+        reason: str,
+        evidence: dict[str, Any],
+        *,
+        key: str | None = None,
+        retryable: bool = False,
+        error: type[CrashproofError] = NonDeterminismError,
+    ) -> NoReturn:
+        """Stop the run in needs_review with evidence, and raise ``error`` (by default
+        NonDeterminismError) into the workflow. The run stays frozen even if the workflow
+        catches it. ``retryable``: a later resume may lift the freeze and try again (a
+        lookup that was unavailable), instead of waiting for a review."""
+        exc = (
+            NonDeterminismError(reason, evidence) if error is NonDeterminismError else error(reason)
+        )
         if self.frozen is None:
-            self._append(
+            self.append_event(
                 EventType.RUN_FROZEN,
-                None,
-                {"status": RunStatus.NEEDS_REVIEW.value, "reason": reason, "evidence": evidence},
+                key,
+                {
+                    "status": RunStatus.NEEDS_REVIEW.value,
+                    "reason": reason,
+                    "evidence": evidence,
+                    "retryable": retryable,
+                },
                 status=(RunStatus.NEEDS_REVIEW, reason),
             )
-            self.frozen = error
-        raise error
+            self.frozen = exc
+        raise exc
+
+    def thaw(self) -> None:
+        """Lift a retryable freeze so that this resume retries (journaled)."""
+        self.append_event(
+            EventType.RUN_THAWED, None, {"status": "running"}, status=(RunStatus.RUNNING, None)
+        )
+
+    def crash_point_for(self, key: str) -> Callable[[str], None]:
+        """A crash-point hook for a tool working on act ``key``."""
+        points = self._ledger.crash_points
+        if points is None:
+            return _no_crash_point
+        return lambda name: points.hit(f"inside[act:{key}:{name}]")
 
     def unreplayed(self) -> list[Event]:
-        """Recorded steps the workflow has not reached (non-empty at return = frozen)."""
-        return self._done[self._cursor :]
+        """Recorded steps (and acts in flight) the workflow has not reached: non-empty
+        when the workflow returns means the code changed under the run."""
+        in_flight = [events[0] for events in self._open_acts.values() if events]
+        return self._done[self._cursor :] + in_flight
 
     # -- helpers -----------------------------------------------------------
 
     def _check_usable(self) -> None:
         if self.frozen is not None:
-            raise NonDeterminismError(str(self.frozen), self.frozen.evidence)
+            raise self.frozen
         if self._in_step is not None:
             raise CrashproofError(
                 f"ctx calls cannot be nested inside step {self._in_step!r}; "
@@ -307,7 +377,7 @@ class Context:
         self._counts[name] = self._counts.get(name, 0) + 1
         return key
 
-    def _append(
+    def append_event(
         self,
         type_: EventType,
         key: str | None,
@@ -335,4 +405,4 @@ class Context:
         if type_ is EventType.RUN_FAILED:
             err = payload["error"]
             reason = f"{err['type']}: {err['message']}"
-        self._append(type_, None, payload, value_json, status=(status, reason))
+        self.append_event(type_, None, payload, value_json, status=(status, reason))

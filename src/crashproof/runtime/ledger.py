@@ -23,6 +23,7 @@ from crashproof.errors import (
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record
 from crashproof.journal.fold import Replay, fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
+from crashproof.runtime.acts import ActSettings
 from crashproof.runtime.context import Context
 from crashproof.runtime.workflow import Workflow, make_workflow
 from crashproof.store.port import StatusChange, Store
@@ -77,12 +78,14 @@ class Ledger:
         durability: str = "full",
         store: Store | None = None,
         crash_points: CrashPoints | None = None,
+        act_settings: ActSettings | None = None,
     ) -> None:
         self.url = url
         self.durability = durability
         self._store = store if store is not None else open_store(url, durability=durability)
         self._workflows: dict[str, Workflow[Any]] = {}
         self.crash_points = crash_points
+        self.act_settings = act_settings or ActSettings()
 
     # -- registry ----------------------------------------------------------
 
@@ -220,10 +223,18 @@ class Ledger:
                 f"{workflow.version!r}; nothing was changed. Deploy a worker that still "
                 "registers the old version to finish it."
             )
-        finished = _outcome(run_id, replay)
-        if finished is not None:
-            return finished()
         ctx = Context(self, run_id, replay)
+        outcome = replay.outcome
+        if (
+            outcome is not None
+            and outcome.type is EventType.RUN_FROZEN
+            and outcome.payload.get("retryable")
+        ):
+            ctx.thaw()  # e.g. a lookup was unavailable: this resume looks again
+        else:
+            finished = _outcome(run_id, replay)
+            if finished is not None:
+                return finished()
         try:
             result = workflow.fn(ctx, **(replay.started.value or {}))
         except Exception as exc:
@@ -231,25 +242,33 @@ class Ledger:
                 raise self._frozen(run_id, ctx) from exc
             if isinstance(exc, CrashproofError) and not isinstance(exc, _WORKFLOW_OUTCOMES):
                 raise  # the ledger, not the workflow, is at fault: keep the run resumable
+            self._refuse_unreplayed(run_id, ctx, "raised")
             error = error_record(exc)
             ctx.finish(EventType.RUN_FAILED, {"error": error}, None)
             raise RunFailed(run_id, error, exc) from exc
         if ctx.frozen is not None:
             raise self._frozen(run_id, ctx)
-        left = ctx.unreplayed()
-        if left:
-            try:
-                ctx.freeze(
-                    f"non-determinism: the workflow returned while {len(left)} recorded "
-                    f"step(s) were not replayed, first {left[0].key!r}",
-                    {"unreplayed": [e.key for e in left[:20]]},
-                )
-            except CrashproofError:
-                raise self._frozen(run_id, ctx) from None
+        self._refuse_unreplayed(run_id, ctx, "returned")
         value_json = encode(result, what=f"the result of run {run_id!r}")
         ctx.finish(EventType.RUN_SUCCEEDED, {}, value_json)
         log.info("run succeeded", extra={"run_id": run_id})
         return decode(value_json)
+
+    def _refuse_unreplayed(self, run_id: str, ctx: Context, ended: str) -> None:
+        """A workflow that ends (returns or raises) while recorded steps remain unreplayed
+        no longer matches its journal: freeze, never record an outcome the history
+        contradicts."""
+        left = ctx.unreplayed()
+        if not left:
+            return
+        try:
+            ctx.freeze(
+                f"non-determinism: the workflow {ended} while {len(left)} recorded "
+                f"step(s) were not replayed, first {left[0].key!r}",
+                {"unreplayed": [e.key for e in left[:20]]},
+            )
+        except CrashproofError:
+            raise self._frozen(run_id, ctx) from None
 
     def _frozen(self, run_id: str, ctx: Context) -> RunFrozen:
         cause = ctx.frozen

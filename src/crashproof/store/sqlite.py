@@ -26,7 +26,7 @@ from crashproof.errors import (
     SchemaTooNew,
     StaleLeaseError,
 )
-from crashproof.journal.codec import decode
+from crashproof.journal.codec import ascii_json, decode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.port import BLOB_THRESHOLD, StatusChange
 from crashproof.store.sql import load_migrations, load_queries
@@ -85,7 +85,10 @@ class SQLiteStore:
             if tables:
                 found = self._read_version()
                 if found > SCHEMA_VERSION:
-                    raise SchemaTooNew(found, SCHEMA_VERSION)
+                    too_new = SchemaTooNew(found, SCHEMA_VERSION)
+                    # Name the file too: the user may have several ledgers.
+                    too_new.args = (f"{self.path}: {too_new}",)
+                    raise too_new
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
             self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
@@ -179,12 +182,25 @@ class SQLiteStore:
     def append(self, events: Sequence[Event], status: StatusChange | None = None) -> None:
         if not events:
             return
+        run_id = events[0].run_id
         with self._transaction() as conn:
+            # The primary key only refuses a taken seq; a gap, a reorder or a missing run
+            # would slip through it, so check the batch against the journal's end first.
+            found = conn.execute(_Q["journal_end"], (run_id,)).fetchone()
+            if found is None:
+                raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {self.path}")
+            for offset, event in enumerate(events):
+                if event.run_id != run_id or event.seq != found[0] + offset:
+                    raise StaleLeaseError(
+                        f"run {run_id!r}: journal sequence {event.seq} is already taken or out "
+                        "of order; another writer is appending to this run. Nothing of this "
+                        "write was kept."
+                    )
             self._insert_events(conn, events)
             if status is not None:
                 conn.execute(
                     _Q["set_status"],
-                    (status[0].value, status[1], time.time(), events[0].run_id),
+                    (status[0].value, _utf8(status[1]), time.time(), events[0].run_id),
                 )
 
     def close(self) -> None:
@@ -298,8 +314,23 @@ def _row(found: Any) -> RunRow:
 
 
 def _encode_payload(payload: dict[str, Any]) -> str:
-    # The runtime has already validated every value as JSON; this cannot fail.
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    # The runtime has already validated every value as JSON; this cannot fail. A lone
+    # surrogate (an error message quoting a surrogateescape'd file name) is not UTF-8:
+    # escape it rather than let SQLite's UTF-8 binding fail the commit.
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return ascii_json(payload)
+    return text
+
+
+def _utf8(text: str | None) -> str | None:
+    """A reason string SQLite can bind: lone surrogates become backslash escapes.
+    (The index row is a display cache; the exact text stays in the journal.)"""
+    if text is None:
+        return None
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _split_statements(sql: str) -> list[str]:

@@ -41,3 +41,7 @@ INSERT INTO blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING;
 SELECT e.seq, e.type, e.key, e.payload, coalesce(e.value, b.data), e.blob, e.created_at
 FROM events AS e LEFT JOIN blobs AS b ON b.digest = e.blob
 WHERE e.run_id = ? ORDER BY e.seq;
+
+-- name: journal_end
+SELECT (SELECT coalesce(max(e.seq) + 1, 0) FROM events AS e WHERE e.run_id = r.run_id)
+FROM runs AS r WHERE r.run_id = ?;

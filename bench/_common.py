@@ -1,0 +1,172 @@
+"""Shared pieces of the benchmarks: machine facts, the raw SQLite baseline, the crashproof
+workload, and a small table printer. Imported by ``steps.py`` and ``peers.py``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import crashproof as cp
+
+# A row about the size of one crashproof step_done event (payload + value).
+RAW_PAYLOAD = "x" * 200
+
+
+def work(i: int) -> dict[str, Any]:
+    """The trivial step body: a small dict."""
+    return {"i": i, "ok": True}
+
+
+def make_workflow(ledger: cp.Ledger) -> cp.Workflow[int]:
+    """Register the benchmark workflow: ``n`` calls of ``ctx.step`` on ``work``."""
+
+    @ledger.workflow("bench-steps", version="1")
+    def steps(ctx: cp.Context, n: int) -> int:
+        for i in range(n):
+            ctx.step("step", work, i)
+        return n
+
+    return steps
+
+
+def make_tempdir(parent: str | None) -> Path:
+    """A fresh directory for every database of one benchmark run."""
+    return Path(tempfile.mkdtemp(prefix="crashproof-bench-", dir=parent)).resolve()
+
+
+def raw_commits(directory: Path, n: int, synchronous: str, tag: str) -> float:
+    """Commits/s of ``n`` single-row ``BEGIN IMMEDIATE; INSERT; COMMIT`` transactions in a
+    fresh WAL database with the given ``synchronous`` setting (stdlib sqlite3)."""
+    path = directory / f"raw-{tag}.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)")
+        start = time.perf_counter()
+        for _ in range(n):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (payload) VALUES (?)", (RAW_PAYLOAD,))
+            conn.execute("COMMIT")
+        elapsed = time.perf_counter() - start
+    finally:
+        conn.close()
+    remove_db(path)
+    return n / elapsed
+
+
+def crashproof_steps(directory: Path, n: int, durability: str, tag: str) -> float:
+    """Steps/s of one run of ``n`` ``ctx.step`` calls on a fresh SQLite ledger. The time
+    covers the whole ``ledger.run``: run_started, ``n`` step commits and run_succeeded."""
+    path = directory / f"crashproof-{tag}.db"
+    ledger = cp.Ledger(f"sqlite:///{path}", durability=durability)
+    try:
+        wf = make_workflow(ledger)
+        start = time.perf_counter()
+        result = ledger.run(wf, run_id=f"bench:{tag}", n=n)
+        elapsed = time.perf_counter() - start
+    finally:
+        ledger.close()
+    assert result == n
+    remove_db(path)
+    return n / elapsed
+
+
+def remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def interleaved(
+    repeats: int, measures: dict[str, Callable[[str], float]]
+) -> dict[str, list[float]]:
+    """Run every measure once per round, in order, ``repeats`` rounds (a/b/a/b...)."""
+    results: dict[str, list[float]] = {name: [] for name in measures}
+    for r in range(repeats):
+        for name, measure in measures.items():
+            results[name].append(measure(f"{name}-{r}"))
+    return results
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _mem_total() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                kib = int(line.split()[1])
+                return f"{kib / 1024 / 1024:.1f} GiB"
+    except (OSError, ValueError):
+        pass
+    return "unknown"
+
+
+def _filesystem(directory: Path) -> str:
+    try:
+        out = subprocess.run(
+            ["df", "-T", str(directory)], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.splitlines()
+        device, fstype = out[-1].split()[:2]
+        return f"{fstype} on {device}"
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return "unknown"
+
+
+def machine_facts(directory: Path) -> list[tuple[str, str]]:
+    return [
+        ("date", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")),
+        ("cpu", _cpu_model()),
+        ("cores", str(os.cpu_count())),
+        ("ram", _mem_total()),
+        ("os", platform.platform()),
+        ("python", sys.version.split()[0]),
+        ("sqlite", sqlite3.sqlite_version),
+        ("crashproof", cp.__version__),
+        ("directory", str(directory)),
+        ("filesystem", _filesystem(directory)),
+    ]
+
+
+def print_facts(facts: list[tuple[str, str]]) -> None:
+    width = max(len(k) for k, _ in facts)
+    for key, value in facts:
+        print(f"  {key:<{width}}  {value}")
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "  ".join(f"{h:<{w}}" for h, w in zip(headers, widths, strict=True))
+    print(line)
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(f"{c:<{w}}" for c, w in zip(row, widths, strict=True)))
+
+
+def fmt_rate(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def fmt_runs(values: list[float]) -> str:
+    return " / ".join(fmt_rate(v) for v in values)

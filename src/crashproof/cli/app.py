@@ -1,0 +1,272 @@
+"""The typer application: one function per command, each a thin shell over the Ledger.
+
+Commands raise; ``crashproof.cli.main`` turns every error into one error line, one
+hint line and an exit code (see ``crashproof.cli.exitcodes``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from crashproof.cli.exitcodes import EXIT_CODES_TEXT, CliError, ExitCode, failure_for
+from crashproof.cli.loading import app_workflows, load_workflow, parse_args
+from crashproof.cli.render import console, emit_json, print_run, print_runs, run_summary
+from crashproof.cli.settings import DEFAULT_DB, ENV_DB, Settings, State, open_ledger, resolve
+from crashproof.errors import CrashproofError
+from crashproof.journal.records import RunStatus
+from crashproof.runtime.ledger import Ledger
+
+__all__ = ["app"]
+
+
+def _epilog() -> str:
+    # Rendered as Markdown by typer's rich help: a table keeps the codes aligned.
+    rows = [f"| {int(code)} | {text} |" for code, text in EXIT_CODES_TEXT.items()]
+    return "\n".join(["| exit code | meaning |", "|---:|:---|", *rows])
+
+
+app = typer.Typer(
+    name="crashproof",
+    epilog=_epilog(),
+    add_completion=False,
+    rich_markup_mode="markdown",  # joins hard-wrapped docstring lines into paragraphs
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        metavar="URL",
+        show_default=False,
+        help=(
+            f"Ledger URL: sqlite:///relative.db, sqlite:////absolute.db or memory://. "
+            f"Default: ${ENV_DB}, else {DEFAULT_DB}."
+        ),
+    ),
+]
+JsonOption = Annotated[
+    bool,
+    typer.Option("--json", help="Print machine-readable JSON on stdout instead of tables."),
+]
+VerboseOption = Annotated[
+    bool,
+    typer.Option("--verbose", "-v", help="Log at INFO on stderr; show tracebacks of errors."),
+]
+
+
+def _settings(ctx: typer.Context, db: str | None, as_json: bool, verbose: bool) -> Settings:
+    return resolve(ctx.ensure_object(State), db=db, as_json=as_json, verbose=verbose)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Crash-proof runs of AI agents: start them, inspect them, resume them.
+
+    --db, --json and --verbose work before or after the command
+    (crashproof --db X runs, or crashproof runs --db X).
+    """
+    state = ctx.ensure_object(State)
+    state.db, state.json, state.verbose = db, as_json, verbose
+
+
+def _finish(ledger: Ledger, settings: Settings, run_id: str, go: Callable[[], Any]) -> int:
+    """Drive a run with ``go`` and print its outcome; errors propagate to ``main``."""
+    try:
+        result = go()
+    except CrashproofError as exc:
+        failure = failure_for(exc)
+        stopped = (ExitCode.RUN_FAILED, ExitCode.RUN_FROZEN, ExitCode.RUN_INTERRUPTED)
+        if settings.json and failure is not None and failure.code in stopped:
+            # The run exists and ended (or stopped): scripts get its record too.
+            with contextlib.suppress(CrashproofError):
+                emit_json(ledger.get_run(run_id).to_json())
+        raise
+    info = ledger.get_run(run_id)
+    if settings.json:
+        emit_json(info.to_json())
+    else:
+        emit_json(result)
+        sys.stderr.write(run_summary(info) + "\n")
+    return int(ExitCode.OK)
+
+
+@app.command("run")
+def run_command(
+    ctx: typer.Context,
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:WORKFLOW",
+            show_default=False,
+            help="The workflow to run, e.g. flows:upgrade (MODULE is imported from the "
+            "current directory first, like python -m).",
+        ),
+    ],
+    run_id: Annotated[
+        str,
+        typer.Option(
+            "--run-id",
+            metavar="ID",
+            show_default=False,
+            help="The run's stable id, derived from business intent; it is the run's "
+            "idempotency key.",
+        ),
+    ],
+    arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--arg",
+            "-a",
+            metavar="KEY=VALUE",
+            show_default=False,
+            help="A workflow argument; VALUE is parsed as JSON when it is valid JSON, "
+            "else kept as a string. Repeatable.",
+        ),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Start a run, or resume it if it exists with the same input; print its result.
+
+    Running the same --run-id again returns the recorded result without repeating any
+    step; the same --run-id with other --arg values is a conflict (exit 4).
+    """
+    settings = _settings(ctx, db, as_json, verbose)
+    workflow = load_workflow(target)
+    args = parse_args(arg or [])
+    if not run_id.strip():
+        raise CliError(ExitCode.USAGE, "--run-id is empty", "give the run a stable, non-empty id")
+    try:
+        workflow.bind_input(args)
+    except TypeError as exc:
+        params = list(inspect.signature(workflow.fn).parameters)[1:]
+        raise CliError(
+            ExitCode.USAGE,
+            str(exc),
+            f"{target} takes: {', '.join(params) or 'no arguments'} (pass them with --arg)",
+        ) from exc
+    with open_ledger(settings, create=True) as ledger:
+        ledger.register(workflow)
+        return _finish(
+            ledger, settings, run_id, lambda: ledger.run(workflow, run_id=run_id, **args)
+        )
+
+
+@app.command("resume")
+def resume_command(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to resume.")
+    ],
+    app_modules: Annotated[
+        list[str],
+        typer.Option(
+            "--app",
+            metavar="MODULE",
+            show_default=False,
+            help="Module whose workflows are registered (every crashproof workflow in its "
+            "globals). Repeatable.",
+        ),
+    ],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Resume a run in this process and drive it to completion; print its result.
+
+    Recorded steps are replayed, never re-executed; a run that already ended returns its
+    recorded outcome.
+    """
+    settings = _settings(ctx, db, as_json, verbose)
+    workflows = app_workflows(app_modules)
+    with open_ledger(settings, create=False) as ledger:
+        for workflow in workflows:
+            ledger.register(workflow)
+        return _finish(ledger, settings, run_id, lambda: ledger.resume(run_id))
+
+
+@app.command("runs")
+def runs_command(
+    ctx: typer.Context,
+    status: Annotated[
+        RunStatus | None,
+        typer.Option("--status", show_default=False, help="Only runs with this status."),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """List the runs in the ledger, oldest first."""
+    settings = _settings(ctx, db, as_json, verbose)
+    with open_ledger(settings, create=False) as ledger:
+        infos = ledger.runs(status)
+    if settings.json:
+        emit_json([info.to_json() for info in infos])
+    else:
+        print_runs(console(), infos, status.value if status is not None else None)
+    return int(ExitCode.OK)
+
+
+@app.command("show")
+def show_command(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to show.")
+    ],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Show one run: header, step timeline, then result, error or evidence."""
+    settings = _settings(ctx, db, as_json, verbose)
+    with open_ledger(settings, create=False) as ledger:
+        info = ledger.get_run(run_id)
+    if settings.json:
+        emit_json(info.to_json())
+    else:
+        print_run(console(), info)
+    return int(ExitCode.OK)
+
+
+@app.command("demo")
+def demo_command(
+    ctx: typer.Context,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workdir",
+            metavar="DIR",
+            show_default=False,
+            help="Directory for the demo's files (default: a temporary directory).",
+        ),
+    ] = None,
+    verbose: VerboseOption = False,
+) -> int:
+    """Watch crashproof survive crashes: the built-in demo scenario, crashed and resumed."""
+    _settings(ctx, None, False, verbose)
+    try:
+        # Imported here: the demo pulls in the verifier, which plain commands never need.
+        from crashproof.verify.demo import run_demo
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("crashproof.verify", "crashproof.verify.demo"):
+            raise
+        raise CliError(
+            ExitCode.USAGE,
+            "the demo is not available in this installation of crashproof",
+            "reinstall crashproof (pip install --force-reinstall crashproof)",
+        ) from exc
+    return int(run_demo(console(), workdir=workdir))

@@ -1,0 +1,181 @@
+"""Exit codes scripts can trust, and the mapping from every error to one of them.
+
+The mapping is data (``_RULES``): the first rule whose exception class matches wins,
+so subclasses are listed before their parents.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from crashproof.errors import (
+    CrashproofError,
+    IntegrityError,
+    LeaseHeld,
+    LedgerError,
+    NotALedger,
+    RunConflict,
+    RunFailed,
+    RunFrozen,
+    RunNotFound,
+    SchemaTooNew,
+    StaleLeaseError,
+    UnknownWorkflow,
+)
+
+__all__ = ["EXIT_CODES_TEXT", "CliError", "ExitCode", "Failure", "failure_for"]
+
+
+class ExitCode(enum.IntEnum):
+    """The process exit status of every ``crashproof`` command."""
+
+    OK = 0
+    RUN_FAILED = 1
+    USAGE = 2
+    RUN_FROZEN = 3
+    CONFLICT = 4
+    LEDGER_UNUSABLE = 5
+    RUN_INTERRUPTED = 6
+    INTERNAL = 70
+    INTERRUPTED = 130
+
+
+# One line per code, shown in ``crashproof --help`` and the package docstring.
+EXIT_CODES_TEXT: dict[ExitCode, str] = {
+    ExitCode.OK: "ok (for run and resume: the run succeeded)",
+    ExitCode.RUN_FAILED: "the run failed; recorded, so re-running returns the same failure",
+    ExitCode.USAGE: "usage or input error (option, module, --arg, URL, run id); nothing changed",
+    ExitCode.RUN_FROZEN: "the run is frozen (needs_review, awaiting_approval): waits for a human",
+    ExitCode.CONFLICT: "conflict: run id reused with another input, or run owned by another worker",
+    ExitCode.LEDGER_UNUSABLE: "ledger unusable (missing, not a ledger, corrupt, newer, locked)",
+    ExitCode.RUN_INTERRUPTED: "the run stopped on an error, stays resumable: fix it, then resume",
+    ExitCode.INTERNAL: "internal error (a bug): rerun with --verbose for the traceback",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+
+class CliError(Exception):
+    """An error the CLI itself detected: a message, a hint, an exit code."""
+
+    def __init__(self, code: ExitCode, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What the user sees when a command fails: one error line, one hint line."""
+
+    code: ExitCode
+    message: str
+    hint: str
+
+
+def _run_id(exc: BaseException) -> str:
+    run_id = getattr(exc, "run_id", None)
+    return str(run_id) if run_id else "RUN_ID"
+
+
+def _hint_failed(exc: CrashproofError) -> str:
+    return (
+        f"see `crashproof show {_run_id(exc)}`; re-running the same run id returns the same "
+        "failure, use a new --run-id to try again"
+    )
+
+
+def _hint_frozen(exc: CrashproofError) -> str:
+    return (
+        f"it executes nothing until a human decides; inspect the evidence with "
+        f"`crashproof show {_run_id(exc)}`"
+    )
+
+
+def _hint_conflict(exc: CrashproofError) -> str:
+    return (
+        "use another --run-id for another input, or repeat the original --arg values "
+        f"(`crashproof show {_run_id(exc)} --json` shows them)"
+    )
+
+
+_Rule = tuple[type[CrashproofError], ExitCode, str]
+
+_RULES: tuple[_Rule, ...] = (
+    (RunFailed, ExitCode.RUN_FAILED, ""),
+    (RunFrozen, ExitCode.RUN_FROZEN, ""),
+    (RunConflict, ExitCode.CONFLICT, ""),
+    (
+        LeaseHeld,
+        ExitCode.CONFLICT,
+        "another worker owns the run; wait until its lease expires, then resume it",
+    ),
+    (
+        StaleLeaseError,
+        ExitCode.CONFLICT,
+        "another worker took the run over; let it finish, or resume once its lease expires",
+    ),
+    (
+        UnknownWorkflow,
+        ExitCode.USAGE,
+        "pass --app MODULE naming the module that defines the run's workflow, "
+        "at the version the run started on",
+    ),
+    (
+        RunNotFound,
+        ExitCode.USAGE,
+        "`crashproof runs` lists the runs of this ledger; check --db / CRASHPROOF_DB",
+    ),
+    (
+        NotALedger,
+        ExitCode.LEDGER_UNUSABLE,
+        "point --db (or CRASHPROOF_DB) at a crashproof ledger, or at a new file",
+    ),
+    (
+        SchemaTooNew,
+        ExitCode.LEDGER_UNUSABLE,
+        "upgrade crashproof (pip install -U crashproof) to open this ledger",
+    ),
+    (
+        LedgerError,
+        ExitCode.LEDGER_UNUSABLE,
+        "check the --db path, and that no other process holds the ledger locked",
+    ),
+    (
+        IntegrityError,
+        ExitCode.LEDGER_UNUSABLE,
+        "restore the ledger from a backup, or point --db at another file",
+    ),
+)
+
+_DYNAMIC_HINTS = {
+    RunFailed: _hint_failed,
+    RunFrozen: _hint_frozen,
+    RunConflict: _hint_conflict,
+}
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def failure_for(exc: Exception) -> Failure | None:
+    """The failure to report for ``exc``, or None when it is not one we expect (a bug)."""
+    if isinstance(exc, CliError):
+        return Failure(exc.code, _one_line(exc.message), _one_line(exc.hint))
+    if not isinstance(exc, CrashproofError):
+        return None
+    for cls, code, hint in _RULES:
+        if isinstance(exc, cls):
+            dynamic = _DYNAMIC_HINTS.get(cls)
+            text = dynamic(exc) if dynamic is not None else hint
+            return Failure(code, _one_line(str(exc)), text)
+    # Any other CrashproofError escaping run/resume (a non-JSON result, a nested ctx
+    # call, an unknown tool outcome) leaves the run resumable: the ledger refused to
+    # record it as the run's failure.
+    return Failure(
+        ExitCode.RUN_INTERRUPTED,
+        _one_line(f"{type(exc).__name__}: {exc}"),
+        "the run stays resumable: fix the cause, then `crashproof resume RUN_ID --app MODULE`",
+    )

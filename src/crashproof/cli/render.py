@@ -1,0 +1,267 @@
+"""Everything the CLI prints: rich tables for people, plain JSON for scripts, error lines.
+
+User data (run ids, reasons, error messages) is always wrapped in ``Text`` so a
+``[bracket]`` in it is printed as is, never read as rich markup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.highlighter import JSONHighlighter
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from crashproof.cli.exitcodes import Failure
+from crashproof.journal.fold import tokens_of
+from crashproof.journal.records import RunInfo, RunStatus, StepInfo, StepStatus
+
+__all__ = [
+    "console",
+    "emit_json",
+    "print_error",
+    "print_run",
+    "print_runs",
+    "run_summary",
+    "runs_table",
+    "steps_table",
+]
+
+_STATUS_STYLE = {
+    RunStatus.QUEUED.value: "dim",
+    RunStatus.RUNNING.value: "cyan",
+    RunStatus.SUCCEEDED.value: "green",
+    RunStatus.FAILED.value: "bold red",
+    RunStatus.AWAITING_APPROVAL.value: "magenta",
+    RunStatus.NEEDS_REVIEW.value: "bold yellow",
+    RunStatus.STOPPED.value: "yellow",
+    RunStatus.CANCELLED.value: "dim",
+    StepStatus.PLANNED.value: "dim",
+    StepStatus.UNKNOWN.value: "bold magenta",
+}
+_DASH = Text("-", style="dim")
+
+
+def console() -> Console:
+    """A console on the current ``sys.stdout`` (so in-process callers can capture it)."""
+    return Console(highlight=False, soft_wrap=False)
+
+
+def emit_json(data: Any) -> None:
+    """Machine-readable output: indented JSON on stdout, nothing else."""
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def print_error(failure: Failure) -> None:
+    """``crashproof: error: ...`` and ``hint: ...`` on stderr, plain text."""
+    sys.stdout.flush()
+    sys.stderr.write(f"crashproof: error: {failure.message}\n")
+    if failure.hint:
+        sys.stderr.write(f"hint: {failure.hint}\n")
+    sys.stderr.flush()
+
+
+def _status(value: str) -> Text:
+    return Text(value, style=_STATUS_STYLE.get(value, ""))
+
+
+def _time(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _short_time(ts: float) -> str:
+    """Like ``ls -l``: the time of day for today, else the date."""
+    when = dt.datetime.fromtimestamp(ts).astimezone()
+    if when.date() == dt.datetime.now().astimezone().date():
+        return when.strftime("%H:%M:%S")
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
+def _cost(cost: float | None) -> Text:
+    return _DASH if not cost else Text(f"{cost:.4f}")
+
+
+def _count(n: int | None) -> Text:
+    return _DASH if not n else Text(str(n))
+
+
+def _clip(text: str, width: int, style: str = "") -> Text:
+    """One line of at most ``width`` characters (tables stay readable; ``show`` has it all)."""
+    text = " ".join(text.split())
+    if len(text) > width:
+        text = text[: width - 1] + "…"
+    return Text(text, style=style)
+
+
+def _error_summary(error: dict[str, Any] | None) -> Text:
+    if not error:
+        return Text("")
+    kind = str(error.get("type", "Error")).rpartition(".")[2]
+    return _clip(f"{kind}: {error.get('message', '')}", 60, "red")
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _budget(info: RunInfo) -> str:
+    b = info.budget
+    return (
+        f"{_plural(b.steps, 'step')}, {_plural(b.decisions, 'decision')}, "
+        f"{_plural(b.tokens, 'token')}, cost {b.cost:.4f}"
+    )
+
+
+def run_summary(info: RunInfo) -> str:
+    """One line for stderr after run/resume: what happened and what it cost."""
+    b = info.budget
+    parts = [_plural(b.steps, "step")]
+    if b.decisions:
+        parts.append(_plural(b.decisions, "decision"))
+    if b.tokens:
+        parts.append(f"{b.tokens} tokens")
+    if b.cost:
+        parts.append(f"cost {b.cost:.4f}")
+    return (
+        f"crashproof: run {info.run_id!r} ({info.workflow}@{info.version}) "
+        f"{info.status.value}: {', '.join(parts)}"
+    )
+
+
+def _table(title: str) -> Table:
+    # Compact: rows must fit an 80-column terminal (or a pipe, which rich treats as 80).
+    return Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 1),
+        collapse_padding=True,
+        pad_edge=False,
+    )
+
+
+def runs_table(infos: Sequence[RunInfo]) -> Table:
+    """``crashproof runs``: one row per run."""
+    table = _table(_plural(len(infos), "run"))
+    table.add_column("run id", overflow="fold", style="bold", min_width=8)
+    table.add_column("workflow", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("reason", overflow="fold", min_width=8)
+    table.add_column("steps", justify="right", no_wrap=True)
+    table.add_column("decisions", justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("updated", no_wrap=True)
+    for info in infos:
+        b = info.budget
+        table.add_row(
+            Text(info.run_id),
+            Text(f"{info.workflow}@{info.version}"),
+            _status(info.status.value),
+            _clip(info.reason or "", 60),
+            Text(str(b.steps)),
+            _count(b.decisions),
+            _count(b.tokens),
+            _cost(b.cost),
+            _short_time(info.updated_at),
+        )
+    return table
+
+
+def print_runs(out: Console, infos: Sequence[RunInfo], status: str | None) -> None:
+    if infos:
+        out.print(runs_table(infos))
+        return
+    which = f" with status {status}" if status else ""
+    out.print(Text(f"no runs{which} in this ledger", style="dim"))
+
+
+def _step_row(step: StepInfo) -> list[RenderableType]:
+    duration = step.duration
+    return [
+        Text(step.key),
+        Text(step.kind.value),
+        _status(step.status.value),
+        Text(str(step.attempts)),
+        _DASH if duration is None else Text(f"{duration * 1000:.1f}"),
+        _DASH if not step.model else Text(step.model),
+        _count(tokens_of(step.usage)),
+        _cost(step.cost),
+        _error_summary(step.error),
+    ]
+
+
+def steps_table(steps: Sequence[StepInfo]) -> Table:
+    """``crashproof show``: the run's recorded steps, in journal order."""
+    table = _table("steps")
+    table.add_column("step", overflow="fold", style="bold", min_width=8)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("attempts", justify="right", no_wrap=True)
+    table.add_column("ms", justify="right", no_wrap=True)
+    table.add_column("model", overflow="fold", min_width=6)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("error", overflow="fold")
+    for step in steps:
+        table.add_row(*_step_row(step))
+    return table
+
+
+def _header(info: RunInfo) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    rows: list[tuple[str, RenderableType]] = [
+        ("run", Text(info.run_id, style="bold")),
+        ("workflow", Text(info.workflow)),
+        ("version", Text(info.version)),
+        ("status", _status(info.status.value)),
+        ("reason", Text(info.reason or "-")),
+        ("input digest", Text(info.input_digest)),
+        ("budget", Text(_budget(info))),
+        ("created", Text(_time(info.created_at))),
+        ("updated", Text(_time(info.updated_at))),
+    ]
+    for label, value in rows:
+        grid.add_row(label, value)
+    return grid
+
+
+def _json_panel(title: str, value: Any, style: str) -> Panel:
+    try:
+        text = json.dumps(value, indent=2, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    # Text, not rich.json.JSON: long strings (digests, messages) fold instead of being cut.
+    body = Text(text, overflow="fold")
+    JSONHighlighter().highlight(body)
+    return Panel(body, title=title, title_align="left", border_style=style, expand=False)
+
+
+def print_run(out: Console, info: RunInfo) -> None:
+    """``crashproof show``: header, step timeline, then result / error / evidence."""
+    parts: list[RenderableType] = [_header(info), Text("")]
+    if info.input:
+        parts.append(_json_panel("input", info.input, "dim"))
+    if info.steps:
+        parts.append(steps_table(info.steps))
+    else:
+        parts.append(Text("no steps recorded", style="dim"))
+    if info.status is RunStatus.SUCCEEDED:
+        parts.append(_json_panel("result", info.result, "green"))
+    if info.error is not None:
+        parts.append(_json_panel("error", info.error, "red"))
+    if info.evidence is not None:
+        parts.append(_json_panel("evidence", info.evidence, "yellow"))
+    out.print(Group(*parts))

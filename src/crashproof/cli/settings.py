@@ -1,0 +1,89 @@
+"""Where a command's settings come from: options, the environment, defaults.
+
+``--db``, ``--json`` and ``--verbose`` are accepted both before the command
+(``crashproof --db X runs``) and after it (``crashproof runs --db X``); the
+command's own value wins. The ledger URL then falls back to ``$CRASHPROOF_DB``,
+then to ``sqlite:///crashproof.db`` (SQLAlchemy's rule: three slashes for a
+path relative to the current directory, four for an absolute one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from crashproof.cli.exitcodes import CliError, ExitCode
+from crashproof.runtime.ledger import Ledger
+
+__all__ = ["DEFAULT_DB", "ENV_DB", "Settings", "State", "open_ledger", "sqlite_path"]
+
+DEFAULT_DB = "sqlite:///crashproof.db"
+ENV_DB = "CRASHPROOF_DB"
+_SQLITE = "sqlite:///"
+_URL_HINT = "use sqlite:///relative.db, sqlite:////absolute/path.db or memory://"
+
+
+@dataclass(slots=True)
+class State:
+    """Options given before the command; ``main`` reads ``verbose`` after a failure."""
+
+    db: str | None = None
+    json: bool = False
+    verbose: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """A command's resolved settings."""
+
+    db: str
+    db_source: str  # where the URL came from, for error messages
+    json: bool
+    verbose: bool
+
+
+def resolve(state: State, *, db: str | None, as_json: bool, verbose: bool) -> Settings:
+    """Merge a command's own options over the global ones, and configure logging."""
+    state.verbose = state.verbose or verbose
+    if state.verbose:
+        # Only the CLI configures logging; the library only logs.
+        logging.basicConfig(
+            level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+        )
+    url, source = db, "--db"
+    if url is None:
+        url = state.db
+    if url is None:
+        url, source = os.environ.get(ENV_DB) or None, f"${ENV_DB}"
+    if url is None:
+        url, source = DEFAULT_DB, "the default"
+    return Settings(db=url, db_source=source, json=state.json or as_json, verbose=state.verbose)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a ``sqlite:///`` URL (None for other URLs)."""
+    if not url.startswith(_SQLITE):
+        return None
+    path = url[len(_SQLITE) :]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def open_ledger(settings: Settings, *, create: bool) -> Ledger:
+    """Open the ledger. Read commands (``create=False``) never create a missing file."""
+    path = sqlite_path(settings.db)
+    if not create and path is not None and not path.exists():
+        raise CliError(
+            ExitCode.LEDGER_UNUSABLE,
+            f"no ledger at {path} (URL {settings.db!r} from {settings.db_source}); "
+            "nothing was created",
+            f"check --db or ${ENV_DB}; `crashproof run` creates a new ledger",
+        )
+    try:
+        return Ledger(settings.db)
+    except ValueError as exc:
+        raise CliError(
+            ExitCode.USAGE, f"bad ledger URL from {settings.db_source}: {exc}", _URL_HINT
+        ) from exc

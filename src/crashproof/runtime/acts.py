@@ -1,0 +1,341 @@
+"""The act protocol: intent before effect, receipt after, reconciliation in between.
+
+1. Journal the intent (step ``running``: operation id, intent digest, prepared data).
+2. ``tool.execute(call)`` with the operation id as idempotency key.
+3. Journal the receipt (step ``succeeded``).
+
+An act found in flight on resume (intent without receipt, or ``unknown``) is never
+retried blindly: the tool is asked to ``lookup`` first. Found with the same intent →
+attach the receipt; found with another intent → ReceiptConflict, ``needs_review``;
+definitely not found → execute once more with the same operation id; cannot tell →
+``needs_review``. A tool that cannot look up and is not idempotent is never
+re-executed automatically.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from crashproof.errors import (
+    ActFailed,
+    CrashproofError,
+    DriftError,
+    OutcomeUnknown,
+    PermanentError,
+    ReceiptConflict,
+    RetryableError,
+)
+from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
+from crashproof.journal.records import Event, EventType, StepKind, StepStatus
+from crashproof.tools.port import Call, Receipt, Tool
+
+if TYPE_CHECKING:
+    from crashproof.runtime.context import Context
+
+__all__ = ["ActSettings", "intent_digest", "perform_act"]
+
+
+class ActSettings:
+    """Bounds of the act protocol (per ledger)."""
+
+    def __init__(
+        self,
+        *,
+        retryable_attempts: int = 3,
+        lookup_attempts: int = 4,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.retryable_attempts = retryable_attempts
+        self.lookup_attempts = lookup_attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+
+
+def intent_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
+    """SHA-256 of the RFC 8785 form of ``{tool, tool_version, params}``."""
+    return canonical_digest(
+        {"tool": tool.name, "tool_version": tool.version, "params": params},
+        what=f"the params of act {key!r}",
+    )
+
+
+def perform_act(
+    ctx: Context,
+    key: str,
+    tool: Tool,
+    params: dict[str, Any],
+    digest: str,
+    open_events: list[Event],
+) -> Any:
+    """Run (or recover) the act ``key`` live; returns the receipt's result."""
+    call = Call(
+        run_id=ctx.run_id,
+        step=key,
+        operation_id=f"{ctx.run_id}/{key}",
+        intent_digest=digest,
+        params=params,
+        fencing_token=ctx.fencing_token,
+        attempt=1,
+        crash_point=ctx.crash_point_for(key),
+    )
+    if open_events:
+        return _recover(ctx, tool, call, open_events)
+    try:
+        prepared = tool.prepare(call)
+    except PermanentError as exc:  # the tool refuses the intent before anything happens
+        failed = ActFailed(f"act {key!r} refused by {tool.name}: {exc}")
+        _journal_failed(ctx, call, failed, exc, time.time(), failure="permanent")
+        raise failed from exc
+    call = _with(call, attempt=1, prepared=prepared)
+    _journal_intent(ctx, tool, call)
+    return _execute(ctx, tool, call)
+
+
+def _recover(ctx: Context, tool: Tool, call: Call, open_events: list[Event]) -> Any:
+    intents = [e for e in open_events if e.type is EventType.ACT_INTENT]
+    if not intents:
+        raise CrashproofError(f"act {call.step!r}: journal holds no intent for an open act")
+    last = intents[-1]
+    if last.payload["digest"] != call.intent_digest:
+        ctx.freeze(
+            f"non-determinism at act {call.step!r}: the journaled intent for operation "
+            f"{call.operation_id!r} has digest {last.payload['digest']}, the code now "
+            f"produces {call.intent_digest}; nothing was executed",
+            {
+                "operation_id": call.operation_id,
+                "journaled_digest": last.payload["digest"],
+                "code_digest": call.intent_digest,
+            },
+            key=call.step,
+        )
+    recorded = last.value or {}
+    call = _with(call, attempt=int(last.payload["attempt"]), prepared=recorded.get("prepared"))
+    return _reconcile(ctx, tool, call)
+
+
+def _execute(ctx: Context, tool: Tool, call: Call) -> Any:
+    """Execute, then journal the receipt, or classify the failure."""
+    settings = ctx.act_settings
+    while True:
+        started = time.time()
+        try:
+            receipt = tool.execute(call)
+        except PermanentError as exc:
+            failed = ActFailed(f"act {call.step!r} failed permanently: {exc}")
+            _journal_failed(ctx, call, failed, exc, started, failure="permanent")
+            raise failed from exc
+        except RetryableError as exc:
+            if call.attempt >= settings.retryable_attempts:
+                failed = ActFailed(f"act {call.step!r} failed after {call.attempt} attempts: {exc}")
+                _journal_failed(ctx, call, failed, exc, started, failure="retryable")
+                raise failed from exc
+            time.sleep(settings.delay(call.attempt))
+            call = _with(call, attempt=call.attempt + 1)
+            _journal_intent(ctx, tool, call)
+            continue
+        except DriftError as exc:
+            _freeze_drift(ctx, call, exc)
+        except Exception as exc:  # timeouts, dropped connections, anything else: unknown
+            ctx.append_event(
+                EventType.ACT_UNKNOWN,
+                call.step,
+                {
+                    "kind": StepKind.ACT.value,
+                    "digest": call.intent_digest,
+                    "operation_id": call.operation_id,
+                    "attempt": call.attempt,
+                    "error": error_record(exc),
+                    "started_at": started,
+                    "ended_at": time.time(),
+                },
+            )
+            return _reconcile(ctx, tool, call)
+        return _journal_receipt(ctx, tool, call, receipt, started, reconciled=False)
+
+
+def _reconcile(ctx: Context, tool: Tool, call: Call) -> Any:
+    """Lookup first; never a blind retry."""
+    settings = ctx.act_settings
+    if not tool.supports_lookup:
+        if tool.idempotent_execute:
+            return _execute_again(ctx, tool, call)
+        ctx.freeze(
+            f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
+            "cannot look it up: not re-executed automatically",
+            _evidence(call),
+            key=call.step,
+        )
+    failures: list[dict[str, Any]] = []
+    for attempt in range(1, settings.lookup_attempts + 1):
+        started = time.time()
+        try:
+            found = tool.lookup(call)
+        except OutcomeUnknown as exc:
+            ctx.freeze(
+                f"act {call.step!r}: {tool.name} cannot tell whether operation "
+                f"{call.operation_id!r} happened ({exc}); a later resume looks it up again",
+                {**_evidence(call), "lookup_error": error_record(exc)},
+                key=call.step,
+                retryable=True,
+            )
+        except DriftError as exc:
+            _freeze_drift(ctx, call, exc)
+        except Exception as exc:
+            failures.append(error_record(exc))
+            if attempt < settings.lookup_attempts:
+                time.sleep(settings.delay(attempt))
+            continue
+        if found is None:
+            return _execute_again(ctx, tool, call)
+        return _journal_receipt(ctx, tool, call, found, started, reconciled=True)
+    ctx.freeze(
+        f"act {call.step!r}: lookup unavailable ({tool.name} failed {len(failures)} "
+        "lookups); a later resume tries again",
+        {**_evidence(call), "lookup_errors": failures},
+        key=call.step,
+        retryable=True,
+    )
+
+
+def _execute_again(ctx: Context, tool: Tool, call: Call) -> Any:
+    call = _with(call, attempt=call.attempt + 1)
+    _journal_intent(ctx, tool, call)
+    return _execute(ctx, tool, call)
+
+
+def _journal_intent(ctx: Context, tool: Tool, call: Call) -> None:
+    ctx.append_event(
+        EventType.ACT_INTENT,
+        call.step,
+        {
+            "kind": StepKind.ACT.value,
+            "digest": call.intent_digest,
+            "operation_id": call.operation_id,
+            "intent_digest": call.intent_digest,
+            "tool": tool.name,
+            "tool_version": tool.version,
+            "attempt": call.attempt,
+            "started_at": time.time(),
+        },
+        encode(
+            {"params": call.params, "prepared": call.prepared},
+            what=f"the params/prepared data of act {call.step!r}",
+        ),
+    )
+
+
+def _journal_receipt(
+    ctx: Context, tool: Tool, call: Call, receipt: Any, started: float, *, reconciled: bool
+) -> Any:
+    problem = _receipt_problem(receipt)
+    if problem:
+        ctx.freeze(
+            f"act {call.step!r}: {tool.name} returned an invalid receipt ({problem}); the "
+            "effect may have happened, so it is not re-executed",
+            {**_evidence(call), "receipt_repr": repr(receipt)[:2000]},
+            key=call.step,
+        )
+    if receipt.intent_digest is not None and receipt.intent_digest != call.intent_digest:
+        ctx.freeze(
+            f"receipt conflict at act {call.step!r}: {tool.name} holds operation "
+            f"{call.operation_id!r} with intent {receipt.intent_digest}, the journal's "
+            f"intent is {call.intent_digest}; nothing else executes",
+            {
+                **_evidence(call),
+                "receipt": {
+                    "receipt_id": receipt.receipt_id,
+                    "intent_digest": receipt.intent_digest,
+                    "result": receipt.result,
+                },
+            },
+            key=call.step,
+            error=ReceiptConflict,
+        )
+    value_json = encode(receipt.result, what=f"the result of act {call.step!r}")
+    ctx.append_event(
+        EventType.STEP_DONE,
+        call.step,
+        {
+            "kind": StepKind.ACT.value,
+            "digest": call.intent_digest,
+            "status": StepStatus.SUCCEEDED.value,
+            "attempt": call.attempt,
+            "operation_id": call.operation_id,
+            "intent_digest": call.intent_digest,
+            "receipt": {
+                "tool": tool.name,
+                "tool_version": tool.version,
+                "receipt_id": receipt.receipt_id,
+                "result_digest": sha256_hex(value_json.encode()),
+                "reconciled": reconciled,
+            },
+            "started_at": started,
+            "ended_at": time.time(),
+        },
+        value_json,
+    )
+    return decode(value_json)
+
+
+def _receipt_problem(receipt: Any) -> str | None:
+    if not isinstance(receipt, Receipt):
+        return f"expected a cp.Receipt, got {type(receipt).__name__}"
+    if not isinstance(receipt.receipt_id, str) or not receipt.receipt_id:
+        return "the receipt has no receipt_id"
+    try:
+        encode(receipt.result, what="receipt result")
+    except CrashproofError as exc:
+        return str(exc)
+    return None
+
+
+def _journal_failed(
+    ctx: Context, call: Call, failed: ActFailed, cause: Exception, started: float, failure: str
+) -> None:
+    """Record a failure the tool vouched for; replay raises the same ActFailed."""
+    ctx.append_event(
+        EventType.STEP_DONE,
+        call.step,
+        {
+            "kind": StepKind.ACT.value,
+            "digest": call.intent_digest,
+            "status": StepStatus.FAILED.value,
+            "failure": failure,
+            "attempt": call.attempt,
+            "operation_id": call.operation_id,
+            "intent_digest": call.intent_digest,
+            "error": error_record(failed),
+            "cause": error_record(cause),
+            "started_at": started,
+            "ended_at": time.time(),
+        },
+    )
+
+
+def _freeze_drift(ctx: Context, call: Call, exc: DriftError) -> None:
+    ctx.freeze(
+        f"act {call.step!r}: the target drifted ({exc}); nothing was executed",
+        {**_evidence(call), "drift": error_record(exc)},
+        key=call.step,
+        error=DriftError,
+    )
+
+
+def _evidence(call: Call) -> dict[str, Any]:
+    return {
+        "operation_id": call.operation_id,
+        "intent_digest": call.intent_digest,
+        "attempt": call.attempt,
+        "params": call.params,
+    }
+
+
+def _with(call: Call, **changes: Any) -> Call:
+    fields = {name: getattr(call, name) for name in Call.__dataclass_fields__}
+    fields.update(changes)
+    return Call(**fields)

@@ -1,0 +1,1 @@
+"""Tools: the port through which every external side effect goes, and its adapters."""

@@ -1,0 +1,90 @@
+"""The Tool port: how crashproof talks to anything that changes the world.
+
+A tool executes an effect under an operation id (the idempotency key, stable across
+attempts and processes) and answers a lookup: was the effect for this operation id
+done, and with which intent? The receipt a tool returns is the authoritative evidence;
+the ledger's copy is a cache of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = ["Call", "Receipt", "Tool"]
+
+
+def _no_crash_point(name: str) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """One request to a tool. Everything in it is stable across attempts and processes,
+    except ``attempt`` (1, 2, ...) and ``fencing_token`` (grows with each new owner)."""
+
+    run_id: str
+    step: str
+    operation_id: str
+    intent_digest: str
+    params: dict[str, Any]
+    fencing_token: int | None = None
+    attempt: int = 1
+    prepared: dict[str, Any] | None = None
+    # Tools call this at the instants a crash matters most ("written", "renamed"): the
+    # verifier arms it; otherwise it does nothing.
+    crash_point: Callable[[str], None] = field(default=_no_crash_point, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A tool's evidence that an effect committed.
+
+    ``receipt_id`` names the effect in the tool's own terms (a resource id, a commit
+    sha, a content hash); ``result`` (JSON) is what the workflow gets back; a tool that
+    stores the intent digest beside the effect returns it so crashproof can detect a
+    key reused with another intent.
+    """
+
+    receipt_id: str
+    result: Any = None
+    intent_digest: str | None = None
+
+
+class Tool:
+    """Base class for tools. Subclasses set ``name``/``version`` and implement
+    ``execute`` and, when they can, ``lookup``.
+
+    Capabilities, declared as class attributes:
+
+    - ``supports_lookup``: ``lookup`` can tell whether an operation id was done. Without
+      it, an act left in flight by a crash goes to ``needs_review``, never re-executed.
+    - ``idempotent_execute``: executing twice with one operation id has one effect (the
+      target dedupes by key), so re-executing after a crash is safe.
+    - ``honours_fencing``: the target rejects calls carrying a fencing token lower than
+      the highest it has seen.
+    """
+
+    name: ClassVar[str] = "tool"
+    version: ClassVar[str] = "1"
+    supports_lookup: ClassVar[bool] = True
+    idempotent_execute: ClassVar[bool] = False
+    honours_fencing: ClassVar[bool] = False
+
+    def prepare(self, call: Call) -> dict[str, Any] | None:
+        """Optional: compute what must be journaled with the intent (JSON), before it is
+        committed. It comes back as ``call.prepared`` in execute and lookup, on every
+        attempt and after any crash."""
+        return None
+
+    def execute(self, call: Call) -> Receipt:
+        """Do the effect once for ``call.operation_id``. Raise ``cp.RetryableError`` or
+        ``cp.PermanentError`` only when certain it did not happen; anything else
+        (timeouts, dropped connections) is treated as an unknown outcome."""
+        raise NotImplementedError(f"tool {self.name!r} does not implement execute")
+
+    def lookup(self, call: Call) -> Receipt | None:
+        """The receipt for ``call.operation_id`` if the effect happened, None if it
+        definitely did not; raise ``cp.OutcomeUnknown`` when it cannot tell."""
+        raise NotImplementedError(f"tool {self.name!r} does not implement lookup")

@@ -1,0 +1,224 @@
+"""Workspace: file writes that cannot apply twice.
+
+Writes are *state-addressed*: before the intent commits, ``prepare`` reads the file's
+base hash ("absent" if missing), computes the result and its hash, and all of it is
+journaled with the intent. ``execute`` then compares the file with both: already the
+result → done (no second write); still the base → write atomically; anything else →
+drift, frozen for review. ``lookup`` is the same comparison, so a crash between the
+file write and the receipt is always reconcilable.
+
+Artifact fingerprint (``Workspace.fingerprint``): SHA-256 over one line per file,
+``relpath NUL sha256-hex-of-content NUL x|- LF``, sorted by POSIX relative path, for
+every regular file in scope (``.git`` and crashproof temp files excluded; ``x`` when
+the owner-executable bit is set, the only mode bit git tracks). To recompute by hand::
+
+    find . -type f ! -path './.git/*' ! -name '*.crashproof-*.tmp' | sed 's|^\\./||' \\
+      | LC_ALL=C sort | while IFS= read -r f; do
+          printf '%s\\0%s\\0%s\\n' "$f" "$(sha256sum < "$f" | cut -d' ' -f1)" \\
+                 "$([ -x "$f" ] && echo x || echo -)"; done | sha256sum
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, ClassVar
+
+from crashproof.errors import DriftError, PermanentError
+from crashproof.tools._diff import PatchError, apply_unified_diff
+from crashproof.tools.port import Call, Receipt, Tool
+
+__all__ = ["ABSENT", "Workspace"]
+
+ABSENT = "absent"
+_TEMP_GLOB = "*.crashproof-*.tmp"
+_OPS = ("write", "append", "patch", "delete")
+
+
+class Workspace(Tool):
+    """A directory whose files change only through journaled, state-addressed acts.
+
+    ``ctx.act("edit", ws, op="append", path="notes.txt", text="+line\\n")``; ops:
+    ``write(path, content)``, ``append(path, text)``, ``patch(path, diff)`` (a strict
+    unified diff), ``delete(path)``.
+    """
+
+    name: ClassVar[str] = "workspace"
+    version: ClassVar[str] = "1"
+    supports_lookup: ClassVar[bool] = True
+    idempotent_execute: ClassVar[bool] = True
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+
+    # -- the Tool port -----------------------------------------------------
+
+    def prepare(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        op = params.get("op")
+        if op not in _OPS:
+            raise PermanentError(f"workspace op must be one of {_OPS}, not {op!r}")
+        rel = self._relpath(params.get("path"))
+        target = self.root / rel
+        current = _read(target)
+        if op == "write":
+            result: str | None = _text(params, "content")
+        elif op == "append":
+            result = (current or "") + _text(params, "text")
+        elif op == "patch":
+            try:
+                result = apply_unified_diff(current or "", _text(params, "diff"))
+            except PatchError as exc:
+                raise PermanentError(f"patch does not apply to {rel}: {exc}") from None
+        else:
+            result = None
+        return {
+            "path": rel,
+            "base": _digest(current),
+            "result": _digest(result),
+            "content": result,
+        }
+
+    def execute(self, call: Call) -> Receipt:
+        prepared = _prepared(call)
+        target = self.root / prepared["path"]
+        current = _digest(_read(target))
+        if current != prepared["result"]:
+            if current != prepared["base"]:
+                raise DriftError(_drift(prepared, current))
+            self._apply(target, prepared["content"], call)
+        return self._receipt(call, prepared)
+
+    def lookup(self, call: Call) -> Receipt | None:
+        prepared = _prepared(call)
+        target = self.root / prepared["path"]
+        _temp_path(target, call.operation_id).unlink(missing_ok=True)  # a crash's leftover
+        current = _digest(_read(target))
+        if current == prepared["result"]:
+            return self._receipt(call, prepared)
+        if current == prepared["base"]:
+            return None
+        raise DriftError(_drift(prepared, current))
+
+    # -- artifacts ---------------------------------------------------------
+
+    def fingerprint(
+        self, include: Sequence[str] | None = None, exclude: Sequence[str] | None = None
+    ) -> str:
+        """SHA-256 (64 hex) of the files in scope; see the module docstring for the format.
+        ``include``/``exclude`` are fnmatch globs on the POSIX relative path."""
+        lines = []
+        for rel, path in self._files():
+            if include is not None and not any(fnmatch.fnmatchcase(rel, g) for g in include):
+                continue
+            if exclude is not None and any(fnmatch.fnmatchcase(rel, g) for g in exclude):
+                continue
+            mode = path.lstat().st_mode
+            executable = "x" if mode & stat.S_IXUSR else "-"
+            lines.append(f"{rel}\0{_sha256_file(path)}\0{executable}\n")
+        lines.sort(key=lambda line: line.split("\0", 1)[0].encode("utf-8", "surrogateescape"))
+        return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+
+    # -- internals ---------------------------------------------------------
+
+    def _files(self) -> list[tuple[str, Path]]:
+        found = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+            for filename in filenames:
+                path = Path(dirpath) / filename
+                if fnmatch.fnmatchcase(filename, _TEMP_GLOB) or not path.is_file():
+                    continue
+                if path.is_symlink():
+                    continue
+                found.append((path.relative_to(self.root).as_posix(), path))
+        return found
+
+    def _relpath(self, path: Any) -> str:
+        if not isinstance(path, str) or not path:
+            raise PermanentError("workspace acts need a relative 'path'")
+        pure = PurePosixPath(path)
+        if pure.is_absolute() or ".." in pure.parts or ".git" in pure.parts:
+            raise PermanentError(f"path {path!r} leaves the workspace or touches .git")
+        return pure.as_posix()
+
+    def _apply(self, target: Path, content: str | None, call: Call) -> None:
+        if content is None:
+            target.unlink(missing_ok=True)
+            _fsync_dir(target.parent)
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = _temp_path(target, call.operation_id)
+        with temp.open("wb") as f:
+            f.write(content.encode("utf-8", "surrogateescape"))
+            f.flush()
+            os.fsync(f.fileno())
+        call.crash_point("written")  # temp file durable, target untouched
+        os.replace(temp, target)
+        _fsync_dir(target.parent)
+        call.crash_point("renamed")  # effect done, no receipt yet
+
+    def _receipt(self, call: Call, prepared: dict[str, Any]) -> Receipt:
+        return Receipt(
+            receipt_id=f"{prepared['path']}@{prepared['result']}",
+            result={"path": prepared["path"], "sha256": prepared["result"]},
+            intent_digest=call.intent_digest,
+        )
+
+
+def _prepared(call: Call) -> dict[str, Any]:
+    if not call.prepared or "result" not in call.prepared:
+        raise PermanentError(f"act {call.step!r}: workspace intent was journaled unprepared")
+    return call.prepared
+
+
+def _text(params: dict[str, Any], name: str) -> str:
+    value = params.get(name)
+    if not isinstance(value, str):
+        raise PermanentError(f"workspace op {params.get('op')!r} needs a string {name!r}")
+    return value
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_bytes().decode("utf-8", "surrogateescape")
+    except FileNotFoundError:
+        return None
+
+
+def _digest(content: str | None) -> str:
+    if content is None:
+        return ABSENT
+    return hashlib.sha256(content.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 16), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _temp_path(target: Path, operation_id: str) -> Path:
+    tag = hashlib.sha256(operation_id.encode()).hexdigest()[:16]
+    return target.with_name(f".{target.name}.crashproof-{tag}.tmp")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _drift(prepared: dict[str, Any], current: str) -> str:
+    return (
+        f"{prepared['path']} is {current}, neither the base {prepared['base']} nor the "
+        f"result {prepared['result']} of this intent"
+    )

@@ -1,0 +1,1 @@
+"""Proving recovery: crash-point scenarios and the demo."""

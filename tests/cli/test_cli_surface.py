@@ -1,0 +1,149 @@
+"""The CLI's surface: help for everything, exit codes documented, env vars, entry points."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+
+import crashproof.cli
+from crashproof.cli import ExitCode, app
+from crashproof.cli.exitcodes import EXIT_CODES_TEXT
+
+Cli = Callable[..., Any]  # the `cli` fixture: (*argv) -> conftest.Result
+
+GROUP: Any = typer.main.get_command(app)
+COMMANDS = sorted(GROUP.commands)
+
+
+def test_the_expected_commands_exist() -> None:
+    assert {"run", "resume", "runs", "show", "demo"} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_and_option_has_help(name: str) -> None:
+    # sqlite-utils style: a command nobody documented fails the build.
+    command = GROUP.commands[name]
+    assert (command.help or "").strip(), f"command {name!r} has no help"
+    for param in command.params:
+        assert getattr(param, "help", None), f"{name}: parameter {param.name!r} has no help"
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_help_renders(cli: Cli, name: str) -> None:
+    result = cli(name, "--help")
+    assert result.code == ExitCode.OK
+    assert f"crashproof {name}" in result.out
+
+
+def test_root_options_have_help() -> None:
+    for param in GROUP.params:
+        assert getattr(param, "help", None), f"global option {param.name!r} has no help"
+
+
+def test_exit_codes_are_documented_in_help_and_docstring(cli: Cli) -> None:
+    assert set(EXIT_CODES_TEXT) == set(ExitCode)
+    shown = cli("--help")
+    assert shown.code == ExitCode.OK
+    doc = crashproof.cli.__doc__ or ""
+    for code in ExitCode:
+        assert f" {int(code)} " in shown.out, code
+        assert f"\n{int(code)} " in doc, code
+    assert "CRASHPROOF_DB" in shown.out
+
+
+def test_python_m_crashproof_help_in_a_subprocess(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "crashproof", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage" in done.stdout
+    assert "resume" in done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_exit_codes_of_a_real_process(project: Path) -> None:
+    def crashproof(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "crashproof", *argv],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    ok = crashproof("run", "flows:greet", "--run-id", "g", "--arg", "name=ada")
+    assert ok.returncode == 0, ok.stderr
+    assert '"hello ada"' in ok.stdout
+    conflict = crashproof("run", "flows:greet", "--run-id", "g", "--arg", "name=bob")
+    assert conflict.returncode == ExitCode.CONFLICT
+    assert conflict.stderr.startswith("crashproof: error: ")
+    assert "Traceback" not in conflict.stderr
+
+
+def test_crashproof_db_env_var_is_honoured(
+    project: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRASHPROOF_DB", "sqlite:///from-env.db")
+    ran = cli("run", "flows:greet", "--run-id", "g", "--arg", "name=ada")
+    assert ran.code == ExitCode.OK, ran.err
+    assert (project / "from-env.db").exists()
+    assert not (project / "crashproof.db").exists()
+    assert [r["run_id"] for r in cli("runs", "--json").json()] == ["g"]
+    # --db beats the environment.
+    other = cli("runs", "--db", "sqlite:///other.db")
+    assert other.code == ExitCode.LEDGER_UNUSABLE
+    assert "from --db" in other.err
+    missing = project / "from-env.db"
+    missing.rename(project / "moved.db")
+    gone = cli("runs")
+    assert gone.code == ExitCode.LEDGER_UNUSABLE
+    assert "$CRASHPROOF_DB" in gone.err
+
+
+def test_absolute_sqlite_url(project: Path, cli: Cli, tmp_path_factory: Any) -> None:
+    where = tmp_path_factory.mktemp("ledgers") / "abs.db"
+    url = f"sqlite:///{where}"  # an absolute path makes four slashes
+    assert url.startswith("sqlite:////")
+    assert cli("run", "flows:echo", "--run-id", "x", "--db", url).code == ExitCode.OK
+    assert where.exists()
+    assert [r["run_id"] for r in cli("runs", "--json", "--db", url).json()] == ["x"]
+
+
+def test_demo_calls_run_demo_with_a_console(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def run_demo(console: Any, *, workdir: Path | None = None) -> int:
+        seen.update(console=console, workdir=workdir)
+        console.print("demo ran")
+        return 3
+
+    fake = types.ModuleType("crashproof.verify.demo")
+    fake.run_demo = run_demo  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "crashproof.verify.demo", fake)
+    result = cli("demo", "--workdir", str(tmp_path))
+    assert result.code == 3
+    assert "demo ran" in result.out
+    assert seen["workdir"] == tmp_path
+    assert hasattr(seen["console"], "print")
+
+
+def test_demo_missing_is_a_clear_error(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "crashproof.verify.demo", None)
+    result = cli("demo")
+    assert result.code == ExitCode.USAGE
+    assert result.err.startswith("crashproof: error: the demo is not available")

@@ -1,0 +1,485 @@
+"""One contract for the storage port, run against every store implementation.
+
+To add a backend (PostgreSQL, ...), add one entry to ``BACKENDS``: a function that
+opens a fresh, empty store in a given directory and knows how to count its blobs.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from crashproof import StaleLeaseError
+from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.store.memory import MemoryStore
+from crashproof.store.port import BLOB_THRESHOLD, Store
+from crashproof.store.sqlite import SQLiteStore
+
+# -- backends ----------------------------------------------------------------
+
+
+@dataclass
+class Backend:
+    """A store under test plus the one thing the port does not expose: its blob count."""
+
+    store: Store
+    blob_count: Callable[[], int]
+
+
+def _memory(_directory: Path) -> Backend:
+    store = MemoryStore()
+    return Backend(store, lambda: len(store.blobs))
+
+
+def _sqlite(directory: Path) -> Backend:
+    path = directory / "contract.db"
+    store = SQLiteStore(path, durability="normal")
+
+    def blob_count() -> int:
+        # A second connection sees what was committed, nothing else.
+        with sqlite3.connect(path) as conn:
+            count: int = conn.execute("SELECT count(*) FROM blobs").fetchone()[0]
+        conn.close()
+        return count
+
+    return Backend(store, blob_count)
+
+
+BACKENDS: dict[str, Callable[[Path], Backend]] = {
+    "memory": _memory,
+    "sqlite": _sqlite,
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    opened = BACKENDS[request.param](tmp_path)
+    yield opened
+    opened.store.close()
+
+
+# -- records -----------------------------------------------------------------
+
+BIG = "x" * BLOB_THRESHOLD  # JSON of a string is 2 longer: comfortably past the threshold
+
+
+def row(run_id: str, *, created_at: float = 1000.0, digest: str = "d" * 64) -> RunRow:
+    return RunRow(
+        run_id=run_id,
+        workflow="wf",
+        version="1",
+        status=RunStatus.RUNNING,
+        input_digest=digest,
+        created_at=created_at,
+        updated_at=created_at,
+    )
+
+
+def event(run_id: str, seq: int, value: Any = None, *, key: str | None = None) -> Event:
+    if seq == 0:
+        type_ = EventType.RUN_STARTED
+    else:
+        type_ = EventType.STEP_DONE
+        key = key or f"s{seq}"
+    return Event(
+        run_id=run_id,
+        seq=seq,
+        type=type_,
+        key=key,
+        payload={"kind": "step", "status": "succeeded", "attempt": 1, "n": [seq, 1.5, None]},
+        value_json=None if value is None else json.dumps(value, ensure_ascii=False),
+        created_at=1000.0 + seq / 7,
+    )
+
+
+def start(store: Store, run_id: str, *, created_at: float = 1000.0) -> Event:
+    first = event(run_id, 0, {"input": run_id})
+    if store.create_run(row(run_id, created_at=created_at), first) is not None:
+        raise AssertionError("create_run of a new run must return None")
+    return first
+
+
+# -- create / get / list -----------------------------------------------------
+
+
+def test_create_run_then_get_it(backend: Backend) -> None:
+    store = backend.store
+    first = event("r1", 0, {"repo": "x"})
+    assert store.create_run(row("r1"), first) is None
+    assert store.get_run("r1") == row("r1")
+    assert store.load_events("r1") == [first]
+
+
+def test_create_run_twice_returns_the_existing_row_and_writes_nothing(backend: Backend) -> None:
+    store = backend.store
+    first = event("r1", 0, {"repo": "x"})
+    store.create_run(row("r1"), first)
+    other_row = replace(row("r1", created_at=5.0, digest="e" * 64), workflow="other")
+    other_first = event("r1", 0, {"repo": "changed", "big": BIG})
+
+    existing = store.create_run(other_row, other_first)
+
+    assert existing == row("r1")
+    assert store.get_run("r1") == row("r1")
+    assert store.load_events("r1") == [first]
+    assert backend.blob_count() == 0
+
+
+def test_unknown_run_reads_as_absent(backend: Backend) -> None:
+    assert backend.store.get_run("nope") is None
+    assert backend.store.load_events("nope") == []
+    assert backend.store.list_runs() == []
+
+
+def test_list_runs_oldest_first_ties_by_run_id(backend: Backend) -> None:
+    store = backend.store
+    for run_id, created in [("c", 3.0), ("b", 1.0), ("z", 2.0), ("a", 2.0)]:
+        start(store, run_id, created_at=created)
+    assert [r.run_id for r in store.list_runs()] == ["b", "a", "z", "c"]
+
+
+def test_list_runs_by_status(backend: Backend) -> None:
+    store = backend.store
+    for i, run_id in enumerate(["r1", "r2", "r3", "r4"]):
+        start(store, run_id, created_at=float(10 - i))
+    store.append([event("r2", 1, "ok")], (RunStatus.SUCCEEDED, None))
+    store.append([event("r4", 1, "ok")], (RunStatus.SUCCEEDED, None))
+    store.append([event("r3", 1, "x")], (RunStatus.NEEDS_REVIEW, "drift"))
+
+    assert [r.run_id for r in store.list_runs(RunStatus.SUCCEEDED)] == ["r4", "r2"]
+    assert [r.run_id for r in store.list_runs(RunStatus.RUNNING)] == ["r1"]
+    assert [r.run_id for r in store.list_runs(RunStatus.NEEDS_REVIEW)] == ["r3"]
+    assert store.list_runs(RunStatus.FAILED) == []
+    assert [r.run_id for r in store.list_runs()] == ["r4", "r3", "r2", "r1"]
+
+
+def test_schema_version_is_positive(backend: Backend) -> None:
+    assert backend.store.schema_version() >= 1
+
+
+# -- append ------------------------------------------------------------------
+
+
+def test_append_consecutive_without_status_change(backend: Backend) -> None:
+    store = backend.store
+    first = start(store, "r1")
+    batch1 = [event("r1", 1, {"a": 1})]
+    batch2 = [event("r1", 2, [1, 2]), event("r1", 3, "three"), event("r1", 4)]
+    store.append(batch1)
+    store.append(batch2)
+
+    assert store.load_events("r1") == [first, *batch1, *batch2]
+    found = store.get_run("r1")
+    assert found is not None
+    assert found.status is RunStatus.RUNNING
+    assert found.reason is None
+
+
+def test_append_with_status_change_lands_together(backend: Backend) -> None:
+    store = backend.store
+    first = start(store, "r1")
+    batch = [event("r1", 1, "a"), event("r1", 2, "b")]
+    store.append(batch, (RunStatus.NEEDS_REVIEW, "code changed"))
+
+    found = store.get_run("r1")
+    assert found is not None
+    assert (found.status, found.reason) == (RunStatus.NEEDS_REVIEW, "code changed")
+    assert found.created_at == row("r1").created_at
+    assert found.input_digest == row("r1").input_digest
+    assert store.load_events("r1") == [first, *batch]
+
+    store.append([event("r1", 3, "c")], (RunStatus.SUCCEEDED, None))
+    found = store.get_run("r1")
+    assert found is not None
+    assert (found.status, found.reason) == (RunStatus.SUCCEEDED, None)
+
+
+def test_empty_append_is_a_no_op(backend: Backend) -> None:
+    first = start(backend.store, "r1")
+    backend.store.append([], (RunStatus.FAILED, "x"))
+    assert backend.store.load_events("r1") == [first]
+    found = backend.store.get_run("r1")
+    assert found is not None
+    assert found.status is RunStatus.RUNNING
+
+
+@pytest.mark.parametrize(
+    "seqs",
+    [
+        pytest.param([1], id="taken"),
+        pytest.param([0], id="taken-first"),
+        pytest.param([3, 4], id="gap"),
+        pytest.param([2, 2], id="repeated-in-batch"),
+        pytest.param([2, 4], id="gap-in-batch"),
+        pytest.param([3, 2], id="reordered"),
+        pytest.param([2, 3, 1], id="taken-last"),
+    ],
+)
+def test_append_with_a_bad_seq_raises_and_keeps_nothing(backend: Backend, seqs: list[int]) -> None:
+    store = backend.store
+    first = start(store, "r1")
+    one = event("r1", 1, "one")
+    store.append([one])
+    before_row = store.get_run("r1")
+    blobs_before = backend.blob_count()
+
+    batch = [event("r1", seq, {"big": BIG, "seq": seq}) for seq in seqs]
+    with pytest.raises(StaleLeaseError):
+        store.append(batch, (RunStatus.SUCCEEDED, "should not land"))
+
+    assert store.load_events("r1") == [first, one]
+    assert store.get_run("r1") == before_row
+    assert backend.blob_count() == blobs_before
+    # The store is still usable: the right seq goes through.
+    store.append([event("r1", 2, "two")])
+    assert [e.seq for e in store.load_events("r1")] == [0, 1, 2]
+
+
+def test_append_to_a_missing_run_raises_and_keeps_nothing(backend: Backend) -> None:
+    with pytest.raises(StaleLeaseError):
+        backend.store.append([event("ghost", 1, "x")])
+    assert backend.store.load_events("ghost") == []
+    assert backend.store.get_run("ghost") is None
+
+
+def test_append_of_events_of_two_runs_raises_and_keeps_nothing(backend: Backend) -> None:
+    store = backend.store
+    first1, first2 = start(store, "r1"), start(store, "r2")
+    with pytest.raises(StaleLeaseError):
+        store.append([event("r1", 1, "a"), event("r2", 2, "b")])
+    assert store.load_events("r1") == [first1]
+    assert store.load_events("r2") == [first2]
+
+
+def test_runs_have_separate_journals(backend: Backend) -> None:
+    store = backend.store
+    first1, first2 = start(store, "r1"), start(store, "r2")
+    a, b = event("r1", 1, "a"), event("r2", 1, "b")
+    store.append([a])
+    store.append([b])
+    assert store.load_events("r1") == [first1, a]
+    assert store.load_events("r2") == [first2, b]
+
+
+# -- values ------------------------------------------------------------------
+
+
+def test_load_events_returns_exactly_what_was_appended(backend: Backend) -> None:
+    store = backend.store
+    first = start(store, "r1")
+    events = [
+        Event(
+            run_id="r1",
+            seq=1,
+            type=EventType.ATTEMPT_FAILED,
+            key="turn#2",
+            payload={"error": {"type": "builtins.ValueError", "message": "no"}, "x": [True]},
+            value_json=None,
+            created_at=1722.123456789,
+        ),
+        Event(
+            run_id="r1",
+            seq=2,
+            type=EventType.RUN_FROZEN,
+            key=None,
+            payload={},
+            value_json="null",
+            created_at=0.1 + 0.2,
+        ),
+    ]
+    store.append(events)
+    loaded = store.load_events("r1")
+    assert loaded == [first, *events]
+    assert loaded[2].value is None
+    assert loaded[2].value_json == "null"
+
+
+def test_large_values_round_trip_and_equal_ones_are_stored_once(backend: Backend) -> None:
+    store = backend.store
+    first1, first2 = start(store, "r1"), start(store, "r2")
+    big = {"text": BIG, "n": 1}
+    other = {"text": BIG, "n": 2}
+    small = {"text": "short"}
+    batch1 = [event("r1", 1, big), event("r1", 2, small), event("r1", 3, big)]
+    batch2 = [event("r2", 1, big), event("r2", 2, other)]
+    assert all(len(e.value_json or "") >= BLOB_THRESHOLD for e in (batch1[0], batch2[1]))
+    store.append(batch1)
+    store.append(batch2)
+
+    assert store.load_events("r1") == [first1, *batch1]
+    assert store.load_events("r2") == [first2, *batch2]
+    assert [e.value for e in store.load_events("r2")[1:]] == [big, other]
+    assert backend.blob_count() == 2
+
+
+def test_a_value_just_below_the_threshold_is_not_a_blob(backend: Backend) -> None:
+    store = backend.store
+    start(store, "r1")
+    value = "y" * (BLOB_THRESHOLD - 3)  # its JSON is BLOB_THRESHOLD - 1 long
+    store.append([event("r1", 1, value)])
+    assert store.load_events("r1")[1].value == value
+    assert backend.blob_count() == 0
+
+
+UNICODE_VALUES = [
+    "héllo wörld",
+    "日本語のテキスト",
+    "emoji 🧪🚀 and ZWJ 👩‍👩‍👧",
+    "rtl עברית العربية",
+    "combining e\u0301 and nul \u0000 and tab\t",
+    {"ключ": ["значение", "🙂" * 300]},
+    {"clé": "🙂" * BLOB_THRESHOLD},
+]
+
+
+@pytest.mark.parametrize("value", UNICODE_VALUES)
+def test_unicode_values_round_trip(backend: Backend, value: Any) -> None:
+    store = backend.store
+    start(store, "r1")
+    unicode_event = replace(event("r1", 1, value), key="ключ#2", payload={"ü": "ß 🙂"})
+    store.append([unicode_event])
+    loaded = store.load_events("r1")[1]
+    assert loaded == unicode_event
+    assert loaded.value == value
+
+
+# -- property: random journals round-trip ------------------------------------
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+JSON = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+# A few big values that recur, so that equal blobs meet, plus fresh big ones.
+SHARED_BIG = [BIG, "é" * BLOB_THRESHOLD, {"doc": "🙂" * (BLOB_THRESHOLD // 2)}]
+BIG_JSON = st.sampled_from(SHARED_BIG) | st.builds(
+    lambda unit, n: unit * n,
+    st.text(min_size=1, max_size=4),
+    st.integers(min_value=BLOB_THRESHOLD, max_value=BLOB_THRESHOLD + 50),
+)
+VALUES = st.one_of(st.just(None), JSON, BIG_JSON)
+STATUS = st.none() | st.tuples(st.sampled_from(RunStatus), st.none() | st.text(max_size=20))
+
+
+class StoreMachine(RuleBasedStateMachine):
+    """The store against a trivial model: a dict of journals and a dict of statuses."""
+
+    factory: Callable[[Path], Backend]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tmp = tempfile.TemporaryDirectory()
+        self.backend = self.factory(Path(self._tmp.name))
+        self.journals: dict[str, list[Event]] = {}
+        self.status: dict[str, tuple[RunStatus, str | None]] = {}
+
+    @initialize()
+    def one_run(self) -> None:
+        self.create("run-0")
+
+    @rule(run_id=st.sampled_from(["run-0", "run-1", "rün-2"]))
+    def create(self, run_id: str) -> None:
+        first = event(run_id, 0, {"id": run_id})
+        existing = self.backend.store.create_run(row(run_id), first)
+        if run_id in self.journals:
+            assert existing is not None
+            assert existing.run_id == run_id
+        else:
+            assert existing is None
+            self.journals[run_id] = [first]
+            self.status[run_id] = (RunStatus.RUNNING, None)
+
+    @rule(
+        data=st.data(),
+        values=st.lists(VALUES, min_size=1, max_size=3),
+        status=STATUS,
+    )
+    def append(self, data: st.DataObject, values: list[Any], status: Any) -> None:
+        run_id = data.draw(st.sampled_from(sorted(self.journals)))
+        journal = self.journals[run_id]
+        batch = [
+            event(run_id, len(journal) + i, value, key=f"k{len(journal) % 3}")
+            for i, value in enumerate(values)
+        ]
+        self.backend.store.append(batch, status)
+        journal.extend(batch)
+        if status is not None:
+            self.status[run_id] = status
+
+    @precondition(lambda self: any(len(j) > 1 for j in self.journals.values()))
+    @rule(data=st.data(), value=VALUES)
+    def append_stale(self, data: st.DataObject, value: Any) -> None:
+        run_id = data.draw(
+            st.sampled_from(sorted(r for r, j in self.journals.items() if len(j) > 1))
+        )
+        seq = data.draw(st.integers(min_value=0, max_value=len(self.journals[run_id]) - 1))
+        with pytest.raises(StaleLeaseError):
+            self.backend.store.append([event(run_id, seq, value)], (RunStatus.FAILED, "stale"))
+
+    @invariant()
+    def journals_round_trip(self) -> None:
+        for run_id, journal in self.journals.items():
+            loaded = self.backend.store.load_events(run_id)
+            assert loaded == journal
+            assert [e.value for e in loaded] == [e.value for e in journal]
+
+    @invariant()
+    def statuses_match(self) -> None:
+        for run_id, (status, reason) in self.status.items():
+            found = self.backend.store.get_run(run_id)
+            assert found is not None
+            assert (found.status, found.reason) == (status, reason)
+
+    @invariant()
+    def each_big_value_is_stored_once(self) -> None:
+        big = {
+            e.value_json
+            for journal in self.journals.values()
+            for e in journal
+            if e.value_json is not None and len(e.value_json) >= BLOB_THRESHOLD
+        }
+        assert self.backend.blob_count() == len(big)
+
+    def teardown(self) -> None:
+        self.backend.store.close()
+        self._tmp.cleanup()
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_random_journals_round_trip(name: str) -> None:
+    machine = type(
+        f"StoreMachine_{name}", (StoreMachine,), {"factory": staticmethod(BACKENDS[name])}
+    )
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=40,
+            stateful_step_count=12,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )

@@ -1,0 +1,140 @@
+"""A file that is not a usable ledger is refused with a clear error, and left untouched."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import crashproof as cp
+
+
+def snapshot(path: Path) -> dict[str, str]:
+    """sha256 of the database and of its WAL and shared-memory companions.
+
+    An absent and an empty companion count as the same: opening may create an
+    empty ``-wal``, which holds no data.
+    """
+
+    def digest(p: Path) -> str:
+        data = p.read_bytes() if p.exists() else b""
+        return hashlib.sha256(data).hexdigest()
+
+    return {
+        "db": digest(path),
+        "wal": digest(path.with_name(path.name + "-wal")),
+    }
+
+
+@contextlib.contextmanager
+def unchanged(path: Path) -> Iterator[None]:
+    before = snapshot(path)
+    yield
+    assert snapshot(path) == before, f"{path} was modified"
+
+
+def real_ledger(path: Path, runs: int = 6) -> Path:
+    """A closed ledger holding several finished runs with large values."""
+
+    @cp.workflow("filler")
+    def filler(ctx: cp.Context, i: int) -> list[str]:
+        return [ctx.step(f"s{j}", lambda j=j: f"{i}-{j}-" + "z" * 3000) for j in range(4)]
+
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        for i in range(runs):
+            ledger.run(filler, run_id=f"run-{i}", i=i)
+    if path.with_name(path.name + "-wal").exists():
+        raise AssertionError("closing a ledger must checkpoint and remove its WAL")
+    return path
+
+
+def open_fails(path: Path) -> cp.CrashproofError:
+    with unchanged(path), pytest.raises(cp.CrashproofError) as caught:
+        cp.Ledger(f"sqlite:///{path}")
+    message = str(caught.value)
+    assert str(path) in message
+    assert "nothing was changed" in message
+    return caught.value
+
+
+def test_a_text_file(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("These are my notes, not a database.\n" * 20)
+    error = open_fails(path)
+    assert isinstance(error, cp.NotALedger)
+
+
+def test_a_tiny_file(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.db"
+    path.write_bytes(b"SQLite")
+    assert isinstance(open_fails(path), cp.NotALedger)
+
+
+def test_a_truncated_ledger(tmp_path: Path) -> None:
+    original = real_ledger(tmp_path / "good.db")
+    path = tmp_path / "truncated.db"
+    shutil.copy(original, path)
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    error = open_fails(path)
+    assert isinstance(error, cp.IntegrityError)
+    assert "truncated" in str(error)
+    assert "backup" in str(error)
+
+
+def test_a_database_of_another_application(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO users (name) VALUES ('ada'), ('grace')")
+        conn.commit()
+    error = open_fails(path)
+    assert isinstance(error, cp.NotALedger)
+    assert "users" in str(error)
+
+
+def test_a_wal_database_of_another_application(tmp_path: Path) -> None:
+    path = tmp_path / "app-wal.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, what TEXT)")
+        conn.commit()
+    assert isinstance(open_fails(path), cp.NotALedger)
+
+
+def test_a_ledger_from_a_newer_crashproof(tmp_path: Path) -> None:
+    path = real_ledger(tmp_path / "future.db", runs=2)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE crashproof_meta SET value = '999' WHERE key = 'schema_version'")
+        conn.commit()
+    error = open_fails(path)
+    assert isinstance(error, cp.SchemaTooNew)
+    assert (error.found, error.supported) == (999, 1)
+    assert "999" in str(error)
+    assert "up to 1" in str(error)
+    assert "Upgrade crashproof" in str(error)
+
+
+def test_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(cp.NotALedger):
+        cp.Ledger(f"sqlite:///{tmp_path}")
+
+
+def test_a_missing_directory(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "runs.db"
+    with pytest.raises(cp.LedgerError, match="does not exist"):
+        cp.Ledger(f"sqlite:///{path}")
+    assert not path.parent.exists()
+
+
+def test_the_good_ledger_still_opens_and_reads(tmp_path: Path) -> None:
+    path = real_ledger(tmp_path / "good.db")
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        runs = ledger.runs()
+    assert [r.run_id for r in runs] == [f"run-{i}" for i in range(6)]
+    assert all(r.status is cp.RunStatus.SUCCEEDED for r in runs)

@@ -1,0 +1,83 @@
+"""The public names are a promise: this test changes only when the promise does."""
+
+from __future__ import annotations
+
+import crashproof as cp
+
+PUBLIC = [
+    "ActFailed",
+    "Budget",
+    "Call",
+    "Context",
+    "CrashPoints",
+    "CrashproofError",
+    "Decision",
+    "DriftError",
+    "IntegrityError",
+    "LeaseHeld",
+    "Ledger",
+    "LedgerError",
+    "NonDeterminismError",
+    "NotALedger",
+    "OutcomeUnknown",
+    "PermanentError",
+    "Receipt",
+    "ReceiptConflict",
+    "RetryPolicy",
+    "RetryableError",
+    "RunConflict",
+    "RunFailed",
+    "RunFrozen",
+    "RunInfo",
+    "RunNotFound",
+    "RunStatus",
+    "SchemaTooNew",
+    "SerializationError",
+    "SimulatedCrash",
+    "StaleLeaseError",
+    "StepInfo",
+    "StepKind",
+    "StepOptions",
+    "StepStatus",
+    "Tool",
+    "UnknownWorkflow",
+    "Workflow",
+    "Workspace",
+    "__version__",
+    "workflow",
+]
+
+
+def test_all_is_sorted_and_pinned() -> None:
+    assert cp.__all__ == sorted(cp.__all__)
+    assert cp.__all__ == PUBLIC
+
+
+def test_every_public_name_exists() -> None:
+    missing = [name for name in cp.__all__ if not hasattr(cp, name)]
+    assert missing == []
+
+
+def test_errors_share_one_root_except_the_simulated_crash() -> None:
+    errors = [
+        obj
+        for name in cp.__all__
+        if isinstance(obj := getattr(cp, name), type) and issubclass(obj, BaseException)
+    ]
+    assert cp.SimulatedCrash in errors
+    for error in errors:
+        if error is cp.SimulatedCrash:
+            # Code written with ``except Exception`` must not swallow a simulated crash.
+            assert not issubclass(error, Exception)
+        else:
+            assert issubclass(error, cp.CrashproofError), error
+
+
+def test_design_section_12_names_are_exported() -> None:
+    promised = {
+        "Ledger", "Context", "Decision", "RunInfo", "StepInfo", "CrashproofError",
+        "RunFrozen", "RunFailed", "RunConflict", "NonDeterminismError", "ReceiptConflict",
+        "IntegrityError", "StaleLeaseError", "LeaseHeld", "OutcomeUnknown", "RetryableError",
+        "PermanentError", "ActFailed", "workflow", "Tool", "Call", "Receipt", "Workspace",
+    }  # fmt: skip
+    assert promised <= set(cp.__all__)

@@ -1,0 +1,93 @@
+"""How the embedded SQLite ledger is opened: WAL, synchronous per durability, migrations."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import crashproof as cp
+from crashproof.store.sql import load_migrations
+from crashproof.store.sqlite import SCHEMA_VERSION, SQLiteStore
+
+SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+def _pragma(store: SQLiteStore, name: str) -> object:
+    # synchronous is a per-connection setting: only the store's own connection knows it.
+    return store._conn.execute(f"PRAGMA {name}").fetchone()[0]
+
+
+@pytest.mark.parametrize(
+    ("durability", "expected"), [(None, "FULL"), ("full", "FULL"), ("normal", "NORMAL")]
+)
+def test_wal_and_synchronous_follow_durability(
+    tmp_path: Path, durability: str | None, expected: str
+) -> None:
+    path = tmp_path / "ledger.db"
+    kwargs = {} if durability is None else {"durability": durability}
+    with cp.Ledger(f"sqlite:///{path}", **kwargs) as ledger:
+        store = ledger._store
+        assert isinstance(store, SQLiteStore)
+        assert SYNCHRONOUS[int(_pragma(store, "synchronous"))] == expected  # type: ignore[call-overload]
+        assert _pragma(store, "journal_mode") == "wal"
+        # WAL is a property of the file: a second connection sees it too.
+        with contextlib.closing(sqlite3.connect(path)) as other:
+            assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_migrations_record_the_schema_version(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    store = SQLiteStore(path)
+    assert store.schema_version() == SCHEMA_VERSION
+    store.close()
+
+    migrations = load_migrations("sqlite")
+    assert [m.version for m in migrations] == list(range(1, SCHEMA_VERSION + 1))
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM crashproof_meta").fetchall())
+        applied = conn.execute(
+            "SELECT version, name, applied_at FROM crashproof_migrations ORDER BY version"
+        ).fetchall()
+    assert meta["schema_version"] == str(SCHEMA_VERSION)
+    assert [(v, n) for v, n, _ in applied] == [(m.version, m.name) for m in migrations]
+    assert applied[0][:2] == (1, "initial")
+    assert all(isinstance(at, float) and at > 0 for _, _, at in applied)
+
+
+def test_reopening_does_not_migrate_again(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    for _ in range(3):
+        SQLiteStore(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        count = conn.execute("SELECT count(*) FROM crashproof_migrations").fetchone()[0]
+    assert count == SCHEMA_VERSION
+
+
+def test_the_schema_equals_all_migrations_applied(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "ledger.db").close()
+    reference = tmp_path / "reference.db"
+    with contextlib.closing(sqlite3.connect(reference)) as conn:
+        for migration in load_migrations("sqlite"):
+            conn.executescript(migration.sql)
+
+    def schema(path: Path) -> list[tuple[str, str, str]]:
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            rows = conn.execute(
+                "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"
+            ).fetchall()
+        return [(t, n, " ".join(s.split())) for t, n, s in rows]
+
+    assert schema(tmp_path / "ledger.db") == schema(reference)
+
+
+def test_an_empty_file_becomes_a_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        assert ledger.runs() == []
+    store = SQLiteStore(path)
+    assert store.schema_version() == SCHEMA_VERSION
+    store.close()
