@@ -134,7 +134,29 @@ def _filesystem(directory: Path) -> str:
         return "unknown"
 
 
+def _revision() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
 def machine_facts(directory: Path) -> list[tuple[str, str]]:
+    """What the numbers depend on. The load average shows whether the machine was busy."""
     return [
         ("date", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")),
         ("cpu", _cpu_model()),
@@ -143,9 +165,10 @@ def machine_facts(directory: Path) -> list[tuple[str, str]]:
         ("os", platform.platform()),
         ("python", sys.version.split()[0]),
         ("sqlite", sqlite3.sqlite_version),
-        ("crashproof", cp.__version__),
+        ("crashproof", f"{cp.__version__} (git {_revision()})"),
         ("directory", str(directory)),
         ("filesystem", _filesystem(directory)),
+        ("load avg", f"{load_average()} (1/5/15 min, at start)"),
     ]
 
 

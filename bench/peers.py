@@ -34,6 +34,7 @@ from _common import (
     crashproof_steps,
     fmt_rate,
     fmt_runs,
+    load_average,
     machine_facts,
     make_tempdir,
     median,
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {peer.name}: {peer.settings}")
         for name, why in skipped:
             print(f"  {name}: SKIPPED ({why})")
+        print(f"\nload avg at end: {load_average()}")
     finally:
         for peer in peers:
             peer.close()

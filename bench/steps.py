@@ -30,6 +30,7 @@ from _common import (
     fmt_rate,
     fmt_runs,
     interleaved,
+    load_average,
     machine_facts,
     make_tempdir,
     make_workflow,
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(["measurement", "runs", "median", "ratio steps/commits"], rows)
         print()
         measure_replay(directory, args.replay_steps, args.repeats, args.profile)
+        print(f"\nload avg at end: {load_average()}")
     finally:
         if args.keep:
             print(f"\nkept {directory}")

@@ -87,6 +87,25 @@ def test_a_truncated_ledger(tmp_path: Path) -> None:
     assert "backup" in str(error)
 
 
+def test_a_ledger_with_a_corrupt_page(tmp_path: Path) -> None:
+    path = real_ledger(tmp_path / "corrupt.db")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()
+    with path.open("r+b") as f:  # clobber the root page of the runs table
+        f.seek((root[0] - 1) * page_size)
+        f.write(b"\xff" * page_size)
+
+    with (
+        unchanged(path),
+        pytest.raises(cp.IntegrityError) as caught,
+        cp.Ledger(f"sqlite:///{path}") as ledger,
+    ):
+        ledger.runs()
+    assert str(path) in str(caught.value)
+    assert "backup" in str(caught.value)
+
+
 def test_a_database_of_another_application(tmp_path: Path) -> None:
     path = tmp_path / "app.db"
     with contextlib.closing(sqlite3.connect(path)) as conn:

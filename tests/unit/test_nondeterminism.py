@@ -150,7 +150,11 @@ def test_a_frozen_run_stays_frozen_on_later_resumes_and_executes_nothing(
 
     later = open_ledger()
     later.register(_workflow(code, calls, []))
-    for attempt in (lambda: later.resume("r1"), lambda: later.run("evolving", run_id="r1")):
+    attempts: list[Callable[[], Any]] = [
+        lambda: later.resume("r1"),
+        lambda: later.run("evolving", run_id="r1"),
+    ]
+    for attempt in attempts:
         with pytest.raises(cp.RunFrozen) as caught:
             attempt()
         assert caught.value.status == "needs_review"

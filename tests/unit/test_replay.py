@@ -128,11 +128,9 @@ def test_budget_survives_a_crash_and_counts_each_decision_once(
 
 
 def test_a_plain_decide_value_is_recorded_without_model_info(open_ledger: LedgerFactory) -> None:
-    asked: list[str] = []
-
     @cp.workflow("plain")
     def plain(ctx: cp.Context) -> Any:
-        return ctx.decide("choose", lambda: asked.append("x") or {"pick": 2})
+        return ctx.decide("choose", lambda: {"pick": 2})
 
     ledger = open_ledger()
     assert ledger.run(plain, run_id="r1") == {"pick": 2}
@@ -283,3 +281,21 @@ def test_patched_is_true_for_an_old_run_that_had_not_reached_the_point(
     assert open_ledger().run(_new_code(calls, answers), run_id="r1") == ["a", "new-b", "c"]
     assert answers == [True, True]
     assert calls == {"a": 1, "new-b": 1, "c": 1}
+
+
+@pytest.mark.parametrize("name", ["turn#2", "", "#"])
+def test_a_name_that_could_collide_with_a_numbered_key_is_refused(
+    open_ledger: LedgerFactory, name: str
+) -> None:
+    calls: Counter[str] = Counter()
+
+    @cp.workflow("names")
+    def names(ctx: cp.Context) -> list[str]:
+        return [ctx.step(name, lambda: calls.update([name]) or "x")]
+
+    ledger = open_ledger()
+    with pytest.raises(cp.CrashproofError, match="'#'"):
+        ledger.run(names, run_id="r1")
+    assert calls == {}
+    info = ledger.get_run("r1")
+    assert (info.status, info.steps) == (cp.RunStatus.RUNNING, ())

@@ -5,17 +5,19 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import crashproof as cp
+from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.sql import load_migrations
 from crashproof.store.sqlite import SCHEMA_VERSION, SQLiteStore
 
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
-def _pragma(store: SQLiteStore, name: str) -> object:
+def _pragma(store: SQLiteStore, name: str) -> Any:
     # synchronous is a per-connection setting: only the store's own connection knows it.
     return store._conn.execute(f"PRAGMA {name}").fetchone()[0]
 
@@ -27,11 +29,11 @@ def test_wal_and_synchronous_follow_durability(
     tmp_path: Path, durability: str | None, expected: str
 ) -> None:
     path = tmp_path / "ledger.db"
-    kwargs = {} if durability is None else {"durability": durability}
+    kwargs: dict[str, Any] = {} if durability is None else {"durability": durability}
     with cp.Ledger(f"sqlite:///{path}", **kwargs) as ledger:
         store = ledger._store
         assert isinstance(store, SQLiteStore)
-        assert SYNCHRONOUS[int(_pragma(store, "synchronous"))] == expected  # type: ignore[call-overload]
+        assert SYNCHRONOUS[_pragma(store, "synchronous")] == expected
         assert _pragma(store, "journal_mode") == "wal"
         # WAL is a property of the file: a second connection sees it too.
         with contextlib.closing(sqlite3.connect(path)) as other:
@@ -91,3 +93,41 @@ def test_an_empty_file_becomes_a_ledger(tmp_path: Path) -> None:
     store = SQLiteStore(path)
     assert store.schema_version() == SCHEMA_VERSION
     store.close()
+
+
+def test_two_writers_on_one_file_the_second_append_of_a_seq_loses(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    try:
+        row = RunRow(
+            run_id="r1",
+            workflow="wf",
+            version="1",
+            status=RunStatus.RUNNING,
+            input_digest="d" * 64,
+            created_at=1.0,
+            updated_at=1.0,
+        )
+
+        def event(seq: int, value: str) -> Event:
+            type_ = EventType.RUN_STARTED if seq == 0 else EventType.STEP_DONE
+            return Event(
+                run_id="r1",
+                seq=seq,
+                type=type_,
+                key=None if seq == 0 else "s",
+                payload={},
+                value_json=f'"{value}"',
+                created_at=1.0,
+            )
+
+        assert first.create_run(row, event(0, "start")) is None
+        assert second.create_run(row, event(0, "other start")) == row
+        first.append([event(1, "mine")])
+        with pytest.raises(cp.StaleLeaseError):
+            second.append([event(1, "theirs")], (RunStatus.SUCCEEDED, None))
+        assert [e.value for e in second.load_events("r1")] == ["start", "mine"]
+        assert second.get_run("r1") == row
+    finally:
+        first.close()
+        second.close()

@@ -17,6 +17,14 @@ class QuotaExceeded(Exception):
     """A user exception class, rebuilt by its module path on replay."""
 
 
+class ApiError(Exception):
+    """Formats its own message: its constructor does not take its ``args`` back."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+
+
 RETRY3 = cp.StepOptions(retry=cp.RetryPolicy(attempts=3, backoff=0))
 
 
@@ -76,6 +84,31 @@ def test_a_builtin_error_with_several_args_replays_with_the_same_args(
     live, replayed = caught
     assert type(replayed) is type(live)
     assert (replayed.args, str(replayed)) == (live.args, str(live))
+
+
+def test_an_error_whose_constructor_formats_its_message_replays_as_its_own_type(
+    open_ledger: LedgerFactory,
+) -> None:
+    caught: list[BaseException] = []
+
+    def call() -> None:
+        raise ApiError(503, "try later")
+
+    @cp.workflow("api")
+    def api(ctx: cp.Context) -> str:
+        try:
+            ctx.step("call", call)
+        except ApiError as exc:  # on replay too: the same except clause must match
+            caught.append(exc)
+            return "fallback"
+        return "no error"
+
+    with pytest.raises(cp.SimulatedCrash):
+        open_ledger(crash_points=cp.CrashPoints(match=FINISH)).run(api, run_id="r1")
+    assert open_ledger().run(api, run_id="r1") == "fallback"
+    live, replayed = caught
+    assert type(replayed) is ApiError
+    assert str(replayed) == str(live) == "HTTP 503: try later"
 
 
 def test_an_uncaught_step_error_fails_the_run_and_is_raised_again(
@@ -209,3 +242,51 @@ def test_a_crash_between_attempts_then_success_replays_the_count(
     assert calls["flaky"] == 3
     step = fresh.get_run("r1").steps[0]
     assert (step.status, step.attempts) == (cp.StepStatus.SUCCEEDED, 3)
+
+
+# -- what is not a step's outcome --------------------------------------------
+
+
+def test_a_nested_ctx_call_is_refused_and_not_recorded_as_the_steps_outcome(
+    open_ledger: LedgerFactory,
+) -> None:
+    def make(nested: bool) -> cp.Workflow[Any]:
+        @cp.workflow("nesting")
+        def nesting(ctx: cp.Context) -> Any:
+            if nested:
+                return ctx.step("outer", lambda: ctx.step("inner", lambda: 1))
+            return ctx.step("outer", lambda: 2)
+
+        return nesting
+
+    ledger = open_ledger()
+    with pytest.raises(cp.CrashproofError, match="nested"):
+        ledger.run(make(nested=True), run_id="r1")
+    info = ledger.get_run("r1")
+    assert (info.status, info.steps) == (cp.RunStatus.RUNNING, ())
+    # Once the code is fixed, the run completes instead of replaying the misuse forever.
+    assert open_ledger().run(make(nested=False), run_id="r1") == 2
+
+
+def test_an_interrupt_inside_a_step_records_nothing(open_ledger: LedgerFactory) -> None:
+    calls: Counter[str] = Counter()
+    interrupt = [True]
+
+    def work() -> str:
+        calls["work"] += 1
+        if interrupt[0]:
+            raise KeyboardInterrupt
+        return "done"
+
+    @cp.workflow("interruptible")
+    def interruptible(ctx: cp.Context) -> str:
+        return ctx.step("work", work, options=RETRY3)
+
+    ledger = open_ledger()
+    with pytest.raises(KeyboardInterrupt):
+        ledger.run(interruptible, run_id="r1")
+    info = ledger.get_run("r1")
+    assert (info.status, info.steps) == (cp.RunStatus.RUNNING, ())
+    interrupt[0] = False
+    assert open_ledger().run(interruptible, run_id="r1") == "done"
+    assert calls["work"] == 2

@@ -204,7 +204,12 @@ def runs_command(
     ctx: typer.Context,
     status: Annotated[
         RunStatus | None,
-        typer.Option("--status", show_default=False, help="Only runs with this status."),
+        typer.Option(
+            "--status",
+            metavar="STATUS",
+            show_default=False,
+            help=f"Only runs with this status: {', '.join(s.value for s in RunStatus)}.",
+        ),
     ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,

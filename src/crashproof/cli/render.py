@@ -139,14 +139,10 @@ def run_summary(info: RunInfo) -> str:
 
 
 def _table(title: str) -> Table:
-    # Compact: rows must fit an 80-column terminal (or a pipe, which rich treats as 80).
+    # Compact: rows must fit an 80-column terminal (or a pipe, which rich treats as 80);
+    # SIMPLE_HEAD's column separator is itself a space, so cells need no padding.
     return Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1, 0, 1),
-        collapse_padding=True,
-        pad_edge=False,
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False
     )
 
 
@@ -168,7 +164,7 @@ def runs_table(infos: Sequence[RunInfo]) -> Table:
             Text(info.run_id),
             Text(f"{info.workflow}@{info.version}"),
             _status(info.status.value),
-            _clip(info.reason or "", 60),
+            _clip(info.reason or "", 40),
             Text(str(b.steps)),
             _count(b.decisions),
             _count(b.tokens),

@@ -117,7 +117,15 @@ def error_from_record(record: dict[str, Any]) -> BaseException:
             obj = getattr(obj, part)
         if isinstance(obj, type) and issubclass(obj, Exception):
             args = record.get("args")
-            exc = obj(*args) if isinstance(args, list) else obj(record.get("message", ""))
+            args = args if isinstance(args, list) else [record.get("message", "")]
+            try:
+                exc = obj(*args)
+            except Exception:
+                # Its constructor does not take its own args back (it formats its message
+                # from other parameters). Rebuild it without __init__: what replay must
+                # keep is the type (``except`` clauses match on it) and the message.
+                exc = obj.__new__(obj, *args)
+                exc.args = tuple(args)
             if str(exc) == record.get("message"):
                 return exc
     except Exception:  # noqa: S110 - any failure to rebuild falls back to RecordedError

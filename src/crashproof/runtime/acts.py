@@ -25,6 +25,7 @@ from crashproof.errors import (
     PermanentError,
     ReceiptConflict,
     RetryableError,
+    StaleLeaseError,
 )
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
@@ -118,8 +119,9 @@ def _recover(ctx: Context, tool: Tool, call: Call, open_events: list[Event]) -> 
     return _reconcile(ctx, tool, call)
 
 
-def _execute(ctx: Context, tool: Tool, call: Call) -> Any:
-    """Execute, then journal the receipt, or classify the failure."""
+def _execute(ctx: Context, tool: Tool, call: Call, rounds: int = 0) -> Any:
+    """Execute, then journal the receipt, or classify the failure. ``rounds``: unknown
+    outcomes met so far for this act in this process."""
     settings = ctx.act_settings
     while True:
         started = time.time()
@@ -140,6 +142,8 @@ def _execute(ctx: Context, tool: Tool, call: Call) -> Any:
             continue
         except DriftError as exc:
             _freeze_drift(ctx, call, exc)
+        except StaleLeaseError:
+            raise  # another worker owns the run: stop here, record nothing
         except Exception as exc:  # timeouts, dropped connections, anything else: unknown
             ctx.append_event(
                 EventType.ACT_UNKNOWN,
@@ -154,16 +158,16 @@ def _execute(ctx: Context, tool: Tool, call: Call) -> Any:
                     "ended_at": time.time(),
                 },
             )
-            return _reconcile(ctx, tool, call)
+            return _reconcile(ctx, tool, call, rounds + 1)
         return _journal_receipt(ctx, tool, call, receipt, started, reconciled=False)
 
 
-def _reconcile(ctx: Context, tool: Tool, call: Call) -> Any:
+def _reconcile(ctx: Context, tool: Tool, call: Call, rounds: int = 0) -> Any:
     """Lookup first; never a blind retry."""
     settings = ctx.act_settings
     if not tool.supports_lookup:
         if tool.idempotent_execute:
-            return _execute_again(ctx, tool, call)
+            return _execute_again(ctx, tool, call, rounds)
         ctx.freeze(
             f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
             "cannot look it up: not re-executed automatically",
@@ -191,7 +195,7 @@ def _reconcile(ctx: Context, tool: Tool, call: Call) -> Any:
                 time.sleep(settings.delay(attempt))
             continue
         if found is None:
-            return _execute_again(ctx, tool, call)
+            return _execute_again(ctx, tool, call, rounds)
         return _journal_receipt(ctx, tool, call, found, started, reconciled=True)
     ctx.freeze(
         f"act {call.step!r}: lookup unavailable ({tool.name} failed {len(failures)} "
@@ -202,10 +206,24 @@ def _reconcile(ctx: Context, tool: Tool, call: Call) -> Any:
     )
 
 
-def _execute_again(ctx: Context, tool: Tool, call: Call) -> Any:
+def _execute_again(ctx: Context, tool: Tool, call: Call, rounds: int) -> Any:
+    """Not done (or not knowable, but safe to repeat): execute once more with the same
+    operation id. Bounded: after ``retryable_attempts`` unknown outcomes in a row, stop
+    for a later resume instead of hammering a target that keeps failing."""
+    settings = ctx.act_settings
+    if rounds >= settings.retryable_attempts:
+        ctx.freeze(
+            f"act {call.step!r}: {tool.name} left the outcome unknown {rounds} times in a "
+            "row and found nothing done; a later resume tries again",
+            _evidence(call),
+            key=call.step,
+            retryable=True,
+        )
+    if rounds:
+        time.sleep(settings.delay(rounds))
     call = _with(call, attempt=call.attempt + 1)
     _journal_intent(ctx, tool, call)
-    return _execute(ctx, tool, call)
+    return _execute(ctx, tool, call, rounds)
 
 
 def _journal_intent(ctx: Context, tool: Tool, call: Call) -> None:

@@ -62,6 +62,7 @@ class Context:
         self._counts: dict[str, int] = {}
         self._patches: dict[str, bool] = {}
         self._in_step: str | None = None
+        self._nested_call = False  # a ctx call was attempted inside the running step body
         self.frozen: CrashproofError | None = None
         self.fencing_token: int | None = None
         self.act_settings: ActSettings = ledger.act_settings
@@ -211,9 +212,12 @@ class Context:
         while True:
             started = time.time()
             self._in_step = key
+            self._nested_call = False
             try:
                 out = fn(*args, **kwargs)
             except Exception as exc:
+                if self._nested_call:
+                    raise  # a misuse of ctx, not the step's outcome: record nothing
                 ended = time.time()
                 if attempt < policy.attempts and policy.retries(exc):
                     delay = policy.delay(attempt)
@@ -360,6 +364,7 @@ class Context:
         if self.frozen is not None:
             raise self.frozen
         if self._in_step is not None:
+            self._nested_call = True
             raise CrashproofError(
                 f"ctx calls cannot be nested inside step {self._in_step!r}; "
                 "call them from the workflow function"
@@ -369,6 +374,13 @@ class Context:
         return self._done[self._cursor] if self._cursor < len(self._done) else None
 
     def _key_for(self, name: str) -> str:
+        if not isinstance(name, str) or not name or "#" in name:
+            # "turn#2" as a name would share its key (and an act's operation id) with
+            # the second call named "turn": two steps, one identity.
+            raise CrashproofError(
+                f"step name {name!r} is not allowed: use a non-empty string without '#' "
+                "(crashproof appends '#n' to repeated names to keep step keys unique)"
+            )
         n = self._counts.get(name, 0) + 1
         return name if n == 1 else f"{name}#{n}"
 
