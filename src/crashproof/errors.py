@@ -115,11 +115,20 @@ class RunConflict(CrashproofError):
 class RunFrozen(CrashproofError):
     """The run stopped in a state that needs a human (needs_review, awaiting_approval)."""
 
-    def __init__(self, run_id: str, status: str, reason: str, cause: Any = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        status: str,
+        reason: str,
+        cause: Any = None,
+        *,
+        evidence: dict[str, Any] | None = None,
+    ) -> None:
         self.run_id = run_id
         self.status = status
         self.reason = reason
-        self.cause = cause
+        self.cause = cause  # the error the workflow saw (NonDeterminismError, ...)
+        self.evidence = evidence
         super().__init__(f"run {run_id!r} is {status}: {reason}")
 
 

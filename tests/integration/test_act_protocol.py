@@ -297,3 +297,19 @@ def test_invalid_receipt_freezes_and_is_explained(
     info = ledger_at(tmp_path).get_run("r")
     assert info.status is cp.RunStatus.NEEDS_REVIEW
     assert target.count("executes", "r/create") == 1
+
+
+def test_refrozen_run_reports_the_same_cause_and_evidence(tmp_path: Path) -> None:
+    target = Target(tmp_path / "t.json")
+    state = target.state()
+    state["records"]["r/create"] = {"id": "rec-x", "digest": "f" * 64}
+    target.save(state)
+    with pytest.raises(cp.RunFrozen) as first:
+        ledger_at(tmp_path).run(make(TargetTool(target, ["lost"])), run_id="r")
+    with pytest.raises(cp.RunFrozen) as later:  # a new process asks again
+        ledger_at(tmp_path).run(make(TargetTool(target)), run_id="r")
+    assert type(later.value.cause) is type(first.value.cause) is cp.ReceiptConflict
+    assert str(later.value.cause) == str(first.value.cause)
+    assert later.value.evidence == first.value.evidence
+    assert later.value.evidence is not None
+    assert later.value.evidence["receipt"]["receipt_id"] == "rec-x"

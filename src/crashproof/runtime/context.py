@@ -64,6 +64,7 @@ class Context:
         self._in_step: str | None = None
         self._nested_call = False  # a ctx call was attempted inside the running step body
         self.frozen: CrashproofError | None = None
+        self.frozen_evidence: dict[str, Any] | None = None
         self.fencing_token: int | None = None
         self.act_settings: ActSettings = ledger.act_settings
 
@@ -333,10 +334,12 @@ class Context:
                     "reason": reason,
                     "evidence": evidence,
                     "retryable": retryable,
+                    "error": error_record(exc),
                 },
                 status=(RunStatus.NEEDS_REVIEW, reason),
             )
             self.frozen = exc
+            self.frozen_evidence = evidence
         raise exc
 
     def thaw(self) -> None:

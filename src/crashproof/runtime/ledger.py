@@ -12,6 +12,7 @@ from crashproof._faults import CrashPoints
 from crashproof.errors import (
     ActFailed,
     CrashproofError,
+    NonDeterminismError,
     PermanentError,
     RetryableError,
     RunConflict,
@@ -20,7 +21,13 @@ from crashproof.errors import (
     RunNotFound,
     UnknownWorkflow,
 )
-from crashproof.journal.codec import canonical_digest, decode, encode, error_record
+from crashproof.journal.codec import (
+    canonical_digest,
+    decode,
+    encode,
+    error_from_record,
+    error_record,
+)
 from crashproof.journal.fold import Replay, fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
 from crashproof.runtime.acts import ActSettings
@@ -280,7 +287,9 @@ class Ledger:
 
     def _frozen(self, run_id: str, ctx: Context) -> RunFrozen:
         cause = ctx.frozen
-        return RunFrozen(run_id, RunStatus.NEEDS_REVIEW.value, str(cause), cause)
+        return RunFrozen(
+            run_id, RunStatus.NEEDS_REVIEW.value, str(cause), cause, evidence=ctx.frozen_evidence
+        )
 
     def _commit(self, events: Sequence[Event], status: StatusChange | None) -> None:
         """Append to the journal, with crash points on each side of the commit."""
@@ -317,7 +326,13 @@ def _outcome(run_id: str, replay: Replay) -> Callable[[], Any] | None:
     reason = str(event.payload.get("reason", ""))
     evidence = event.payload.get("evidence")
 
+    # The cause is the same kind of error the workflow saw when the run froze.
+    recorded = event.payload.get("error")
+    cause = error_from_record(recorded) if isinstance(recorded, dict) else None
+    if isinstance(cause, NonDeterminismError):
+        cause.evidence = evidence or {}
+
     def frozen() -> Any:
-        raise RunFrozen(run_id, status, reason, evidence)
+        raise RunFrozen(run_id, status, reason, cause, evidence=evidence)
 
     return frozen
