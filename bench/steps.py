@@ -1,6 +1,6 @@
 """crashproof against the raw SQLite commit limit, on one disk, in one process.
 
-    .venv/bin/python bench/steps.py [--steps 2000] [--replay-steps 20000] [--repeats 3]
+    .venv/bin/python bench/steps.py [--steps 2000] [--replay-steps 20000] [--repeats 5]
                                     [--dir /tmp] [--profile]
 
 (a) raw SQLite: N single-row ``BEGIN IMMEDIATE; INSERT; COMMIT`` transactions, WAL,
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000, help="N commits / steps (2000)")
     parser.add_argument("--replay-steps", type=int, default=20000, help="recorded steps (20000)")
-    parser.add_argument("--repeats", type=int, default=3, help="repetitions, median kept (3)")
+    parser.add_argument("--repeats", type=int, default=5, help="repetitions, median kept (5)")
     parser.add_argument("--dir", default=None, help="parent of the temp dir (default: $TMPDIR)")
     parser.add_argument("--profile", action="store_true", help="cProfile one replay")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")

@@ -353,7 +353,7 @@ UNICODE_VALUES = [
 def test_unicode_values_round_trip(backend: Backend, value: Any) -> None:
     store = backend.store
     start(store, "r1")
-    unicode_event = replace(event("r1", 1, value), key="ключ#2", payload={"ü": "ß 🙂"})
+    unicode_event = event("r1", 1, value)._replace(key="ключ#2", payload={"ü": "ß 🙂"})
     store.append([unicode_event])
     loaded = store.load_events("r1")[1]
     assert loaded == unicode_event

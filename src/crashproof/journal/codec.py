@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Callable
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 import rfc8785
@@ -17,6 +19,7 @@ import rfc8785
 from crashproof.errors import SerializationError
 
 __all__ = [
+    "args_digest",
     "ascii_json",
     "canonical_digest",
     "decode",
@@ -31,11 +34,75 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_MAX_SAFE_INT = 2**53 - 1  # RFC 8785 / rfc8785: integers must be exact as IEEE doubles
+
+
+def _compact_encoder(*, sort_keys: bool) -> Callable[[Any], str]:
+    """Compact, NaN-refusing JSON encoding. ``json.dumps`` builds a new C encoder on
+    every call (about 4 us of a 6 us call for a small value); every journal write and
+    every replayed call encodes, so build it once. Falls back to the pure-Python
+    encoder where the C accelerator is missing."""
+    if c_make_encoder is None:  # pragma: no cover - CPython always has it
+        return json.JSONEncoder(
+            sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode
+
+    def _refuse(value: Any) -> Any:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+    # No cycle markers (building them costs as much as the encoding): a cyclic value
+    # ends in RecursionError, which callers report like any other non-JSON value.
+    make = c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", sort_keys, False, False)
+
+    def encode_one(value: Any) -> str:
+        return "".join(make(value, 0))
+
+    return encode_one
+
+
+_sorted_compact = _compact_encoder(sort_keys=True)
+_compact = _compact_encoder(sort_keys=False)
+
+
+def _is_plain(value: Any) -> bool:
+    """True when sorted, compact ``json.dumps`` is byte-for-byte RFC 8785 for ``value``:
+    ASCII strings (code-point order is UTF-16 order; both escape the same way), safe ints,
+    bools, None, and lists/tuples/str-keyed dicts of those. Floats (ECMAScript number
+    form), subclasses and anything else take the rfc8785 path. Iterative and bounded:
+    this runs for every recorded call on every replay."""
+    stack = [value]
+    budget = 4096  # nodes; bigger (or cyclic) values take the rfc8785 path
+    while stack:
+        budget -= 1
+        if budget < 0:
+            return False
+        v = stack.pop()
+        t = type(v)
+        if t is str:
+            if not v.isascii():
+                return False
+        elif t is int:
+            if not -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT:
+                return False
+        elif t is list or t is tuple:
+            stack.extend(v)
+        elif t is dict:
+            for k, item in v.items():
+                if type(k) is not str or not k.isascii():
+                    return False
+                stack.append(item)
+        elif v is not None and t is not bool:
+            return False
+    return True
+
+
 def canonical_digest(value: Any, *, what: str) -> str:
     """SHA-256 hex of the RFC 8785 canonical form of ``value``.
 
     ``what`` names the value in the error, e.g. "arguments of step 'plan'".
     """
+    if _is_plain(value):  # the common case, about 2x faster than rfc8785 (same bytes)
+        return sha256_hex(_sorted_compact(value).encode())
     try:
         return sha256_hex(rfc8785.dumps(value))
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
@@ -46,11 +113,38 @@ def canonical_digest(value: Any, *, what: str) -> str:
         ) from None
 
 
+def args_digest(args: tuple[Any, ...], kwargs: dict[str, Any], *, what: str) -> str:
+    """Digest of a call's arguments: ``canonical_digest({"args": [...], "kwargs": {...}})``.
+
+    Replay computes it for every recorded call, so positional arguments that are safe
+    ints, ASCII strings, bools or None (the usual case) are spelled out directly, in
+    exactly the bytes RFC 8785 gives them."""
+    if not kwargs:
+        parts = []
+        for arg in args:
+            t = type(arg)
+            if t is int and -_MAX_SAFE_INT <= arg <= _MAX_SAFE_INT:
+                parts.append(str(arg))
+            elif t is str and arg.isascii():
+                parts.append(encode_basestring(arg))
+            elif arg is None or t is bool:
+                parts.append(_LITERALS[arg])
+            else:
+                break
+        else:
+            text = '{"args":[' + ",".join(parts) + '],"kwargs":{}}'
+            return sha256_hex(text.encode())
+    return canonical_digest({"args": list(args), "kwargs": kwargs}, what=what)
+
+
+_LITERALS = {None: "null", True: "true", False: "false"}
+
+
 def encode(value: Any, *, what: str) -> str:
     """Compact JSON text for storage; a clear SerializationError otherwise."""
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = _compact(value)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(
             f"{what} is not JSON-serializable ({exc}); nothing was recorded. "
             "Return JSON values (dict, list, str, int, float, bool, None) — crashproof "
@@ -77,7 +171,21 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
 def decode(text: str | bytes) -> Any:
+    """Parse stored JSON. Calls the C scanner directly: ``json.loads`` adds about 1.5 us
+    of Python around it, and replay decodes twice per recorded call. Anything unusual
+    (bytes, whitespace, trailing data, invalid text) goes through ``json.loads``, which
+    also produces the proper error."""
+    if type(text) is str:
+        try:
+            value, end = _scan_once(text, 0)
+        except StopIteration:
+            return json.loads(text)
+        if end == len(text):
+            return value
     return json.loads(text)
 
 

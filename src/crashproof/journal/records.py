@@ -7,9 +7,10 @@ everything else (a run's status, its steps, its budget) is folded from it.
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+from crashproof.journal.codec import decode
 
 __all__ = [
     "Budget",
@@ -74,13 +75,14 @@ class EventType(enum.StrEnum):
     ACT_UNKNOWN = "act_unknown"  # the tool's outcome is unknown: reconcile before retrying
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    """One journal record.
+class Event(NamedTuple):
+    """One journal record (immutable; build it with keywords).
 
     ``payload`` holds the small, structured facts; ``value_json`` holds the
     (possibly large) recorded value as JSON text — a step's result, a model's
     response, a run's result. Stores keep large values once, content-addressed.
+    A NamedTuple rather than a frozen dataclass: replay builds one per recorded
+    call, and a frozen dataclass costs five times as much to construct.
     """
 
     run_id: str
@@ -88,12 +90,12 @@ class Event:
     type: EventType
     key: str | None
     payload: dict[str, Any]
-    value_json: str | None = None
     created_at: float
+    value_json: str | None = None
 
     @property
     def value(self) -> Any:
-        return None if self.value_json is None else json.loads(self.value_json)
+        return None if self.value_json is None else decode(self.value_json)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

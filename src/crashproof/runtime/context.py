@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from crashproof.errors import CrashproofError, NonDeterminismError
 from crashproof.journal.codec import (
+    args_digest,
     canonical_digest,
     decode,
     encode,
@@ -162,9 +163,7 @@ class Context:
         digest = (
             _EMPTY_ARGS
             if not args and not kwargs
-            else canonical_digest(
-                {"args": list(args), "kwargs": kwargs}, what=f"arguments of {kind} {key!r}"
-            )
+            else args_digest(args, kwargs, what=f"arguments of {kind} {key!r}")
         )
         recorded = self._peek()
         if recorded is not None:
