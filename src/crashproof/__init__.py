@@ -41,6 +41,7 @@ from crashproof.runtime.context import Context
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
 from crashproof.runtime.workflow import Workflow, workflow
+from crashproof.tools.outbox import Message, Outbox
 from crashproof.tools.port import Call, Receipt, Tool
 from crashproof.tools.workspace import Workspace
 
@@ -59,8 +60,10 @@ __all__ = [
     "LeaseHeld",
     "Ledger",
     "LedgerError",
+    "Message",
     "NonDeterminismError",
     "NotALedger",
+    "Outbox",
     "OutcomeUnknown",
     "PermanentError",
     "Receipt",

@@ -40,6 +40,8 @@ class Replay:
     failed_attempts: dict[str, list[Event]] = field(default_factory=dict)
     # Acts in flight: intent/unknown events of keys with no STEP_DONE yet.
     open_acts: dict[str, list[Event]] = field(default_factory=dict)
+    # Outbox acts committed but not yet delivered, in journal order.
+    undelivered: dict[str, Event] = field(default_factory=dict)
     outcome: Event | None = None  # the latest RUN_SUCCEEDED / RUN_FAILED / RUN_FROZEN
     next_seq: int = 0
 
@@ -60,6 +62,10 @@ def index_journal(events: Sequence[Event]) -> Replay:
             replay.done.append(event)
             if event.key is not None:
                 replay.open_acts.pop(event.key, None)
+                if "outbox" in event.payload:
+                    replay.undelivered[event.key] = event
+        elif kind is EventType.OUTBOX_DELIVERED and event.key is not None:
+            replay.undelivered.pop(event.key, None)
         elif kind is EventType.ATTEMPT_FAILED and event.key is not None:
             replay.failed_attempts.setdefault(event.key, []).append(event)
         elif kind in (EventType.ACT_INTENT, EventType.ACT_UNKNOWN) and event.key is not None:
@@ -111,6 +117,8 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
         for name in ("model", "usage", "cost", "operation_id", "intent_digest"):
             if p.get(name) is not None:
                 info[name] = p[name]
+        if "outbox" in p:
+            info["delivery"] = "delivered" if event.key not in replay.undelivered else "pending"
         if info["kind"] in _BUDGETED:
             steps_n += 1
         if info["kind"] is StepKind.DECIDE:

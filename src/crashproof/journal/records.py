@@ -73,6 +73,8 @@ class EventType(enum.StrEnum):
     RUN_THAWED = "run_thawed"  # a resume lifts a retryable freeze (e.g. lookup unavailable)
     ACT_INTENT = "act_intent"  # committed before a tool executes (one per attempt)
     ACT_UNKNOWN = "act_unknown"  # the tool's outcome is unknown: reconcile before retrying
+    OUTBOX_DELIVERED = "outbox_delivered"  # an outbox message reached its target
+    OUTBOX_FAILED = "outbox_failed"  # a delivery attempt failed; the message stays pending
 
 
 class Event(NamedTuple):
@@ -136,6 +138,7 @@ class StepInfo:
     model: str | None = None
     usage: dict[str, int] | None = None
     cost: float | None = None
+    delivery: str | None = None  # outbox acts: "pending" or "delivered"
 
     @property
     def duration(self) -> float | None:
@@ -197,6 +200,7 @@ class RunInfo:
                     "model": s.model,
                     "usage": s.usage,
                     "cost": s.cost,
+                    "delivery": s.delivery,
                 }
                 for s in self.steps
             ],

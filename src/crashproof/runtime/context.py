@@ -30,6 +30,7 @@ from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
 from crashproof.runtime.acts import ActSettings, intent_digest, perform_act
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
+from crashproof.runtime.outbox import deliver, enqueue
 from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class Context:
         self._cursor = 0
         self._failed_attempts = replay.failed_attempts
         self._open_acts = replay.open_acts
+        self._undelivered = replay.undelivered
         self._next_seq = replay.next_seq
         self._counts: dict[str, int] = {}
         self._patches: dict[str, bool] = {}
@@ -105,8 +107,13 @@ class Context:
         digest = intent_digest(tool, params, key)
         recorded = self._peek()
         if recorded is not None:
-            return self._replay(recorded, key, StepKind.ACT, digest)
+            result = self._replay(recorded, key, StepKind.ACT, digest)
+            if self._undelivered.pop(key, None) is not None:  # committed, never delivered
+                deliver(self.append_event, self.run_id, key, tool, params, digest)
+            return result
         self._check_open_acts(key)
+        if tool.deferred:
+            return enqueue(self, key, tool, params, digest)
         return perform_act(self, key, tool, params, digest, self._open_acts.pop(key, []))
 
     def now(self) -> dt.datetime:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,8 +32,11 @@ from crashproof.journal.fold import Replay, fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
 from crashproof.runtime.acts import ActSettings
 from crashproof.runtime.context import Context
+from crashproof.runtime.outbox import deliver
+from crashproof.runtime.reconcile import ActCheck, reconcile_events
 from crashproof.runtime.workflow import Workflow, make_workflow
 from crashproof.store.port import StatusChange, Store
+from crashproof.tools.port import Tool
 
 __all__ = ["DURABILITY_MODES", "Ledger", "open_store"]
 
@@ -202,6 +205,51 @@ class Ledger:
             fold_run(row, self._store.load_events(row.run_id))
             for row in self._store.list_runs(wanted)
         ]
+
+    def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
+        """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``
+        or ``needs_review`` per act (see ``crashproof.runtime.reconcile``). Read-only."""
+        if self._store.get_run(run_id) is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+        return reconcile_events(run_id, self._store.load_events(run_id), tools)
+
+    def dispatch_outbox(self, tools: Iterable[Tool]) -> int:
+        """Deliver the pending outbox messages of runs no process is driving (ended or
+        frozen; a running run delivers its own on resume). Returns how many were
+        delivered; failures stay pending and are journaled."""
+        by_name = {tool.name: tool for tool in tools}
+        delivered = 0
+        for row in self._store.list_runs():
+            if row.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
+                delivered += self._dispatch_run(row.run_id, by_name)
+        return delivered
+
+    def _dispatch_run(self, run_id: str, tools: dict[str, Tool]) -> int:
+        replay = index_journal(self._store.load_events(run_id))
+        next_seq = replay.next_seq
+
+        def append(type_: EventType, key: str, payload: dict[str, Any]) -> None:
+            nonlocal next_seq
+            event = Event(
+                run_id=run_id,
+                seq=next_seq,
+                type=type_,
+                key=key,
+                payload=payload,
+                created_at=time.time(),
+            )
+            self._commit((event,), None)
+            next_seq += 1
+
+        delivered = 0
+        for key, event in replay.undelivered.items():
+            outbox = event.payload["outbox"]
+            tool = tools.get(outbox["tool"])
+            if tool is not None and deliver(
+                append, run_id, key, tool, outbox["message"], event.payload["digest"]
+            ):
+                delivered += 1
+        return delivered
 
     def close(self) -> None:
         self._store.close()

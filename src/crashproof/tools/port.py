@@ -64,6 +64,7 @@ class Tool:
       target dedupes by key), so re-executing after a crash is safe.
     - ``honours_fencing``: the target rejects calls carrying a fencing token lower than
       the highest it has seen.
+    - ``deferred``: an outbox; see ``crashproof.tools.outbox``.
     """
 
     name: ClassVar[str] = "tool"
@@ -71,11 +72,19 @@ class Tool:
     supports_lookup: ClassVar[bool] = True
     idempotent_execute: ClassVar[bool] = False
     honours_fencing: ClassVar[bool] = False
+    # An outbox: the params are journaled as the step's result and ``execute`` delivers
+    # them after that commit, at least once, keyed by operation id (tools/outbox.py).
+    deferred: ClassVar[bool] = False
 
     def prepare(self, call: Call) -> dict[str, Any] | None:
         """Optional: compute what must be journaled with the intent (JSON), before it is
         committed. It comes back as ``call.prepared`` in execute and lookup, on every
         attempt and after any crash."""
+        return None
+
+    def target_of(self, call: Call) -> str | None:
+        """Optional: what this act changes (e.g. a file path), for tools whose later acts
+        overwrite earlier ones; reconciliation then checks only the last act per target."""
         return None
 
     def execute(self, call: Call) -> Receipt:

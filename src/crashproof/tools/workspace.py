@@ -83,6 +83,9 @@ class Workspace(Tool):
             "content": result,
         }
 
+    def target_of(self, call: Call) -> str | None:
+        return _prepared(call)["path"] if call.prepared else None
+
     def execute(self, call: Call) -> Receipt:
         prepared = _prepared(call)
         target = self.root / prepared["path"]
