@@ -16,8 +16,15 @@ from typing import Annotated, Any
 import typer
 
 from crashproof.cli.exitcodes import EXIT_CODES_TEXT, CliError, ExitCode, failure_for
-from crashproof.cli.loading import app_workflows, load_workflow, parse_args
-from crashproof.cli.render import console, emit_json, print_run, print_runs, run_summary
+from crashproof.cli.loading import app_tools, app_workflows, load_workflow, parse_args
+from crashproof.cli.render import (
+    console,
+    emit_json,
+    print_checks,
+    print_run,
+    print_runs,
+    run_summary,
+)
 from crashproof.cli.settings import DEFAULT_DB, ENV_DB, Settings, State, open_ledger, resolve
 from crashproof.errors import CrashproofError
 from crashproof.journal.records import RunStatus
@@ -244,6 +251,52 @@ def show_command(
         emit_json(info.to_json())
     else:
         print_run(console(), info)
+    return int(ExitCode.OK)
+
+
+@app.command("reconcile")
+def reconcile_command(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[RUN_ID]", show_default=False, help="The run to check (default: all)."
+        ),
+    ] = None,
+    app_modules: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--app",
+            metavar="MODULE",
+            show_default=False,
+            help="Module whose crashproof tools (Tool instances in its globals) answer the "
+            "lookups. Repeatable.",
+        ),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Compare every recorded receipt with the tool's own lookup (read-only).
+
+    Each act is confirmed, drifted (the world no longer matches the journal) or
+    needs_review (nobody can tell). Exit 0 when all are confirmed, 4 when any drifted,
+    3 when some need review.
+    """
+    settings = _settings(ctx, db, as_json, verbose)
+    tools = app_tools(app_modules or [])
+    with open_ledger(settings, create=False) as ledger:
+        run_ids = [run_id] if run_id is not None else [info.run_id for info in ledger.runs()]
+        checks = [check for rid in run_ids for check in ledger.reconcile(rid, tools)]
+    if settings.json:
+        emit_json([check.to_json() for check in checks])
+    else:
+        print_checks(console(), checks)
+    statuses = {check.status for check in checks}
+    if "drifted" in statuses:
+        return int(ExitCode.CONFLICT)
+    if "needs_review" in statuses:
+        return int(ExitCode.RUN_FROZEN)
     return int(ExitCode.OK)
 
 

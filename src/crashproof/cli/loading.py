@@ -18,8 +18,9 @@ from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.errors import CrashproofError
 from crashproof.journal.codec import canonical_digest
 from crashproof.runtime.workflow import RESERVED_PARAMS, Workflow
+from crashproof.tools.port import Tool
 
-__all__ = ["app_workflows", "import_module", "load_workflow", "parse_args", "workflows_in"]
+__all__ = ["app_tools", "app_workflows", "import_module", "load_workflow", "parse_args", "workflows_in"]
 
 _TARGET_HINT = "name it as MODULE:WORKFLOW, e.g. `crashproof run flows:upgrade --run-id ID`"
 _ARG_HINT = (
@@ -135,6 +136,17 @@ def app_workflows(module_names: Sequence[str]) -> list[Workflow[Any]]:
                 )
             by_name.setdefault(wf.name, (where, wf))
     return [wf for _, wf in by_name.values()]
+
+
+def app_tools(module_names: Sequence[str]) -> list[Tool]:
+    """Every Tool instance in the given modules' globals (``reconcile --app``)."""
+    tools: dict[str, Tool] = {}
+    for module_name in module_names:
+        module = import_module(module_name)
+        for obj in vars(module).values():
+            if isinstance(obj, Tool):
+                tools.setdefault(obj.name, obj)
+    return list(tools.values())
 
 
 def _reject_constant(name: str) -> Any:

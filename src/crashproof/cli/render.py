@@ -22,6 +22,7 @@ from rich.text import Text
 from crashproof.cli.exitcodes import Failure
 from crashproof.journal.fold import tokens_of
 from crashproof.journal.records import RunInfo, RunStatus, StepInfo, StepStatus
+from crashproof.runtime.reconcile import ActCheck
 
 __all__ = [
     "console",
@@ -261,3 +262,24 @@ def print_run(out: Console, info: RunInfo) -> None:
     if info.evidence is not None:
         parts.append(_json_panel("evidence", info.evidence, "yellow"))
     out.print(Group(*parts))
+
+
+def print_checks(out: Console, checks: Sequence[ActCheck]) -> None:
+    """The reconcile report: one row per recorded act."""
+    if not checks:
+        out.print("no recorded acts")
+        return
+    colours = {"confirmed": "green", "drifted": "red", "needs_review": "yellow"}
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("run", "step", "tool", "status", "detail"):
+        table.add_column(column)
+    for check in checks:
+        colour = colours.get(check.status, "white")
+        table.add_row(
+            Text(check.run_id),
+            Text(check.step),
+            Text(check.tool),
+            Text(check.status, style=colour),
+            Text(check.detail),
+        )
+    out.print(table)
