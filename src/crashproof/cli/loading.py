@@ -20,7 +20,14 @@ from crashproof.journal.codec import canonical_digest
 from crashproof.runtime.workflow import RESERVED_PARAMS, Workflow
 from crashproof.tools.port import Tool
 
-__all__ = ["app_tools", "app_workflows", "import_module", "load_workflow", "parse_args", "workflows_in"]
+__all__ = [
+    "app_tools",
+    "app_workflows",
+    "import_module",
+    "load_workflow",
+    "parse_args",
+    "workflows_in",
+]
 
 _TARGET_HINT = "name it as MODULE:WORKFLOW, e.g. `crashproof run flows:upgrade --run-id ID`"
 _ARG_HINT = (
