@@ -1,7 +1,8 @@
-"""Fixtures shared by the unit and contract suites: ledgers on a temporary SQLite file."""
+"""Fixtures shared by the suites: ledgers on a temporary SQLite file, and PostgreSQL."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,11 @@ import pytest
 import crashproof as cp
 
 LedgerFactory = Callable[..., cp.Ledger]
+
+# Every ledger the suite opens (and every child process it starts) seals its journal
+# with this key, so no test writes a key file into the user's config directory.
+TEST_KEY = "5e" * 32
+os.environ.setdefault("CRASHPROOF_KEY", TEST_KEY)
 
 
 @pytest.fixture
@@ -34,3 +40,28 @@ def open_ledger(db_path: Path) -> Iterator[LedgerFactory]:
     yield factory
     for ledger in opened:
         ledger.close()
+
+
+# -- PostgreSQL: one throwaway server per session, a fresh database per test ------------
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A PostgreSQL server started for this session (see tests/postgres_server.py).
+
+    Skips locally, fails in CI, when the server binaries are missing."""
+    import postgres_server  # imported here: only the PostgreSQL tests need psycopg
+
+    server = postgres_server.PostgresServer(postgres_server.require_bindir())
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> str:
+    """The URL of a new, empty database on the session's PostgreSQL server."""
+    url: str = pg_server.create_database()
+    return url

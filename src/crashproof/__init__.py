@@ -8,29 +8,40 @@ refusal instead. See the README for the guarantees and their limits.
 from crashproof._faults import CrashPoints
 from crashproof.errors import (
     ActFailed,
+    ApprovalRequired,
     CrashproofError,
     DriftError,
     IntegrityError,
+    JournalRolledBack,
+    JournalTampered,
+    KeyUnusable,
     LeaseHeld,
     LedgerError,
     NonDeterminismError,
     NotALedger,
     OutcomeUnknown,
     PermanentError,
+    PolicyMismatch,
+    PolicyViolation,
     ReceiptConflict,
     RetryableError,
     RunConflict,
     RunFailed,
     RunFrozen,
     RunNotFound,
+    RunStopped,
     SchemaTooNew,
     SerializationError,
     SimulatedCrash,
     StaleLeaseError,
+    UnknownKeyId,
     UnknownWorkflow,
+    WitnessMissing,
 )
+from crashproof.integrity.keys import Keyring
 from crashproof.journal.records import (
     Budget,
+    Limits,
     RunInfo,
     RunStatus,
     StepInfo,
@@ -39,7 +50,8 @@ from crashproof.journal.records import (
 )
 from crashproof.runtime.context import Context
 from crashproof.runtime.ledger import Ledger
-from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
+from crashproof.runtime.options import Decision, RetryPolicy, RunOptions, StepOptions
+from crashproof.runtime.policy import Policy
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
 from crashproof.tools.port import Call, Receipt, Tool
@@ -49,6 +61,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActFailed",
+    "ApprovalRequired",
     "Budget",
     "Call",
     "Context",
@@ -57,15 +70,23 @@ __all__ = [
     "Decision",
     "DriftError",
     "IntegrityError",
+    "JournalRolledBack",
+    "JournalTampered",
+    "KeyUnusable",
+    "Keyring",
     "LeaseHeld",
     "Ledger",
     "LedgerError",
+    "Limits",
     "Message",
     "NonDeterminismError",
     "NotALedger",
     "Outbox",
     "OutcomeUnknown",
     "PermanentError",
+    "Policy",
+    "PolicyMismatch",
+    "PolicyViolation",
     "Receipt",
     "ReceiptConflict",
     "RetryPolicy",
@@ -75,7 +96,9 @@ __all__ = [
     "RunFrozen",
     "RunInfo",
     "RunNotFound",
+    "RunOptions",
     "RunStatus",
+    "RunStopped",
     "SchemaTooNew",
     "SerializationError",
     "SimulatedCrash",
@@ -85,7 +108,9 @@ __all__ = [
     "StepOptions",
     "StepStatus",
     "Tool",
+    "UnknownKeyId",
     "UnknownWorkflow",
+    "WitnessMissing",
     "Workflow",
     "Workspace",
     "__version__",

@@ -7,11 +7,19 @@
     │   ├── NotALedger               the file/database is not a crashproof ledger
     │   └── SchemaTooNew             written by a newer crashproof
     ├── IntegrityError               stored data is corrupt, altered or inconsistent
+    │   ├── KeyUnusable              no key, a malformed key, a key file others can read
+    │   ├── UnknownKeyId             a record sealed with a key this keyring lacks
+    │   ├── JournalTampered          a record's MAC or chain does not verify
+    │   ├── JournalRolledBack        the journal is older than its witness says
+    │   └── WitnessMissing           a run has no witness row to compare with
     ├── SerializationError (+TypeError)   a value is not JSON; nothing was recorded
     ├── UnknownWorkflow              no registered workflow has that name
     ├── RunNotFound (+KeyError)      no run has that id
     ├── RunConflict                  a run id reused with another input
     ├── RunFrozen                    the run waits for a human (needs_review, ...)
+    ├── RunStopped                   the run stopped cleanly (a budget reached); resumable
+    ├── PolicyMismatch               resumed under another policy than the run recorded
+    ├── ApprovalRequired             an act's risk level needs an approval first
     ├── RunFailed                    the run ended in `failed`
     ├── NonDeterminismError          replay met a call the journal does not hold
     ├── ReceiptConflict              a tool's receipt disagrees with the journal
@@ -22,6 +30,7 @@
     ├── RetryableError               a tool says: not done, try again
     ├── PermanentError               a tool says: not done, never will be
     └── ActFailed                    a permanent failure, as the workflow sees it
+        └── PolicyViolation          an act outside the run's policy, refused unexecuted
 
     SimulatedCrash (BaseException)   raised by armed crash points; never caught
 """
@@ -32,26 +41,35 @@ from typing import Any
 
 __all__ = [
     "ActFailed",
+    "ApprovalRequired",
     "CrashproofError",
     "DriftError",
     "IntegrityError",
+    "JournalRolledBack",
+    "JournalTampered",
+    "KeyUnusable",
     "LeaseHeld",
     "LedgerError",
     "NonDeterminismError",
     "NotALedger",
     "OutcomeUnknown",
     "PermanentError",
+    "PolicyMismatch",
+    "PolicyViolation",
     "ReceiptConflict",
     "RetryableError",
     "RunConflict",
     "RunFailed",
     "RunFrozen",
     "RunNotFound",
+    "RunStopped",
     "SchemaTooNew",
     "SerializationError",
     "SimulatedCrash",
     "StaleLeaseError",
+    "UnknownKeyId",
     "UnknownWorkflow",
+    "WitnessMissing",
 ]
 
 
@@ -81,6 +99,27 @@ class SchemaTooNew(LedgerError):
 
 class IntegrityError(CrashproofError):
     """Stored data is corrupt, altered, or inconsistent with itself."""
+
+
+class KeyUnusable(IntegrityError):
+    """No usable journal key: missing, malformed, or in a file others can read."""
+
+
+class UnknownKeyId(IntegrityError):
+    """A record was sealed with a key that is not in this keyring (wrong key?)."""
+
+
+class JournalTampered(IntegrityError):
+    """A journal record fails its HMAC, or the chain of records is broken."""
+
+
+class JournalRolledBack(IntegrityError):
+    """The journal is behind (or forked from) what its generation witness recorded:
+    an older copy of the ledger was restored."""
+
+
+class WitnessMissing(IntegrityError):
+    """A run exists in the journal but not in the generation witness."""
 
 
 class SerializationError(CrashproofError, TypeError):
@@ -183,6 +222,58 @@ class PermanentError(CrashproofError):
 
 class ActFailed(CrashproofError):
     """A permanent tool failure, as the workflow sees it (recorded, replayed identically)."""
+
+
+class PolicyViolation(ActFailed):
+    """An act outside the run's policy (tool, contract version or scope): refused before
+    its intent was committed, so nothing executed. Journaled as the act's outcome and
+    raised identically on replay, whatever policy is in force then."""
+
+
+class ApprovalRequired(CrashproofError):
+    """An act whose risk level needs an approval: refused before its intent was committed;
+    the run waits in ``awaiting_approval`` with the pending act as evidence."""
+
+    def __init__(self, message: str, evidence: dict[str, Any] | None = None) -> None:
+        self.evidence = evidence or {}
+        super().__init__(message)
+
+
+class RunStopped(CrashproofError):
+    """The run stopped cleanly in ``stopped`` (``reason`` e.g. ``budget:tokens``) before
+    starting new work, with nothing in flight. ``budget`` is what it consumed
+    (``cp.Budget``), ``limits`` what it may (``cp.Limits``), ``wall_seconds`` the time
+    since its first start. Raise the limit and resume to continue."""
+
+    def __init__(
+        self,
+        run_id: str,
+        reason: str,
+        budget: Any = None,
+        limits: Any = None,
+        *,
+        wall_seconds: float = 0.0,
+        detail: str = "",
+    ) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        self.budget = budget
+        self.limits = limits
+        self.wall_seconds = wall_seconds
+        self.detail = detail
+        super().__init__(f"run {run_id!r} stopped: {reason}" + (f" ({detail})" if detail else ""))
+
+
+class PolicyMismatch(CrashproofError):
+    """A run is resumed under another policy (version or content) than the one it
+    recorded; nothing was executed. Deploy the recorded policy, or re-bind the run
+    explicitly (``Ledger.resume(run_id, rebind_policy=policy, by=...)``, journaled)."""
+
+    def __init__(self, run_id: str, recorded: str | None, offered: str | None, detail: str) -> None:
+        self.run_id = run_id
+        self.recorded = recorded  # the run's policy version (None: it has no policy)
+        self.offered = offered  # the version(s) this process offers (None: none)
+        super().__init__(detail)
 
 
 class SimulatedCrash(BaseException):

@@ -110,7 +110,7 @@ def test_module_with_a_missing_dependency(project: Path, cli: Cli) -> None:
     _assert_clear(result, ExitCode.USAGE, "no_such_dependency_xyz", "install")
 
 
-@pytest.mark.parametrize("url", ["postgres://host/db", "sqlite:///", "sqlite:///:memory:", "x"])
+@pytest.mark.parametrize("url", ["mysql://host/db", "sqlite:///", "sqlite:///:memory:", "x"])
 def test_bad_ledger_url(project: Path, cli: Cli, url: str) -> None:
     _assert_clear(cli("run", "flows:echo", "--run-id", "x", "--db", url), ExitCode.USAGE, "URL")
 

@@ -1,11 +1,14 @@
 """One contract for the storage port, run against every store implementation.
 
-To add a backend (PostgreSQL, ...), add one entry to ``BACKENDS``: a function that
-opens a fresh, empty store in a given directory and knows how to count its blobs.
+To add a backend, add one entry to ``BACKENDS``: a function that opens a fresh, empty
+store (in a given directory, or on a server it gets from a session fixture through
+``request``) and knows how to count its blobs. PostgreSQL runs on a server the tests
+start themselves (tests/postgres_server.py); it is skipped locally without the binaries.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import tempfile
@@ -43,12 +46,12 @@ class Backend:
     blob_count: Callable[[], int]
 
 
-def _memory(_directory: Path) -> Backend:
+def _memory(_request: pytest.FixtureRequest, _directory: Path) -> Backend:
     store = MemoryStore()
     return Backend(store, lambda: len(store.blobs))
 
 
-def _sqlite(directory: Path) -> Backend:
+def _sqlite(_request: pytest.FixtureRequest, directory: Path) -> Backend:
     path = directory / "contract.db"
     store = SQLiteStore(path, durability="normal")
 
@@ -62,15 +65,40 @@ def _sqlite(directory: Path) -> Backend:
     return Backend(store, blob_count)
 
 
-BACKENDS: dict[str, Callable[[Path], Backend]] = {
+def _postgres(request: pytest.FixtureRequest, _directory: Path) -> Backend:
+    from crashproof.store.postgres import PostgresStore  # needs psycopg: imported here
+
+    url = request.getfixturevalue("pg_url")  # a fresh database for every test
+    # Hypothesis opens a store per example within one test: the first one gets the default
+    # schema, each later one a fresh schema of its own (cheaper than a database each).
+    opened = request.node.stash.get(_PG_STORES, 0)
+    request.node.stash[_PG_STORES] = opened + 1
+    schema = "crashproof" if opened == 0 else f"crashproof_{opened}"
+    store = PostgresStore(url, durability="normal", schema=schema)
+    server = request.getfixturevalue("pg_server")
+
+    def blob_count() -> int:
+        # Another connection sees what was committed, nothing else.
+        return int(server.query(url, f"SELECT count(*) FROM {schema}.blobs")[0][0])
+
+    return Backend(store, blob_count)
+
+
+_PG_STORES = pytest.StashKey[int]()
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Backend]] = {
     "memory": _memory,
     "sqlite": _sqlite,
+    "postgres": _postgres,
 }
+# Each PostgreSQL example opens a pool and migrates a schema on a real server (~0.3 s):
+# fewer examples, same rules.
+MAX_EXAMPLES = {"postgres": 20}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    opened = BACKENDS[request.param](tmp_path)
+    opened = BACKENDS[request.param](request, tmp_path)
     yield opened
     opened.store.close()
 
@@ -388,7 +416,7 @@ STATUS = st.none() | st.tuples(st.sampled_from(RunStatus), st.none() | st.text(m
 class StoreMachine(RuleBasedStateMachine):
     """The store against a trivial model: a dict of journals and a dict of statuses."""
 
-    factory: Callable[[Path], Backend]
+    factory: Callable[[Path], Backend]  # a BACKENDS entry with the test's request bound
 
     def __init__(self) -> None:
         super().__init__()
@@ -470,14 +498,13 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
-def test_random_journals_round_trip(name: str) -> None:
-    machine = type(
-        f"StoreMachine_{name}", (StoreMachine,), {"factory": staticmethod(BACKENDS[name])}
-    )
+def test_random_journals_round_trip(name: str, request: pytest.FixtureRequest) -> None:
+    factory = functools.partial(BACKENDS[name], request)
+    machine = type(f"StoreMachine_{name}", (StoreMachine,), {"factory": staticmethod(factory)})
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=40,
+            max_examples=MAX_EXAMPLES.get(name, 40),
             stateful_step_count=12,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],

@@ -1,6 +1,12 @@
-"""A real child process killed by SIGKILL at every crash point of the 8-step patch
-scenario (each side of every journal commit) and inside a decision and a step body,
-then resumed in a fresh process-local ledger."""
+"""A real child process killed by SIGKILL at the crash points of the 8-step patch task
+(``crashproof.verify.patch_scenario``: each step a model decision, then an append to a real
+file through a Workspace), then resumed by a new Ledger object in this process and judged
+by the verifier: the reference's fingerprint, each line exactly once, and no recorded
+decision asked again (one lost before its commit is asked exactly once more).
+
+Every crash point of steps s0 and s6 (the seed's step that wrote its patch twice) and of
+the run's start and end is killed here; the demo and ``crashproof verify ... --mode
+subprocess`` cover all of them."""
 
 from __future__ import annotations
 
@@ -8,55 +14,88 @@ from pathlib import Path
 
 import pytest
 
-from crashproof.verify.demo import crash_and_resume, crash_points_of
-from crashproof.verify.patch_scenario import STEPS
+from crashproof.verify import Case, CaseKind, Reference, Verdict, run_case, run_reference
+from crashproof.verify.patch_scenario import PATCH_TASK, RUN_ID, STEPS
+from crashproof.verify.runner import recovery_candidates
 
-# 2 commits per step x 8 steps x 2 sides + run_started + run_succeeded, both sides.
-EXPECTED_POINTS = 2 * (2 * STEPS + 2)
+TARGET = "crashproof.verify.patch_scenario:PATCH_TASK"
+
+
+def expected_points() -> list[str]:
+    """Per step: the decision's commit, the intent's commit, the workspace's temp file
+    written and renamed, the receipt's commit; each commit seen from both sides."""
+    points = ["before_commit[run_started]", "after_commit[run_started]"]
+    for k in range(STEPS):
+        for label in (f"step_done:s{k}:plan", f"act_intent:s{k}"):
+            points += [f"before_commit[{label}]", f"after_commit[{label}]"]
+        points += [f"inside[act:s{k}:written]", f"inside[act:s{k}:renamed]"]
+        points += [f"before_commit[step_done:s{k}]", f"after_commit[step_done:s{k}]"]
+    return [*points, "before_commit[run_succeeded]", "after_commit[run_succeeded]"]
+
+
+POINTS = expected_points()
+KILLED = [
+    n
+    for n, point in enumerate(POINTS, start=1)
+    if "run_" in point or any(f":s{k}" in point for k in (0, 6))
+]
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], str, int, Path]:
-    root = tmp_path_factory.mktemp("patch")
-    points, fingerprint, calls = crash_points_of(root)
-    return points, fingerprint, calls, root
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    ref, rows = run_reference(PATCH_TASK, tmp_path_factory.mktemp("patch-ref"))
+    assert [r.verdict for r in rows] == [Verdict.SAME, Verdict.SAME], rows
+    return ref
 
 
-def test_reference_run_exposes_every_commit_boundary(reference: tuple[list[str], str, int, Path]):
-    points, _, calls, _ = reference
-    assert len(points) == EXPECTED_POINTS
-    assert points[0] == "before_commit[run_started]"
-    assert points[-1] == "after_commit[run_succeeded]"
-    assert calls == STEPS
+def test_reference_run_exposes_every_crash_window(reference: Reference) -> None:
+    assert list(reference.points) == POINTS
+    assert len(POINTS) == 8 * STEPS + 4
+    assert reference.effects == {f"{RUN_ID}/s{k}": 1 for k in range(STEPS)}
+    assert reference.model_calls == {f"s{k}:plan": 1 for k in range(STEPS)}
+    assert len(reference.fingerprint) == 64
 
 
-@pytest.mark.parametrize("n", range(1, EXPECTED_POINTS + 1))
-def test_sigkill_at_commit_boundary(n: int, reference: tuple[list[str], str, int, Path]) -> None:
-    points, fingerprint, _, root = reference
-    point = points[n - 1]
-    outcome = crash_and_resume(root, f"at:{n}", point)
-    assert outcome.killed, "the child must die by SIGKILL at the crash point"
-    assert outcome.fingerprint == fingerprint
-    lost = (
-        point[len("before_commit[step_done:") : -1] if "before_commit[step_done:" in point else None
-    )
-    # A decision is asked again only if the crash lost its answer before the commit.
-    assert outcome.reasked == ([lost] if lost and lost.endswith(":plan") else [])
-    assert outcome.model_calls == STEPS + (1 if lost and lost.endswith(":plan") else 0)
-    # A recorded step body never runs again; one whose commit was lost runs once more.
-    assert outcome.rerun == ([lost] if lost and lost.endswith(":apply") else [])
-
-
-@pytest.mark.parametrize("key", ["s0:plan", "s4:plan", "s7:plan", "s0:apply", "s6:apply"])
-def test_sigkill_inside_a_step(key: str, reference: tuple[list[str], str, int, Path]) -> None:
-    _, fingerprint, _, root = reference
-    outcome = crash_and_resume(root, f"inside:{key}", f"inside[{key}]")
-    assert outcome.killed
-    assert outcome.fingerprint == fingerprint
-    if key.endswith(":plan"):
-        assert outcome.reasked == [key]  # asked once more, and only once
-        assert outcome.model_calls == STEPS + 1
-        assert outcome.rerun == []
+@pytest.mark.parametrize("at", KILLED, ids=[POINTS[n - 1] for n in KILLED])
+def test_sigkill_at_crash_point(at: int, reference: Reference, tmp_path: Path) -> None:
+    point = POINTS[at - 1]
+    case = Case(kind=CaseKind.CRASH, at=at, point=point)
+    result = run_case(PATCH_TASK, reference, case, tmp_path, mode="subprocess", target=TARGET)
+    assert result.verdict is Verdict.SAME, result.reason
+    assert result.fingerprint == reference.fingerprint
+    assert result.extra_effects == {}
+    # A decision is asked again only if the kill fell between its answer and its commit.
+    lost = point[len("before_commit[step_done:") : -1] if point.endswith(":plan]") else None
+    if lost and point.startswith("before"):
+        assert result.reasked == (lost,)
+        assert result.model_calls == STEPS + 1
     else:
-        assert outcome.reasked == []
-        assert outcome.rerun == [key]
+        assert result.reasked == ()
+        assert result.model_calls == STEPS
+
+
+def test_sigkill_during_recovery(reference: Reference, tmp_path: Path) -> None:
+    point = "inside[act:s3:renamed]"  # the line is in the file, its receipt is not journaled
+    at = POINTS.index(point) + 1
+    single = run_case(
+        PATCH_TASK,
+        reference,
+        Case(kind=CaseKind.CRASH, at=at, point=point),
+        tmp_path / "single",
+        mode="subprocess",
+        target=TARGET,
+    )
+    assert single.verdict is Verdict.SAME, single.reason
+    for m in recovery_candidates(single.recovery_points)[:2]:
+        case = Case(
+            kind=CaseKind.DOUBLE_CRASH,
+            at=at,
+            point=point,
+            recovery_at=m,
+            recovery_point=single.recovery_points[m - 1],
+        )
+        directory = tmp_path / f"double-{m}"
+        directory.mkdir()
+        double = run_case(PATCH_TASK, reference, case, directory, mode="subprocess", target=TARGET)
+        assert double.verdict is Verdict.SAME, double.reason
+        assert double.fingerprint == reference.fingerprint

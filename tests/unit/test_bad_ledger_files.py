@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import crashproof as cp
+from crashproof.store.sqlite import SCHEMA_VERSION
 
 
 def snapshot(path: Path) -> dict[str, str]:
@@ -133,9 +134,9 @@ def test_a_ledger_from_a_newer_crashproof(tmp_path: Path) -> None:
         conn.commit()
     error = open_fails(path)
     assert isinstance(error, cp.SchemaTooNew)
-    assert (error.found, error.supported) == (999, 1)
+    assert (error.found, error.supported) == (999, SCHEMA_VERSION)
     assert "999" in str(error)
-    assert "up to 1" in str(error)
+    assert f"up to {SCHEMA_VERSION}" in str(error)
     assert "Upgrade crashproof" in str(error)
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from crashproof.errors import (
     CrashproofError,
     IntegrityError,
+    JournalRolledBack,
+    KeyUnusable,
     LeaseHeld,
     LedgerError,
     NotALedger,
@@ -21,7 +23,9 @@ from crashproof.errors import (
     RunNotFound,
     SchemaTooNew,
     StaleLeaseError,
+    UnknownKeyId,
     UnknownWorkflow,
+    WitnessMissing,
 )
 
 __all__ = ["EXIT_CODES_TEXT", "CliError", "ExitCode", "Failure", "failure_for"]
@@ -141,6 +145,27 @@ _RULES: tuple[_Rule, ...] = (
         LedgerError,
         ExitCode.LEDGER_UNUSABLE,
         "check the --db path, and that no other process holds the ledger locked",
+    ),
+    (
+        KeyUnusable,
+        ExitCode.LEDGER_UNUSABLE,
+        "set CRASHPROOF_KEY (hex) or CRASHPROOF_KEY_FILE (a file only its owner can read); "
+        "`crashproof keygen` makes one",
+    ),
+    (
+        UnknownKeyId,
+        ExitCode.LEDGER_UNUSABLE,
+        "open the ledger with the key it was written with (keep old keys in a Keyring)",
+    ),
+    (
+        WitnessMissing,
+        ExitCode.LEDGER_UNUSABLE,
+        "if you trust this journal: crashproof reanchor RUN_ID --by NAME",
+    ),
+    (
+        JournalRolledBack,
+        ExitCode.LEDGER_UNUSABLE,
+        "restore the newest copy of the ledger; an older one would redo recorded work",
     ),
     (
         IntegrityError,

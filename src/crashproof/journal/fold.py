@@ -11,6 +11,7 @@ from crashproof.journal.records import (
     Budget,
     Event,
     EventType,
+    Limits,
     RunInfo,
     RunRow,
     RunStatus,
@@ -19,9 +20,14 @@ from crashproof.journal.records import (
     StepStatus,
 )
 
-__all__ = ["Replay", "fold_run", "index_journal", "tokens_of"]
+__all__ = ["Replay", "fold_run", "index_journal", "spend", "tokens_of"]
 
-_TERMINAL = (EventType.RUN_SUCCEEDED, EventType.RUN_FAILED, EventType.RUN_FROZEN)
+_TERMINAL = (
+    EventType.RUN_SUCCEEDED,
+    EventType.RUN_FAILED,
+    EventType.RUN_FROZEN,
+    EventType.RUN_STOPPED,
+)
 _BUDGETED = (StepKind.STEP, StepKind.DECIDE, StepKind.ACT)
 _OPEN_STATUS = {
     EventType.ATTEMPT_FAILED: StepStatus.RUNNING,
@@ -42,8 +48,12 @@ class Replay:
     open_acts: dict[str, list[Event]] = field(default_factory=dict)
     # Outbox acts committed but not yet delivered, in journal order.
     undelivered: dict[str, Event] = field(default_factory=dict)
-    outcome: Event | None = None  # the latest RUN_SUCCEEDED / RUN_FAILED / RUN_FROZEN
+    outcome: Event | None = None  # the latest RUN_SUCCEEDED / _FAILED / _FROZEN / _STOPPED
     next_seq: int = 0
+    # The run's limits and policy binding as they stand now (run_started, then the
+    # latest budget_raised / policy_rebound); None when the run never had any.
+    limits: dict[str, Any] | None = None
+    policy: dict[str, Any] | None = None
 
 
 def index_journal(events: Sequence[Event]) -> Replay:
@@ -52,6 +62,8 @@ def index_journal(events: Sequence[Event]) -> Replay:
         run = events[0].run_id if events else "?"
         raise IntegrityError(f"run {run!r}: journal does not begin with run_started")
     replay = Replay(started=events[0], done=[])
+    replay.limits = events[0].payload.get("limits")
+    replay.policy = events[0].payload.get("policy")
     for expected, event in enumerate(events):
         if event.seq != expected:
             raise IntegrityError(
@@ -74,6 +86,10 @@ def index_journal(events: Sequence[Event]) -> Replay:
             replay.outcome = event
         elif kind is EventType.RUN_THAWED:
             replay.outcome = None
+        elif kind is EventType.BUDGET_RAISED:
+            replay.limits = event.payload["new"]
+        elif kind is EventType.POLICY_REBOUND:
+            replay.policy = event.payload["new"]
     replay.next_seq = len(events)
     return replay
 
@@ -88,12 +104,31 @@ def tokens_of(usage: dict[str, Any] | None) -> int:
     return sum(v for v in usage.values() if isinstance(v, int) and not isinstance(v, bool))
 
 
+def spend(budget: Budget, payload: dict[str, Any]) -> Budget:
+    """``budget`` plus what one recorded step (a STEP_DONE payload) consumed."""
+    kind = payload.get("kind")
+    if kind not in _BUDGETED:
+        return budget
+    if kind != StepKind.DECIDE:
+        return Budget(
+            steps=budget.steps + 1,
+            decisions=budget.decisions,
+            tokens=budget.tokens,
+            cost=budget.cost,
+        )
+    return Budget(
+        steps=budget.steps + 1,
+        decisions=budget.decisions + 1,
+        tokens=budget.tokens + tokens_of(payload.get("usage")),
+        cost=budget.cost + float(payload.get("cost") or 0.0),
+    )
+
+
 def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
     """The reader's view of a run: status from the index row, everything else from events."""
     replay = index_journal(events)
     steps: dict[str, dict[str, Any]] = {}
-    steps_n = decisions = tokens = 0
-    cost = 0.0
+    budget = Budget()
     for event in events:
         if event.key is None or event.type not in _STEP_EVENTS:
             continue
@@ -114,17 +149,12 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
                     info[name] = p[name]
             continue
         info["status"] = StepStatus(p["status"])
-        for name in ("model", "usage", "cost", "operation_id", "intent_digest"):
+        for name in ("model", "usage", "cost", "operation_id", "intent_digest", "failure"):
             if p.get(name) is not None:
                 info[name] = p[name]
         if "outbox" in p:
             info["delivery"] = "delivered" if event.key not in replay.undelivered else "pending"
-        if info["kind"] in _BUDGETED:
-            steps_n += 1
-        if info["kind"] is StepKind.DECIDE:
-            decisions += 1
-            tokens += tokens_of(p.get("usage"))
-            cost += float(p.get("cost") or 0.0)
+        budget = spend(budget, p)
     outcome = replay.outcome
     result = error = evidence = None
     if outcome is not None:
@@ -147,6 +177,8 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
         result=result,
         error=error,
         evidence=evidence,
-        budget=Budget(steps=steps_n, decisions=decisions, tokens=tokens, cost=cost),
+        budget=budget,
         steps=tuple(StepInfo(**info) for info in steps.values()),
+        limits=None if replay.limits is None else Limits.from_json(replay.limits),
+        policy=replay.policy,
     )

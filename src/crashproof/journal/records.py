@@ -7,15 +7,18 @@ everything else (a run's status, its steps, its budget) is folded from it.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from crashproof.journal.codec import decode
 
 __all__ = [
+    "BUDGET_KINDS",
     "Budget",
     "Event",
     "EventType",
+    "Limits",
     "RunInfo",
     "RunRow",
     "RunStatus",
@@ -75,6 +78,9 @@ class EventType(enum.StrEnum):
     ACT_UNKNOWN = "act_unknown"  # the tool's outcome is unknown: reconcile before retrying
     OUTBOX_DELIVERED = "outbox_delivered"  # an outbox message reached its target
     OUTBOX_FAILED = "outbox_failed"  # a delivery attempt failed; the message stays pending
+    RUN_STOPPED = "run_stopped"  # stopped cleanly before new work (a budget reached)
+    BUDGET_RAISED = "budget_raised"  # an operator raised the run's limits (who, old, new)
+    POLICY_REBOUND = "policy_rebound"  # an operator re-bound the run to another policy
 
 
 class Event(NamedTuple):
@@ -124,6 +130,82 @@ class Budget:
     cost: float = 0.0
 
 
+# The budget kinds, in the order they are checked; a stop's reason is "budget:<kind>".
+BUDGET_KINDS = ("steps", "decisions", "tokens", "cost", "wall_time")
+_LIMIT_FIELDS = {
+    "steps": "max_steps",
+    "decisions": "max_decisions",
+    "tokens": "max_tokens",
+    "cost": "max_cost",
+    "wall_time": "max_wall_seconds",
+}
+_INTEGRAL = ("steps", "decisions", "tokens")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """What a run may consume; None is unlimited. Recorded in the run's first record, so
+    every resume enforces the same limits; only a journaled raise changes them.
+
+    ``max_steps`` counts step, decide and act calls (not now/random/uuid); ``max_tokens``
+    and ``max_cost`` add up what decisions report (``cp.Decision(usage=, cost=)``);
+    ``max_wall_seconds`` is wall-clock time since the run first started, *including* time
+    the process was down or the run was stopped. Limits are checked before each new
+    call starts: steps and wall time gate every step, decision and act; decisions,
+    tokens and cost gate decisions only. The decision that crosses a token or cost limit
+    completes and counts (its usage is known only then); the run stops before the next.
+    """
+
+    max_steps: int | None = None
+    max_decisions: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    max_wall_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        for kind in BUDGET_KINDS:
+            value = self.get(kind)
+            if value is None:
+                continue
+            integral = kind in _INTEGRAL
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int if integral else (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                need = "a non-negative integer" if integral else "a non-negative number"
+                raise ValueError(f"Limits.{_LIMIT_FIELDS[kind]} must be {need} or None")
+
+    def get(self, kind: str) -> int | float | None:
+        """The limit of one budget kind (``"tokens"``, ...), None when unlimited."""
+        value: int | float | None = getattr(self, _LIMIT_FIELDS[kind])
+        return value
+
+    def with_limits(self, changes: dict[str, int | float | None]) -> Limits:
+        """A copy with the limits of some kinds replaced."""
+        unknown = set(changes) - set(BUDGET_KINDS)
+        if unknown:
+            raise ValueError(
+                f"unknown budget kind(s) {sorted(unknown)}; use {', '.join(BUDGET_KINDS)}"
+            )
+        fields: dict[str, Any] = {_LIMIT_FIELDS[kind]: self.get(kind) for kind in BUDGET_KINDS}
+        fields.update({_LIMIT_FIELDS[kind]: value for kind, value in changes.items()})
+        return Limits(**fields)
+
+    def to_json(self) -> dict[str, int | float | None]:
+        return {kind: self.get(kind) for kind in BUDGET_KINDS}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Limits:
+        return cls().with_limits(dict(data or {}))
+
+    @property
+    def active(self) -> bool:
+        """True when at least one limit is set."""
+        return any(self.get(kind) is not None for kind in BUDGET_KINDS)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepInfo:
     key: str
@@ -139,6 +221,7 @@ class StepInfo:
     usage: dict[str, int] | None = None
     cost: float | None = None
     delivery: str | None = None  # outbox acts: "pending" or "delivered"
+    failure: str | None = None  # failed steps: "permanent", "retryable", "policy", ...
 
     @property
     def duration(self) -> float | None:
@@ -163,6 +246,8 @@ class RunInfo:
     evidence: dict[str, Any] | None = None
     budget: Budget = field(default_factory=Budget)
     steps: tuple[StepInfo, ...] = ()
+    limits: Limits | None = None  # None: the run has no limits
+    policy: dict[str, Any] | None = None  # the bound policy: version, digest, identity
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready view for ``--json`` output and exports."""
@@ -185,6 +270,8 @@ class RunInfo:
                 "tokens": self.budget.tokens,
                 "cost": self.budget.cost,
             },
+            "limits": None if self.limits is None else self.limits.to_json(),
+            "policy": self.policy,
             "steps": [
                 {
                     "key": s.key,
@@ -201,6 +288,7 @@ class RunInfo:
                     "usage": s.usage,
                     "cost": s.cost,
                     "delivery": s.delivery,
+                    "failure": s.failure,
                 }
                 for s in self.steps
             ],

@@ -29,8 +29,10 @@ from crashproof.journal.codec import (
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
 from crashproof.runtime.acts import ActSettings, intent_digest, perform_act
+from crashproof.runtime.budget import Meter
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
 from crashproof.runtime.outbox import deliver, enqueue
+from crashproof.runtime.policy import Policy, admit_act
 from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ def _no_crash_point(name: str) -> None:
 T = TypeVar("T")
 
 _NO_RETRY = RetryPolicy(attempts=1)
+_BUDGETED = (StepKind.STEP, StepKind.DECIDE)  # acts are metered in ``act``
 # Digest of "no arguments", the common case, computed once.
 _EMPTY_ARGS = canonical_digest({"args": [], "kwargs": {}}, what="no arguments")
 
@@ -70,6 +73,9 @@ class Context:
         self.frozen_evidence: dict[str, Any] | None = None
         self.fencing_token: int | None = None
         self.act_settings: ActSettings = ledger.act_settings
+        # Budgets and policy: checked before new work only (runtime/budget.py, policy.py).
+        self.meter = Meter(replay)
+        self.policy: Policy | None = None
 
     # -- the public calls --------------------------------------------------
 
@@ -112,6 +118,10 @@ class Context:
                 deliver(self.append_event, self.run_id, key, tool, params, digest)
             return result
         self._check_open_acts(key)
+        if key not in self._open_acts:  # new work; an act in flight is reconciled first
+            self.meter.check(self, key, StepKind.ACT)
+            if self.policy is not None:
+                admit_act(self, key, tool, params, digest)
         if tool.deferred:
             return enqueue(self, key, tool, params, digest)
         return perform_act(self, key, tool, params, digest, self._open_acts.pop(key, []))
@@ -176,6 +186,8 @@ class Context:
         if recorded is not None:
             return self._replay(recorded, key, kind, digest)
         self._check_open_acts(key)
+        if kind in _BUDGETED and key not in self._failed_attempts:  # not a retry in progress
+            self.meter.check(self, key, kind)
         return self._run_live(kind, key, fn, args, kwargs, digest, options)
 
     def _replay(self, recorded: Event, key: str, kind: StepKind, digest: str) -> Any:
@@ -418,6 +430,8 @@ class Context:
         )
         self._ledger._commit((event,), status)
         self._next_seq += 1
+        if type_ is EventType.STEP_DONE:
+            self.meter.count(payload)
 
     def finish(self, type_: EventType, payload: dict[str, Any], value_json: str | None) -> None:
         """Record the run's outcome (used by the ledger once the workflow returns)."""

@@ -11,7 +11,10 @@ from typing import Any, TypeVar
 from crashproof._faults import CrashPoints
 from crashproof.errors import (
     ActFailed,
+    ApprovalRequired,
     CrashproofError,
+    IntegrityError,
+    LedgerError,
     NonDeterminismError,
     PermanentError,
     RetryableError,
@@ -19,8 +22,12 @@ from crashproof.errors import (
     RunFailed,
     RunFrozen,
     RunNotFound,
+    RunStopped,
     UnknownWorkflow,
 )
+from crashproof.integrity.keys import Keyring, resolve_keyring
+from crashproof.integrity.seal import Sealer
+from crashproof.integrity.witness import SQLiteWitness, Witness, compare
 from crashproof.journal.codec import (
     canonical_digest,
     decode,
@@ -31,11 +38,14 @@ from crashproof.journal.codec import (
 from crashproof.journal.fold import Replay, fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
 from crashproof.runtime.acts import ActSettings
+from crashproof.runtime.binding import OperatorChanges, bind_run, ended_run, start_fields
 from crashproof.runtime.context import Context
+from crashproof.runtime.options import RunOptions
 from crashproof.runtime.outbox import deliver
+from crashproof.runtime.policy import Policy
 from crashproof.runtime.reconcile import ActCheck, reconcile_events
 from crashproof.runtime.workflow import Workflow, make_workflow
-from crashproof.store.port import StatusChange, Store
+from crashproof.store.port import RecordSealer, StatusChange, Store
 from crashproof.tools.port import Tool
 
 __all__ = ["DURABILITY_MODES", "Ledger", "open_store"]
@@ -53,8 +63,9 @@ DURABILITY_MODES = ("full", "normal")
 _WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
 
 
-def open_store(url: str, *, durability: str = "full") -> Store:
-    """A store from a URL: ``sqlite:///relative.db``, ``sqlite:////abs.db``, ``memory://``."""
+def open_store(url: str, *, durability: str = "full", sealer: RecordSealer | None = None) -> Store:
+    """A store from a URL: ``sqlite:///relative.db``, ``sqlite:////abs.db``, ``memory://``,
+    ``postgresql://user:password@host:port/dbname[?schema=NAME]`` (or ``postgres://``)."""
     if durability not in DURABILITY_MODES:
         raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
     if url == "memory://":
@@ -67,12 +78,34 @@ def open_store(url: str, *, durability: str = "full") -> Store:
         path = url[len("sqlite:///") :]  # "sqlite:////abs" leaves "/abs"
         if not path or path == ":memory:":
             raise ValueError("sqlite URLs need a file path: sqlite:///runs.db")
-        return SQLiteStore(Path(path), durability=durability)
+        return SQLiteStore(Path(path), durability=durability, sealer=sealer)
+    if url.startswith(("postgresql://", "postgres://")):
+        try:  # imported here: `import crashproof` must work without psycopg
+            from crashproof.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise LedgerError(
+                f"PostgreSQL ledgers need psycopg ({exc}); "
+                "install them with: pip install 'crashproof[postgres]'"
+            ) from None
+        return PostgresStore(url, durability=durability, sealer=sealer)
     scheme = url.split(":", 1)[0]
     raise ValueError(
-        f"unsupported ledger URL {url!r} (scheme {scheme!r}); "
-        "use sqlite:///path.db (relative), sqlite:////abs/path.db, or memory://"
+        f"unsupported ledger URL (scheme {scheme!r}); use sqlite:///path.db (relative), "
+        "sqlite:////abs/path.db, postgresql://user:password@host/dbname, or memory://"
     )
+
+
+def _sqlite_path(url: str) -> Path | None:
+    return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+
+
+def _default_witness(url: str) -> Witness | None:
+    """A separate file beside a SQLite ledger (``runs.db.witness``). An in-memory ledger
+    has nothing that could be rolled back, so it has no witness."""
+    path = _sqlite_path(url)
+    if path is None:
+        return None
+    return SQLiteWitness(path.with_name(path.name + ".witness"))
 
 
 class Ledger:
@@ -89,11 +122,24 @@ class Ledger:
         store: Store | None = None,
         crash_points: CrashPoints | None = None,
         act_settings: ActSettings | None = None,
+        key: bytes | str | Keyring | None = None,
+        witness: Witness | None = None,
     ) -> None:
+        """``key``: the journal key or keyring (default: ``CRASHPROOF_KEY``,
+        ``CRASHPROOF_KEY_FILE``, else a key file generated once in the user's config
+        directory); ``witness``: where generations are mirrored (default: a file beside
+        a SQLite ledger; none for ``memory://`` or a ``store=`` given without one)."""
         self.url = url
         self.durability = durability
-        self._store = store if store is not None else open_store(url, durability=durability)
+        if store is None:
+            durable = url.startswith(("sqlite:///", "postgresql://", "postgres://"))
+            sealer = Sealer(resolve_keyring(key)) if durable else None
+            store = open_store(url, durability=durability, sealer=sealer)
+            witness = witness or _default_witness(url)
+        self._store = store
+        self._witness = witness
         self._workflows: dict[str, Workflow[Any]] = {}
+        self._policies: dict[str, Policy] = {}  # by version: runs find theirs on resume
         self.crash_points = crash_points
         self.act_settings = act_settings or ActSettings()
 
@@ -121,13 +167,43 @@ class Ledger:
     def workflows(self) -> dict[str, Workflow[Any]]:
         return dict(self._workflows)
 
+    def register_policy(self, policy: Policy) -> Policy:
+        """Make ``policy`` available to runs bound to its version (resumes find the policy
+        a run recorded here). One content per version: changed rules need a new version."""
+        if not isinstance(policy, Policy):
+            raise TypeError(f"register_policy expects a cp.Policy, not {type(policy).__name__}")
+        known = self._policies.get(policy.version)
+        if known is not None and known.digest != policy.digest:
+            raise CrashproofError(
+                f"policy version {policy.version!r} is already registered with other rules "
+                f"(digest {known.digest}, now {policy.digest}); give changed rules a new version"
+            )
+        self._policies[policy.version] = policy
+        return policy
+
+    @property
+    def policies(self) -> dict[str, Policy]:
+        return dict(self._policies)
+
     # -- running -----------------------------------------------------------
 
-    def run(self, wf: Workflow[R] | str, /, *, run_id: str, **input: Any) -> R:
+    def run(
+        self,
+        wf: Workflow[R] | str,
+        /,
+        *,
+        run_id: str,
+        options: RunOptions | None = None,
+        **input: Any,
+    ) -> R:
         """Start the run ``run_id`` or, if it exists with the same input, resume it to
         completion; returns the workflow's result. The same run id with another input
-        raises RunConflict and starts nothing."""
+        raises RunConflict and starts nothing. ``options``: the run's ``cp.Limits`` and
+        ``cp.Policy``, recorded at start (a budget reached raises RunStopped)."""
         workflow = self._resolve(wf)
+        options_record = start_fields(options)
+        if options is not None and options.policy is not None:
+            self.register_policy(options.policy)
         if not isinstance(run_id, str) or not run_id:
             raise ValueError("run_id must be a non-empty string")
         workflow.bind_input(input)
@@ -154,29 +230,49 @@ class Ledger:
                 "workflow": workflow.name,
                 "version": workflow.version,
                 "input_digest": digest,
+                **options_record,
             },
             value_json=input_json,
             created_at=now,
         )
+        if self._witness is not None and self._store.get_run(run_id) is None:
+            self._witness.start(run_id)  # generation 0, before the run's first commit
         self._hit("before_commit", first)
         existing = self._store.create_run(row, first)
         if existing is None:
             self._hit("after_commit", first)
+            if self._witness is not None:
+                self._witness.advance(run_id, 1)
             log.info("run started", extra={"run_id": run_id, "workflow": workflow.name})
-            return self._drive(workflow, run_id)  # type: ignore[no-any-return]
+            return self._drive(workflow, run_id, options)  # type: ignore[no-any-return]
         if existing.input_digest != digest:
             raise RunConflict(run_id, existing.input_digest, digest)
-        return self._drive(workflow, run_id)  # type: ignore[no-any-return]
+        return self._drive(workflow, run_id, options)  # type: ignore[no-any-return]
 
-    def resume(self, run_id: str) -> Any:
-        """Resume a run to completion in this process; returns its result."""
+    def resume(
+        self,
+        run_id: str,
+        *,
+        raise_budget: dict[str, int | float | None] | None = None,
+        rebind_policy: Policy | None = None,
+        by: str | None = None,
+    ) -> Any:
+        """Resume a run to completion in this process; returns its result.
+
+        ``raise_budget``: new, higher limits by kind (``{"tokens": 5000}``; None lifts
+        one), e.g. to continue a run stopped at a budget. ``rebind_policy``: bind the run
+        to another policy (version). Both are journaled as operator decisions: ``by``
+        (default: the OS user), host, time, old and new values."""
+        changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
         row = self._store.get_run(run_id)
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.url}")
+        if changes and row.status.terminal:
+            raise ended_run(run_id, row.status.value)
         workflow = self._workflows.get(row.workflow)
         if workflow is None and (row.status.terminal or row.status.frozen):
             # An ended or frozen run answers from its journal; its code is not needed.
-            replay = index_journal(self._store.load_events(run_id))
+            replay = index_journal(self._journal(run_id))
             finished = _outcome(run_id, replay)
             if finished is not None and not (
                 replay.outcome and replay.outcome.payload.get("retryable")
@@ -189,29 +285,26 @@ class Ledger:
                 f"here (registered: {known}); nothing was changed. Import the module that "
                 "defines it (CLI: --app MODULE)."
             )
-        return self._drive(workflow, run_id)
+        return self._drive(workflow, run_id, changes=changes)
 
     def get_run(self, run_id: str) -> RunInfo:
         """Everything known about a run, folded from its journal."""
         row = self._store.get_run(run_id)
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.url}")
-        return fold_run(row, self._store.load_events(run_id))
+        return fold_run(row, self._journal(run_id))
 
     def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
         """All runs, oldest first, optionally only those of one status."""
         wanted = RunStatus(status) if status is not None else None
-        return [
-            fold_run(row, self._store.load_events(row.run_id))
-            for row in self._store.list_runs(wanted)
-        ]
+        return [fold_run(row, self._journal(row.run_id)) for row in self._store.list_runs(wanted)]
 
     def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
         """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``
         or ``needs_review`` per act (see ``crashproof.runtime.reconcile``). Read-only."""
         if self._store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.url}")
-        return reconcile_events(run_id, self._store.load_events(run_id), tools)
+        return reconcile_events(run_id, self._journal(run_id), tools)
 
     def dispatch_outbox(self, tools: Iterable[Tool]) -> int:
         """Deliver the pending outbox messages of runs no process is driving (ended or
@@ -225,7 +318,7 @@ class Ledger:
         return delivered
 
     def _dispatch_run(self, run_id: str, tools: dict[str, Tool]) -> int:
-        replay = index_journal(self._store.load_events(run_id))
+        replay = index_journal(self._journal(run_id))
         next_seq = replay.next_seq
 
         def append(type_: EventType, key: str, payload: dict[str, Any]) -> None:
@@ -251,8 +344,46 @@ class Ledger:
                 delivered += 1
         return delivered
 
+    def check(self, run_id: str | None = None) -> list[tuple[str, str | None]]:
+        """Verify every record of every run (or one run): MAC, chain, sequence, witness.
+        Returns ``(run_id, None)`` for each sound run and ``(run_id, problem)`` for each
+        other one; never raises for a bad run, never writes."""
+        if run_id is not None and self._store.get_run(run_id) is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+        ids = [run_id] if run_id is not None else [r.run_id for r in self._store.list_runs()]
+        report: list[tuple[str, str | None]] = []
+        for rid in ids:
+            try:
+                index_journal(self._journal(rid))
+            except IntegrityError as exc:
+                report.append((rid, f"{type(exc).__name__}: {exc}"))
+            else:
+                report.append((rid, None))
+        return report
+
+    def reanchor(self, run_id: str, *, by: str) -> int:
+        """Trust a run's journal as it is now: set its witness to the journal's
+        generation. An explicit, logged operator action (after a witness was lost, or a
+        journal deliberately restored); the journal must still verify."""
+        if not by:
+            raise ValueError("reanchor needs by=NAME: who takes responsibility")
+        events = self._store.load_events(run_id)  # MACs and chain still verified
+        if not events:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+        if self._witness is None:
+            raise ValueError(f"ledger {self.url} has no generation witness to re-anchor")
+        before = self._witness.get(run_id)
+        self._witness.reset(run_id, len(events))
+        log.warning(
+            "witness re-anchored",
+            extra={"run_id": run_id, "by": by, "from": before, "to": len(events)},
+        )
+        return len(events)
+
     def close(self) -> None:
         self._store.close()
+        if self._witness is not None:
+            self._witness.close()
 
     def __enter__(self) -> Ledger:
         return self
@@ -275,8 +406,15 @@ class Ledger:
             )
         return self.register(wf)
 
-    def _drive(self, workflow: Workflow[Any], run_id: str) -> Any:
-        events = self._store.load_events(run_id)
+    def _drive(
+        self,
+        workflow: Workflow[Any],
+        run_id: str,
+        options: RunOptions | None = None,
+        *,
+        changes: OperatorChanges | None = None,
+    ) -> Any:
+        events = self._journal(run_id, owner=True)
         replay = index_journal(events)
         started = replay.started.payload
         if started.get("version") != workflow.version:
@@ -286,12 +424,21 @@ class Ledger:
                 f"{workflow.version!r}; nothing was changed. Deploy a worker that still "
                 "registers the old version to finish it."
             )
+        replay, policy = bind_run(
+            run_id,
+            events,
+            replay,
+            options=options,
+            changes=changes,
+            policies=self._policies,
+            commit=self._commit,
+        )
         ctx = Context(self, run_id, replay)
+        ctx.policy = policy
         outcome = replay.outcome
-        if (
-            outcome is not None
-            and outcome.type is EventType.RUN_FROZEN
-            and outcome.payload.get("retryable")
+        if outcome is not None and (
+            outcome.type is EventType.RUN_STOPPED  # bind_run found the budget raised
+            or (outcome.type is EventType.RUN_FROZEN and outcome.payload.get("retryable"))
         ):
             ctx.thaw()  # e.g. a lookup was unavailable: this resume looks again
         else:
@@ -333,20 +480,45 @@ class Ledger:
         except CrashproofError:
             raise self._frozen(run_id, ctx) from None
 
-    def _frozen(self, run_id: str, ctx: Context) -> RunFrozen:
+    def _frozen(self, run_id: str, ctx: Context) -> CrashproofError:
         cause = ctx.frozen
-        return RunFrozen(
-            run_id, RunStatus.NEEDS_REVIEW.value, str(cause), cause, evidence=ctx.frozen_evidence
+        if isinstance(cause, RunStopped):  # a clean stop (a budget), not a freeze
+            return RunStopped(
+                run_id,
+                cause.reason,
+                cause.budget,
+                cause.limits,
+                wall_seconds=cause.wall_seconds,
+                detail=cause.detail,
+            )
+        status = (
+            RunStatus.AWAITING_APPROVAL
+            if isinstance(cause, ApprovalRequired)
+            else RunStatus.NEEDS_REVIEW
         )
+        return RunFrozen(run_id, status.value, str(cause), cause, evidence=ctx.frozen_evidence)
 
     def _commit(self, events: Sequence[Event], status: StatusChange | None) -> None:
-        """Append to the journal, with crash points on each side of the commit."""
-        if self.crash_points is None:
-            self._store.append(events, status)
-            return
-        self._hit("before_commit", events[0])
+        """Append to the journal, with crash points on each side of the commit, then
+        mirror the new generation in the witness (a crash in between is caught up by
+        the next resume)."""
+        if self.crash_points is not None:
+            self._hit("before_commit", events[0])
         self._store.append(events, status)
-        self._hit("after_commit", events[0])
+        if self.crash_points is not None:
+            self._hit("after_commit", events[0])
+        if self._witness is not None:
+            self._witness.advance(events[0].run_id, events[-1].seq + 1)
+
+    def _journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
+        """A run's journal, every record's MAC and the chain verified by the store, and
+        its generation checked against the witness. ``owner``: the caller is about to
+        drive the run, so a journal ahead of its witness rolls the witness forward."""
+        events = self._store.load_events(run_id)
+        witness = self._witness
+        if witness is not None and compare(run_id, len(events), witness.get(run_id)) and owner:
+            witness.advance(run_id, len(events))
+        return events
 
     def _hit(self, side: str, event: Event) -> None:
         points = self.crash_points

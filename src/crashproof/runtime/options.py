@@ -6,7 +6,10 @@ import random as _random
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Decision", "RetryPolicy", "StepOptions"]
+from crashproof.journal.records import Limits
+from crashproof.runtime.policy import Policy
+
+__all__ = ["Decision", "RetryPolicy", "RunOptions", "StepOptions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +62,25 @@ class StepOptions:
     """Per-call options for ``ctx.step`` / ``ctx.decide`` (``options=`` is reserved)."""
 
     retry: RetryPolicy | None = field(default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """Per-run options for ``Ledger.run(..., options=cp.RunOptions(...))`` (the workflow
+    parameter name ``options`` is reserved for it).
+
+    ``limits``: a ``cp.Limits`` budget, enforced before each new step (see
+    ``crashproof.runtime.budget``). ``policy``: a ``cp.Policy`` every act must pass (see
+    ``crashproof.runtime.policy``). Both are recorded in the run's first record, so every
+    resume enforces the same ones; they change only by journaled operator actions
+    (``Ledger.resume(run_id, raise_budget=..., rebind_policy=..., by=...)``).
+    """
+
+    limits: Limits | None = None
+    policy: Policy | None = None
+
+    def __post_init__(self) -> None:
+        if self.limits is not None and not isinstance(self.limits, Limits):
+            raise TypeError(f"RunOptions.limits must be a cp.Limits, not {self.limits!r}")
+        if self.policy is not None and not isinstance(self.policy, Policy):
+            raise TypeError(f"RunOptions.policy must be a cp.Policy, not {self.policy!r}")

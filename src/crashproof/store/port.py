@@ -11,12 +11,49 @@ from typing import Protocol
 
 from crashproof.journal.records import Event, RunRow, RunStatus
 
-__all__ = ["BLOB_THRESHOLD", "Store", "StatusChange"]
+__all__ = ["BLOB_THRESHOLD", "GENESIS", "RecordSealer", "StatusChange", "Store"]
 
 # Values at least this long (in bytes of JSON) are stored once, content-addressed.
 BLOB_THRESHOLD = 1024
 
 StatusChange = tuple[RunStatus, str | None]
+
+GENESIS = ""  # the "previous MAC" of a run's first record
+
+
+class RecordSealer(Protocol):
+    """What a store needs to seal records with an HMAC chain and check them on read
+    (crashproof.integrity.seal.Sealer). Stores see only this port, never the keys."""
+
+    def seal(
+        self,
+        run_id: str,
+        seq: int,
+        type_: str,
+        key: str | None,
+        payload: str,
+        value: str | None,
+        created_at: float,
+        prev_mac: str,
+    ) -> tuple[str, str]:
+        """(key id, MAC) over exactly the bytes to be stored, chained to ``prev_mac``."""
+        ...
+
+    def verify(
+        self,
+        run_id: str,
+        seq: int,
+        type_: str,
+        key: str | None,
+        payload: str,
+        value: str | None,
+        created_at: float,
+        prev_mac: str,
+        key_id: str | None,
+        mac: str | None,
+    ) -> None:
+        """Raise (an IntegrityError) unless the record is exactly what was sealed."""
+        ...
 
 
 class Store(Protocol):

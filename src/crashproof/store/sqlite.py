@@ -28,7 +28,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import ascii_json, decode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
-from crashproof.store.port import BLOB_THRESHOLD, StatusChange
+from crashproof.store.port import BLOB_THRESHOLD, GENESIS, RecordSealer, StatusChange
 from crashproof.store.sql import load_migrations, load_queries
 
 __all__ = ["SQLiteStore"]
@@ -45,14 +45,22 @@ class SQLiteStore:
     """A ledger in one SQLite file. Thread-safe: one connection behind a lock."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *, durability: str = "full", busy_timeout: float = 5.0
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "full",
+        busy_timeout: float = 5.0,
+        sealer: RecordSealer | None = None,
     ) -> None:
+        """``sealer``: seal every record with an HMAC chain and verify it on every read
+        (the Ledger always passes one; the bare store is also usable without)."""
         if durability not in _SYNCHRONOUS:
             raise ValueError(
                 f"durability must be one of {sorted(_SYNCHRONOUS)}, not {durability!r}"
             )
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._sealer = sealer
         _check_file(self.path)
         try:
             self._conn = sqlite3.connect(
@@ -141,7 +149,7 @@ class SQLiteStore:
             if cur.rowcount == 0:
                 existing = conn.execute(_Q["get_run"], (row.run_id,)).fetchone()
                 return _row(existing)
-            self._insert_events(conn, (first,))
+            self._insert_events(conn, (first,), GENESIS)
             return None
 
     def get_run(self, run_id: str) -> RunRow | None:
@@ -161,9 +169,15 @@ class SQLiteStore:
         with self._lock, self._errors():
             rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
         events = []
-        for seq, type_, key, payload, value, blob, created_at in rows:
+        sealer, prev_mac = self._sealer, GENESIS
+        for seq, type_, key, payload, value, blob, created_at, key_id, mac in rows:
             if blob is not None and value is None:
                 raise IntegrityError(f"run {run_id!r} event {seq}: blob {blob} is missing")
+            if sealer is not None:  # verified before anything parses it
+                sealer.verify(
+                    run_id, seq, type_, key, payload, value, created_at, prev_mac, key_id, mac
+                )
+                prev_mac = mac
             try:
                 # Positional _make: replay builds one Event per recorded call.
                 events.append(
@@ -192,7 +206,7 @@ class SQLiteStore:
                         "of order; another writer is appending to this run. Nothing of this "
                         "write was kept."
                     )
-            self._insert_events(conn, events)
+            self._insert_events(conn, events, found[1] or GENESIS)
             if status is not None:
                 conn.execute(
                     _Q["set_status"],
@@ -205,9 +219,25 @@ class SQLiteStore:
 
     # -- internals ---------------------------------------------------------
 
-    def _insert_events(self, conn: sqlite3.Connection, events: Sequence[Event]) -> None:
+    def _insert_events(
+        self, conn: sqlite3.Connection, events: Sequence[Event], prev_mac: str
+    ) -> None:
         try:
             for event in events:
+                payload = _encode_payload(event.payload)
+                key_id = mac = None
+                if self._sealer is not None:  # sealed over exactly the bytes stored
+                    key_id, mac = self._sealer.seal(
+                        event.run_id,
+                        event.seq,
+                        event.type.value,
+                        event.key,
+                        payload,
+                        event.value_json,
+                        event.created_at,
+                        prev_mac,
+                    )
+                    prev_mac = mac
                 value, blob = event.value_json, None
                 if value is not None and len(value) >= BLOB_THRESHOLD:
                     blob = hashlib.sha256(value.encode()).hexdigest()
@@ -220,10 +250,12 @@ class SQLiteStore:
                         event.seq,
                         event.type.value,
                         event.key,
-                        _encode_payload(event.payload),
+                        payload,
                         value,
                         blob,
                         event.created_at,
+                        key_id,
+                        mac,
                     ),
                 )
         except sqlite3.IntegrityError:

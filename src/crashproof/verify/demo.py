@@ -2,103 +2,39 @@
 
 1. The naive executor of the seed article under the four durability combinations
    of its patch log and receipts: the divergences.
-2. The same 8-step patch scenario on crashproof, killed with a real SIGKILL at every
-   crash point the runtime exposes (each side of every journal commit) and inside a
-   decision and a step, then resumed in a new process: every run ends with the same
-   artifact fingerprint, and no recorded decision is asked again.
+2. The same 8-step patch task on crashproof (``crashproof.verify.patch_scenario``: each step
+   asks a model, then appends its line to a real file through a ``Workspace``), verified
+   by ``crashproof.verify``: a child process killed by SIGKILL at every crash point the
+   runtime exposes, then resumed in a new process; every run ends with the reference's
+   artifact fingerprint, one effect per step, and no recorded decision asked again.
+3. A crash during the recovery of every crash point (in-process, for speed), and the
+   finished run delivered a second time.
 """
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
+import os
 import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-import crashproof as cp
 from crashproof.verify.naive import naive_matrix
-from crashproof.verify.patch_scenario import RUN_ID, STEPS, ModelStub, build
+from crashproof.verify.patch_scenario import PATCH_TASK, STEPS
+from crashproof.verify.render import matrix_table, summary_line
+from crashproof.verify.report import Case, CaseKind, CaseResult, Reference, Verdict
+from crashproof.verify.runner import recovery_candidates, verify
+from crashproof.verify.trials import run_case
 
-__all__ = ["CrashOutcome", "crash_and_resume", "crash_points_of", "run_demo"]
+__all__ = ["run_demo"]
 
-
-@dataclass(frozen=True, slots=True)
-class CrashOutcome:
-    spec: str  # at:N or inside:KEY
-    point: str  # the crash point's name
-    killed: bool  # the child died by SIGKILL
-    fingerprint: str
-    model_calls: int
-    reasked: list[str]  # decision keys asked more than once
-    expected_reask: str | None  # the one decision whose answer the crash lost, if any
-    rerun: list[str]  # step bodies executed more than once
-    expected_rerun: str | None  # the one step whose result the crash lost, if any
-
-    @property
-    def same(self) -> bool:
-        return (
-            self.killed
-            and self.reasked == ([self.expected_reask] if self.expected_reask else [])
-            and self.rerun == ([self.expected_rerun] if self.expected_rerun else [])
-        )
+TARGET = "crashproof.verify.patch_scenario:PATCH_TASK"
 
 
-def crash_points_of(workdir: Path) -> tuple[list[str], str, int]:
-    """Run the scenario once without faults: its crash points, fingerprint, model calls."""
-    points = cp.CrashPoints()
-    ledger = cp.Ledger(f"sqlite:///{(workdir / 'reference.db').resolve()}", crash_points=points)
-    model = ModelStub(workdir / "reference.calls")
-    result = ledger.run(build(ledger, model), run_id=RUN_ID, steps=STEPS)
-    ledger.close()
-    return points.passed, str(result["fingerprint"]), len(model.calls())
-
-
-def crash_and_resume(workdir: Path, spec: str, point: str) -> CrashOutcome:
-    """Kill a child process at ``spec``, then resume the run in a fresh ledger here."""
-    case = Path(tempfile.mkdtemp(prefix="case-", dir=workdir))
-    db, calls = case / "ledger.db", case / "model.calls"
-    child = subprocess.run(
-        [sys.executable, "-m", "crashproof.verify.patch_scenario", str(db), str(calls), spec],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    killed = child.returncode == -signal.SIGKILL
-    ledger = cp.Ledger(f"sqlite:///{db.resolve()}")
-    model = ModelStub(calls)
-    result = ledger.run(build(ledger, model), run_id=RUN_ID, steps=STEPS)
-    ledger.close()
-    asked, ran = Counter(model.calls()), Counter(model.bodies())
-    # The only work a crash may repeat: the call whose result it lost before the commit.
-    lost = None
-    if point.startswith("before_commit[step_done:"):
-        lost = point[len("before_commit[step_done:") : -1]
-    elif spec.startswith("inside:"):
-        lost = spec[len("inside:") :]
-    return CrashOutcome(
-        spec=spec,
-        point=point,
-        killed=killed,
-        fingerprint=str(result["fingerprint"]),
-        model_calls=sum(asked.values()),
-        reasked=sorted(k for k, n in asked.items() if n > 1),
-        expected_reask=lost if lost and lost.endswith(":plan") else None,
-        rerun=sorted(k for k, n in ran.items() if n > 1),
-        expected_rerun=lost if lost and lost.endswith(":apply") else None,
-    )
-
-
-def run_demo(console: Console, *, workdir: Path | None = None) -> int:
-    """Print the demo; return 0 when every crashproof crash point ends SAME."""
-    started = time.monotonic()
+def _naive(console: Console) -> None:
     console.rule("[bold]1. A naive executor: patch log and receipts in separate domains")
     naive = Table("log durable", "receipts durable", "crash after step k = 1..7", "verdict")
     for log_d, rec_d, outcomes in naive_matrix():
@@ -109,44 +45,90 @@ def run_demo(console: Console, *, workdir: Path | None = None) -> int:
     console.print(naive)
     console.print(
         "S = same artifact as an uninterrupted run, D = diverged (a patch applied twice or "
-        "lost). Checkpointing the cursor does not save it: the patch and its receipt must "
-        "commit together.\n"
+        "lost). Even with nothing durable it diverges: the cursor restarts at the last "
+        "checkpoint (step 3, 6) while the patch log is gone. Checkpointing the cursor does "
+        "not save it: the patch and its receipt must commit together.\n"
     )
 
-    with tempfile.TemporaryDirectory(prefix="crashproof-demo-") as tmp:
-        root = workdir or Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
-        points, reference, ref_calls = crash_points_of(root)
-        console.rule("[bold]2. crashproof: SIGKILL at every crash point, then resume")
-        console.print(
-            f"reference run: {STEPS} steps, {ref_calls} model calls, artifact fingerprint\n"
-            f"  {reference}\n"
-        )
-        specs = [(f"at:{n}", name) for n, name in enumerate(points, start=1)]
-        specs += [("inside:s3:plan", "inside[s3:plan]"), ("inside:s5:apply", "inside[s5:apply]")]
-        table = Table("#", "crash point", "killed", "model calls", "re-asked", "re-run", "outcome")
-        diverged = 0
-        for n, (spec, point) in enumerate(specs, start=1):
-            outcome = crash_and_resume(root, spec, point)
-            ok = outcome.same and outcome.fingerprint == reference
-            diverged += not ok
-            table.add_row(
-                str(n),
-                escape(point),
-                "SIGKILL" if outcome.killed else "[red]no[/]",
-                str(outcome.model_calls),
-                ", ".join(outcome.reasked) or "-",
-                ", ".join(outcome.rerun) or "-",
-                "[green]SAME[/]" if ok else "[red]DIVERGED[/]",
+
+def _double_crashes(
+    crashed: list[CaseResult], reference: Reference, workdir: Path | None
+) -> list[CaseResult]:
+    """For each crash point, crash again at the first crash point its recovery passed."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="crashproof-demo-", dir=workdir) as tmp:
+        for r in crashed:
+            candidates = recovery_candidates(r.recovery_points)
+            if not candidates:
+                continue
+            m = candidates[0]
+            case = Case(
+                kind=CaseKind.DOUBLE_CRASH,
+                at=r.case.at,
+                point=r.case.point,
+                recovery_at=m,
+                recovery_point=r.recovery_points[m - 1],
             )
-        console.print(table)
+            directory = Path(tmp) / f"double-{r.case.at}"
+            directory.mkdir()
+            results.append(run_case(PATCH_TASK, reference, case, directory))
+    return results
+
+
+def run_demo(console: Console, *, workdir: Path | None = None) -> int:
+    """Print the demo; return 0 when no crash case DIVERGED."""
+    started = time.monotonic()
+    _naive(console)
+
+    console.rule("[bold]2. crashproof: SIGKILL at every crash point, then resume")
+    workers = max(1, min(4, os.cpu_count() or 1))
+    killed = verify(
+        PATCH_TASK,
+        mode="subprocess",
+        seed=0,
+        recovery_points=0,
+        target=TARGET,
+        workdir=workdir,
+        workers=workers,
+    )
+    ref = killed.reference
+    console.print(
+        f"reference run: {STEPS} steps (a decision, then a workspace append, each), "
+        f"{sum((ref.model_calls or {}).values())} model calls, "
+        f"{len(ref.points)} crash points; artifact fingerprint (patch.txt)\n"
+        f"  [bold]{ref.fingerprint}[/]\n"
+    )
+    console.print(matrix_table(killed))
+    console.print(summary_line(killed))
+    console.print(
+        "Each row: a child process killed by a real SIGKILL at that point (each side of "
+        "every journal commit; between a workspace's temp file and its rename; between the "
+        "rename and the receipt), then resumed by a new process. Effects: each step's line "
+        "is in the file exactly once. Model calls: a decision is asked again only when the "
+        "kill fell after the model answered and before the answer was committed.\n"
+    )
+
+    console.rule("[bold]3. A crash during recovery, and the same run delivered twice")
+    doubles = _double_crashes(killed.of_kind(CaseKind.CRASH), ref, workdir)
+    same = sum(1 for r in doubles if r.verdict is Verdict.SAME)
+    redelivered = killed.of_kind(CaseKind.REDELIVERY)
+    console.print(
+        f"in-process, each recovery crashed again at its first crash point, then resumed: "
+        f"{same}/{len(doubles)} double crashes SAME. The finished run delivered again to a new "
+        f"Ledger: {redelivered[0].verdict.value if redelivered else '-'} (nothing re-executed, "
+        "nothing asked again).\n"
+    )
+    diverged = killed.diverged + [r for r in doubles if r.verdict is Verdict.DIVERGED]
+    for r in diverged:
+        console.print(Text(f"DIVERGED {r.case.label}: {r.reason}", style="red"))
     elapsed = time.monotonic() - started
     if diverged:
-        console.print(f"[red bold]{diverged} crash point(s) DIVERGED[/]")
+        console.print(f"[red bold]{len(diverged)} case(s) DIVERGED[/] (seed 0). {elapsed:.1f} s.")
         return 1
     console.print(
-        f"[green bold]all {len(specs)} crash points: SAME[/] — same artifact fingerprint, "
-        "no recorded decision asked again (a decision killed before its answer was recorded "
-        f"is asked exactly once more). {elapsed:.1f} s."
+        f"[green bold]all SAME[/]: the same fingerprint after every crash, one effect per "
+        f"operation id, no recorded decision asked again. {elapsed:.1f} s.\n"
+        "Prove your own workflow the same way: define a crashproof.verify.Scenario and run "
+        "`crashproof verify MODULE:SCENARIO` (see examples/ for a patch task and a code agent)."
     )
     return 0

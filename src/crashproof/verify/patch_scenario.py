@@ -1,110 +1,97 @@
-"""The 8-step patch scenario of the demo, on crashproof.
+"""The demo's 8-step patch task on crashproof, as a verifier ``Scenario``.
 
-Each step asks a (stub) model which hunk to apply, then applies it to the patch log
-as a recorded step. The stub model counts every call in a file, so a test or the demo
-can prove no recorded decision was asked again — across processes killed by SIGKILL.
+Steps s0..s7: each first asks a (stub) model which hunk comes next (``ctx.decide``), then
+appends it — ``+line-0`` .. ``+line-7`` — to ``patch.txt`` through a ``cp.Workspace``
+(``ctx.act``), so the artifact is a real file and its fingerprint is
+``Workspace.fingerprint()``. The stub model logs every call to a file, so the verifier can
+count, across crashes and processes, how often each decision was asked; the file's own
+lines say how often each step's effect landed.
 
-Run as a child process: ``python -m crashproof.verify.patch_scenario DB CALLS SPEC``
-where SPEC is ``none``, ``at:N`` (SIGKILL at the N-th crash point), or
-``inside:KEY`` (SIGKILL inside the body of step KEY, after its work, before its commit).
+``crashproof verify crashproof.verify.patch_scenario:PATCH_TASK`` verifies it;
+``examples/patch_task.py`` is the same task written as a user would.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import signal
-import sys
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import crashproof as cp
+from crashproof.runtime.context import Context
+from crashproof.runtime.options import Decision
+from crashproof.runtime.workflow import Workflow, workflow
+from crashproof.tools.workspace import Workspace
+from crashproof.verify.scenario import Scenario
 
-__all__ = ["RUN_ID", "STEPS", "ModelStub", "artifact_fingerprint", "build", "run_child"]
+__all__ = ["PATCH_FILE", "PATCH_TASK", "RUN_ID", "STEPS", "ModelStub", "PatchEnv"]
 
 STEPS = 8
 RUN_ID = "demo:patch-8"
+PATCH_FILE = "patch.txt"
 
 
 class ModelStub:
-    """A deterministic stand-in for a model endpoint. Every model call and every step
-    body execution is logged to a file (one key a line), so counts survive SIGKILL."""
+    """A deterministic stand-in for a model endpoint; every call is appended to a file
+    (one decision key a line), so the count survives any crash."""
 
-    def __init__(self, calls_file: Path, kill_inside: str | None = None) -> None:
+    def __init__(self, calls_file: Path) -> None:
         self.calls_file = calls_file
-        self.kill_inside = kill_inside
 
-    def log(self, key: str) -> None:
+    def ask(self, key: str, k: int) -> Decision:
         with self.calls_file.open("a", encoding="utf-8") as f:
             f.write(f"{key}\n")
-
-    def ask(self, k: int) -> cp.Decision:
-        self.log(f"s{k}:plan")
-        if self.kill_inside == f"s{k}:plan":  # the model answered; the answer is not recorded
-            os.kill(os.getpid(), signal.SIGKILL)
-        return cp.Decision(
+        return Decision(
             f"+line-{k}",
             model="stub-model",
             usage={"input_tokens": 120 + k, "output_tokens": 8},
             cost=0.0002,
         )
 
-    def calls(self) -> list[str]:
-        """Keys of model calls, one per call."""
-        return [k for k in self._lines() if k.endswith(":plan")]
-
-    def bodies(self) -> list[str]:
-        """Keys of step bodies executed, one per execution."""
-        return [k for k in self._lines() if k.endswith(":apply")]
-
-    def _lines(self) -> list[str]:
+    def calls(self) -> dict[str, int]:
         if not self.calls_file.exists():
-            return []
-        return self.calls_file.read_text(encoding="utf-8").split()
+            return {}
+        return dict(Counter(self.calls_file.read_text(encoding="utf-8").split()))
 
 
-def build(ledger: cp.Ledger, model: ModelStub, kill_inside: str | None = None) -> cp.Workflow[Any]:
-    """Register the scenario's workflow on ``ledger``."""
+@dataclass(frozen=True, slots=True)
+class PatchEnv:
+    workspace: Workspace
+    model: ModelStub
 
-    def apply(log: list[str], hunk: str, key: str) -> list[str]:
-        model.log(key)
-        new = [*log, hunk]
-        if kill_inside == key:  # the patch is applied in memory; the step is not recorded
-            os.kill(os.getpid(), signal.SIGKILL)
-        return new
 
-    @ledger.workflow("patch-8", version="1")
-    def patch8(ctx: cp.Context, steps: int = STEPS) -> dict[str, Any]:
-        log: list[str] = []
+def make_env(directory: Path) -> PatchEnv:
+    """A fresh (or, after a crash, the same) workspace and model log in ``directory``."""
+    root = directory / "workspace"
+    root.mkdir(exist_ok=True)
+    return PatchEnv(Workspace(root), ModelStub(directory / "model.calls"))
+
+
+def make_workflow(env: PatchEnv) -> Workflow[dict[str, Any]]:
+    @workflow("patch-task", version="1")
+    def patch_task(ctx: Context, steps: int = STEPS) -> dict[str, Any]:
         for k in range(steps):
-            hunk = ctx.decide(f"s{k}:plan", model.ask, k)
-            log = ctx.step(f"s{k}:apply", apply, log, hunk, f"s{k}:apply")
-        return {"log": log, "fingerprint": artifact_fingerprint(log)}
+            hunk = ctx.decide(f"s{k}:plan", env.model.ask, f"s{k}:plan", k)
+            ctx.act(f"s{k}", env.workspace, op="append", path=PATCH_FILE, text=f"{hunk}\n")
+        return {"fingerprint": env.workspace.fingerprint()}
 
-    return patch8
-
-
-def artifact_fingerprint(log: list[str]) -> str:
-    """SHA-256 of the patch log, all 64 hex digits."""
-    return hashlib.sha256("\n".join(log).encode()).hexdigest()
+    return patch_task
 
 
-def run_child(db: Path, calls: Path, spec: str) -> None:
-    """Run the scenario in this process, dying as ``spec`` says."""
-    points = None
-    kill_inside = None
-    if spec.startswith("at:"):
-        points = cp.CrashPoints(at=int(spec[3:]), action="sigkill")
-    elif spec.startswith("inside:"):
-        kill_inside = spec[len("inside:") :]
-    elif spec != "none":
-        raise SystemExit(f"bad spec {spec!r}")
-    ledger = cp.Ledger(f"sqlite:///{db.resolve()}", crash_points=points)
-    model = ModelStub(calls, kill_inside)
-    wf = build(ledger, model, kill_inside)
-    ledger.run(wf, run_id=RUN_ID, steps=STEPS)
-    ledger.close()
+def effects(env: PatchEnv) -> dict[str, int]:
+    """How many times each step's line landed in the file: its effect count."""
+    path = env.workspace.root / PATCH_FILE
+    lines = Counter(path.read_text(encoding="utf-8").splitlines() if path.exists() else [])
+    return {f"{RUN_ID}/s{k}": lines[f"+line-{k}"] for k in range(STEPS) if lines[f"+line-{k}"]}
 
 
-if __name__ == "__main__":
-    run_child(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
+PATCH_TASK: Scenario[PatchEnv] = Scenario(
+    name="patch-task",
+    workflow_factory=make_workflow,
+    env_factory=make_env,
+    fingerprint=lambda env: env.workspace.fingerprint(),
+    inputs={"steps": STEPS},
+    run_id=RUN_ID,
+    effects=effects,
+    model_calls=lambda env: env.model.calls(),
+)

@@ -31,17 +31,19 @@ FROM runs WHERE status = ? ORDER BY created_at, run_id;
 UPDATE runs SET status = ?, reason = ?, updated_at = ? WHERE run_id = ?;
 
 -- name: insert_event
-INSERT INTO events (run_id, seq, type, key, payload, value, blob, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO events (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_blob
 INSERT INTO blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING;
 
 -- name: load_events
-SELECT e.seq, e.type, e.key, e.payload, coalesce(e.value, b.data), e.blob, e.created_at
+SELECT e.seq, e.type, e.key, e.payload, coalesce(e.value, b.data), e.blob, e.created_at,
+       e.key_id, e.mac
 FROM events AS e LEFT JOIN blobs AS b ON b.digest = e.blob
 WHERE e.run_id = ? ORDER BY e.seq;
 
 -- name: journal_end
-SELECT (SELECT coalesce(max(e.seq) + 1, 0) FROM events AS e WHERE e.run_id = r.run_id)
+SELECT (SELECT coalesce(max(e.seq) + 1, 0) FROM events AS e WHERE e.run_id = r.run_id),
+       (SELECT e.mac FROM events AS e WHERE e.run_id = r.run_id ORDER BY e.seq DESC LIMIT 1)
 FROM runs AS r WHERE r.run_id = ?;

@@ -1,0 +1,210 @@
+"""A small code agent, and the scenario that proves its recovery.
+
+The agent plans with a (scripted, local) model, edits two files in a git working tree
+through a ``cp.Workspace``, checks them, asks the model for a commit message, commits and
+creates a branch with ``GitTool`` (the commit carries its operation id as a trailer, so it
+can be looked up), opens a pull request on a local HTTP forge and posts a notification
+there, both through ``HttpTool`` (deduplicated by ``Idempotency-Key``, looked up by key).
+
+Verify it from the repository root::
+
+    crashproof verify examples.code_agent:SCENARIO
+    crashproof verify examples.code_agent:SCENARIO --mode subprocess --max-points 20
+
+The fingerprint covers the working tree, the tree git holds at HEAD and on the agent's
+branch, and the forge's records; effects are counted from git's own history (operation
+trailers, the branch ref) and the forge's own records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import crashproof as cp
+from crashproof.tools.git import OPERATION_TRAILER, GitTool
+from crashproof.tools.http import HttpTool
+from crashproof.verify import Scenario
+
+from ._forge import Forge
+
+RUN_ID = "example:code-agent"
+TASK = "greet() should greet the user by name; document it"
+
+GREET_PY = 'def greet() -> str:\n    return "Hello!"\n'
+README = "# greeter\n\nA friendly module.\n"
+# What the scripted model answers, per decision key.
+SCRIPT: dict[str, Any] = {
+    "plan": {
+        "title": "Greet users by name",
+        "branch": "agent/greet-by-name",
+        "edits": [
+            {
+                "op": "patch",
+                "path": "greet.py",
+                "diff": (
+                    "--- a/greet.py\n+++ b/greet.py\n@@ -1,2 +1,2 @@\n"
+                    "-def greet() -> str:\n"
+                    '-    return "Hello!"\n'
+                    "+def greet(name: str) -> str:\n"
+                    '+    return f"Hello, {name}!"\n'
+                ),
+            },
+            {"op": "append", "path": "README.md", "text": "\n`greet(name)` greets by name.\n"},
+        ],
+    },
+    "commit-message": "Greet users by name\n\ngreet() now takes the user's name.",
+}
+
+
+class ScriptedModel:
+    """A local model: answers from SCRIPT, every call logged to a file."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+
+    def __call__(self, key: str, prompt: str) -> cp.Decision:
+        with self.log.open("a", encoding="utf-8") as f:
+            f.write(key + "\n")
+        return cp.Decision(SCRIPT[key], model="scripted-local", usage={"total_tokens": 50})
+
+    def calls(self) -> dict[str, int]:
+        return dict(Counter(self.log.read_text().split())) if self.log.exists() else {}
+
+
+@dataclass
+class Env:
+    repo: Path
+    workspace: cp.Workspace
+    git: GitTool
+    forge: Forge
+    http: httpx.Client
+    pulls: HttpTool
+    notify: HttpTool
+    model: ScriptedModel
+
+    def close(self) -> None:
+        self.http.close()
+        self.forge.stop()
+
+    def git_out(self, *args: str) -> str:
+        return _git(self.repo, *args)
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    }
+    identity = ["-c", "user.name=seed", "-c", "user.email=seed@localhost"]
+    done = subprocess.run(
+        ["git", *identity, *args], cwd=repo, env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def make_env(directory: Path) -> Env:
+    """A git repository with two files and a forge; after a crash, the ones left there."""
+    repo = directory / "repo"
+    if not repo.exists():
+        repo.mkdir()
+        (repo / "greet.py").write_text(GREET_PY)
+        (repo / "README.md").write_text(README)
+        _git(repo, "init", "-q", "-b", "main")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", "Initial commit")
+    forge = Forge(directory / "forge.json").start()
+    # Plain HTTP on the loopback: no TLS, so no CA bundle to load for every environment.
+    http = httpx.Client(verify=False, timeout=10.0)
+    lookup = "/by-key/{operation_id}"
+    return Env(
+        repo=repo,
+        workspace=cp.Workspace(repo),
+        git=GitTool(repo),
+        forge=forge,
+        http=http,
+        pulls=HttpTool(forge.url, "/repos/greeter/pulls", lookup_path=lookup, client=http),
+        notify=HttpTool(forge.url, "/notifications", lookup_path=lookup, client=http),
+        model=ScriptedModel(directory / "model.log"),
+    )
+
+
+def check(root: str, paths: list[str]) -> dict[str, Any]:
+    """A local step: the edited Python files compile."""
+    for path in paths:
+        if path.endswith(".py"):
+            compile((Path(root) / path).read_text(), path, "exec")
+    return {"checked": sorted(paths)}
+
+
+def make_workflow(env: Env) -> cp.Workflow[dict[str, Any]]:
+    @cp.workflow("code-agent", version="1")
+    def code_agent(ctx: cp.Context, task: str) -> dict[str, Any]:
+        plan = ctx.decide("plan", env.model, "plan", task)
+        paths = [edit["path"] for edit in plan["edits"]]
+        for edit in plan["edits"]:
+            ctx.act(f"edit:{edit['path']}", env.workspace, **edit)
+        ctx.step("check", check, str(env.workspace.root), paths)
+        message = ctx.decide("commit-message", env.model, "commit-message", plan["title"])
+        ctx.act("commit", env.git, op="commit", message=message, paths=paths)
+        ctx.act("branch", env.git, op="branch", name=plan["branch"])
+        pr = ctx.act(
+            "open-pr",
+            env.pulls,
+            body={"title": plan["title"], "head": plan["branch"], "base": "main"},
+        )
+        note = ctx.act(
+            "notify",
+            env.notify,
+            body={"channel": "#agents", "text": f"PR #{pr['number']}: {plan['title']}"},
+        )
+        return {"pr": pr["number"], "notification": note["id"]}
+
+    return code_agent
+
+
+def fingerprint(env: Env) -> str:
+    """The working tree, git's trees at HEAD and on every branch, the forge's records.
+    (Commit ids are left out: they hold the commit time.)"""
+    state = {
+        "workspace": env.workspace.fingerprint(),
+        "head": env.git_out("log", "--format=%T", "HEAD").split(),  # trees, newest first
+        "branches": env.git_out("for-each-ref", "--format=%(refname) %(tree)", "refs/heads"),
+        "forge": env.forge.resources(),
+    }
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def effects(env: Env) -> dict[str, int]:
+    """From the targets' own records: commits per operation trailer in git's history, the
+    agent's branch, and what the forge created per idempotency key."""
+    log = env.git_out("log", "--all", f"--format=%(trailers:key={OPERATION_TRAILER},valueonly)")
+    counts = Counter(line.strip() for line in log.splitlines() if line.strip())
+    branch = SCRIPT["plan"]["branch"]
+    if env.git_out("for-each-ref", "--format=%(refname)", f"refs/heads/{branch}"):
+        counts[f"{RUN_ID}/branch"] += 1
+    counts.update(env.forge.created())
+    return dict(counts)
+
+
+SCENARIO = Scenario(
+    name="code-agent",
+    workflow_factory=make_workflow,
+    env_factory=make_env,
+    fingerprint=fingerprint,
+    inputs={"task": TASK},
+    run_id=RUN_ID,
+    effects=effects,
+    model_calls=lambda env: env.model.calls(),
+)

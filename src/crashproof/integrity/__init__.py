@@ -1,0 +1,1 @@
+"""Integrity: keys, the HMAC-chained journal, and the generation witness (anti-rollback)."""

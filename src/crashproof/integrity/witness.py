@@ -1,0 +1,147 @@
+"""The generation witness: anti-rollback for the journal.
+
+Each run's generation (its number of journal records) is mirrored in a store outside
+the journal — a separate SQLite file beside the ledger by default. A valid HMAC proves
+a record is authentic, not that it is the newest: a restored backup or VM snapshot is
+perfectly authentic. The witness catches it: a journal shorter than its witness was
+rolled back. A journal longer than its witness is accepted when its chain verifies
+(the crash fell between a commit and the witness update, or records past the witness
+were never externalised) and the witness is rolled forward.
+
+Limits: the witness must live where a restore of the ledger does not also restore it
+(another disk, another host, PostgreSQL); beside the ledger it guards against
+restoring the ledger file alone.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Protocol
+
+from crashproof.errors import JournalRolledBack, LedgerError, WitnessMissing
+
+__all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare"]
+
+
+class Witness(Protocol):
+    def get(self, run_id: str) -> int | None:
+        """The witnessed generation of a run, or None when the witness never saw it."""
+        ...
+
+    def start(self, run_id: str) -> None:
+        """Record generation 0 for a new run (before its first commit)."""
+        ...
+
+    def advance(self, run_id: str, generation: int) -> None:
+        """Raise the witnessed generation (never lowers it)."""
+        ...
+
+    def reset(self, run_id: str, generation: int) -> None:
+        """Set the generation whatever it was (the operator's explicit re-anchor)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def compare(run_id: str, journal: int, witnessed: int | None) -> bool:
+    """Check a journal's generation against its witness; True when it is ahead (the
+    caller may roll the witness forward). Raises on rollback or a missing witness."""
+    if witnessed is None:
+        raise WitnessMissing(
+            f"run {run_id!r} has {journal} journal records but no witness entry; it may "
+            "come from another ledger or the witness was lost. Nothing was executed. If you "
+            "trust this journal, re-anchor it: crashproof reanchor RUN_ID --by NAME"
+        )
+    if journal < witnessed:
+        raise JournalRolledBack(
+            f"run {run_id!r} was rolled back: the witness saw generation {witnessed}, the "
+            f"journal holds {journal}. An older copy of the ledger was restored; nothing was "
+            "executed."
+        )
+    return journal > witnessed
+
+
+class MemoryWitness:
+    def __init__(self) -> None:
+        self._gen: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def get(self, run_id: str) -> int | None:
+        return self._gen.get(run_id)
+
+    def start(self, run_id: str) -> None:
+        with self._lock:
+            self._gen.setdefault(run_id, 0)
+
+    def advance(self, run_id: str, generation: int) -> None:
+        with self._lock:
+            self._gen[run_id] = max(self._gen.get(run_id, 0), generation)
+
+    def reset(self, run_id: str, generation: int) -> None:
+        with self._lock:
+            self._gen[run_id] = generation
+
+    def close(self) -> None:
+        pass
+
+
+class SQLiteWitness:
+    """A witness in its own SQLite file (WAL, synchronous=FULL)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        try:
+            self._conn = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=5.0
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS witness (run_id TEXT PRIMARY KEY, "
+                "generation INTEGER NOT NULL, updated_at REAL NOT NULL) STRICT"
+            )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open the generation witness {path}: {exc}") from None
+
+    def get(self, run_id: str) -> int | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT generation FROM witness WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def start(self, run_id: str) -> None:
+        self._write(
+            "INSERT INTO witness (run_id, generation, updated_at) VALUES (?, 0, ?) "
+            "ON CONFLICT (run_id) DO NOTHING",
+            (run_id, time.time()),
+        )
+
+    def advance(self, run_id: str, generation: int) -> None:
+        self._write(
+            "UPDATE witness SET generation = ?, updated_at = ? WHERE run_id = ? AND generation < ?",
+            (generation, time.time(), run_id, generation),
+        )
+
+    def reset(self, run_id: str, generation: int) -> None:
+        self._write(
+            "INSERT INTO witness (run_id, generation, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (run_id) DO UPDATE SET generation = excluded.generation, "
+            "updated_at = excluded.updated_at",
+            (run_id, generation, time.time()),
+        )
+
+    def _write(self, sql: str, args: tuple[object, ...]) -> None:
+        with self._lock:
+            try:
+                self._conn.execute(sql, args)
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot update the witness {self.path}: {exc}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,393 @@
+"""The multi-host store: a ledger in a PostgreSQL schema, through psycopg 3 and a pool.
+
+Same port, same semantics and same errors as the SQLite store: every method is one
+transaction, a journal append and the run's status change land together or not at all,
+and a taken or out-of-order seq raises StaleLeaseError with nothing kept. The ledger
+lives in its own schema (``crashproof`` by default), so it can share a database with an
+application. Opening never writes before the schema has been recognised as absent,
+empty, or a crashproof ledger this version can read; migrations run in one transaction
+under an advisory lock, so processes opening a new ledger at once do not race.
+
+Only this module imports psycopg: ``import crashproof`` works without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import psycopg.errors
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from crashproof.errors import (
+    IntegrityError,
+    LedgerError,
+    NotALedger,
+    SchemaTooNew,
+    StaleLeaseError,
+)
+from crashproof.journal.codec import ascii_json, decode
+from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.store.port import BLOB_THRESHOLD, GENESIS, RecordSealer, StatusChange
+from crashproof.store.sql import load_migrations, load_queries
+
+__all__ = ["PostgresStore"]
+
+_QUERIES = load_queries("postgres")
+_MIGRATIONS = load_migrations("postgres")
+SCHEMA_VERSION = _MIGRATIONS[-1].version
+_SYNCHRONOUS = {"full": "on", "normal": "off"}
+_EVENT_TYPES = {t.value: t for t in EventType}
+# Plain lower-case identifiers only: they need no quoting rules beyond double quotes.
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+Cursor = psycopg.Cursor[tuple[Any, ...]]
+
+
+class PostgresStore:
+    """A ledger in one schema of a PostgreSQL database. Thread-safe (a connection pool).
+
+    ``url``: ``postgresql://user:password@host:port/dbname`` (or ``postgres://``), with
+    any libpq parameters, plus an optional ``schema=NAME`` (default ``crashproof``).
+    ``durability``: "full" waits for each commit to reach the server's disk
+    (``synchronous_commit`` on); "normal" does not (a server crash may lose the last
+    commits, never tear one). ``sealer``: seal every record with an HMAC chain and
+    verify it on every read, as the SQLite store does.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        durability: str = "full",
+        schema: str | None = None,
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        sealer: RecordSealer | None = None,
+    ) -> None:
+        if durability not in _SYNCHRONOUS:
+            raise ValueError(
+                f"durability must be one of {sorted(_SYNCHRONOUS)}, not {durability!r}"
+            )
+        conninfo, url_schema, self.display = _parse_url(url)
+        self.schema = schema or url_schema or "crashproof"
+        if not _SCHEMA_NAME.match(self.schema):
+            raise ValueError(
+                f"schema must be a lower-case identifier ([a-z_][a-z0-9_]*), not {self.schema!r}"
+            )
+        quoted = f'"{self.schema}"'
+        self._q = {name: sql.replace("{schema}", quoted) for name, sql in _QUERIES.items()}
+        self._synchronous = _SYNCHRONOUS[durability]
+        self._sealer = sealer
+        kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(connect_timeout)),
+        }
+        with self._errors(opening=True), psycopg.connect(conninfo, **kwargs) as conn:
+            self._open(conn)
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs=kwargs,
+            # A connection the server dropped (restart, idle timeout) is replaced on
+            # checkout, not handed to a journal commit.
+            check=ConnectionPool.check_connection,
+            timeout=connect_timeout,
+            open=False,
+            name=f"crashproof:{self.schema}",
+        )
+        try:
+            with self._errors(opening=True):
+                self._pool.open(wait=True, timeout=connect_timeout)
+        except BaseException:
+            self._pool.close()
+            raise
+
+    # -- opening -----------------------------------------------------------
+
+    def _open(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        current = self._recognise(conn.cursor())
+        if current == SCHEMA_VERSION:
+            return  # the common case: nothing to write
+        with conn.transaction():
+            cur = conn.cursor()
+            # Held until commit: a second opener waits here, then finds the work done.
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
+            current = self._recognise(cur)
+            if current == SCHEMA_VERSION:
+                return  # another process migrated it meanwhile
+            cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+            cur.execute(f'SET LOCAL search_path TO "{self.schema}"')
+            for migration in _MIGRATIONS[current:]:
+                cur.execute(migration.sql)
+                cur.execute(
+                    self._q["record_migration"], (migration.version, migration.name, time.time())
+                )
+            cur.execute(self._q["set_meta"], ("schema_version", str(SCHEMA_VERSION)))
+
+    def _recognise(self, cur: Cursor) -> int:
+        """The ledger's schema version, 0 if there is none yet; refuse anything else."""
+        tables = [row[0] for row in cur.execute(self._q["list_tables"], (self.schema,))]
+        if not tables:
+            return 0
+        if "crashproof_meta" not in tables:
+            raise NotALedger(
+                f"schema {self.schema!r} of {self.display} holds tables that are not a "
+                f"crashproof ledger ({', '.join(tables[:5])}); nothing was changed. "
+                "Use another database, or another schema with ?schema=NAME."
+            )
+        found = self._read_version(cur)
+        if found > SCHEMA_VERSION:
+            too_new = SchemaTooNew(found, SCHEMA_VERSION)
+            too_new.args = (f"{self.display} (schema {self.schema!r}): {too_new}",)
+            raise too_new
+        return found
+
+    def _read_version(self, cur: Cursor) -> int:
+        row = cur.execute(self._q["get_meta"], ("schema_version",)).fetchone()
+        if row is None or not str(row[0]).isdigit():
+            raise IntegrityError(
+                f"{self.display} (schema {self.schema!r}): the ledger's schema version is "
+                "missing or invalid"
+            )
+        return int(row[0])
+
+    # -- the port ----------------------------------------------------------
+
+    def schema_version(self) -> int:
+        with self._read() as cur:
+            return self._read_version(cur)
+
+    def create_run(self, row: RunRow, first: Event) -> RunRow | None:
+        with self._transaction() as cur:
+            head = (row.run_id, row.workflow, row.version, row.status.value, _reason_in(row.reason))
+            tail = (row.input_digest, row.created_at, row.updated_at)
+            cur.execute(self._q["insert_run"], (*head, *tail))
+            if cur.rowcount == 0:
+                return _row(cur.execute(self._q["get_run"], (row.run_id,)).fetchone())
+            self._insert_events(cur, (first,), GENESIS)
+            return None
+
+    def get_run(self, run_id: str) -> RunRow | None:
+        with self._read() as cur:
+            found = cur.execute(self._q["get_run"], (run_id,)).fetchone()
+        return None if found is None else _row(found)
+
+    def list_runs(self, status: RunStatus | None = None) -> list[RunRow]:
+        with self._read() as cur:
+            if status is None:
+                rows = cur.execute(self._q["list_runs"]).fetchall()
+            else:
+                rows = cur.execute(self._q["list_runs_by_status"], (status.value,)).fetchall()
+        return [_row(r) for r in rows]
+
+    def load_events(self, run_id: str) -> list[Event]:
+        with self._read() as cur:
+            rows = cur.execute(self._q["load_events"], (run_id,)).fetchall()
+        events = []
+        sealer, prev_mac = self._sealer, GENESIS
+        for seq, type_, key, payload, value, blob, created_at, key_id, mac in rows:
+            if blob is not None and value is None:
+                raise IntegrityError(f"run {run_id!r} event {seq}: blob {blob} is missing")
+            if sealer is not None:  # verified before anything parses it
+                sealer.verify(
+                    run_id, seq, type_, key, payload, value, created_at, prev_mac, key_id, mac
+                )
+                prev_mac = mac
+            try:
+                events.append(
+                    Event(
+                        run_id=run_id,
+                        seq=seq,
+                        type=_EVENT_TYPES[type_],
+                        key=key,
+                        payload=decode(payload),
+                        value_json=value,
+                        created_at=created_at,
+                    )
+                )
+            except (KeyError, ValueError) as exc:
+                raise IntegrityError(f"run {run_id!r} event {seq} is unreadable: {exc}") from None
+        return events
+
+    def append(self, events: Sequence[Event], status: StatusChange | None = None) -> None:
+        if not events:
+            return
+        run_id = events[0].run_id
+        with self._transaction() as cur:
+            # The primary key only refuses a taken seq; a gap, a reorder or a missing run
+            # would slip through it, so check the batch against the journal's end first.
+            found = cur.execute(self._q["journal_end"], (run_id,)).fetchone()
+            if found is None:
+                raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {self.display}")
+            for offset, event in enumerate(events):
+                if event.run_id != run_id or event.seq != found[0] + offset:
+                    raise StaleLeaseError(
+                        f"run {run_id!r}: journal sequence {event.seq} is already taken or out "
+                        "of order; another writer is appending to this run. Nothing of this "
+                        "write was kept."
+                    )
+            self._insert_events(cur, events, found[1] or GENESIS)
+            if status is not None:
+                cur.execute(
+                    self._q["set_status"],
+                    (status[0].value, _reason_in(status[1]), time.time(), run_id),
+                )
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # -- internals ---------------------------------------------------------
+
+    def _insert_events(self, cur: Cursor, events: Sequence[Event], prev_mac: str) -> None:
+        blobs, rows = [], []
+        for event in events:
+            payload, type_ = _encode_payload(event.payload), event.type.value
+            key_id = mac = None
+            if self._sealer is not None:  # sealed over exactly the bytes stored
+                key_id, mac = self._sealer.seal(
+                    event.run_id,
+                    event.seq,
+                    type_,
+                    event.key,
+                    payload,
+                    event.value_json,
+                    event.created_at,
+                    prev_mac,
+                )
+                prev_mac = mac
+            value, blob = event.value_json, None
+            if value is not None and len(value) >= BLOB_THRESHOLD:
+                blob = hashlib.sha256(value.encode()).hexdigest()
+                blobs.append((blob, value))
+                value = None
+            head = (event.run_id, event.seq, type_, event.key, payload)
+            rows.append((*head, value, blob, event.created_at, key_id, mac))
+        try:
+            if blobs:
+                cur.executemany(self._q["insert_blob"], blobs)
+            cur.executemany(self._q["insert_event"], rows)
+        except psycopg.errors.UniqueViolation:
+            first = events[0]
+            raise StaleLeaseError(
+                f"run {first.run_id!r}: journal sequence {first.seq} is already taken; "
+                "another writer is appending to this run. Nothing of this write was kept."
+            ) from None
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Cursor]:
+        with self._errors(), self._pool.connection() as conn, conn.transaction():
+            cur = conn.cursor()
+            cur.execute(f"SET LOCAL synchronous_commit TO {self._synchronous}")
+            yield cur
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Cursor]:
+        # Autocommit: each read is one statement, hence one consistent snapshot.
+        with self._errors(), self._pool.connection() as conn:
+            yield conn.cursor()
+
+    @contextlib.contextmanager
+    def _errors(self, *, opening: bool = False) -> Iterator[None]:
+        """Turn psycopg's errors into clear crashproof ones, without a driver traceback."""
+        where = f"PostgreSQL ledger {self.display}"
+        try:
+            yield
+        except PoolClosed:
+            raise LedgerError(f"{where} was closed; open a new Ledger to use it again") from None
+        except PoolTimeout as exc:
+            raise LedgerError(
+                f"{where}: no database connection available ({exc}); is the server up?"
+            ) from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise LedgerError(f"{where}: permission denied ({_first_line(exc)})") from None
+        except psycopg.errors.UndefinedTable as exc:
+            raise IntegrityError(
+                f"{where}: ledger tables are missing from schema {self.schema!r} "
+                f"({_first_line(exc)}); restore the database from a backup"
+            ) from None
+        except psycopg.OperationalError as exc:
+            if opening:
+                raise LedgerError(
+                    f"{where} is unreachable or refused the connection: {_first_line(exc)}. "
+                    "Check the host, port, database name, user and password; nothing was "
+                    "written."
+                ) from None
+            # A commit cut off by a lost connection may or may not have landed: the
+            # journal, read again on resume, is the only one who knows.
+            raise LedgerError(
+                f"{where} failed mid-operation ({_first_line(exc)}); the write in progress "
+                "may or may not have been committed. Resume the run once the server is back."
+            ) from None
+        except psycopg.DataError as exc:  # e.g. a NUL character in a run id or step key
+            raise LedgerError(
+                f"{where} refused a value ({_first_line(exc)}): PostgreSQL text cannot hold "
+                "NUL characters, so run ids, workflow names and step keys must not contain "
+                "them; nothing of this write was kept"
+            ) from None
+        except psycopg.Error as exc:
+            raise LedgerError(f"{where}: {type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def _parse_url(url: str) -> tuple[str, str | None, str]:
+    """(libpq conninfo without our ``schema`` parameter, that schema, a password-free URL)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"not a PostgreSQL URL: {parts.scheme}://...")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    display = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return urlunsplit((*parts[:3], rest, parts.fragment)), schema, display
+
+
+def _lock_key(schema: str) -> int:
+    """A stable signed 64-bit advisory-lock key for migrating this schema."""
+    digest = hashlib.sha256(f"crashproof migrate {schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _row(found: Any) -> RunRow:
+    run_id, workflow, version, status, reason, input_digest, created_at, updated_at = found
+    return RunRow(
+        run_id=run_id,
+        workflow=workflow,
+        version=version,
+        status=RunStatus(status),
+        reason=None if reason is None else decode(reason),
+        input_digest=input_digest,
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+
+
+def _reason_in(reason: str | None) -> str | None:
+    # A JSON string, so that NUL and lone surrogates (which a text column refuses) come
+    # back exactly; everything else stays readable in psql.
+    return None if reason is None else _encode_payload(reason)
+
+
+def _encode_payload(payload: Any) -> str:
+    # As in the SQLite store: a lone surrogate is not UTF-8, so such a payload is stored
+    # with every non-ASCII character escaped; json.loads gives back the same value.
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return ascii_json(payload)
+    return text

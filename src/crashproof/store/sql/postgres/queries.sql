@@ -1,0 +1,64 @@
+-- Named queries for the PostgreSQL store. Each starts with "-- name: NAME".
+-- {schema} is replaced by the ledger's (validated, quoted) schema name when loaded:
+-- queries name their tables in full so that they do not depend on a session's
+-- search_path (which a transaction-pooling proxy would not keep).
+
+-- name: get_meta
+SELECT value FROM {schema}.crashproof_meta WHERE key = %s;
+
+-- name: set_meta
+INSERT INTO {schema}.crashproof_meta (key, value) VALUES (%s, %s)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: record_migration
+INSERT INTO {schema}.crashproof_migrations (version, name, applied_at) VALUES (%s, %s, %s);
+
+-- name: list_tables
+SELECT c.relname FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+ORDER BY c.relname;
+
+-- name: insert_run
+INSERT INTO {schema}.runs
+    (run_id, workflow, version, status, reason, input_digest, created_at, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (run_id) DO NOTHING;
+
+-- name: get_run
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM {schema}.runs WHERE run_id = %s;
+
+-- name: list_runs
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM {schema}.runs ORDER BY created_at, run_id COLLATE "C";
+
+-- name: list_runs_by_status
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM {schema}.runs WHERE status = %s ORDER BY created_at, run_id COLLATE "C";
+
+-- name: set_status
+UPDATE {schema}.runs SET status = %s, reason = %s, updated_at = %s WHERE run_id = %s;
+
+-- name: insert_event
+INSERT INTO {schema}.events
+    (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
+
+-- name: insert_blob
+INSERT INTO {schema}.blobs (digest, data) VALUES (%s, %s) ON CONFLICT (digest) DO NOTHING;
+
+-- name: load_events
+SELECT e.seq, e.type, e.key, e.payload, coalesce(e.value, b.data), e.blob, e.created_at,
+       e.key_id, e.mac
+FROM {schema}.events AS e LEFT JOIN {schema}.blobs AS b ON b.digest = e.blob
+WHERE e.run_id = %s ORDER BY e.seq;
+
+-- name: journal_end
+-- The next seq and the last record's MAC (the chain goes on from it). Locks the run's
+-- index row: appends to one run queue up here, and the second one then meets the first
+-- one's rows (a taken seq) instead of racing it.
+SELECT (SELECT coalesce(max(e.seq) + 1, 0) FROM {schema}.events AS e WHERE e.run_id = r.run_id),
+       (SELECT e.mac FROM {schema}.events AS e WHERE e.run_id = r.run_id
+        ORDER BY e.seq DESC LIMIT 1)
+FROM {schema}.runs AS r WHERE r.run_id = %s FOR UPDATE;

@@ -1,0 +1,179 @@
+"""The verifier's findings: one result per crash case, and the report that holds them."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Case", "CaseKind", "CaseResult", "Reference", "Report", "Verdict"]
+
+
+class Verdict(enum.StrEnum):
+    """How a crash case ended.
+
+    ``SAME``: the resumed run ended with the reference's fingerprint, one effect per
+    operation id, and no recorded decision asked again. ``REFUSED``: the run stopped in an
+    explicit, explained state (``needs_review``...) without any unsafe effect: acceptable,
+    never silent. ``DIVERGED``: anything else.
+    """
+
+    SAME = "SAME"
+    REFUSED = "REFUSED"
+    DIVERGED = "DIVERGED"
+
+
+class CaseKind(enum.StrEnum):
+    REFERENCE = "reference"  # the uninterrupted run itself
+    REDELIVERY = "redelivery"  # the finished reference run delivered once more
+    CRASH = "crash"  # one crash, then a resume
+    DOUBLE_CRASH = "double-crash"  # a crash, a crash during the recovery, then a resume
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Case:
+    """Where the crashes of one case fall: ``at`` is the 1-based index of the crash point in
+    the reference run; ``recovery_at`` the index, in the recovery's own crash points, of a
+    second crash (double crash only)."""
+
+    kind: CaseKind
+    at: int = 0
+    point: str = ""
+    recovery_at: int | None = None
+    recovery_point: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind is CaseKind.CRASH:
+            return f"#{self.at} {self.point}"
+        if self.kind is CaseKind.DOUBLE_CRASH:
+            return f"#{self.at} {self.point} -> recovery #{self.recovery_at} {self.recovery_point}"
+        return self.kind.value
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "at": self.at,
+            "point": self.point,
+            "recovery_at": self.recovery_at,
+            "recovery_point": self.recovery_point,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseResult:
+    """The verdict of one case, with what the resumed run left behind."""
+
+    case: Case
+    verdict: Verdict
+    reason: str = ""  # why REFUSED (the run's own reason) or DIVERGED (what differed)
+    fingerprint: str | None = None
+    effects: dict[str, int] | None = None  # per operation id, from the targets
+    extra_effects: dict[str, int] = field(default_factory=dict)  # vs the reference, != 0
+    model_calls: int | None = None  # all calls the trial made, crashed runs included
+    reasked: tuple[str, ...] = ()  # decisions asked again because a crash lost the answer
+    recovery_points: tuple[str, ...] = ()  # crash points the (last) resume passed
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case": self.case.to_json(),
+            "label": self.case.label,
+            "verdict": self.verdict.value,
+            "reason": self.reason,
+            "fingerprint": self.fingerprint,
+            "effects": self.effects,
+            "extra_effects": self.extra_effects,
+            "model_calls": self.model_calls,
+            "reasked": list(self.reasked),
+            "recovery_points": list(self.recovery_points),
+            "seconds": round(self.seconds, 4),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reference:
+    """The uninterrupted run every trial is compared with."""
+
+    fingerprint: str
+    result: Any
+    points: tuple[str, ...]  # every crash point the run passed, in order
+    effects: dict[str, int] | None
+    model_calls: dict[str, int] | None
+    steps: tuple[tuple[str, str, str], ...]  # (key, kind, status) per journaled step
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "result": self.result,
+            "crash_points": list(self.points),
+            "effects": self.effects,
+            "model_calls": self.model_calls,
+            "steps": [list(s) for s in self.steps],
+            "seconds": round(self.seconds, 4),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """Everything ``verify`` found. ``ok`` is true when no case DIVERGED."""
+
+    scenario: str
+    target: str | None  # MODULE:ATTRIBUTE, when known
+    mode: str
+    seed: int
+    max_points: int | None
+    recovery_points: int
+    reference: Reference
+    results: tuple[CaseResult, ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.diverged
+
+    @property
+    def diverged(self) -> list[CaseResult]:
+        return [r for r in self.results if r.verdict is Verdict.DIVERGED]
+
+    @property
+    def refused(self) -> list[CaseResult]:
+        return [r for r in self.results if r.verdict is Verdict.REFUSED]
+
+    def counts(self) -> dict[str, int]:
+        """Results per verdict (every verdict present, zero included)."""
+        counts = {v.value: 0 for v in Verdict}
+        for r in self.results:
+            counts[r.verdict.value] += 1
+        return counts
+
+    def of_kind(self, kind: CaseKind) -> list[CaseResult]:
+        return [r for r in self.results if r.case.kind is kind]
+
+    def repro(self) -> str:
+        """The command that replays this verification, seed included."""
+        target = self.target or "MODULE:SCENARIO"
+        cmd = f"crashproof verify {target} --mode {self.mode} --seed {self.seed}"
+        if self.max_points is not None:
+            cmd += f" --max-points {self.max_points}"
+        if self.recovery_points != 3:
+            cmd += f" --recovery-points {self.recovery_points}"
+        return cmd
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "target": self.target,
+            "mode": self.mode,
+            "seed": self.seed,
+            "max_points": self.max_points,
+            "recovery_points": self.recovery_points,
+            "ok": self.ok,
+            "counts": self.counts(),
+            "crash_points": len(self.reference.points),
+            "reference": self.reference.to_json(),
+            "results": [r.to_json() for r in self.results],
+            "seconds": round(self.seconds, 3),
+            "repro": self.repro(),
+        }

@@ -1,0 +1,212 @@
+"""``verify``: enumerate the crash points of a scenario, crash at each, resume, compare.
+
+1. One uninterrupted reference run, recording every crash point it passes (each side of
+   every journal commit, and the points tools mark inside their effects, such as between
+   a workspace's temp file and its rename); then the finished run delivered once more
+   (nothing may execute again).
+2. For every crash point (or a random sample of ``max_points`` of them, drawn from
+   ``random.Random(seed)``): a fresh environment, a run that crashes there, a resume in a
+   new Ledger object (or a new process), and the history check against the reference.
+3. Double crashes: for every crash point tried, a crash again at each of the first
+   ``recovery_points`` crash points its recovery passes, then a resume.
+
+The seed is chosen at random when not given, and always recorded in the report: a failure
+names it, and the same seed replays the same schedule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from crashproof.verify.report import Case, CaseKind, CaseResult, Report, Verdict
+from crashproof.verify.scenario import Scenario, ScenarioError, load_scenario, scenario_target
+from crashproof.verify.trials import Mode, run_case, run_reference
+
+__all__ = ["MODES", "Progress", "recovery_candidates", "verify"]
+
+MODES: tuple[Mode, ...] = ("inproc", "subprocess")
+
+_BEFORE_START = "before_commit[run_started]"
+_AFTER_START = "after_commit[run_started]"
+
+# progress(done, total, label): called after every case; total grows once the double
+# crashes are known.
+Progress = Callable[[int, int, str], None]
+
+
+def verify(
+    scenario: Scenario[Any] | str,
+    mode: Mode = "inproc",
+    seed: int | None = None,
+    max_points: int | None = None,
+    *,
+    recovery_points: int = 3,
+    target: str | None = None,
+    workdir: Path | None = None,
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> Report:
+    """Crash ``scenario`` at every crash point and compare each resumed run with an
+    uninterrupted one; see the module docstring.
+
+    ``scenario``: a Scenario or its ``"MODULE:ATTRIBUTE"``. ``mode``: ``"inproc"`` (a
+    simulated crash, a new Ledger object) or ``"subprocess"`` (a child process killed by
+    SIGKILL; the scenario must be importable, by ``target`` or found as a global of the
+    module of its workflow factory). ``max_points``: at most this many crash cases and as
+    many double-crash cases, sampled with ``seed``. ``workers`` > 1 runs trials in
+    threads (the scenario's factories must then be thread-safe). ``workdir``: keep the
+    trial directories of cases that did not end SAME there (default: a temporary
+    directory, removed).
+    """
+    if isinstance(scenario, str):
+        target = target or scenario
+        scenario = load_scenario(scenario)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if max_points is not None and max_points < 1:
+        raise ValueError("max_points must be at least 1")
+    if recovery_points < 0 or workers < 1:
+        raise ValueError("recovery_points must be >= 0 and workers >= 1")
+    target = target or scenario_target(scenario)
+    if mode == "subprocess" and target is None:
+        raise ScenarioError(
+            f"subprocess mode imports scenario {scenario.name!r} in a child process: define it "
+            "as a module global and pass its 'MODULE:ATTRIBUTE'"
+        )
+    if seed is None:
+        seed = random.SystemRandom().randrange(1 << 32)
+    rng = random.Random(seed)
+    started = time.perf_counter()
+    with _root(workdir) as root:
+        reference, results = run_reference(scenario, root / "reference")
+        points = reference.points
+        ticker = _Ticker(progress, total=len(results))
+        for row in results:
+            ticker.tick(row.case.label)
+
+        singles = [
+            Case(kind=CaseKind.CRASH, at=n, point=points[n - 1])
+            for n in _sample(range(1, len(points) + 1), max_points, rng)
+        ]
+        ticker.grow(len(singles))
+        crashed = _run_all(scenario, reference, singles, root, mode, target, workers, ticker, 1)
+        results += crashed
+
+        doubles = [
+            Case(
+                kind=CaseKind.DOUBLE_CRASH,
+                at=r.case.at,
+                point=r.case.point,
+                recovery_at=m,
+                recovery_point=r.recovery_points[m - 1],
+            )
+            for r in crashed
+            if r.verdict is not Verdict.DIVERGED
+            for m in recovery_candidates(r.recovery_points)[:recovery_points]
+        ]
+        doubles = [doubles[i] for i in _sample(range(len(doubles)), max_points, rng)]
+        ticker.grow(len(doubles))
+        start_index = len(singles) + 1
+        results += _run_all(
+            scenario, reference, doubles, root, mode, target, workers, ticker, start_index
+        )
+    return Report(
+        scenario=scenario.name,
+        target=target,
+        mode=mode,
+        seed=seed,
+        max_points=max_points,
+        recovery_points=recovery_points,
+        reference=reference,
+        results=tuple(results),
+        seconds=time.perf_counter() - started,
+    )
+
+
+class _Ticker:
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress = progress
+        self.total = total
+        self.done = 0
+
+    def grow(self, n: int) -> None:
+        self.total += n
+
+    def tick(self, label: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, label)
+
+
+@contextlib.contextmanager
+def _root(workdir: Path | None) -> Iterator[Path]:
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        yield Path(tempfile.mkdtemp(prefix="verify-", dir=workdir))
+        return
+    with tempfile.TemporaryDirectory(prefix="crashproof-verify-") as tmp:
+        yield Path(tmp)
+
+
+def recovery_candidates(points: Sequence[str]) -> list[int]:
+    """1-based indices of the recovery's crash points worth a second crash: all but the
+    ``before_commit[run_started]`` a resume passes when its run already exists, where no
+    commit follows (a crash there is a crash before the resume began)."""
+    return [
+        i
+        for i, point in enumerate(points, start=1)
+        if point != _BEFORE_START or (i < len(points) and points[i] == _AFTER_START)
+    ]
+
+
+def _sample(population: Sequence[int], k: int | None, rng: random.Random) -> list[int]:
+    """All of ``population``, or ``k`` of it drawn with ``rng``, in order."""
+    if k is None or k >= len(population):
+        return list(population)
+    return sorted(rng.sample(population, k))
+
+
+def _run_all(
+    scenario: Scenario[Any],
+    reference: Any,
+    cases: list[Case],
+    root: Path,
+    mode: Mode,
+    target: str | None,
+    workers: int,
+    ticker: _Ticker,
+    first_index: int,
+) -> list[CaseResult]:
+    def one(index: int, case: Case) -> CaseResult:
+        directory = root / f"case-{index:05d}"
+        result = run_case(scenario, reference, case, directory, mode=mode, target=target)
+        if result.verdict is Verdict.SAME:
+            shutil.rmtree(directory, ignore_errors=True)
+        return result
+
+    numbered = list(enumerate(cases, start=first_index))
+    if workers == 1:
+        out = []
+        for index, case in numbered:
+            out.append(one(index, case))
+            ticker.tick(case.label)
+        return out
+    # Imported here: a child process of subprocess mode imports this module, and never
+    # needs threads.
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    results: dict[int, CaseResult] = {}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(one, index, case): index for index, case in numbered}
+        for future in as_completed(futures):
+            result = future.result()
+            results[futures[future]] = result
+            ticker.tick(result.case.label)
+    return [results[index] for index, _ in numbered]

@@ -1,0 +1,242 @@
+"""The HMAC-chained journal and the generation witness: any altered, removed, moved,
+spliced or rolled-back record fails closed before anything executes."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import crashproof as cp
+from integration._targets import Target, TargetTool
+
+KEY = "ab" * 32
+OTHER_KEY = "cd" * 32
+
+
+def make(target: Target) -> cp.Workflow[list[Any]]:
+    tool = TargetTool(target)
+
+    @cp.workflow("integrity", version="1")
+    def flow(ctx: cp.Context) -> list[Any]:
+        out: list[Any] = []
+        for k in range(4):
+            out.append(ctx.step(f"s{k}", lambda k=k: f"+line-{k}"))
+        out.append(ctx.act("create", tool, size="s"))
+        return out
+
+    return flow
+
+
+def open_ledger(tmp_path: Path, key: str = KEY, **kw: Any) -> cp.Ledger:
+    return cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", key=key, **kw)
+
+
+def crashed_before_act(tmp_path: Path) -> Target:
+    """A run whose 4 steps are recorded; the act is next (crash before its intent)."""
+    target = Target(tmp_path / "t.json")
+    points = cp.CrashPoints(match="before_commit[act_intent:create]")
+    ledger = open_ledger(tmp_path, crash_points=points)
+    with pytest.raises(cp.SimulatedCrash):
+        ledger.run(make(target), run_id="r")
+    ledger.close()
+    return target
+
+
+def resume_fails(tmp_path: Path, target: Target, error: type[Exception]) -> Exception:
+    ledger = open_ledger(tmp_path)
+    with pytest.raises(error) as caught:
+        ledger.run(make(target), run_id="r")
+    ledger.close()
+    assert target.count("executes", "r/create") == 0, "a tool ran on a bad journal"
+    return caught.value
+
+
+def edit(tmp_path: Path, sql: str, *args: Any) -> None:
+    conn = sqlite3.connect(tmp_path / "l.db")
+    conn.execute(sql, args)
+    conn.commit()
+    conn.close()
+
+
+def test_sound_journal_resumes(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    assert open_ledger(tmp_path).run(make(target), run_id="r")[0] == "+line-0"
+    assert target.count("executes", "r/create") == 1
+
+
+def test_same_length_edit_of_a_value_is_caught(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    edit(tmp_path, "UPDATE events SET value = '\"+line-9\"' WHERE run_id = 'r' AND seq = 2")
+    error = resume_fails(tmp_path, target, cp.JournalTampered)
+    assert "record 2" in str(error)
+
+
+def test_byte_flip_in_the_file_is_caught(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    conn = sqlite3.connect(tmp_path / "l.db")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the records now sit in the main file
+    conn.close()
+    data = (tmp_path / "l.db").read_bytes()
+    at = data.index(b"+line-3")
+    (tmp_path / "l.db").write_bytes(data[:at] + b"+line-8" + data[at + 7 :])
+    resume_fails(tmp_path, target, cp.IntegrityError)
+
+
+def test_deleted_middle_record_is_caught(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    edit(tmp_path, "DELETE FROM events WHERE run_id = 'r' AND seq = 2")
+    resume_fails(tmp_path, target, cp.IntegrityError)
+
+
+def test_reordered_records_are_caught(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    edit(tmp_path, "UPDATE events SET seq = -1 WHERE run_id = 'r' AND seq = 2")
+    edit(tmp_path, "UPDATE events SET seq = 2 WHERE run_id = 'r' AND seq = 3")
+    edit(tmp_path, "UPDATE events SET seq = 3 WHERE run_id = 'r' AND seq = -1")
+    resume_fails(tmp_path, target, cp.JournalTampered)
+
+
+def test_record_spliced_from_another_run_is_caught(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    other = open_ledger(tmp_path)
+
+    @cp.workflow("other", version="1")
+    def other_flow(ctx: cp.Context) -> None:
+        for k in range(4):
+            ctx.step(f"s{k}", lambda: "+line-X")
+
+    other.run(other_flow, run_id="o")
+    other.close()
+    edit(tmp_path, "DELETE FROM events WHERE run_id = 'r' AND seq = 2")
+    edit(
+        tmp_path,
+        "INSERT INTO events SELECT 'r', seq, type, key, payload, value, blob, created_at, "
+        "key_id, mac FROM events WHERE run_id = 'o' AND seq = 2",
+    )
+    resume_fails(tmp_path, target, cp.JournalTampered)
+
+
+def test_restored_older_copy_is_refused(tmp_path: Path) -> None:
+    target = Target(tmp_path / "t.json")
+    points = cp.CrashPoints(match="before_commit[step_done:s2]")
+    ledger = open_ledger(tmp_path, crash_points=points)
+    with pytest.raises(cp.SimulatedCrash):
+        ledger.run(make(target), run_id="r")
+    ledger.close()
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    for name in ("l.db", "l.db-wal"):
+        if (tmp_path / name).exists():
+            shutil.copy(tmp_path / name, backup / name)
+    crashed = open_ledger(
+        tmp_path, crash_points=cp.CrashPoints(match="before_commit[act_intent:create]")
+    )
+    with pytest.raises(cp.SimulatedCrash):
+        crashed.run(make(target), run_id="r")  # two more steps recorded
+    crashed.close()
+    for name in ("l.db", "l.db-wal", "l.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+        if (backup / name).exists():
+            shutil.copy(backup / name, tmp_path / name)  # the VM snapshot comes back
+    error = resume_fails(tmp_path, target, cp.JournalRolledBack)
+    assert "generation 5" in str(error)
+    assert "holds 3" in str(error)
+
+
+def test_crash_between_commit_and_witness_update_resumes(tmp_path: Path) -> None:
+    target = Target(tmp_path / "t.json")
+    points = cp.CrashPoints(match="after_commit[step_done:s2]")  # before the witness moves
+    with pytest.raises(cp.SimulatedCrash):
+        open_ledger(tmp_path, crash_points=points).run(make(target), run_id="r")
+    witness = sqlite3.connect(tmp_path / "l.db.witness")
+    assert witness.execute("SELECT generation FROM witness").fetchone() == (3,)
+    result = open_ledger(tmp_path).run(make(target), run_id="r")
+    assert result[:4] == ["+line-0", "+line-1", "+line-2", "+line-3"]
+    assert witness.execute("SELECT generation FROM witness").fetchone()[0] >= 8
+
+
+def test_missing_witness_is_refused_until_reanchored(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    witness = sqlite3.connect(tmp_path / "l.db.witness")
+    witness.execute("DELETE FROM witness")
+    witness.commit()
+    resume_fails(tmp_path, target, cp.WitnessMissing)
+    ledger = open_ledger(tmp_path)
+    assert ledger.reanchor("r", by="ops@example") == 5
+    assert ledger.run(make(target), run_id="r")[-1] == {"id": "rec-1"}
+
+
+def test_wrong_key_is_refused_without_showing_it(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", key=OTHER_KEY)
+    with pytest.raises(cp.UnknownKeyId) as caught:
+        ledger.run(make(target), run_id="r")
+    assert OTHER_KEY not in str(caught.value)
+    assert KEY not in str(caught.value)
+    assert target.count("executes", "r/create") == 0
+    with pytest.raises(cp.UnknownKeyId):
+        ledger.get_run("r")
+
+
+def test_key_rotation_verifies_old_records(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    ring = cp.Keyring.from_hex(OTHER_KEY, KEY)  # new current key, old one kept
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", key=ring)
+    assert ledger.run(make(target), run_id="r")[0] == "+line-0"
+    conn = sqlite3.connect(tmp_path / "l.db")
+    ids = {row[0] for row in conn.execute("SELECT key_id FROM events WHERE run_id = 'r'")}
+    assert len(ids) == 2  # old records under the old key, new ones under the new
+
+
+def test_key_file_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CRASHPROOF_KEY", raising=False)
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o644)
+    monkeypatch.setenv("CRASHPROOF_KEY_FILE", str(key_file))
+    with pytest.raises(cp.KeyUnusable, match="chmod 600"):
+        cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    key_file.chmod(0o600)
+    cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}").close()
+    monkeypatch.setenv("CRASHPROOF_KEY_FILE", str(tmp_path / "missing"))
+    with pytest.raises(cp.KeyUnusable, match="does not exist"):
+        cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    monkeypatch.delenv("CRASHPROOF_KEY_FILE")
+    monkeypatch.setenv("CRASHPROOF_KEY", "not hex")
+    with pytest.raises(cp.KeyUnusable, match="not valid hex") as caught:
+        cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    assert "not hex" not in str(caught.value)
+
+
+def test_default_key_file_is_created_once_with_0600(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CRASHPROOF_KEY", raising=False)
+    monkeypatch.delenv("CRASHPROOF_KEY_FILE", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}").close()
+    key_file = tmp_path / "config" / "crashproof" / "key"
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    first = key_file.read_text()
+    cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}").close()
+    assert key_file.read_text() == first
+
+
+def test_check_reports_each_run(tmp_path: Path) -> None:
+    crashed_before_act(tmp_path)
+    ledger = open_ledger(tmp_path)
+
+    @cp.workflow("fine", version="1")
+    def fine(ctx: cp.Context) -> int:
+        return ctx.step("one", lambda: 1)
+
+    ledger.run(fine, run_id="ok")
+    edit(tmp_path, "UPDATE events SET value = '\"+line-9\"' WHERE run_id = 'r' AND seq = 2")
+    report = dict(ledger.check())
+    assert report["ok"] is None
+    assert report["r"] is not None
+    assert report["r"].startswith("JournalTampered")

@@ -1,0 +1,105 @@
+"""Both examples verified at every crash point: all SAME (or REFUSED with a reason)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from examples import code_agent, patch_task
+
+from crashproof.verify import (
+    Case,
+    CaseKind,
+    Report,
+    Verdict,
+    run_case,
+    run_reference,
+    verify,
+)
+from crashproof.verify.patch_scenario import PATCH_TASK
+from crashproof.verify.runner import recovery_candidates
+
+
+def assert_equivalent(report: Report) -> None:
+    for r in report.results:
+        assert r.verdict is not Verdict.DIVERGED, f"{r.case.label}: {r.reason}"
+        if r.verdict is Verdict.REFUSED:
+            assert r.reason.strip(), f"{r.case.label} refused without a reason"
+
+
+@pytest.fixture(scope="module")
+def patch_report() -> Report:
+    return verify(patch_task.SCENARIO, mode="inproc", seed=0, recovery_points=1)
+
+
+@pytest.fixture(scope="module")
+def agent_report() -> Report:
+    return verify(code_agent.SCENARIO, mode="inproc", seed=0, recovery_points=0)
+
+
+def test_patch_task_every_crash_point(patch_report: Report) -> None:
+    points = patch_report.reference.points
+    assert len(points) == 68  # 8 steps x (decision, intent, temp file, rename, receipt) + run
+    assert len(patch_report.of_kind(CaseKind.CRASH)) == len(points)
+    assert len(patch_report.of_kind(CaseKind.DOUBLE_CRASH)) == len(points) - 1
+    assert [r.verdict for r in patch_report.of_kind(CaseKind.REDELIVERY)] == [Verdict.SAME]
+    assert_equivalent(patch_report)
+    assert patch_report.counts() == {"SAME": len(patch_report.results), "REFUSED": 0, "DIVERGED": 0}
+
+
+def test_patch_task_asks_again_only_what_a_crash_lost(patch_report: Report) -> None:
+    reasked = {r.case.point: r.reasked for r in patch_report.of_kind(CaseKind.CRASH) if r.reasked}
+    assert reasked == {f"before_commit[step_done:s{k}:plan]": (f"s{k}:plan",) for k in range(8)}
+    for r in patch_report.of_kind(CaseKind.CRASH):
+        assert r.extra_effects == {}
+        assert r.model_calls == 8 + len(r.reasked)
+
+
+def test_the_demo_task_and_the_example_make_the_same_artifact(tmp_path: Path) -> None:
+    builtin, _ = run_reference(PATCH_TASK, tmp_path / "builtin")
+    example, _ = run_reference(patch_task.SCENARIO, tmp_path / "example")
+    assert builtin.fingerprint == example.fingerprint
+    assert len(builtin.fingerprint) == 64
+
+
+def test_code_agent_every_crash_point(agent_report: Report) -> None:
+    points = agent_report.reference.points
+    assert 30 <= len(points) < 100
+    for inside in ("edit:greet.py:renamed", "commit:committed", "branch:created"):
+        assert f"inside[act:{inside}]" in points
+    assert "inside[act:open-pr:responded]" in points
+    assert len(agent_report.of_kind(CaseKind.CRASH)) == len(points)
+    assert_equivalent(agent_report)
+    effects = agent_report.reference.effects or {}
+    assert set(effects) == {
+        f"{code_agent.RUN_ID}/{key}" for key in ("commit", "branch", "open-pr", "notify")
+    }
+    assert agent_report.reference.model_calls == {"plan": 1, "commit-message": 1}
+
+
+@pytest.mark.parametrize("point", ["inside[act:commit:committed]", "inside[act:open-pr:responded]"])
+def test_code_agent_crash_during_recovery(point: str, agent_report: Report, tmp_path: Path) -> None:
+    """The commit made but not acknowledged (found again by its trailer); the PR created but
+    not acknowledged (found again by its key): crash the recovery itself, then resume."""
+    single = next(r for r in agent_report.of_kind(CaseKind.CRASH) if r.case.point == point)
+    for m in recovery_candidates(single.recovery_points)[:2]:
+        case = Case(
+            kind=CaseKind.DOUBLE_CRASH,
+            at=single.case.at,
+            point=point,
+            recovery_at=m,
+            recovery_point=single.recovery_points[m - 1],
+        )
+        result = run_case(code_agent.SCENARIO, agent_report.reference, case, tmp_path / str(m))
+        assert result.verdict is Verdict.SAME, result.reason
+        assert result.extra_effects == {}
+
+
+def test_patch_task_with_real_sigkills() -> None:
+    report = verify(patch_task.SCENARIO, mode="subprocess", seed=7, max_points=5, recovery_points=1)
+    assert report.mode == "subprocess"
+    assert report.target == "examples.patch_task:SCENARIO"
+    assert len(report.of_kind(CaseKind.CRASH)) == 5
+    assert 1 <= len(report.of_kind(CaseKind.DOUBLE_CRASH)) <= 5
+    assert_equivalent(report)
+    assert not report.refused
