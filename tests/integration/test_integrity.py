@@ -46,6 +46,13 @@ def crashed_before_act(tmp_path: Path) -> Target:
     return target
 
 
+def crash_at(tmp_path: Path, target: Target, point: str) -> None:
+    ledger = open_ledger(tmp_path, crash_points=cp.CrashPoints(match=point))
+    with pytest.raises(cp.SimulatedCrash):
+        ledger.run(make(target), run_id="r")
+    ledger.close()
+
+
 def resume_fails(tmp_path: Path, target: Target, error: type[Exception]) -> Exception:
     ledger = open_ledger(tmp_path)
     with pytest.raises(error) as caught:
@@ -132,28 +139,48 @@ def test_restored_older_copy_is_refused(tmp_path: Path) -> None:
     for name in ("l.db", "l.db-wal"):
         if (tmp_path / name).exists():
             shutil.copy(tmp_path / name, backup / name)
-    crashed = open_ledger(
-        tmp_path, crash_points=cp.CrashPoints(match="before_commit[act_intent:create]")
-    )
+    # The run goes on past an output (the act executes), then dies before finishing.
+    late = open_ledger(tmp_path, crash_points=cp.CrashPoints(match="before_commit[run_succeeded]"))
     with pytest.raises(cp.SimulatedCrash):
-        crashed.run(make(target), run_id="r")  # two more steps recorded
-    crashed.close()
+        late.run(make(target), run_id="r")
+    late.close()
     for name in ("l.db", "l.db-wal", "l.db-shm"):
         (tmp_path / name).unlink(missing_ok=True)
         if (backup / name).exists():
             shutil.copy(backup / name, tmp_path / name)  # the VM snapshot comes back
-    error = resume_fails(tmp_path, target, cp.JournalRolledBack)
-    assert "generation 5" in str(error)
-    assert "holds 3" in str(error)
+    ledger = open_ledger(tmp_path)
+    with pytest.raises(cp.JournalRolledBack) as caught:
+        ledger.run(make(target), run_id="r")
+    assert "journal holds 3" in str(caught.value)
+    assert target.count("executes", "r/create") == 1  # not executed a second time
+
+
+def test_rollback_of_local_steps_only_is_like_a_crash(tmp_path: Path) -> None:
+    """Records nobody outside saw (local steps) may be lost like in a crash: the witness
+    advances only where something leaves the process."""
+    target = Target(tmp_path / "t.json")
+    crash_at(tmp_path, target, "before_commit[step_done:s1]")
+    shutil.copy(tmp_path / "l.db", tmp_path / "old.db")
+    if (tmp_path / "l.db-wal").exists():
+        shutil.copy(tmp_path / "l.db-wal", tmp_path / "old.db-wal")
+    crash_at(tmp_path, target, "before_commit[step_done:s3]")
+    for name in ("l.db-wal", "l.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    shutil.copy(tmp_path / "old.db", tmp_path / "l.db")
+    if (tmp_path / "old.db-wal").exists():
+        shutil.copy(tmp_path / "old.db-wal", tmp_path / "l.db-wal")
+    assert open_ledger(tmp_path).run(make(target), run_id="r")[-1] == {"id": "rec-1"}
+    assert target.count("executes", "r/create") == 1
 
 
 def test_crash_between_commit_and_witness_update_resumes(tmp_path: Path) -> None:
     target = Target(tmp_path / "t.json")
-    points = cp.CrashPoints(match="after_commit[step_done:s2]")  # before the witness moves
+    # The act's intent is an output point: crash after its commit, before the witness.
+    points = cp.CrashPoints(match="after_commit[act_intent:create]")
     with pytest.raises(cp.SimulatedCrash):
         open_ledger(tmp_path, crash_points=points).run(make(target), run_id="r")
     witness = sqlite3.connect(tmp_path / "l.db.witness")
-    assert witness.execute("SELECT generation FROM witness").fetchone() == (3,)
+    assert witness.execute("SELECT generation FROM witness").fetchone() == (1,)
     result = open_ledger(tmp_path).run(make(target), run_id="r")
     assert result[:4] == ["+line-0", "+line-1", "+line-2", "+line-3"]
     assert witness.execute("SELECT generation FROM witness").fetchone()[0] >= 8

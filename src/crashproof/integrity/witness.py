@@ -8,6 +8,11 @@ rolled back. A journal longer than its witness is accepted when its chain verifi
 (the crash fell between a commit and the witness update, or records past the witness
 were never externalised) and the witness is rolled forward.
 
+The witness advances where something leaves the process (an act about to execute, a
+model asked, an outbox delivery, a run's outcome): a rollback that only drops records of
+local steps nobody outside saw is harmless, like a crash before them, and skipping the
+witness there keeps a local step at one write.
+
 Limits: the witness must live where a restore of the ledger does not also restore it
 (another disk, another host, PostgreSQL); beside the ledger it guards against
 restoring the ledger file alone.
@@ -89,7 +94,7 @@ class MemoryWitness:
 
 
 class SQLiteWitness:
-    """A witness in its own SQLite file (WAL, synchronous=FULL)."""
+    """A witness in its own SQLite file (WAL, synchronous=NORMAL)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -99,7 +104,11 @@ class SQLiteWitness:
                 path, isolation_level=None, check_same_thread=False, timeout=5.0
             )
             self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
+            # NORMAL: a witness update costs no fsync of its own. A power cut may lose the
+            # latest updates, leaving the witness behind the journal, which resume accepts
+            # (a valid chain past the witness) and rolls forward: losing witness updates
+            # only narrows what a rollback check can see, it never refuses a good journal.
+            self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS witness (run_id TEXT PRIMARY KEY, "
                 "generation INTEGER NOT NULL, updated_at REAL NOT NULL) STRICT"

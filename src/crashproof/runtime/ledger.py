@@ -95,6 +95,19 @@ def open_store(url: str, *, durability: str = "full", sealer: RecordSealer | Non
     )
 
 
+def _leaves_the_process(event: Event) -> bool:
+    """Whether something outside may see this record's consequence: an act about to
+    execute, a model asked, a message delivered, a run's outcome returned. The witness
+    advances only there (as in "Rethink the Sync"): rolling back records of local steps
+    that nobody outside saw is indistinguishable from a crash before them, and skipping
+    the witness write keeps a local step at one write. Everything else advances it."""
+    if event.type is EventType.ATTEMPT_FAILED:
+        return False
+    if event.type is EventType.STEP_DONE:
+        return event.payload.get("kind") in ("decide", "act")
+    return True
+
+
 def _sqlite_path(url: str) -> Path | None:
     return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
 
@@ -507,7 +520,7 @@ class Ledger:
         self._store.append(events, status)
         if self.crash_points is not None:
             self._hit("after_commit", events[0])
-        if self._witness is not None:
+        if self._witness is not None and _leaves_the_process(events[-1]):
             self._witness.advance(events[0].run_id, events[-1].seq + 1)
 
     def _journal(self, run_id: str, *, owner: bool = False) -> list[Event]:

@@ -287,8 +287,14 @@ class SQLiteStore:
                 raise LedgerError(
                     f"ledger {self.path} is locked by another process ({exc}); try again"
                 ) from None
-            if isinstance(exc, sqlite3.OperationalError | sqlite3.IntegrityError):
-                raise
+            if isinstance(exc, sqlite3.IntegrityError):
+                raise  # a constraint: the caller turns a taken seq into StaleLeaseError
+            if isinstance(exc, sqlite3.OperationalError):
+                raise LedgerError(
+                    f"ledger {self.path} cannot be used ({exc}); nothing of this operation "
+                    "was kept. Check the disk, the file's permissions, and that no other "
+                    "program replaced the file while it was open."
+                ) from None
             raise IntegrityError(
                 f"ledger {self.path} is corrupt or not a ledger ({exc}); nothing was changed. "
                 "Restore it from a backup, or point --db at another file."
