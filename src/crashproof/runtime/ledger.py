@@ -248,9 +248,11 @@ class Ledger:
             value_json=input_json,
             created_at=now,
         )
-        if self._witness is not None and self._store.get_run(run_id) is None:
+        new = self._store.get_run(run_id) is None
+        if new and self._witness is not None:
             self._witness.start(run_id)  # generation 0, before the run's first commit
-        self._hit("before_commit", first)
+        if new:  # resuming an existing run commits nothing here: no crash point
+            self._hit("before_commit", first)
         existing = self._store.create_run(row, first)
         if existing is None:
             self._hit("after_commit", first)

@@ -7,8 +7,8 @@
    by ``crashproof.verify``: a child process killed by SIGKILL at every crash point the
    runtime exposes, then resumed in a new process; every run ends with the reference's
    artifact fingerprint, one effect per step, and no recorded decision asked again.
-3. A crash during the recovery of every crash point (in-process, for speed), and the
-   finished run delivered a second time.
+3. A crash during the recovery of every crash point that leaves a workspace write in
+   flight (in-process, for speed), and the finished run delivered a second time.
 """
 
 from __future__ import annotations
@@ -54,12 +54,24 @@ def _naive(console: Console) -> None:
 def _double_crashes(
     crashed: list[CaseResult], reference: Reference, workdir: Path | None
 ) -> list[CaseResult]:
-    """For each crash point, crash again at the first crash point its recovery passed."""
+    """For each crash point that leaves an act in flight (intent journaled, receipt not),
+    crash again at the first crash point its recovery passes."""
+    acts = {key for key, kind, _ in reference.steps if kind == "act"}
+    in_flight = {
+        point
+        for key in acts
+        for point in (
+            f"after_commit[act_intent:{key}]",
+            f"inside[act:{key}:written]",
+            f"inside[act:{key}:renamed]",
+            f"before_commit[step_done:{key}]",
+        )
+    }
     results = []
     with tempfile.TemporaryDirectory(prefix="crashproof-demo-", dir=workdir) as tmp:
         for r in crashed:
             candidates = recovery_candidates(r.recovery_points)
-            if not candidates:
+            if r.case.point not in in_flight or not candidates:
                 continue
             m = candidates[0]
             case = Case(
@@ -103,7 +115,7 @@ def run_demo(console: Console, *, workdir: Path | None = None) -> int:
     console.print(
         "Each row: a child process killed by a real SIGKILL at that point (each side of "
         "every journal commit; between a workspace's temp file and its rename; between the "
-        "rename and the receipt), then resumed by a new process. Effects: each step's line "
+        "rename and the receipt), then resumed by another process. Effects: each step's line "
         "is in the file exactly once. Model calls: a decision is asked again only when the "
         "kill fell after the model answered and before the answer was committed.\n"
     )
@@ -113,10 +125,12 @@ def run_demo(console: Console, *, workdir: Path | None = None) -> int:
     same = sum(1 for r in doubles if r.verdict is Verdict.SAME)
     redelivered = killed.of_kind(CaseKind.REDELIVERY)
     console.print(
-        f"in-process, each recovery crashed again at its first crash point, then resumed: "
-        f"{same}/{len(doubles)} double crashes SAME. The finished run delivered again to a new "
-        f"Ledger: {redelivered[0].verdict.value if redelivered else '-'} (nothing re-executed, "
-        "nothing asked again).\n"
+        f"In-process, at the {len(doubles)} crash points that leave a workspace write in "
+        "flight (intent journaled, receipt not), the recovery itself was crashed at its first "
+        f"crash point, then resumed: {same}/{len(doubles)} SAME. After every crash above, "
+        "and after the uninterrupted run, the finished run was delivered again to a new "
+        f"Ledger: {redelivered[0].verdict.value if redelivered else '-'}, nothing re-executed, "
+        "nothing asked again.\n"
     )
     diverged = killed.diverged + [r for r in doubles if r.verdict is Verdict.DIVERGED]
     for r in diverged:

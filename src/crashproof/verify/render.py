@@ -70,14 +70,20 @@ def matrix_table(report: Report) -> Table:
         f"crash matrix: {report.scenario} ({report.mode}"
         f"{', SIGKILL' if report.mode == 'subprocess' else ''}), seed {report.seed}"
     )
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),  # narrow: rows fit 80 columns
+    )
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("crash point", no_wrap=True)
     table.add_column("outcome", no_wrap=True)
     if width:
-        table.add_column("in recovery", no_wrap=True)
-    table.add_column("effects", overflow="fold", min_width=9)
-    table.add_column("model calls", overflow="fold")
+        table.add_column("recovery", no_wrap=True)
+    table.add_column("effects", overflow="fold", min_width=7)
+    table.add_column("model calls", overflow="fold", min_width=6)
     for r in report.of_kind(CaseKind.CRASH):
         row: list[RenderableType] = [str(r.case.at), Text(r.case.point), _verdict(r.verdict)]
         if width:
@@ -105,7 +111,8 @@ def summary_line(report: Report) -> Text:
     doubles = len(report.of_kind(CaseKind.DOUBLE_CRASH))
     total = len(report.reference.points)
     tried = f"all {total}" if crashes == total else f"{crashes} (sampled) of {total}"
-    text = Text(f"{tried} crash points, {doubles} double crashes, 1 redelivery: ", style="bold")
+    cases = f"{tried} crash points" + (f", {doubles} double crashes" if doubles else "")
+    text = Text(f"{cases}, a redelivery: ", style="bold")
     for verdict in Verdict:
         text.append_text(_verdict(verdict))
         text.append(f" {counts[verdict.value]}  ")

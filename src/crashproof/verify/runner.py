@@ -6,7 +6,8 @@
    (nothing may execute again).
 2. For every crash point (or a random sample of ``max_points`` of them, drawn from
    ``random.Random(seed)``): a fresh environment, a run that crashes there, a resume in a
-   new Ledger object (or a new process), and the history check against the reference.
+   new Ledger object (or a new process), the history check against the reference, and
+   the finished run delivered once more to another new Ledger object.
 3. Double crashes: for every crash point tried, a crash again at each of the first
    ``recovery_points`` crash points its recovery passes, then a resume.
 
