@@ -83,8 +83,11 @@ def crashproof_steps(directory: Path, n: int, durability: str, tag: str) -> floa
 
 
 def remove_db(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    """Delete a ledger and its generation witness (a ledger re-created at the same path
+    beside an old witness is refused as rolled back, and rightly so)."""
+    for base in (f"{path}", f"{path}.witness"):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{base}{suffix}").unlink(missing_ok=True)
 
 
 def interleaved(

@@ -40,9 +40,6 @@ def run_steps(
     finally:
         ledger.close()
     common.remove_db(path)
-    Path(f"{path}.witness").unlink(missing_ok=True)
-    for suffix in ("-wal", "-shm"):
-        Path(f"{path}.witness{suffix}").unlink(missing_ok=True)
     return n / elapsed
 
 

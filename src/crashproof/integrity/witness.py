@@ -63,7 +63,8 @@ def compare(run_id: str, journal: int, witnessed: int | None) -> bool:
     if journal < witnessed:
         raise JournalRolledBack(
             f"run {run_id!r} was rolled back: the witness saw generation {witnessed}, the "
-            f"journal holds {journal}. An older copy of the ledger was restored; nothing was "
+            f"journal holds {journal}. An older copy of the ledger was restored (or the "
+            "ledger was deleted and re-created beside its old witness file); nothing was "
             "executed."
         )
     return journal > witnessed
