@@ -267,3 +267,15 @@ def test_check_reports_each_run(tmp_path: Path) -> None:
     assert report["ok"] is None
     assert report["r"] is not None
     assert report["r"].startswith("JournalTampered")
+
+
+def test_the_run_index_is_a_cache_never_trusted(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    edit(tmp_path, "UPDATE runs SET status = 'succeeded', reason = 'forged' WHERE run_id = 'r'")
+    ledger = open_ledger(tmp_path)
+    info = ledger.get_run("r")
+    assert info.status is cp.RunStatus.RUNNING  # folded from the journal
+    assert info.reason is None
+    assert [i.run_id for i in ledger.runs(status="running")] == ["r"]
+    assert ledger.runs(status="succeeded") == []
+    assert ledger.run(make(target), run_id="r")[-1] == {"id": "rec-1"}  # replay unaffected

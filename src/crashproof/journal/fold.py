@@ -125,7 +125,9 @@ def spend(budget: Budget, payload: dict[str, Any]) -> Budget:
 
 
 def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
-    """The reader's view of a run: status from the index row, everything else from events."""
+    """The reader's view of a run, folded from its (verified) journal. The index row only
+    supplies timestamps: its status, reason and identity are a cache, never trusted over
+    the events."""
     replay = index_journal(events)
     steps: dict[str, dict[str, Any]] = {}
     budget = Budget()
@@ -156,22 +158,28 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
             info["delivery"] = "delivered" if event.key not in replay.undelivered else "pending"
         budget = spend(budget, p)
     outcome = replay.outcome
-    result = error = evidence = None
+    result = error = evidence = reason = None
+    status = RunStatus.RUNNING
     if outcome is not None:
         if outcome.type is EventType.RUN_SUCCEEDED:
-            result = outcome.value
+            status, result = RunStatus.SUCCEEDED, outcome.value
         elif outcome.type is EventType.RUN_FAILED:
-            error = outcome.payload.get("error")
-        else:
+            status, error = RunStatus.FAILED, outcome.payload.get("error")
+            if isinstance(error, dict):
+                reason = f"{error.get('type')}: {error.get('message')}"
+        else:  # frozen or stopped: the record names its status and reason
+            status = RunStatus(outcome.payload.get("status", RunStatus.NEEDS_REVIEW.value))
+            reason = outcome.payload.get("reason")
             evidence = outcome.payload.get("evidence")
+    started = replay.started.payload
     return RunInfo(
         run_id=row.run_id,
-        workflow=row.workflow,
-        version=row.version,
-        status=RunStatus(row.status),
-        reason=row.reason,
+        workflow=str(started.get("workflow", row.workflow)),
+        version=str(started.get("version", row.version)),
+        status=status,
+        reason=reason,
         input=replay.started.value or {},
-        input_digest=row.input_digest,
+        input_digest=str(started.get("input_digest", row.input_digest)),
         created_at=row.created_at,
         updated_at=row.updated_at,
         result=result,

@@ -312,7 +312,9 @@ class Ledger:
     def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
         """All runs, oldest first, optionally only those of one status."""
         wanted = RunStatus(status) if status is not None else None
-        return [fold_run(row, self._journal(row.run_id)) for row in self._store.list_runs(wanted)]
+        infos = [fold_run(row, self._journal(row.run_id)) for row in self._store.list_runs()]
+        # Filtered on the status folded from each journal, not on the index row's cache.
+        return [info for info in infos if wanted is None or info.status is wanted]
 
     def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
         """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``
