@@ -9,6 +9,7 @@ from crashproof._faults import CrashPoints
 from crashproof.errors import (
     ActFailed,
     ApprovalRequired,
+    CheckpointRejected,
     CrashproofError,
     DriftError,
     IntegrityError,
@@ -64,6 +65,7 @@ __all__ = [
     "ApprovalRequired",
     "Budget",
     "Call",
+    "CheckpointRejected",
     "Context",
     "CrashPoints",
     "CrashproofError",

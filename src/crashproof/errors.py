@@ -11,7 +11,8 @@
     │   ├── UnknownKeyId             a record sealed with a key this keyring lacks
     │   ├── JournalTampered          a record's MAC or chain does not verify
     │   ├── JournalRolledBack        the journal is older than its witness says
-    │   └── WitnessMissing           a run has no witness row to compare with
+    │   ├── WitnessMissing           a run has no witness row to compare with
+    │   └── CheckpointRejected       an imported checkpoint failed a check; nothing written
     ├── SerializationError (+TypeError)   a value is not JSON; nothing was recorded
     ├── UnknownWorkflow              no registered workflow has that name
     ├── RunNotFound (+KeyError)      no run has that id
@@ -42,6 +43,7 @@ from typing import Any
 __all__ = [
     "ActFailed",
     "ApprovalRequired",
+    "CheckpointRejected",
     "CrashproofError",
     "DriftError",
     "IntegrityError",
@@ -120,6 +122,11 @@ class JournalRolledBack(IntegrityError):
 
 class WitnessMissing(IntegrityError):
     """A run exists in the journal but not in the generation witness."""
+
+
+class CheckpointRejected(IntegrityError):
+    """A checkpoint document failed verification (signature, schema, fields, chain,
+    generation) or conflicts with the ledger; nothing was imported."""
 
 
 class SerializationError(CrashproofError, TypeError):

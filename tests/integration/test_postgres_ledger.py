@@ -345,3 +345,14 @@ def test_a_sealed_journal_round_trips_and_shows_tampering(pg_server: Any, pg_url
             store.load_events("r")
     finally:
         store.close()
+
+
+def test_errors_never_show_the_password(pg_url: str) -> None:
+    ledger = cp.Ledger(pg_url, key="ab" * 32)
+    with pytest.raises(cp.RunNotFound) as caught:
+        ledger.get_run("nope")
+    ledger.close()
+    password = pg_url.split("://", 1)[1].split("@", 1)[0].partition(":")[2]
+    assert password
+    assert password not in str(caught.value)
+    assert ":***@" in str(caught.value)

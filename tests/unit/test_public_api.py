@@ -9,6 +9,7 @@ PUBLIC = [
     "ApprovalRequired",
     "Budget",
     "Call",
+    "CheckpointRejected",
     "Context",
     "CrashPoints",
     "CrashproofError",

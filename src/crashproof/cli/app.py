@@ -386,4 +386,4 @@ def reconcile_command(
 
 
 # Commands kept in their own modules register themselves on `app` when imported.
-from crashproof.cli import integrity_commands, proof_commands  # noqa: E402, F401
+from crashproof.cli import integrity_commands, proof_commands, transfer_commands  # noqa: E402, F401

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -13,7 +13,6 @@ from crashproof.errors import (
     ActFailed,
     ApprovalRequired,
     CrashproofError,
-    IntegrityError,
     LedgerError,
     NonDeterminismError,
     PermanentError,
@@ -39,14 +38,12 @@ from crashproof.journal.fold import Replay, fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
 from crashproof.runtime.acts import ActSettings
 from crashproof.runtime.binding import OperatorChanges, bind_run, ended_run, start_fields
+from crashproof.runtime.care import LedgerCare
 from crashproof.runtime.context import Context
 from crashproof.runtime.options import RunOptions
-from crashproof.runtime.outbox import deliver
 from crashproof.runtime.policy import Policy
-from crashproof.runtime.reconcile import ActCheck, reconcile_events
 from crashproof.runtime.workflow import Workflow, make_workflow
 from crashproof.store.port import RecordSealer, StatusChange, Store
-from crashproof.tools.port import Tool
 
 __all__ = ["DURABILITY_MODES", "Ledger", "open_store"]
 
@@ -108,6 +105,19 @@ def _leaves_the_process(event: Event) -> bool:
     return True
 
 
+def _without_password(url: str) -> str:
+    """The URL with any password replaced by ***: errors and logs must not leak it."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}{slash}{tail}"
+
+
 def _sqlite_path(url: str) -> Path | None:
     return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
 
@@ -121,7 +131,7 @@ def _default_witness(url: str) -> Witness | None:
     return SQLiteWitness(path.with_name(path.name + ".witness"))
 
 
-class Ledger:
+class Ledger(LedgerCare):
     """Durable runs of workflows. Independent instances never share state.
 
     >>> ledger = Ledger("sqlite:///runs.db")  # doctest: +SKIP
@@ -143,6 +153,7 @@ class Ledger:
         directory); ``witness``: where generations are mirrored (default: a file beside
         a SQLite ledger; none for ``memory://`` or a ``store=`` given without one)."""
         self.url = url
+        self.shown_url = _without_password(url)  # what messages and logs may show
         self.durability = durability
         if store is None:
             durable = url.startswith(("sqlite:///", "postgresql://", "postgres://"))
@@ -281,7 +292,7 @@ class Ledger:
         changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
         row = self._store.get_run(run_id)
         if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
         if changes and row.status.terminal:
             raise ended_run(run_id, row.status.value)
         workflow = self._workflows.get(row.workflow)
@@ -306,7 +317,7 @@ class Ledger:
         """Everything known about a run, folded from its journal."""
         row = self._store.get_run(run_id)
         if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
         return fold_run(row, self._journal(run_id))
 
     def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
@@ -315,87 +326,6 @@ class Ledger:
         infos = [fold_run(row, self._journal(row.run_id)) for row in self._store.list_runs()]
         # Filtered on the status folded from each journal, not on the index row's cache.
         return [info for info in infos if wanted is None or info.status is wanted]
-
-    def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
-        """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``
-        or ``needs_review`` per act (see ``crashproof.runtime.reconcile``). Read-only."""
-        if self._store.get_run(run_id) is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}")
-        return reconcile_events(run_id, self._journal(run_id), tools)
-
-    def dispatch_outbox(self, tools: Iterable[Tool]) -> int:
-        """Deliver the pending outbox messages of runs no process is driving (ended or
-        frozen; a running run delivers its own on resume). Returns how many were
-        delivered; failures stay pending and are journaled."""
-        by_name = {tool.name: tool for tool in tools}
-        delivered = 0
-        for row in self._store.list_runs():
-            if row.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
-                delivered += self._dispatch_run(row.run_id, by_name)
-        return delivered
-
-    def _dispatch_run(self, run_id: str, tools: dict[str, Tool]) -> int:
-        replay = index_journal(self._journal(run_id))
-        next_seq = replay.next_seq
-
-        def append(type_: EventType, key: str, payload: dict[str, Any]) -> None:
-            nonlocal next_seq
-            event = Event(
-                run_id=run_id,
-                seq=next_seq,
-                type=type_,
-                key=key,
-                payload=payload,
-                created_at=time.time(),
-            )
-            self._commit((event,), None)
-            next_seq += 1
-
-        delivered = 0
-        for key, event in replay.undelivered.items():
-            outbox = event.payload["outbox"]
-            tool = tools.get(outbox["tool"])
-            if tool is not None and deliver(
-                append, run_id, key, tool, outbox["message"], event.payload["digest"]
-            ):
-                delivered += 1
-        return delivered
-
-    def check(self, run_id: str | None = None) -> list[tuple[str, str | None]]:
-        """Verify every record of every run (or one run): MAC, chain, sequence, witness.
-        Returns ``(run_id, None)`` for each sound run and ``(run_id, problem)`` for each
-        other one; never raises for a bad run, never writes."""
-        if run_id is not None and self._store.get_run(run_id) is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}")
-        ids = [run_id] if run_id is not None else [r.run_id for r in self._store.list_runs()]
-        report: list[tuple[str, str | None]] = []
-        for rid in ids:
-            try:
-                index_journal(self._journal(rid))
-            except IntegrityError as exc:
-                report.append((rid, f"{type(exc).__name__}: {exc}"))
-            else:
-                report.append((rid, None))
-        return report
-
-    def reanchor(self, run_id: str, *, by: str) -> int:
-        """Trust a run's journal as it is now: set its witness to the journal's
-        generation. An explicit, logged operator action (after a witness was lost, or a
-        journal deliberately restored); the journal must still verify."""
-        if not by:
-            raise ValueError("reanchor needs by=NAME: who takes responsibility")
-        events = self._store.load_events(run_id)  # MACs and chain still verified
-        if not events:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}")
-        if self._witness is None:
-            raise ValueError(f"ledger {self.url} has no generation witness to re-anchor")
-        before = self._witness.get(run_id)
-        self._witness.reset(run_id, len(events))
-        log.warning(
-            "witness re-anchored",
-            extra={"run_id": run_id, "by": by, "from": before, "to": len(events)},
-        )
-        return len(events)
 
     def close(self) -> None:
         self._store.close()

@@ -40,6 +40,10 @@ _HEADER = b"SQLite format 3\x00"
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 _EVENT_TYPES = {t.value: t for t in EventType}  # EventType(x) costs ~1 us per event
 
+# A journal record exactly as stored: seq, type, key, payload text, value text (wherever
+# kept), created_at, key_id, mac. Used by checkpoint export/import only.
+RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
+
 
 class SQLiteStore:
     """A ledger in one SQLite file. Thread-safe: one connection behind a lock."""
@@ -133,20 +137,7 @@ class SQLiteStore:
 
     def create_run(self, row: RunRow, first: Event) -> RunRow | None:
         with self._transaction() as conn:
-            cur = conn.execute(
-                _Q["insert_run"],
-                (
-                    row.run_id,
-                    row.workflow,
-                    row.version,
-                    row.status.value,
-                    row.reason,
-                    row.input_digest,
-                    row.created_at,
-                    row.updated_at,
-                ),
-            )
-            if cur.rowcount == 0:
+            if not _insert_run_row(conn, row):
                 existing = conn.execute(_Q["get_run"], (row.run_id,)).fetchone()
                 return _row(existing)
             self._insert_events(conn, (first,), GENESIS)
@@ -216,6 +207,41 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    # -- checkpoints (crashproof.runtime.transfer; not part of the port) -----
+
+    @property
+    def sealer(self) -> RecordSealer | None:
+        return self._sealer
+
+    def raw_events(self, run_id: str) -> list[RawRecord]:
+        """The run's records exactly as stored (not verified: the caller verifies)."""
+        with self._lock, self._errors():
+            rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
+        records: list[RawRecord] = []
+        for seq, type_, key, payload, value, blob, created_at, key_id, mac in rows:
+            if blob is not None and value is None:
+                raise IntegrityError(f"run {run_id!r} event {seq}: blob {blob} is missing")
+            records.append((seq, type_, key, payload, value, created_at, key_id, mac))
+        return records
+
+    def install_run(self, row: RunRow, records: Sequence[RawRecord]) -> bool:
+        """Insert ``row`` and its already-sealed records in one transaction, unless the
+        run exists (then nothing is written and False is returned)."""
+        with self._transaction() as conn:
+            if not _insert_run_row(conn, row):
+                return False
+            for seq, type_, key, payload, value, created_at, key_id, mac in records:
+                blob = None
+                if value is not None and len(value) >= BLOB_THRESHOLD:
+                    blob = hashlib.sha256(value.encode()).hexdigest()
+                    conn.execute(_Q["insert_blob"], (blob, value))
+                    value = None
+                conn.execute(
+                    _Q["insert_event"],
+                    (row.run_id, seq, type_, key, payload, value, blob, created_at, key_id, mac),
+                )
+            return True
 
     # -- internals ---------------------------------------------------------
 
@@ -331,6 +357,24 @@ def _check_file(path: Path) -> None:
             f"ledger {path} is truncated: its header promises {page_count * page_size} bytes, "
             f"the file has {size}; nothing was changed. Restore it from a backup."
         )
+
+
+def _insert_run_row(conn: sqlite3.Connection, row: RunRow) -> bool:
+    """Insert a run's index row unless the run exists; True when inserted."""
+    cur = conn.execute(
+        _Q["insert_run"],
+        (
+            row.run_id,
+            row.workflow,
+            row.version,
+            row.status.value,
+            row.reason,
+            row.input_digest,
+            row.created_at,
+            row.updated_at,
+        ),
+    )
+    return cur.rowcount > 0
 
 
 def _row(found: Any) -> RunRow:

@@ -1,0 +1,319 @@
+"""Signed checkpoints: one run as one JSON document, for export and import. Pure, no I/O.
+
+::
+
+    {"format": "crashproof-checkpoint", "schema_version": 1,
+     "run": {"run_id", "workflow", "version", "input_digest", "status", "generation"},
+     "records": [{"seq", "type", "key", "payload", "value", "created_at", "key_id", "mac"}],
+     "key_id": "...", "signature": "<HMAC-SHA256 hex>"}
+
+Each record is the journal record exactly as stored (payload and value are the stored
+text), with its own chain MAC, so an import verifies every record with the Sealer
+exactly as reading a ledger does. The document as a whole is signed with an HMAC over
+its RFC 8785 canonical bytes without the ``signature`` field. A checkpoint file is
+those canonical bytes (plus an optional final newline) and nothing else: any other
+spelling of the same JSON is refused, so no change to a file goes unnoticed.
+
+Verification order: the signature first (before anything else is interpreted), then
+format, schema version, unknown or missing fields at every level, field types, each
+record's MAC and the chain, the run header against the first record, the generation.
+Every refusal is an ``IntegrityError`` subclass naming what differed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import rfc8785
+
+from crashproof.errors import CheckpointRejected, IntegrityError, JournalTampered, UnknownKeyId
+from crashproof.integrity.keys import Keyring
+from crashproof.integrity.seal import Sealer
+from crashproof.journal.records import EventType, RunStatus
+
+__all__ = [
+    "FORMAT",
+    "SCHEMA_VERSION",
+    "Checkpoint",
+    "Record",
+    "RunHeader",
+    "build",
+    "parse",
+    "serialize",
+    "sign",
+    "verify",
+]
+
+FORMAT = "crashproof-checkpoint"
+SCHEMA_VERSION = 1
+
+_TOP = ("format", "schema_version", "run", "records", "key_id", "signature")
+_RUN = ("run_id", "workflow", "version", "input_digest", "status", "generation")
+_RECORD = ("seq", "type", "key", "payload", "value", "created_at", "key_id", "mac")
+_STATUSES = frozenset(s.value for s in RunStatus)
+_TYPES = frozenset(t.value for t in EventType)
+
+
+class RunHeader(NamedTuple):
+    run_id: str
+    workflow: str
+    version: str
+    input_digest: str
+    status: str
+    generation: int
+
+
+class Record(NamedTuple):
+    """A journal record exactly as stored (``value``: the text, wherever it is kept)."""
+
+    seq: int
+    type: str
+    key: str | None
+    payload: str
+    value: str | None
+    created_at: float
+    key_id: str | None
+    mac: str | None
+
+
+class Checkpoint(NamedTuple):
+    run: RunHeader
+    records: tuple[Record, ...]
+    key_id: str
+
+
+def build(run: RunHeader, records: Sequence[Record]) -> dict[str, Any]:
+    """The unsigned document."""
+    return {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "run": run._asdict(),
+        "records": [r._asdict() for r in records],
+    }
+
+
+def sign(document: Mapping[str, Any], keyring: Keyring) -> dict[str, Any]:
+    """A copy of ``document`` signed with the keyring's current key."""
+    signed = {k: v for k, v in document.items() if k not in ("key_id", "signature")}
+    signed["key_id"] = keyring.current_id
+    signed["signature"] = _signature(keyring.current, _canonical(signed))
+    return signed
+
+
+def serialize(document: Mapping[str, Any]) -> bytes:
+    """The document's file form: its RFC 8785 canonical bytes."""
+    return _canonical(document)
+
+
+def parse(data: bytes | str) -> dict[str, Any]:
+    """A document from its file form; anything but canonical JSON of an object is refused."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    body = raw[:-1] if raw.endswith(b"\n") else raw
+    try:
+        document = json.loads(
+            body.decode("utf-8"),
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constant,
+        )
+    except CheckpointRejected:
+        raise
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise CheckpointRejected(f"checkpoint is not valid UTF-8 JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise CheckpointRejected(
+            f"checkpoint is not a JSON object (found {type(document).__name__})"
+        )
+    if _canonical(document) != body:
+        raise CheckpointRejected(
+            "checkpoint is not in its canonical form (RFC 8785): it was edited or "
+            "reformatted after export; export it again"
+        )
+    return document
+
+
+def verify(document: Mapping[str, Any], sealer: Sealer) -> Checkpoint:
+    """Check everything (signature first) and return the run and its records."""
+    if not isinstance(document, Mapping):
+        raise CheckpointRejected("checkpoint is not a JSON object")
+    kid = _verify_signature(document, sealer.keyring)
+    if document.get("format") != FORMAT:
+        raise CheckpointRejected(
+            f"not a crashproof checkpoint: format is {document.get('format')!r}, "
+            f"expected {FORMAT!r}"
+        )
+    version = document.get("schema_version")
+    if type(version) is not int:
+        raise CheckpointRejected(f"checkpoint schema_version {version!r} is not an integer")
+    if version > SCHEMA_VERSION:
+        raise CheckpointRejected(
+            f"checkpoint schema version {version} is newer than this crashproof reads "
+            f"(up to {SCHEMA_VERSION}); upgrade crashproof to import it"
+        )
+    if version < 1:
+        raise CheckpointRejected(f"checkpoint schema version {version} is not valid")
+    _fields(document, _TOP, "the checkpoint")
+    run = _run_header(document["run"])
+    records = _records(document["records"], run.run_id, sealer)
+    _check_first(run, records)
+    if run.generation != len(records):
+        raise CheckpointRejected(
+            f"checkpoint of run {run.run_id!r}: generation {run.generation} does not match "
+            f"its {len(records)} record(s); a record was removed or added"
+        )
+    return Checkpoint(run, records, kid)
+
+
+# -- internals ---------------------------------------------------------------
+
+
+def _canonical(value: Any) -> bytes:
+    try:
+        return rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, TypeError, ValueError, RecursionError) as exc:
+        raise CheckpointRejected(f"checkpoint cannot be canonicalized (RFC 8785): {exc}") from None
+
+
+def _signature(secret: bytes, canonical: bytes) -> str:
+    return hmac.new(secret, canonical, hashlib.sha256).hexdigest()
+
+
+def _verify_signature(document: Mapping[str, Any], keyring: Keyring) -> str:
+    signature, kid = document.get("signature"), document.get("key_id")
+    if not isinstance(signature, str) or not isinstance(kid, str):
+        raise CheckpointRejected(
+            "checkpoint carries no signature or key id (fields 'signature', 'key_id')"
+        )
+    secret = keyring.get(kid)
+    if secret is None:
+        raise UnknownKeyId(
+            f"checkpoint was signed with key id {kid!r}, which this keyring does not hold "
+            f"(it has {keyring.current_id}); wrong key? Nothing was imported."
+        )
+    unsigned = {k: v for k, v in document.items() if k != "signature"}
+    if not hmac.compare_digest(_signature(secret, _canonical(unsigned)), signature):
+        raise CheckpointRejected(
+            "checkpoint signature does not verify: the document was altered after export; "
+            "nothing was imported"
+        )
+    return kid
+
+
+def _fields(obj: Any, expected: tuple[str, ...], where: str) -> None:
+    if not isinstance(obj, Mapping):
+        raise CheckpointRejected(f"{where} is not a JSON object")
+    unknown = sorted(set(obj) - set(expected))
+    if unknown:
+        raise CheckpointRejected(f"{where} has unknown field {unknown[0]!r}; refusing it")
+    missing = [name for name in expected if name not in obj]
+    if missing:
+        raise CheckpointRejected(f"{where} lacks field {missing[0]!r}")
+
+
+def _text(obj: Mapping[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
+    value = obj[name]
+    if isinstance(value, str) or (optional and value is None):
+        return value
+    raise CheckpointRejected(f"{where}: field {name!r} must be a string, not {value!r}")
+
+
+def _run_header(obj: Any) -> RunHeader:
+    where = "the checkpoint's run"
+    _fields(obj, _RUN, where)
+    generation = obj["generation"]
+    if type(generation) is not int or generation < 1:
+        raise CheckpointRejected(f"{where}: generation {generation!r} is not a positive integer")
+    header = RunHeader(
+        run_id=_text(obj, "run_id", where),
+        workflow=_text(obj, "workflow", where),
+        version=_text(obj, "version", where),
+        input_digest=_text(obj, "input_digest", where),
+        status=_text(obj, "status", where),
+        generation=generation,
+    )
+    if not header.run_id:
+        raise CheckpointRejected(f"{where}: run_id is empty")
+    if header.status not in _STATUSES:
+        raise CheckpointRejected(f"{where}: unknown status {header.status!r}")
+    return header
+
+
+def _records(obj: Any, run_id: str, sealer: Sealer) -> tuple[Record, ...]:
+    if not isinstance(obj, list) or not obj:
+        raise CheckpointRejected(f"checkpoint of run {run_id!r}: records is not a non-empty list")
+    records: list[Record] = []
+    prev_mac = ""
+    for index, item in enumerate(obj):
+        where = f"checkpoint record {index}"
+        _fields(item, _RECORD, where)
+        seq, created_at = item["seq"], item["created_at"]
+        if type(seq) is not int or seq != index:
+            raise CheckpointRejected(
+                f"{where}: sequence {seq!r} where {index} was expected; records were "
+                "removed, added or reordered"
+            )
+        if type(created_at) not in (int, float):
+            raise CheckpointRejected(f"{where}: created_at {created_at!r} is not a number")
+        record = Record(
+            seq=seq,
+            type=_text(item, "type", where),
+            key=_text(item, "key", where, optional=True),
+            payload=_text(item, "payload", where),
+            value=_text(item, "value", where, optional=True),
+            created_at=float(created_at),  # RFC 8785 writes 5.0 as 5
+            key_id=_text(item, "key_id", where),
+            mac=_text(item, "mac", where),
+        )
+        try:
+            sealer.verify(run_id, *record[:6], prev_mac, record.key_id, record.mac)
+        except UnknownKeyId:
+            raise
+        except JournalTampered:
+            raise CheckpointRejected(
+                f"checkpoint of run {run_id!r}: record {index} does not match its MAC (altered, "
+                "moved, copied from another run, or a record before it was removed); nothing "
+                "was imported"
+            ) from None
+        except IntegrityError as exc:
+            raise CheckpointRejected(f"{where}: {exc}") from None
+        if record.type not in _TYPES:
+            raise CheckpointRejected(f"{where}: unknown record type {record.type!r}")
+        prev_mac = record.mac or ""
+        records.append(record)
+    return tuple(records)
+
+
+def _check_first(run: RunHeader, records: Sequence[Record]) -> None:
+    first = records[0]
+    if first.type != "run_started":
+        raise CheckpointRejected(
+            f"checkpoint of run {run.run_id!r}: record 0 is {first.type!r}, not 'run_started'"
+        )
+    try:
+        started = json.loads(first.payload)
+    except ValueError:
+        started = None
+    if not isinstance(started, dict):
+        raise CheckpointRejected(f"checkpoint of run {run.run_id!r}: record 0 is unreadable")
+    for name in ("workflow", "version", "input_digest"):
+        if started.get(name) != getattr(run, name):
+            raise CheckpointRejected(
+                f"checkpoint of run {run.run_id!r}: run {name} {getattr(run, name)!r} differs "
+                f"from the journal's {started.get(name)!r}"
+            )
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in result:
+            raise CheckpointRejected(f"checkpoint repeats field {name!r}")
+        result[name] = value
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise CheckpointRejected(f"checkpoint holds {name}, which is not JSON")

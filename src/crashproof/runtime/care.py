@@ -1,0 +1,142 @@
+"""The Ledger's care of what it already holds: verifying journals (check), re-anchoring
+witnesses, reconciling receipts with their tools, delivering pending outbox messages,
+and moving runs between ledgers as signed checkpoints. A mixin of ``Ledger``: it reads
+the store, witness and journal through the attributes the Ledger sets."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from crashproof.errors import IntegrityError, RunNotFound
+from crashproof.integrity.witness import Witness
+from crashproof.journal.fold import index_journal
+from crashproof.journal.records import Event, EventType, RunStatus
+from crashproof.runtime.outbox import deliver
+from crashproof.runtime.reconcile import ActCheck, reconcile_events
+from crashproof.store.port import StatusChange, Store
+from crashproof.tools.port import Tool
+
+__all__ = ["LedgerCare"]
+
+log = logging.getLogger("crashproof.runtime.ledger")
+
+
+class LedgerCare:
+    """Maintenance operations of a Ledger (see the module docstring)."""
+
+    _store: Store
+    _witness: Witness | None
+    url: str
+    shown_url: str
+
+    def _journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
+        raise NotImplementedError  # provided by Ledger
+
+    def _commit(self, events: Sequence[Event], status: StatusChange | None) -> None:
+        raise NotImplementedError  # provided by Ledger
+
+    def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
+        """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``
+        or ``needs_review`` per act (see ``crashproof.runtime.reconcile``). Read-only."""
+        if self._store.get_run(run_id) is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+        return reconcile_events(run_id, self._journal(run_id), tools)
+
+    def dispatch_outbox(self, tools: Iterable[Tool]) -> int:
+        """Deliver the pending outbox messages of runs no process is driving (ended or
+        frozen; a running run delivers its own on resume). Returns how many were
+        delivered; failures stay pending and are journaled."""
+        by_name = {tool.name: tool for tool in tools}
+        delivered = 0
+        for row in self._store.list_runs():
+            if row.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
+                delivered += self._dispatch_run(row.run_id, by_name)
+        return delivered
+
+    def _dispatch_run(self, run_id: str, tools: dict[str, Tool]) -> int:
+        replay = index_journal(self._journal(run_id))
+        next_seq = replay.next_seq
+
+        def append(type_: EventType, key: str, payload: dict[str, Any]) -> None:
+            nonlocal next_seq
+            event = Event(
+                run_id=run_id,
+                seq=next_seq,
+                type=type_,
+                key=key,
+                payload=payload,
+                created_at=time.time(),
+            )
+            self._commit((event,), None)
+            next_seq += 1
+
+        delivered = 0
+        for key, event in replay.undelivered.items():
+            outbox = event.payload["outbox"]
+            tool = tools.get(outbox["tool"])
+            if tool is not None and deliver(
+                append, run_id, key, tool, outbox["message"], event.payload["digest"]
+            ):
+                delivered += 1
+        return delivered
+
+    def check(self, run_id: str | None = None) -> list[tuple[str, str | None]]:
+        """Verify every record of every run (or one run): MAC, chain, sequence, witness.
+        Returns ``(run_id, None)`` for each sound run and ``(run_id, problem)`` for each
+        other one; never raises for a bad run, never writes."""
+        if run_id is not None and self._store.get_run(run_id) is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+        ids = [run_id] if run_id is not None else [r.run_id for r in self._store.list_runs()]
+        report: list[tuple[str, str | None]] = []
+        for rid in ids:
+            try:
+                index_journal(self._journal(rid))
+            except IntegrityError as exc:
+                report.append((rid, f"{type(exc).__name__}: {exc}"))
+            else:
+                report.append((rid, None))
+        return report
+
+    def reanchor(self, run_id: str, *, by: str) -> int:
+        """Trust a run's journal as it is now: set its witness to the journal's
+        generation. An explicit, logged operator action (after a witness was lost, or a
+        journal deliberately restored); the journal must still verify."""
+        if not by:
+            raise ValueError("reanchor needs by=NAME: who takes responsibility")
+        events = self._store.load_events(run_id)  # MACs and chain still verified
+        if not events:
+            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+        if self._witness is None:
+            raise ValueError(f"ledger {self.shown_url} has no generation witness to re-anchor")
+        before = self._witness.get(run_id)
+        self._witness.reset(run_id, len(events))
+        log.warning(
+            "witness re-anchored",
+            extra={"run_id": run_id, "by": by, "from": before, "to": len(events)},
+        )
+        return len(events)
+
+    def export_run(self, run_id: str) -> dict[str, Any]:
+        """The run as one signed checkpoint document (``crashproof.integrity.checkpoint``):
+        its journal records exactly as stored, each with its chain MAC. The journal and
+        its witness are verified first; nothing is written."""
+        from crashproof.runtime import transfer
+
+        if self._store.get_run(run_id) is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+        self._journal(run_id)  # MACs, chain and generation checked before export
+        return transfer.export_run(self._store, run_id)
+
+    def import_run(self, document: dict[str, Any], *, by: str) -> str:
+        """Install a run from a checkpoint document; returns its run id. Verifies the
+        signature first, then format, schema version, fields, every record's MAC and the
+        chain, and the generation; any mismatch raises a ``CheckpointRejected`` (or
+        ``UnknownKeyId``) naming it, with nothing written. A run that already exists is
+        refused unless its journal equals the checkpoint's (then: nothing to do). Logged
+        with ``by``; the witness is set to the imported generation."""
+        from crashproof.runtime import transfer
+
+        return transfer.import_run(self._store, self._witness, document, by=by)
