@@ -169,11 +169,14 @@ class Ledger(LedgerCare):
 
     # -- registry ----------------------------------------------------------
 
-    def workflow(self, name: str, version: str = "1") -> Callable[[Callable[..., R]], Workflow[R]]:
-        """Decorator: register ``fn(ctx, **input)`` under ``name`` and ``version``."""
+    def workflow(
+        self, name: str, version: str = "1", *, compatible_with: Sequence[str] = ()
+    ) -> Callable[[Callable[..., R]], Workflow[R]]:
+        """Decorator: register ``fn(ctx, **input)`` under ``name`` and ``version``;
+        ``compatible_with`` lists older versions whose in-flight runs it can finish."""
 
         def wrap(fn: Callable[..., R]) -> Workflow[R]:
-            return self.register(make_workflow(name, version, fn))
+            return self.register(make_workflow(name, version, fn, compatible_with))
 
         return wrap
 
@@ -364,12 +367,13 @@ class Ledger(LedgerCare):
         events = self._journal(run_id, owner=True)
         replay = index_journal(events)
         started = replay.started.payload
-        if started.get("version") != workflow.version:
+        if not workflow.can_resume(str(started.get("version"))):
             raise UnknownWorkflow(
                 f"run {run_id!r} started on workflow {workflow.name!r} version "
                 f"{started.get('version')!r}, but this process registers version "
-                f"{workflow.version!r}; nothing was changed. Deploy a worker that still "
-                "registers the old version to finish it."
+                f"{workflow.version!r} (compatible with {list(workflow.compatible_with)}); "
+                "nothing was changed. Deploy a worker that still registers the old version "
+                "to finish it, or declare compatible_with=[...] if this code replays it."
             )
         replay, policy = bind_run(
             run_id,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
@@ -24,6 +24,12 @@ class Workflow(Generic[R]):
     name: str
     version: str
     fn: Callable[..., R]
+    # Older versions whose in-flight runs this code can replay (it keeps their branches,
+    # e.g. behind ctx.patched): those runs resume here instead of being refused.
+    compatible_with: tuple[str, ...] = ()
+
+    def can_resume(self, version: str) -> bool:
+        return version == self.version or version in self.compatible_with
 
     def bind_input(self, kwargs: dict[str, Any]) -> None:
         """Raise TypeError now, before a run exists, if ``kwargs`` do not fit the function."""
@@ -33,7 +39,9 @@ class Workflow(Generic[R]):
             raise TypeError(f"workflow {self.name!r}: {exc}; nothing was started") from None
 
 
-def make_workflow(name: str, version: str, fn: Callable[..., R]) -> Workflow[R]:
+def make_workflow(
+    name: str, version: str, fn: Callable[..., R], compatible_with: Sequence[str] = ()
+) -> Workflow[R]:
     if not name or not isinstance(name, str):
         raise ValueError("a workflow needs a non-empty name")
     params = list(inspect.signature(fn).parameters.values())
@@ -48,13 +56,21 @@ def make_workflow(name: str, version: str, fn: Callable[..., R]) -> Workflow[R]:
             f"workflow {name!r}: parameter name(s) {sorted(clash)} are reserved by Ledger.run; "
             "rename them"
         )
-    return Workflow(name=name, version=str(version), fn=fn)
+    return Workflow(
+        name=name,
+        version=str(version),
+        fn=fn,
+        compatible_with=tuple(str(v) for v in compatible_with),
+    )
 
 
-def workflow(name: str, version: str = "1") -> Callable[[Callable[..., R]], Workflow[R]]:
-    """Decorator that makes a Workflow without binding it to a ledger (the CLI binds it)."""
+def workflow(
+    name: str, version: str = "1", *, compatible_with: Sequence[str] = ()
+) -> Callable[[Callable[..., R]], Workflow[R]]:
+    """Decorator that makes a Workflow without binding it to a ledger (the CLI binds it).
+    ``compatible_with``: older versions whose in-flight runs this code can finish."""
 
     def wrap(fn: Callable[..., R]) -> Workflow[R]:
-        return make_workflow(name, version, fn)
+        return make_workflow(name, version, fn, compatible_with)
 
     return wrap
