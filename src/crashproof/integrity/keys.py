@@ -93,11 +93,19 @@ def default_key_file() -> Path:
 def _create_key_file(path: Path) -> bytes:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = secrets.token_bytes(KEY_BYTES)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(key.hex() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    # Written in full to a private temp file, then linked into place: the key file either
+    # does not exist or holds a whole key, even if we crash or race another first opener
+    # (os.link fails with FileExistsError when someone else won).
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(key.hex() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
     log.warning(
         "crashproof generated a journal key in %s (key id %s); back it up: without it "
         "existing ledgers cannot be verified",

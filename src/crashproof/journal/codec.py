@@ -201,6 +201,13 @@ def error_record(exc: BaseException) -> dict[str, Any]:
         record["args"] = list(exc.args)
     except (TypeError, ValueError):
         pass  # args that are not JSON are summarised by the message alone
+    if isinstance(exc, OSError):  # its filename is not in args, but is in its message
+        os_args = [exc.errno, exc.strerror, exc.filename, exc.filename2]
+        try:
+            json.dumps(os_args, allow_nan=False)
+            record["os_args"] = os_args
+        except (TypeError, ValueError):
+            pass
     return record
 
 
@@ -226,6 +233,9 @@ def error_from_record(record: dict[str, Any]) -> BaseException:
         if isinstance(obj, type) and issubclass(obj, Exception):
             args = record.get("args")
             args = args if isinstance(args, list) else [record.get("message", "")]
+            os_args = record.get("os_args")
+            if issubclass(obj, OSError) and isinstance(os_args, list) and len(os_args) == 4:
+                args = os_args[: 2 + sum(1 for a in os_args[2:] if a is not None)]
             try:
                 exc = obj(*args)
             except Exception:
@@ -234,8 +244,35 @@ def error_from_record(record: dict[str, Any]) -> BaseException:
                 # keep is the type (``except`` clauses match on it) and the message.
                 exc = obj.__new__(obj, *args)
                 exc.args = tuple(args)
-            if str(exc) == record.get("message"):
+            message = str(record.get("message", ""))
+            if str(exc) == message:
                 return exc
+            return _with_recorded_message(obj, tuple(args), message)
     except Exception:  # noqa: S110 - any failure to rebuild falls back to RecordedError
         pass
     return RecordedError(record)
+
+
+_MESSAGE_KEEPERS: dict[type[Exception], type[Exception]] = {}
+
+
+def _with_recorded_message(
+    cls: type[Exception], args: tuple[Any, ...], message: str
+) -> BaseException:
+    """An instance of a subclass of ``cls`` whose str() is the recorded message: the
+    workflow's ``except cls`` still matches, and what it reads from the error is what the
+    first run read."""
+    keeper = _MESSAGE_KEEPERS.get(cls)
+    if keeper is None:
+        keeper = type(
+            cls.__name__,
+            (cls,),
+            {"__str__": lambda self: str(getattr(self, "_crashproof_message", ""))},
+        )
+        keeper.__qualname__ = cls.__qualname__
+        keeper.__module__ = cls.__module__
+        _MESSAGE_KEEPERS[cls] = keeper
+    exc = keeper.__new__(keeper, *args)
+    exc.args = args
+    exc._crashproof_message = message  # type: ignore[attr-defined]
+    return exc

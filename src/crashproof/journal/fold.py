@@ -96,12 +96,19 @@ def index_journal(events: Sequence[Event]) -> Replay:
 
 def tokens_of(usage: dict[str, Any] | None) -> int:
     """Tokens a decision consumed: ``total_tokens`` if given, else the sum of its counts."""
-    if not usage:
+    if not isinstance(usage, dict) or not usage:  # journals are never unreadable over it
         return 0
     total = usage.get("total_tokens")
-    if isinstance(total, int):
+    if isinstance(total, int) and not isinstance(total, bool):
         return total
     return sum(v for v in usage.values() if isinstance(v, int) and not isinstance(v, bool))
+
+
+def _cost_of(payload: dict[str, Any]) -> float:
+    cost = payload.get("cost")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        return float(cost)
+    return 0.0
 
 
 def spend(budget: Budget, payload: dict[str, Any]) -> Budget:
@@ -120,7 +127,7 @@ def spend(budget: Budget, payload: dict[str, Any]) -> Budget:
         steps=budget.steps + 1,
         decisions=budget.decisions + 1,
         tokens=budget.tokens + tokens_of(payload.get("usage")),
-        cost=budget.cost + float(payload.get("cost") or 0.0),
+        cost=budget.cost + _cost_of(payload),
     )
 
 

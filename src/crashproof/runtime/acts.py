@@ -189,6 +189,14 @@ def _reconcile(ctx: Context, tool: Tool, call: Call, rounds: int = 0) -> Any:
             )
         except DriftError as exc:
             _freeze_drift(ctx, call, exc)
+        except NotImplementedError:  # declared lookup, never implemented: no retry helps
+            ctx.freeze(
+                f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
+                "does not implement lookup (set supports_lookup = False, or implement it): "
+                "not re-executed automatically",
+                _evidence(call),
+                key=call.step,
+            )
         except Exception as exc:
             failures.append(error_record(exc))
             if attempt < settings.lookup_attempts:

@@ -11,13 +11,14 @@ NonDeterminismError. Past the end of the journal, calls run live and are recorde
 from __future__ import annotations
 
 import datetime as dt
+import math
 import random as _random
 import time
 import uuid as _uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from crashproof.errors import CrashproofError, NonDeterminismError
+from crashproof.errors import CrashproofError, NonDeterminismError, SerializationError
 from crashproof.journal.codec import (
     args_digest,
     canonical_digest,
@@ -43,6 +44,36 @@ __all__ = ["Context"]
 
 def _no_crash_point(name: str) -> None:
     return None
+
+
+def _check_decision(decision: Decision, key: str) -> None:
+    """Refuse model/usage/cost that budgets could not count, before anything is sealed."""
+    usage, cost = decision.usage, decision.cost
+    if usage is not None and not (
+        isinstance(usage, dict)
+        and all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for k, v in usage.items()
+        )
+    ):
+        raise SerializationError(
+            f"decision {key!r}: usage must map token kinds to non-negative ints, not "
+            f"{usage!r}; nothing was recorded"
+        )
+    if cost is not None and (
+        isinstance(cost, bool)
+        or not isinstance(cost, int | float)
+        or not math.isfinite(cost)
+        or cost < 0
+    ):
+        raise SerializationError(
+            f"decision {key!r}: cost must be a finite number >= 0, not {cost!r}; nothing "
+            "was recorded"
+        )
+    if decision.model is not None and not isinstance(decision.model, str):
+        raise SerializationError(
+            f"decision {key!r}: model must be a string, not {decision.model!r}"
+        )
 
 
 T = TypeVar("T")
@@ -152,7 +183,11 @@ class Context:
         self._check_usable()
         name = f"patched:{change_id}"
         recorded = self._peek()
-        if recorded is None:  # live: the new code is here first
+        if recorded is None and (self._open_acts or self._failed_attempts_pending()):
+            # The journal ends inside a call the old code had already started (an act in
+            # flight, a step between retries): the run passed this point under old code.
+            answer = False
+        elif recorded is None:  # live: the new code is here first
             self._record_marker(name)
             answer = True
         elif recorded.key == self._key_for(name) and recorded.payload["kind"] == StepKind.PATCHED:
@@ -284,6 +319,7 @@ class Context:
             if isinstance(out, Decision):
                 if kind is not StepKind.DECIDE:
                     raise CrashproofError(f"{kind} {key!r} returned a Decision; use ctx.decide")
+                _check_decision(out, key)
                 payload.update(model=out.model, usage=out.usage, cost=out.cost)
                 encode(payload, what=f"model/usage/cost of decision {key!r}")
                 out = out.value
@@ -390,6 +426,11 @@ class Context:
                 f"ctx calls cannot be nested inside step {self._in_step!r}; "
                 "call them from the workflow function"
             )
+
+    def _failed_attempts_pending(self) -> bool:
+        """Failed attempts of a step that has no final record yet."""
+        done = {event.key for event in self._done}
+        return any(key not in done for key in self._failed_attempts)
 
     def _peek(self) -> Event | None:
         return self._done[self._cursor] if self._cursor < len(self._done) else None

@@ -83,6 +83,12 @@ def import_run(
     run, records = found.run, found.records
     if store.get_run(run.run_id) is not None:
         _same_journal(run.run_id, raw_store.raw_events(run.run_id), records)
+        # A crash between installing and setting the witness left it missing or behind:
+        # importing the same checkpoint again repairs it.
+        if witness is not None and (witness.get(run.run_id) or 0) < run.generation:
+            witness.advance(run.run_id, run.generation)
+            if witness.get(run.run_id) is None:
+                witness.reset(run.run_id, run.generation)
         log.info("checkpoint already imported", extra={"run_id": run.run_id, "by": by})
         return run.run_id
     witnessed = witness.get(run.run_id) if witness is not None else None

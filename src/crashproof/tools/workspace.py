@@ -147,6 +147,10 @@ class Workspace(Tool):
         pure = PurePosixPath(path)
         if pure.is_absolute() or ".." in pure.parts or ".git" in pure.parts:
             raise PermanentError(f"path {path!r} leaves the workspace or touches .git")
+        # The string is inside; a symlinked directory or file could still lead outside.
+        target = self.root / pure
+        if target.is_symlink() or not target.parent.resolve().is_relative_to(self.root):
+            raise PermanentError(f"path {path!r} leaves the workspace through a symlink")
         return pure.as_posix()
 
     def _apply(self, target: Path, content: str | None, call: Call) -> None:
@@ -154,12 +158,14 @@ class Workspace(Tool):
             target.unlink(missing_ok=True)
             _fsync_dir(target.parent)
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _make_dirs_durably(target.parent)
         temp = _temp_path(target, call.operation_id)
         with temp.open("wb") as f:
             f.write(content.encode("utf-8", "surrogateescape"))
             f.flush()
             os.fsync(f.fileno())
+        if target.exists():  # the rename must not reset the mode (git tracks the x bit)
+            os.chmod(temp, stat.S_IMODE(target.stat().st_mode))
         call.crash_point("written")  # temp file durable, target untouched
         os.replace(temp, target)
         _fsync_dir(target.parent)
@@ -210,6 +216,19 @@ def _sha256_file(path: Path) -> str:
 def _temp_path(target: Path, operation_id: str) -> Path:
     tag = hashlib.sha256(operation_id.encode()).hexdigest()[:16]
     return target.with_name(f".{target.name}.crashproof-{tag}.tmp")
+
+
+def _make_dirs_durably(directory: Path) -> None:
+    """mkdir -p, and fsync each new directory's parent, so a power cut cannot lose the
+    directory of a file whose receipt is already committed."""
+    missing = []
+    probe = directory
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for new in reversed(missing):
+        new.mkdir(exist_ok=True)
+        _fsync_dir(new.parent)
 
 
 def _fsync_dir(path: Path) -> None:
