@@ -212,7 +212,17 @@ class StaleLeaseError(CrashproofError):
 
 
 class LeaseHeld(CrashproofError):
-    """The run is owned by another worker until its lease expires."""
+    """The run is owned by another worker until its lease expires.
+
+    ``owner``: the holding worker's id; ``expires_at``: when its lease ends (epoch
+    seconds, by the store's clock)."""
+
+    def __init__(
+        self, message: str, *, owner: str | None = None, expires_at: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.expires_at = expires_at
 
 
 class OutcomeUnknown(CrashproofError):

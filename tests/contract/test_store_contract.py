@@ -12,6 +12,7 @@ import functools
 import json
 import sqlite3
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from crashproof import StaleLeaseError
+from crashproof import LeaseHeld, RunNotFound, StaleLeaseError
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.memory import MemoryStore
 from crashproof.store.port import BLOB_THRESHOLD, Store
@@ -510,3 +511,146 @@ def test_random_journals_round_trip(name: str, request: pytest.FixtureRequest) -
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+
+
+# -- leases and fencing ------------------------------------------------------
+
+
+def test_claim_of_a_free_run_sets_owner_expiry_and_the_first_token(backend: Backend) -> None:
+    start(backend.store, "r")
+    before = time.time()
+    lease = backend.store.claim("r", "w1", 30.0)
+    assert (lease.owner, lease.token, lease.ttl_seconds) == ("w1", 1, 30.0)
+    # SQLite and memory use the local clock, PostgreSQL the server's (same host here).
+    assert before + 29.0 < lease.expires_at < time.time() + 31.0
+
+
+def test_claim_of_a_held_run_raises_lease_held_naming_owner_and_expiry(
+    backend: Backend,
+) -> None:
+    start(backend.store, "r")
+    lease = backend.store.claim("r", "w1", 30.0)
+    with pytest.raises(LeaseHeld, match=r"owned by worker w1 until \d{4}-") as held:
+        backend.store.claim("r", "w2", 30.0)
+    assert held.value.owner == "w1"
+    assert held.value.expires_at == pytest.approx(lease.expires_at, abs=0.01)
+    # Nothing changed: the holder still renews and writes under its token.
+    backend.store.renew("r", lease)
+    backend.store.append([event("r", 1)], fencing_token=lease.token)
+    assert len(backend.store.load_events("r")) == 2
+
+
+def test_claim_by_the_owner_again_succeeds_with_a_new_token(backend: Backend) -> None:
+    start(backend.store, "r")
+    first = backend.store.claim("r", "w1", 30.0)
+    again = backend.store.claim("r", "w1", 30.0)
+    assert (again.owner, again.token) == ("w1", first.token + 1)
+
+
+def test_claim_after_expiry_succeeds_and_fences_the_old_owner(backend: Backend) -> None:
+    start(backend.store, "r")
+    old = backend.store.claim("r", "w1", 0.2)
+    time.sleep(0.3)
+    new = backend.store.claim("r", "w2", 30.0)
+    assert (new.owner, new.token) == ("w2", old.token + 1)
+    with pytest.raises(StaleLeaseError):
+        backend.store.renew("r", old)
+    with pytest.raises(StaleLeaseError):
+        backend.store.append([event("r", 1)], fencing_token=old.token)
+    assert len(backend.store.load_events("r")) == 1
+
+
+def test_take_over_claims_a_held_run_and_bumps_the_token(backend: Backend) -> None:
+    start(backend.store, "r")
+    old = backend.store.claim("r", "w1", 30.0)
+    new = backend.store.claim("r", "w2", 30.0, take_over=True)
+    assert (new.owner, new.token) == ("w2", old.token + 1)
+    with pytest.raises(StaleLeaseError):
+        backend.store.append([event("r", 1), event("r", 2)], fencing_token=old.token)
+    assert len(backend.store.load_events("r")) == 1
+    backend.store.append([event("r", 1)], fencing_token=new.token)
+    assert len(backend.store.load_events("r")) == 2
+
+
+def test_claim_of_a_missing_run_raises_run_not_found(backend: Backend) -> None:
+    with pytest.raises(RunNotFound):
+        backend.store.claim("nope", "w1", 30.0)
+
+
+def test_renew_extends_the_expiry_of_the_current_lease(backend: Backend) -> None:
+    start(backend.store, "r")
+    lease = backend.store.claim("r", "w1", 1.0)
+    time.sleep(0.5)
+    renewed = backend.store.renew("r", lease)
+    assert (renewed.owner, renewed.token) == (lease.owner, lease.token)
+    assert renewed.expires_at > lease.expires_at
+    time.sleep(0.7)  # past the first expiry (1.0 s), within the renewed one (1.5 s)
+    with pytest.raises(LeaseHeld):
+        backend.store.claim("r", "w2", 30.0)
+
+
+def test_release_frees_the_run_keeps_the_token_and_is_idempotent(backend: Backend) -> None:
+    start(backend.store, "r")
+    lease = backend.store.claim("r", "w1", 30.0)
+    backend.store.release("r", lease)
+    backend.store.release("r", lease)
+    with pytest.raises(StaleLeaseError):
+        backend.store.renew("r", lease)
+    new = backend.store.claim("r", "w2", 30.0)
+    assert new.token == lease.token + 1  # tokens never go down
+
+
+def test_release_of_a_superseded_lease_changes_nothing(backend: Backend) -> None:
+    start(backend.store, "r")
+    old = backend.store.claim("r", "w1", 30.0)
+    new = backend.store.claim("r", "w2", 30.0, take_over=True)
+    backend.store.release("r", old)
+    with pytest.raises(LeaseHeld, match="owned by worker w2"):
+        backend.store.claim("r", "w3", 30.0)
+    backend.store.renew("r", new)
+
+
+def test_append_with_the_current_token_lands_with_its_status(backend: Backend) -> None:
+    start(backend.store, "r")
+    lease = backend.store.claim("r", "w1", 30.0)
+    backend.store.append([event("r", 1)], (RunStatus.SUCCEEDED, None), fencing_token=lease.token)
+    found = backend.store.get_run("r")
+    assert found is not None
+    assert found.status is RunStatus.SUCCEEDED
+
+
+def test_append_with_a_stale_token_keeps_nothing_not_even_the_status(
+    backend: Backend,
+) -> None:
+    start(backend.store, "r")
+    old = backend.store.claim("r", "w1", 30.0)
+    backend.store.claim("r", "w2", 30.0, take_over=True)
+    with pytest.raises(StaleLeaseError):
+        backend.store.append(
+            [event("r", 1, BIG)], (RunStatus.SUCCEEDED, None), fencing_token=old.token
+        )
+    assert len(backend.store.load_events("r")) == 1
+    found = backend.store.get_run("r")
+    assert found is not None
+    assert found.status is RunStatus.RUNNING
+    assert backend.blob_count() == 0
+
+
+def test_append_with_a_token_on_a_never_claimed_run(backend: Backend) -> None:
+    start(backend.store, "r")
+    with pytest.raises(StaleLeaseError):
+        backend.store.append([event("r", 1)], fencing_token=1)
+    backend.store.append([event("r", 1)], fencing_token=0)  # the initial token
+    backend.store.append([event("r", 2)])  # unfenced writes are not checked
+    assert len(backend.store.load_events("r")) == 3
+
+
+def test_leases_of_runs_are_independent(backend: Backend) -> None:
+    start(backend.store, "a")
+    start(backend.store, "b")
+    a = backend.store.claim("a", "w1", 30.0)
+    b = backend.store.claim("b", "w2", 30.0)
+    assert (a.token, b.token) == (1, 1)
+    backend.store.append([event("b", 1)], fencing_token=b.token)
+    with pytest.raises(LeaseHeld):
+        backend.store.claim("a", "w2", 30.0)

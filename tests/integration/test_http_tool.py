@@ -141,7 +141,7 @@ def test_happy_path_one_resource_per_operation_headers_and_replay(
     assert parse_key(sent["Idempotency-Key"]) == "run/create"
     assert sent["Crashproof-Intent-Digest"] == step(ledger, "create").intent_digest
     assert sent["Crashproof-Intent-Digest"] == digest_of(tool, "a")
-    assert "Fencing-Token" not in sent  # the run holds no fencing token
+    assert sent["Fencing-Token"] == "1"  # the token of the run's lease (its first claim)
     assert parse_key(server.requests(K2)[0]["headers"]["Idempotency-Key"]) == K2
 
     info = ledger.get_run(RUN)

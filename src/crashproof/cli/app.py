@@ -236,6 +236,14 @@ def resume_command(
             help="Who raises the budget or re-binds the policy (default: the OS user).",
         ),
     ] = None,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over",
+            help="Take the run over from the worker holding its lease, even before the "
+            "lease expires; that worker is fenced out (its next journal write is refused).",
+        ),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
@@ -287,7 +295,9 @@ def resume_command(
             ledger,
             settings,
             run_id,
-            lambda: ledger.resume(run_id, raise_budget=raises, rebind_policy=rebind, by=by),
+            lambda: ledger.resume(
+                run_id, raise_budget=raises, rebind_policy=rebind, by=by, take_over=take_over
+            ),
         )
 
 

@@ -113,7 +113,9 @@ _RULES: tuple[_Rule, ...] = (
     (
         LeaseHeld,
         ExitCode.CONFLICT,
-        "another worker owns the run; wait until its lease expires, then resume it",
+        "another worker owns the run: wait until its lease expires and resume, or take it "
+        "over with `crashproof resume RUN_ID --app MODULE --take-over` (fences the other "
+        "worker out)",
     ),
     (
         StaleLeaseError,

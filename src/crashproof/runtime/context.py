@@ -469,7 +469,7 @@ class Context:
             value_json=value_json,
             created_at=time.time(),
         )
-        self._ledger._commit((event,), status)
+        self._ledger._commit((event,), status, fencing_token=self.fencing_token)
         self._next_seq += 1
         if type_ is EventType.STEP_DONE:
             self.meter.count(payload)

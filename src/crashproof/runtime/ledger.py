@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import secrets
+import socket
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,6 +19,7 @@ from crashproof.errors import (
     ActFailed,
     ApprovalRequired,
     CrashproofError,
+    LeaseHeld,
     LedgerError,
     NonDeterminismError,
     PermanentError,
@@ -22,6 +29,7 @@ from crashproof.errors import (
     RunFrozen,
     RunNotFound,
     RunStopped,
+    StaleLeaseError,
     UnknownWorkflow,
 )
 from crashproof.integrity.keys import Keyring, resolve_keyring
@@ -43,7 +51,7 @@ from crashproof.runtime.context import Context
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.policy import Policy
 from crashproof.runtime.workflow import Workflow, make_workflow
-from crashproof.store.port import RecordSealer, StatusChange, Store
+from crashproof.store.port import Lease, RecordSealer, StatusChange, Store
 
 __all__ = ["DURABILITY_MODES", "Ledger", "open_store"]
 
@@ -131,6 +139,77 @@ def _default_witness(url: str) -> Witness | None:
     return SQLiteWitness(path.with_name(path.name + ".witness"))
 
 
+_HOST = socket.gethostname()
+# (worker id, run id) of every lease a Ledger of this process is driving right now. A
+# lease of this process that is not listed here was left by a run that crashed
+# (SimulatedCrash): nobody drives it any more, so a new Ledger may take it over at once.
+_DRIVING: set[tuple[str, str]] = set()
+_DRIVING_LOCK = threading.Lock()
+
+
+def _abandoned(owner: str, run_id: str) -> bool:
+    """Whether the lease holder is provably gone: a worker of this process that is not
+    driving the run, or a process of this host that no longer exists. Anything else (another
+    host, a live process, an unrecognised id) is presumed alive until its lease expires."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != _HOST or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        with _DRIVING_LOCK:
+            return (owner, run_id) not in _DRIVING
+    return not _process_alive(pid)
+
+
+def _process_alive(pid: int) -> bool:
+    if sys.platform == "win32" or pid <= 0:
+        return True  # no cheap, safe probe: wait for the lease to expire
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # e.g. another user's process
+    try:  # a killed process not yet reaped by its parent is a zombie: gone
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+class _Heartbeat:
+    """Renews a lease every ttl/3 from a daemon thread until stopped. A renewal refused
+    as stale marks the lease lost: the run stops at its next commit."""
+
+    def __init__(self, store: Store, run_id: str, lease: Lease, lost: Callable[[], None]) -> None:
+        self._store = store
+        self._run_id = run_id
+        self.lease = lease
+        self._lost = lost
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, name=f"crashproof-lease:{run_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _beat(self) -> None:
+        interval = self.lease.ttl_seconds / 3
+        while not self._stopped.wait(interval):
+            try:
+                self.lease = self._store.renew(self._run_id, self.lease)
+            except StaleLeaseError:
+                log.warning("lease lost", extra={"run_id": self._run_id})
+                self._lost()
+                return
+            except Exception as exc:  # e.g. the database is briefly unreachable: try again
+                log.warning("lease renewal failed: %s", exc, extra={"run_id": self._run_id})
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(1.0, self.lease.ttl_seconds))
+
+
 class Ledger(LedgerCare):
     """Durable runs of workflows. Independent instances never share state.
 
@@ -147,11 +226,20 @@ class Ledger(LedgerCare):
         act_settings: ActSettings | None = None,
         key: bytes | str | Keyring | None = None,
         witness: Witness | None = None,
+        lease_seconds: float = 15.0,
     ) -> None:
         """``key``: the journal key or keyring (default: ``CRASHPROOF_KEY``,
         ``CRASHPROOF_KEY_FILE``, else a key file generated once in the user's config
         directory); ``witness``: where generations are mirrored (default: a file beside
-        a SQLite ledger; none for ``memory://`` or a ``store=`` given without one)."""
+        a SQLite ledger; none for ``memory://`` or a ``store=`` given without one);
+        ``lease_seconds``: how long a run's lease lasts without renewal (renewed every
+        third of it while this Ledger drives the run)."""
+        if not lease_seconds > 0:
+            raise ValueError(f"lease_seconds must be positive, not {lease_seconds!r}")
+        self.lease_seconds = float(lease_seconds)
+        # Who holds the leases this Ledger takes: host, process and a per-Ledger nonce.
+        self.worker_id = f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._stale: set[tuple[str, int]] = set()  # (run id, token) whose lease was lost
         self.url = url
         self.shown_url = _without_password(url)  # what messages and logs may show
         self.durability = durability
@@ -285,13 +373,16 @@ class Ledger(LedgerCare):
         raise_budget: dict[str, int | float | None] | None = None,
         rebind_policy: Policy | None = None,
         by: str | None = None,
+        take_over: bool = False,
     ) -> Any:
         """Resume a run to completion in this process; returns its result.
 
         ``raise_budget``: new, higher limits by kind (``{"tokens": 5000}``; None lifts
         one), e.g. to continue a run stopped at a budget. ``rebind_policy``: bind the run
         to another policy (version). Both are journaled as operator decisions: ``by``
-        (default: the OS user), host, time, old and new values."""
+        (default: the OS user), host, time, old and new values. A run another worker
+        holds raises LeaseHeld unless ``take_over``, which fences that worker out (its
+        next journal commit raises StaleLeaseError)."""
         changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
         row = self._store.get_run(run_id)
         if row is None:
@@ -314,7 +405,7 @@ class Ledger(LedgerCare):
                 f"here (registered: {known}); nothing was changed. Import the module that "
                 "defines it (CLI: --app MODULE)."
             )
-        return self._drive(workflow, run_id, changes=changes)
+        return self._drive(workflow, run_id, changes=changes, take_over=take_over)
 
     def get_run(self, run_id: str) -> RunInfo:
         """Everything known about a run, folded from its journal."""
@@ -363,6 +454,75 @@ class Ledger(LedgerCare):
         options: RunOptions | None = None,
         *,
         changes: OperatorChanges | None = None,
+        take_over: bool = False,
+    ) -> Any:
+        """Claim the run's lease, drive the run under it, release it. A crash
+        (SimulatedCrash, or any BaseException that is not an Exception) leaves the lease
+        to expire, as a dead process would."""
+        lease = self._claim(run_id, take_over)
+        heartbeat = _Heartbeat(
+            self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token))
+        )
+        try:
+            result = self._drive_owned(workflow, run_id, options, changes, lease.token)
+        except Exception:
+            heartbeat.stop()
+            self._release(run_id, heartbeat.lease)
+            raise
+        except BaseException:
+            heartbeat.stop()
+            raise
+        finally:
+            with _DRIVING_LOCK:
+                _DRIVING.discard((lease.owner, run_id))
+            self._stale.discard((run_id, lease.token))
+        heartbeat.stop()
+        self._release(run_id, heartbeat.lease)
+        return result
+
+    def _claim(self, run_id: str, take_over: bool) -> Lease:
+        owner, ttl = self.worker_id, self.lease_seconds
+        # Listed before the claim, so that no other Ledger of this process ever sees
+        # this lease in the store and takes it for abandoned.
+        with _DRIVING_LOCK:
+            if (owner, run_id) in _DRIVING:
+                # Another thread of this Ledger drives the run right now: a second driver
+                # would look an in-flight act up, find nothing yet, and execute it again.
+                raise LeaseHeld(
+                    f"run {run_id!r} is being driven by this ledger in another thread "
+                    f"(worker {owner}); wait for it to finish",
+                    owner=owner,
+                )
+            _DRIVING.add((owner, run_id))
+        try:
+            try:
+                return self._store.claim(run_id, owner, ttl, take_over=take_over)
+            except LeaseHeld as held:
+                if held.owner is None or not _abandoned(held.owner, run_id):
+                    raise
+                log.info(
+                    "taking over an abandoned lease",
+                    extra={"run_id": run_id, "owner": held.owner},
+                )
+                return self._store.claim(run_id, owner, ttl, take_over=True)
+        except BaseException:
+            with _DRIVING_LOCK:
+                _DRIVING.discard((owner, run_id))
+            raise
+
+    def _release(self, run_id: str, lease: Lease) -> None:
+        try:
+            self._store.release(run_id, lease)
+        except CrashproofError as exc:  # the lease expires anyway
+            log.warning("lease release failed: %s", exc, extra={"run_id": run_id})
+
+    def _drive_owned(
+        self,
+        workflow: Workflow[Any],
+        run_id: str,
+        options: RunOptions | None,
+        changes: OperatorChanges | None,
+        token: int,
     ) -> Any:
         events = self._journal(run_id, owner=True)
         replay = index_journal(events)
@@ -382,9 +542,10 @@ class Ledger(LedgerCare):
             options=options,
             changes=changes,
             policies=self._policies,
-            commit=self._commit,
+            commit=functools.partial(self._commit, fencing_token=token),
         )
         ctx = Context(self, run_id, replay)
+        ctx.fencing_token = token
         ctx.policy = policy
         outcome = replay.outcome
         if outcome is not None and (
@@ -449,13 +610,25 @@ class Ledger(LedgerCare):
         )
         return RunFrozen(run_id, status.value, str(cause), cause, evidence=ctx.frozen_evidence)
 
-    def _commit(self, events: Sequence[Event], status: StatusChange | None) -> None:
+    def _commit(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None,
+        *,
+        fencing_token: int | None = None,
+    ) -> None:
         """Append to the journal, with crash points on each side of the commit, then
         mirror the new generation in the witness (a crash in between is caught up by
-        the next resume)."""
+        the next resume). ``fencing_token``: the lease the run is driven under; the
+        store checks it in the commit's transaction (StaleLeaseError, nothing kept)."""
+        if fencing_token is not None and (events[0].run_id, fencing_token) in self._stale:
+            raise StaleLeaseError(
+                f"run {events[0].run_id!r}: this worker's lease (fencing token "
+                f"{fencing_token}) was lost to another worker; nothing more is written"
+            )
         if self.crash_points is not None:
             self._hit("before_commit", events[0])
-        self._store.append(events, status)
+        self._store.append(events, status, fencing_token=fencing_token)
         if self.crash_points is not None:
             self._hit("after_commit", events[0])
         if self._witness is not None and _leaves_the_process(events[-1]):

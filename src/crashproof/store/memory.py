@@ -7,9 +7,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-from crashproof.errors import StaleLeaseError
+from crashproof.errors import RunNotFound, StaleLeaseError
 from crashproof.journal.records import Event, RunRow, RunStatus
-from crashproof.store.port import BLOB_THRESHOLD, StatusChange
+from crashproof.store.port import BLOB_THRESHOLD, Lease, StatusChange, lease_held
 
 __all__ = ["MemoryStore"]
 
@@ -24,6 +24,8 @@ class MemoryStore:
         self._runs: dict[str, RunRow] = {}
         self._events: dict[str, list[Event]] = {}
         self.blobs: dict[str, str] = {}  # digest -> JSON text, shared by equal values
+        # run_id -> (owner, lease expiry by the local clock, fencing token)
+        self._leases: dict[str, tuple[str | None, float | None, int]] = {}
 
     def schema_version(self) -> int:
         return SCHEMA_VERSION
@@ -50,7 +52,13 @@ class MemoryStore:
         with self._lock:
             return list(self._events.get(run_id, ()))
 
-    def append(self, events: Sequence[Event], status: StatusChange | None = None) -> None:
+    def append(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None = None,
+        *,
+        fencing_token: int | None = None,
+    ) -> None:
         if not events:
             return
         run_id = events[0].run_id
@@ -59,6 +67,12 @@ class MemoryStore:
             row = self._runs.get(run_id)
             if journal is None or row is None:
                 raise StaleLeaseError(f"run {run_id!r} does not exist in this store")
+            current = self._leases.get(run_id, (None, None, 0))[2]
+            if fencing_token is not None and fencing_token != current:
+                raise StaleLeaseError(
+                    f"run {run_id!r} was taken over (fencing token {fencing_token} is "
+                    f"superseded by {current}); nothing of this write was kept"
+                )
             for offset, event in enumerate(events):
                 if event.run_id != run_id or event.seq != len(journal) + offset:
                     raise StaleLeaseError(
@@ -77,6 +91,44 @@ class MemoryStore:
                     updated_at=time.time(),
                     reason=status[1],
                 )
+
+    def claim(
+        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
+    ) -> Lease:
+        with self._lock:
+            if run_id not in self._runs:
+                raise RunNotFound(f"no run {run_id!r} in this store")
+            held_by, expires_at, token = self._leases.get(run_id, (None, None, 0))
+            now = time.time()
+            if (
+                held_by is not None
+                and expires_at is not None
+                and expires_at > now
+                and held_by != owner
+                and not take_over
+            ):
+                raise lease_held(run_id, held_by, expires_at)
+            lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds)
+            self._leases[run_id] = (owner, lease.expires_at, lease.token)
+            return lease
+
+    def renew(self, run_id: str, lease: Lease) -> Lease:
+        with self._lock:
+            held_by, _, token = self._leases.get(run_id, (None, None, 0))
+            if held_by != lease.owner or token != lease.token:
+                raise StaleLeaseError(
+                    f"run {run_id!r}: the lease of worker {lease.owner} (fencing token "
+                    f"{lease.token}) is no longer current; another worker owns the run"
+                )
+            renewed = Lease(lease.owner, token, time.time() + lease.ttl_seconds, lease.ttl_seconds)
+            self._leases[run_id] = (held_by, renewed.expires_at, token)
+            return renewed
+
+    def release(self, run_id: str, lease: Lease) -> None:
+        with self._lock:
+            held_by, _, token = self._leases.get(run_id, (None, None, 0))
+            if held_by == lease.owner and token == lease.token:
+                self._leases[run_id] = (None, None, token)
 
     def _keep(self, event: Event) -> Event:
         if event.value_json is not None and len(event.value_json) >= BLOB_THRESHOLD:

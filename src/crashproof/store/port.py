@@ -6,12 +6,23 @@ above this port; a store only keeps runs and their append-only journals.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
+from crashproof.errors import LeaseHeld
 from crashproof.journal.records import Event, RunRow, RunStatus
 
-__all__ = ["BLOB_THRESHOLD", "GENESIS", "RecordSealer", "StatusChange", "Store"]
+__all__ = [
+    "BLOB_THRESHOLD",
+    "GENESIS",
+    "Lease",
+    "RecordSealer",
+    "StatusChange",
+    "Store",
+    "lease_held",
+]
 
 # Values at least this long (in bytes of JSON) are stored once, content-addressed.
 BLOB_THRESHOLD = 1024
@@ -19,6 +30,29 @@ BLOB_THRESHOLD = 1024
 StatusChange = tuple[RunStatus, str | None]
 
 GENESIS = ""  # the "previous MAC" of a run's first record
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's claim on a run: who, with which fencing token, until when (epoch
+    seconds by the store's clock), renewed for ``ttl_seconds`` at a time."""
+
+    owner: str
+    token: int
+    expires_at: float
+    ttl_seconds: float
+
+
+def lease_held(run_id: str, owner: str, expires_at: float) -> LeaseHeld:
+    """The error a claim meets when another worker's lease on the run is still valid."""
+    until = dt.datetime.fromtimestamp(expires_at, tz=dt.UTC).isoformat(timespec="milliseconds")
+    return LeaseHeld(
+        f"run {run_id!r} is owned by worker {owner} until {until}; nothing was changed. "
+        "Wait for its lease to expire, or take it over (resume --take-over), which fences "
+        "the old owner out.",
+        owner=owner,
+        expires_at=expires_at,
+    )
 
 
 class RecordSealer(Protocol):
@@ -82,10 +116,38 @@ class Store(Protocol):
         """The run's whole journal in sequence order, in one read."""
         ...
 
-    def append(self, events: Sequence[Event], status: StatusChange | None = None) -> None:
+    def append(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None = None,
+        *,
+        fencing_token: int | None = None,
+    ) -> None:
         """Append events of one run (consecutive seqs) and optionally change its status,
         in one transaction. Raises StaleLeaseError if any seq is already taken:
-        someone else wrote to this run, and nothing of this call is kept."""
+        someone else wrote to this run, and nothing of this call is kept.
+        ``fencing_token``: the same transaction checks that it is still the run's
+        current token (else StaleLeaseError, nothing kept)."""
+        ...
+
+    def claim(
+        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
+    ) -> Lease:
+        """Take the run's lease: a compare-and-set that succeeds when the run has no
+        owner, its owner's lease expired, ``owner`` already holds it, or ``take_over``;
+        sets owner and expiry and increments the run's fencing token. Otherwise raises
+        LeaseHeld (owner, until when); RunNotFound for an unknown run. Not a journal
+        record."""
+        ...
+
+    def renew(self, run_id: str, lease: Lease) -> Lease:
+        """Extend the lease by its ttl while it is still the run's current one (same
+        owner and token), else StaleLeaseError."""
+        ...
+
+    def release(self, run_id: str, lease: Lease) -> None:
+        """Clear the run's owner if ``lease`` is still the current one; idempotent. The
+        fencing token is kept (it never goes down)."""
         ...
 
     def close(self) -> None:

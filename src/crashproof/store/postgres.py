@@ -30,12 +30,20 @@ from crashproof.errors import (
     IntegrityError,
     LedgerError,
     NotALedger,
+    RunNotFound,
     SchemaTooNew,
     StaleLeaseError,
 )
 from crashproof.journal.codec import ascii_json, decode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
-from crashproof.store.port import BLOB_THRESHOLD, GENESIS, RecordSealer, StatusChange
+from crashproof.store.port import (
+    BLOB_THRESHOLD,
+    GENESIS,
+    Lease,
+    RecordSealer,
+    StatusChange,
+    lease_held,
+)
 from crashproof.store.sql import load_migrations, load_queries
 
 __all__ = ["PostgresStore"]
@@ -218,16 +226,28 @@ class PostgresStore:
                 raise IntegrityError(f"run {run_id!r} event {seq} is unreadable: {exc}") from None
         return events
 
-    def append(self, events: Sequence[Event], status: StatusChange | None = None) -> None:
+    def append(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None = None,
+        *,
+        fencing_token: int | None = None,
+    ) -> None:
         if not events:
             return
         run_id = events[0].run_id
         with self._transaction() as cur:
             # The primary key only refuses a taken seq; a gap, a reorder or a missing run
             # would slip through it, so check the batch against the journal's end first.
+            # journal_end locks the run's row: a claim cannot slip in before the commit.
             found = cur.execute(self._q["journal_end"], (run_id,)).fetchone()
             if found is None:
                 raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {self.display}")
+            if fencing_token is not None and fencing_token != found[2]:
+                raise StaleLeaseError(
+                    f"run {run_id!r} was taken over (fencing token {fencing_token} is "
+                    f"superseded by {found[2]}); nothing of this write was kept"
+                )
             for offset, event in enumerate(events):
                 if event.run_id != run_id or event.seq != found[0] + offset:
                     raise StaleLeaseError(
@@ -241,6 +261,47 @@ class PostgresStore:
                     self._q["set_status"],
                     (status[0].value, _reason_in(status[1]), time.time(), run_id),
                 )
+
+    def claim(
+        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
+    ) -> Lease:
+        with self._transaction() as cur:
+            # Locks the run's row; expiry is judged by the server's clock.
+            found = cur.execute(self._q["get_lease"], (run_id,)).fetchone()
+            if found is None:
+                raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
+            held_by, expires_at, _token, now = found
+            if (
+                held_by is not None
+                and expires_at is not None
+                and expires_at > now
+                and held_by != owner
+                and not take_over
+            ):
+                raise lease_held(run_id, held_by, expires_at)
+            claimed = cur.execute(
+                self._q["claim_lease"], (owner, float(ttl_seconds), run_id)
+            ).fetchone()
+            if claimed is None:  # the row is locked: cannot happen
+                raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
+            return Lease(owner, int(claimed[0]), float(claimed[1]), ttl_seconds)
+
+    def renew(self, run_id: str, lease: Lease) -> Lease:
+        with self._transaction() as cur:
+            renewed = cur.execute(
+                self._q["renew_lease"],
+                (float(lease.ttl_seconds), run_id, lease.owner, lease.token),
+            ).fetchone()
+        if renewed is None:
+            raise StaleLeaseError(
+                f"run {run_id!r}: the lease of worker {lease.owner} (fencing token "
+                f"{lease.token}) is no longer current; another worker owns the run"
+            )
+        return Lease(lease.owner, lease.token, float(renewed[0]), lease.ttl_seconds)
+
+    def release(self, run_id: str, lease: Lease) -> None:
+        with self._transaction() as cur:
+            cur.execute(self._q["release_lease"], (run_id, lease.owner, lease.token))
 
     def close(self) -> None:
         self._pool.close()

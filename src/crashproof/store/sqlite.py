@@ -23,12 +23,20 @@ from crashproof.errors import (
     IntegrityError,
     LedgerError,
     NotALedger,
+    RunNotFound,
     SchemaTooNew,
     StaleLeaseError,
 )
 from crashproof.journal.codec import ascii_json, decode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
-from crashproof.store.port import BLOB_THRESHOLD, GENESIS, RecordSealer, StatusChange
+from crashproof.store.port import (
+    BLOB_THRESHOLD,
+    GENESIS,
+    Lease,
+    RecordSealer,
+    StatusChange,
+    lease_held,
+)
 from crashproof.store.sql import load_migrations, load_queries
 
 __all__ = ["SQLiteStore"]
@@ -180,7 +188,13 @@ class SQLiteStore:
                 raise IntegrityError(f"run {run_id!r} event {seq} is unreadable: {exc}") from None
         return events
 
-    def append(self, events: Sequence[Event], status: StatusChange | None = None) -> None:
+    def append(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None = None,
+        *,
+        fencing_token: int | None = None,
+    ) -> None:
         if not events:
             return
         run_id = events[0].run_id
@@ -190,6 +204,11 @@ class SQLiteStore:
             found = conn.execute(_Q["journal_end"], (run_id,)).fetchone()
             if found is None:
                 raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {self.path}")
+            if fencing_token is not None and fencing_token != found[2]:
+                raise StaleLeaseError(
+                    f"run {run_id!r} was taken over (fencing token {fencing_token} is "
+                    f"superseded by {found[2]}); nothing of this write was kept"
+                )
             for offset, event in enumerate(events):
                 if event.run_id != run_id or event.seq != found[0] + offset:
                     raise StaleLeaseError(
@@ -203,6 +222,42 @@ class SQLiteStore:
                     _Q["set_status"],
                     (status[0].value, _utf8(status[1]), time.time(), events[0].run_id),
                 )
+
+    def claim(
+        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
+    ) -> Lease:
+        with self._transaction() as conn:
+            found = conn.execute(_Q["get_lease"], (run_id,)).fetchone()
+            if found is None:
+                raise RunNotFound(f"no run {run_id!r} in ledger {self.path}")
+            held_by, expires_at, token = found
+            now = time.time()  # one host: the local clock
+            if (
+                held_by is not None
+                and expires_at is not None
+                and expires_at > now
+                and held_by != owner
+                and not take_over
+            ):
+                raise lease_held(run_id, held_by, expires_at)
+            lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds)
+            conn.execute(_Q["claim_lease"], (owner, lease.expires_at, run_id))
+            return lease
+
+    def renew(self, run_id: str, lease: Lease) -> Lease:
+        expires_at = time.time() + lease.ttl_seconds
+        with self._transaction() as conn:
+            cur = conn.execute(_Q["renew_lease"], (expires_at, run_id, lease.owner, lease.token))
+            if cur.rowcount == 0:
+                raise StaleLeaseError(
+                    f"run {run_id!r}: the lease of worker {lease.owner} (fencing token "
+                    f"{lease.token}) is no longer current; another worker owns the run"
+                )
+        return Lease(lease.owner, lease.token, expires_at, lease.ttl_seconds)
+
+    def release(self, run_id: str, lease: Lease) -> None:
+        with self._transaction() as conn:
+            conn.execute(_Q["release_lease"], (run_id, lease.owner, lease.token))
 
     def close(self) -> None:
         with self._lock:

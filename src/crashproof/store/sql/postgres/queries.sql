@@ -60,5 +60,27 @@ WHERE e.run_id = %s ORDER BY e.seq;
 -- one's rows (a taken seq) instead of racing it.
 SELECT (SELECT coalesce(max(e.seq) + 1, 0) FROM {schema}.events AS e WHERE e.run_id = r.run_id),
        (SELECT e.mac FROM {schema}.events AS e WHERE e.run_id = r.run_id
-        ORDER BY e.seq DESC LIMIT 1)
+        ORDER BY e.seq DESC LIMIT 1),
+       r.fencing_token
 FROM {schema}.runs AS r WHERE r.run_id = %s FOR UPDATE;
+
+-- name: get_lease
+-- The run's lease and the server's clock, the row locked until the transaction ends.
+SELECT owner, lease_expires_at, fencing_token, extract(epoch FROM clock_timestamp())::float8
+FROM {schema}.runs WHERE run_id = %s FOR UPDATE;
+
+-- name: claim_lease
+UPDATE {schema}.runs
+SET owner = %s, lease_expires_at = extract(epoch FROM clock_timestamp())::float8 + %s,
+    fencing_token = fencing_token + 1
+WHERE run_id = %s
+RETURNING fencing_token, lease_expires_at;
+
+-- name: renew_lease
+UPDATE {schema}.runs SET lease_expires_at = extract(epoch FROM clock_timestamp())::float8 + %s
+WHERE run_id = %s AND owner = %s AND fencing_token = %s
+RETURNING lease_expires_at;
+
+-- name: release_lease
+UPDATE {schema}.runs SET owner = NULL, lease_expires_at = NULL
+WHERE run_id = %s AND owner = %s AND fencing_token = %s;

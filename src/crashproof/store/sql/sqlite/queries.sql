@@ -45,5 +45,20 @@ WHERE e.run_id = ? ORDER BY e.seq;
 
 -- name: journal_end
 SELECT (SELECT coalesce(max(e.seq) + 1, 0) FROM events AS e WHERE e.run_id = r.run_id),
-       (SELECT e.mac FROM events AS e WHERE e.run_id = r.run_id ORDER BY e.seq DESC LIMIT 1)
+       (SELECT e.mac FROM events AS e WHERE e.run_id = r.run_id ORDER BY e.seq DESC LIMIT 1),
+       r.fencing_token
 FROM runs AS r WHERE r.run_id = ?;
+
+-- name: get_lease
+SELECT owner, lease_expires_at, fencing_token FROM runs WHERE run_id = ?;
+
+-- name: claim_lease
+UPDATE runs SET owner = ?, lease_expires_at = ?, fencing_token = fencing_token + 1
+WHERE run_id = ?;
+
+-- name: renew_lease
+UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ? AND fencing_token = ?;
+
+-- name: release_lease
+UPDATE runs SET owner = NULL, lease_expires_at = NULL
+WHERE run_id = ? AND owner = ? AND fencing_token = ?;
