@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import secrets
 import socket
 import sys
@@ -113,8 +114,12 @@ def _leaves_the_process(event: Event) -> bool:
     return True
 
 
+_QUERY_SECRET = re.compile(r"((?:ssl)?password=)[^&]*", re.IGNORECASE)
+
+
 def _without_password(url: str) -> str:
     """The URL with any password replaced by ***: errors and logs must not leak it."""
+    url = _QUERY_SECRET.sub(r"\1***", url)  # libpq also takes ?password=...
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url

@@ -353,10 +353,14 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # Also when COMMIT itself fails (disk full, I/O error): never leave the shared
+                # connection inside a transaction, and never hide the original error.
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
