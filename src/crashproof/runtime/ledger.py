@@ -7,9 +7,6 @@ import logging
 import os
 import re
 import secrets
-import socket
-import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +17,6 @@ from crashproof.errors import (
     ActFailed,
     ApprovalRequired,
     CrashproofError,
-    LeaseHeld,
     LedgerError,
     NonDeterminismError,
     PermanentError,
@@ -49,10 +45,11 @@ from crashproof.runtime.acts import ActSettings
 from crashproof.runtime.binding import OperatorChanges, bind_run, ended_run, start_fields
 from crashproof.runtime.care import LedgerCare
 from crashproof.runtime.context import Context
+from crashproof.runtime.leasing import HOST, Heartbeat, claim, release, stop_driving
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.policy import Policy
 from crashproof.runtime.workflow import Workflow, make_workflow
-from crashproof.store.port import Lease, RecordSealer, StatusChange, Store
+from crashproof.store.port import RecordSealer, StatusChange, Store
 
 __all__ = ["DURABILITY_MODES", "Ledger", "open_store"]
 
@@ -144,77 +141,6 @@ def _default_witness(url: str) -> Witness | None:
     return SQLiteWitness(path.with_name(path.name + ".witness"))
 
 
-_HOST = socket.gethostname()
-# (worker id, run id) of every lease a Ledger of this process is driving right now. A
-# lease of this process that is not listed here was left by a run that crashed
-# (SimulatedCrash): nobody drives it any more, so a new Ledger may take it over at once.
-_DRIVING: set[tuple[str, str]] = set()
-_DRIVING_LOCK = threading.Lock()
-
-
-def _abandoned(owner: str, run_id: str) -> bool:
-    """Whether the lease holder is provably gone: a worker of this process that is not
-    driving the run, or a process of this host that no longer exists. Anything else (another
-    host, a live process, an unrecognised id) is presumed alive until its lease expires."""
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != _HOST or not parts[1].isdigit():
-        return False
-    pid = int(parts[1])
-    if pid == os.getpid():
-        with _DRIVING_LOCK:
-            return (owner, run_id) not in _DRIVING
-    return not _process_alive(pid)
-
-
-def _process_alive(pid: int) -> bool:
-    if sys.platform == "win32" or pid <= 0:
-        return True  # no cheap, safe probe: wait for the lease to expire
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # e.g. another user's process
-    try:  # a killed process not yet reaped by its parent is a zombie: gone
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
-class _Heartbeat:
-    """Renews a lease every ttl/3 from a daemon thread until stopped. A renewal refused
-    as stale marks the lease lost: the run stops at its next commit."""
-
-    def __init__(self, store: Store, run_id: str, lease: Lease, lost: Callable[[], None]) -> None:
-        self._store = store
-        self._run_id = run_id
-        self.lease = lease
-        self._lost = lost
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, name=f"crashproof-lease:{run_id}", daemon=True
-        )
-        self._thread.start()
-
-    def _beat(self) -> None:
-        interval = self.lease.ttl_seconds / 3
-        while not self._stopped.wait(interval):
-            try:
-                self.lease = self._store.renew(self._run_id, self.lease)
-            except StaleLeaseError:
-                log.warning("lease lost", extra={"run_id": self._run_id})
-                self._lost()
-                return
-            except Exception as exc:  # e.g. the database is briefly unreachable: try again
-                log.warning("lease renewal failed: %s", exc, extra={"run_id": self._run_id})
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=max(1.0, self.lease.ttl_seconds))
-
-
 class Ledger(LedgerCare):
     """Durable runs of workflows. Independent instances never share state.
 
@@ -243,7 +169,7 @@ class Ledger(LedgerCare):
             raise ValueError(f"lease_seconds must be positive, not {lease_seconds!r}")
         self.lease_seconds = float(lease_seconds)
         # Who holds the leases this Ledger takes: host, process and a per-Ledger nonce.
-        self.worker_id = f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.worker_id = f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
         self._stale: set[tuple[str, int]] = set()  # (run id, token) whose lease was lost
         self.url = url
         self.shown_url = _without_password(url)  # what messages and logs may show
@@ -464,62 +390,25 @@ class Ledger(LedgerCare):
         """Claim the run's lease, drive the run under it, release it. A crash
         (SimulatedCrash, or any BaseException that is not an Exception) leaves the lease
         to expire, as a dead process would."""
-        lease = self._claim(run_id, take_over)
-        heartbeat = _Heartbeat(
+        lease = claim(self._store, run_id, self.worker_id, self.lease_seconds, take_over)
+        heartbeat = Heartbeat(
             self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token))
         )
         try:
             result = self._drive_owned(workflow, run_id, options, changes, lease.token)
         except Exception:
             heartbeat.stop()
-            self._release(run_id, heartbeat.lease)
+            release(self._store, run_id, heartbeat.lease)
             raise
         except BaseException:
             heartbeat.stop()
             raise
         finally:
-            with _DRIVING_LOCK:
-                _DRIVING.discard((lease.owner, run_id))
+            stop_driving(lease.owner, run_id)
             self._stale.discard((run_id, lease.token))
         heartbeat.stop()
-        self._release(run_id, heartbeat.lease)
+        release(self._store, run_id, heartbeat.lease)
         return result
-
-    def _claim(self, run_id: str, take_over: bool) -> Lease:
-        owner, ttl = self.worker_id, self.lease_seconds
-        # Listed before the claim, so that no other Ledger of this process ever sees
-        # this lease in the store and takes it for abandoned.
-        with _DRIVING_LOCK:
-            if (owner, run_id) in _DRIVING:
-                # Another thread of this Ledger drives the run right now: a second driver
-                # would look an in-flight act up, find nothing yet, and execute it again.
-                raise LeaseHeld(
-                    f"run {run_id!r} is being driven by this ledger in another thread "
-                    f"(worker {owner}); wait for it to finish",
-                    owner=owner,
-                )
-            _DRIVING.add((owner, run_id))
-        try:
-            try:
-                return self._store.claim(run_id, owner, ttl, take_over=take_over)
-            except LeaseHeld as held:
-                if held.owner is None or not _abandoned(held.owner, run_id):
-                    raise
-                log.info(
-                    "taking over an abandoned lease",
-                    extra={"run_id": run_id, "owner": held.owner},
-                )
-                return self._store.claim(run_id, owner, ttl, take_over=True)
-        except BaseException:
-            with _DRIVING_LOCK:
-                _DRIVING.discard((owner, run_id))
-            raise
-
-    def _release(self, run_id: str, lease: Lease) -> None:
-        try:
-            self._store.release(run_id, lease)
-        except CrashproofError as exc:  # the lease expires anyway
-            log.warning("lease release failed: %s", exc, extra={"run_id": run_id})
 
     def _drive_owned(
         self,

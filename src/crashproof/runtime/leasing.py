@@ -1,0 +1,133 @@
+"""Leases: one driver per run. Claiming (with the takeover of holders that are provably
+gone), releasing, and the heartbeat that renews a lease while its run is driven."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from crashproof.errors import CrashproofError, LeaseHeld, StaleLeaseError
+from crashproof.store.port import Lease, Store
+
+__all__ = ["HOST", "Heartbeat", "abandoned", "claim", "release", "stop_driving"]
+
+log = logging.getLogger("crashproof.runtime.ledger")
+
+HOST = socket.gethostname()
+# (worker id, run id) of every lease a Ledger of this process is driving right now. A
+# lease of this process that is not listed here was left by a run that crashed
+# (SimulatedCrash): nobody drives it any more, so a new Ledger may take it over at once.
+DRIVING: set[tuple[str, str]] = set()
+DRIVING_LOCK = threading.Lock()
+
+
+def abandoned(owner: str, run_id: str) -> bool:
+    """Whether the lease holder is provably gone: a worker of this process that is not
+    driving the run, or a process of this host that no longer exists. Anything else (another
+    host, a live process, an unrecognised id) is presumed alive until its lease expires."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != HOST or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        with DRIVING_LOCK:
+            return (owner, run_id) not in DRIVING
+    return not _process_alive(pid)
+
+
+def _process_alive(pid: int) -> bool:
+    if sys.platform == "win32" or pid <= 0:
+        return True  # no cheap, safe probe: wait for the lease to expire
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # e.g. another user's process
+    try:  # a killed process not yet reaped by its parent is a zombie: gone
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+class Heartbeat:
+    """Renews a lease every ttl/3 from a daemon thread until stopped. A renewal refused
+    as stale marks the lease lost: the run stops at its next commit."""
+
+    def __init__(self, store: Store, run_id: str, lease: Lease, lost: Callable[[], None]) -> None:
+        self._store = store
+        self._run_id = run_id
+        self.lease = lease
+        self._lost = lost
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, name=f"crashproof-lease:{run_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _beat(self) -> None:
+        interval = self.lease.ttl_seconds / 3
+        while not self._stopped.wait(interval):
+            try:
+                self.lease = self._store.renew(self._run_id, self.lease)
+            except StaleLeaseError:
+                log.warning("lease lost", extra={"run_id": self._run_id})
+                self._lost()
+                return
+            except Exception as exc:  # e.g. the database is briefly unreachable: try again
+                log.warning("lease renewal failed: %s", exc, extra={"run_id": self._run_id})
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(1.0, self.lease.ttl_seconds))
+
+
+def claim(store: Store, run_id: str, owner: str, ttl: float, take_over: bool) -> Lease:
+    """Claim the run's lease for ``owner``; a holder that is provably gone is taken over."""
+    # Listed before the claim, so that no other Ledger of this process ever sees
+    # this lease in the store and takes it for abandoned.
+    with DRIVING_LOCK:
+        if (owner, run_id) in DRIVING:
+            # Another thread of this Ledger drives the run right now: a second driver
+            # would look an in-flight act up, find nothing yet, and execute it again.
+            raise LeaseHeld(
+                f"run {run_id!r} is being driven by this ledger in another thread "
+                f"(worker {owner}); wait for it to finish",
+                owner=owner,
+            )
+        DRIVING.add((owner, run_id))
+    try:
+        try:
+            return store.claim(run_id, owner, ttl, take_over=take_over)
+        except LeaseHeld as held:
+            if held.owner is None or not abandoned(held.owner, run_id):
+                raise
+            log.info(
+                "taking over an abandoned lease",
+                extra={"run_id": run_id, "owner": held.owner},
+            )
+            return store.claim(run_id, owner, ttl, take_over=True)
+    except BaseException:
+        with DRIVING_LOCK:
+            DRIVING.discard((owner, run_id))
+        raise
+
+
+def release(store: Store, run_id: str, lease: Lease) -> None:
+    try:
+        store.release(run_id, lease)
+    except CrashproofError as exc:  # the lease expires anyway
+        log.warning("lease release failed: %s", exc, extra={"run_id": run_id})
+
+
+def stop_driving(owner: str, run_id: str) -> None:
+    """Forget that ``owner`` drives ``run_id`` (whatever way the drive ended)."""
+    with DRIVING_LOCK:
+        DRIVING.discard((owner, run_id))
