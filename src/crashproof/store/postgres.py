@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -34,7 +33,7 @@ from crashproof.errors import (
     SchemaTooNew,
     StaleLeaseError,
 )
-from crashproof.journal.codec import ascii_json, decode
+from crashproof.journal.codec import decode, encode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.port import (
     BLOB_THRESHOLD,
@@ -444,11 +443,7 @@ def _reason_in(reason: str | None) -> str | None:
 
 
 def _encode_payload(payload: Any) -> str:
-    # As in the SQLite store: a lone surrogate is not UTF-8, so such a payload is stored
-    # with every non-ASCII character escaped; json.loads gives back the same value.
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return ascii_json(payload)
-    return text
+    # The runtime validated every value as JSON already. codec.encode is the one encoder
+    # of stored JSON: a prebuilt C encoder (this runs on every journal commit), and text
+    # with a lone surrogate (not UTF-8) falls back to ASCII escapes that decode the same.
+    return encode(payload, what="a journal record")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import sqlite3
 import threading
@@ -27,7 +26,7 @@ from crashproof.errors import (
     SchemaTooNew,
     StaleLeaseError,
 )
-from crashproof.journal.codec import ascii_json, decode
+from crashproof.journal.codec import decode, encode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.port import (
     BLOB_THRESHOLD,
@@ -450,16 +449,11 @@ def _row(found: Any) -> RunRow:
     )
 
 
-def _encode_payload(payload: dict[str, Any]) -> str:
-    # The runtime has already validated every value as JSON; this cannot fail. A lone
-    # surrogate (an error message quoting a surrogateescape'd file name) is not UTF-8:
-    # escape it rather than let SQLite's UTF-8 binding fail the commit.
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return ascii_json(payload)
-    return text
+def _encode_payload(payload: Any) -> str:
+    # The runtime validated every value as JSON already. codec.encode is the one encoder
+    # of stored JSON: a prebuilt C encoder (this runs on every journal commit), and text
+    # with a lone surrogate (not UTF-8) falls back to ASCII escapes that decode the same.
+    return encode(payload, what="a journal record")
 
 
 def _utf8(text: str | None) -> str | None:
