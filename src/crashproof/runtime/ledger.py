@@ -132,13 +132,19 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
 
 
-def _default_witness(url: str) -> Witness | None:
-    """A separate file beside a SQLite ledger (``runs.db.witness``). An in-memory ledger
-    has nothing that could be rolled back, so it has no witness."""
+def _default_witness(url: str, store: Store) -> Witness | None:
+    """A separate file beside a SQLite ledger (``runs.db.witness``), a separate schema
+    beside a PostgreSQL one (``crashproof_witness``). An in-memory ledger has nothing
+    that could be rolled back, so it has no witness."""
     path = _sqlite_path(url)
-    if path is None:
-        return None
-    return SQLiteWitness(path.with_name(path.name + ".witness"))
+    if path is not None:
+        return SQLiteWitness(path.with_name(path.name + ".witness"))
+    schema = getattr(store, "schema", None)
+    if isinstance(schema, str) and url.startswith(("postgresql://", "postgres://")):
+        from crashproof.integrity.pg_witness import PostgresWitness  # needs psycopg
+
+        return PostgresWitness(url, schema=f"{schema}_witness")
+    return None
 
 
 class Ledger(LedgerCare):
@@ -178,7 +184,11 @@ class Ledger(LedgerCare):
             durable = url.startswith(("sqlite:///", "postgresql://", "postgres://"))
             sealer = Sealer(resolve_keyring(key)) if durable else None
             store = open_store(url, durability=durability, sealer=sealer)
-            witness = witness or _default_witness(url)
+            try:
+                witness = witness or _default_witness(url, store)
+            except BaseException:
+                store.close()
+                raise
         self._store = store
         self._witness = witness
         self._workflows: dict[str, Workflow[Any]] = {}

@@ -30,7 +30,7 @@ RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str 
 
 @runtime_checkable
 class _Transferable(Protocol):
-    """What a store offers for checkpoints beyond the port (today: SQLiteStore)."""
+    """What a store offers for checkpoints beyond the port (SQLite and PostgreSQL)."""
 
     @property
     def sealer(self) -> RecordSealer | None: ...
@@ -44,7 +44,7 @@ def _capable(store: Store) -> tuple[_Transferable, Sealer]:
     if not isinstance(store, _Transferable):
         raise LedgerError(
             f"checkpoint export/import is not supported by {type(store).__name__}; "
-            "use a SQLite ledger"
+            "use a SQLite or PostgreSQL ledger"
         )
     sealer = store.sealer
     if not isinstance(sealer, Sealer):

@@ -56,6 +56,9 @@ _EVENT_TYPES = {t.value: t for t in EventType}
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
+# A journal record exactly as stored: seq, type, key, payload text, value text (wherever
+# kept), created_at, key_id, mac. Used by checkpoint export/import only.
+RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
 
 
 class PostgresStore:
@@ -301,6 +304,46 @@ class PostgresStore:
     def release(self, run_id: str, lease: Lease) -> None:
         with self._transaction() as cur:
             cur.execute(self._q["release_lease"], (run_id, lease.owner, lease.token))
+
+    # -- checkpoints (export/import), beyond the port ----------------------
+
+    @property
+    def sealer(self) -> RecordSealer | None:
+        return self._sealer
+
+    def raw_events(self, run_id: str) -> list[RawRecord]:
+        """The run's records exactly as stored (not verified: the caller verifies)."""
+        with self._read() as cur:
+            rows = cur.execute(self._q["load_events"], (run_id,)).fetchall()
+        records: list[RawRecord] = []
+        for seq, type_, key, payload, value, blob, created_at, key_id, mac in rows:
+            if blob is not None and value is None:
+                raise IntegrityError(f"run {run_id!r} event {seq}: blob {blob} is missing")
+            records.append((seq, type_, key, payload, value, created_at, key_id, mac))
+        return records
+
+    def install_run(self, row: RunRow, records: Sequence[RawRecord]) -> bool:
+        """Insert ``row`` and its already-sealed records in one transaction, unless the
+        run exists (then nothing is written and False is returned)."""
+        with self._transaction() as cur:
+            head = (row.run_id, row.workflow, row.version, row.status.value, _reason_in(row.reason))
+            tail = (row.input_digest, row.created_at, row.updated_at)
+            cur.execute(self._q["insert_run"], (*head, *tail))
+            if cur.rowcount == 0:
+                return False
+            blobs, rows = [], []
+            for seq, type_, key, payload, value, created_at, key_id, mac in records:
+                blob = None
+                if value is not None and len(value) >= BLOB_THRESHOLD:
+                    blob = hashlib.sha256(value.encode()).hexdigest()
+                    blobs.append((blob, value))
+                    value = None
+                stored = (seq, type_, key, payload, value, blob, created_at, key_id, mac)
+                rows.append((row.run_id, *stored))
+            if blobs:
+                cur.executemany(self._q["insert_blob"], blobs)
+            cur.executemany(self._q["insert_event"], rows)
+            return True
 
     def close(self) -> None:
         self._pool.close()

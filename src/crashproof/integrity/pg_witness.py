@@ -1,0 +1,148 @@
+"""The generation witness of a PostgreSQL ledger, in a schema of its own.
+
+A restore of the ledger's schema (``pg_restore`` of an older dump, a point-in-time
+recovery of one schema, a careless ``UPDATE``) must not also restore the witness, so it
+lives apart: by default in the schema ``<ledger schema>_witness`` of the same database,
+or anywhere else through ``witness_url`` (another database or host — the stronger
+choice, since a whole-database restore would roll both back together).
+
+Same contract as the SQLite witness (crashproof.integrity.witness): one row per run,
+generations only go up except through the operator's ``reset`` (re-anchor, import).
+Writes use ``synchronous_commit = off``: a lost witness update leaves the witness behind
+the journal, which resume accepts and rolls forward; it never refuses a good journal.
+
+Only this module and the PostgreSQL store import psycopg.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from crashproof.errors import LedgerError
+from crashproof.store.postgres import _parse_url
+
+__all__ = ["PostgresWitness"]
+
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_LOCK_KEY = 0x63707769746E6573  # "cpwitnes": serializes creating witness schemas
+
+
+class PostgresWitness:
+    """Generations in ``<schema>.witness`` on one autocommit connection behind a lock
+    (the witness is written only at output points: one connection is plenty)."""
+
+    def __init__(self, url: str, *, schema: str, connect_timeout: float = 10.0) -> None:
+        if not _SCHEMA_NAME.match(schema):
+            raise ValueError(
+                f"witness schema must be a lower-case identifier ([a-z_][a-z0-9_]*), not {schema!r}"
+            )
+        self._conninfo, _, self.display = _parse_url(url)
+        self._connect_timeout = max(1, round(connect_timeout))
+        self.schema = schema
+        self._table = f'"{schema}".witness'
+        self._lock = threading.Lock()
+        self._conn = self._connect()
+        try:
+            self._create()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _create(self) -> None:
+        """The schema and table, if missing; one transaction under an advisory lock, so
+        processes opening a new witness at once do not race to create it."""
+        try:
+            with self._conn.transaction():
+                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                self._conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                self._conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self._table} (run_id text PRIMARY KEY, "
+                    "generation bigint NOT NULL CHECK (generation >= 0), "
+                    "updated_at double precision NOT NULL)"
+                )
+        except psycopg.Error as exc:
+            raise self._unusable(exc) from None
+
+    def get(self, run_id: str) -> int | None:
+        row = self._execute(f"SELECT generation FROM {self._table} WHERE run_id = %s", (run_id,))
+        return None if row is None else int(row[0])
+
+    def start(self, run_id: str) -> None:
+        self._execute(
+            f"INSERT INTO {self._table} (run_id, generation, updated_at) VALUES (%s, 0, %s) "
+            "ON CONFLICT (run_id) DO NOTHING",
+            (run_id, time.time()),
+        )
+
+    def advance(self, run_id: str, generation: int) -> None:
+        self._execute(
+            f"UPDATE {self._table} SET generation = %s, updated_at = %s "
+            "WHERE run_id = %s AND generation < %s",
+            (generation, time.time(), run_id, generation),
+        )
+
+    def reset(self, run_id: str, generation: int) -> None:
+        self._execute(
+            f"INSERT INTO {self._table} (run_id, generation, updated_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT (run_id) DO UPDATE SET generation = excluded.generation, "
+            "updated_at = excluded.updated_at",
+            (run_id, generation, time.time()),
+        )
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        try:
+            return psycopg.connect(
+                self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
+            )
+        except psycopg.Error as exc:
+            raise LedgerError(
+                f"cannot open the generation witness at {self.display} (schema "
+                f"{self.schema}): {_first_line(exc)}"
+            ) from None
+
+    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
+        """One statement in its own transaction. Every statement here is idempotent, so a
+        connection the server dropped (restart, idle timeout) is replaced and the
+        statement tried once more."""
+        with self._lock:
+            try:
+                return self._run(sql, args)
+            except psycopg.OperationalError as exc:
+                if not self._conn.broken:
+                    raise self._unusable(exc) from None
+            except psycopg.Error as exc:
+                raise self._unusable(exc) from None
+            self._conn = self._connect()
+            try:
+                return self._run(sql, args)
+            except psycopg.Error as exc:
+                raise self._unusable(exc) from None
+
+    def _run(self, sql: str, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        with self._conn.transaction():
+            # A witness update needs no flush of its own (see the module docstring).
+            self._conn.execute("SET LOCAL synchronous_commit = off")
+            cursor = self._conn.execute(sql, args)
+            row: tuple[Any, ...] | None = (
+                cursor.fetchone() if cursor.description is not None else None
+            )
+            return row
+
+    def _unusable(self, exc: BaseException) -> LedgerError:
+        return LedgerError(
+            f"cannot use the generation witness at {self.display} (schema {self.schema}): "
+            f"{_first_line(exc)}"
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

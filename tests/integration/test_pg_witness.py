@@ -1,0 +1,90 @@
+"""The generation witness of a PostgreSQL ledger lives in a schema of its own, so that
+restoring the ledger's schema (an older dump, a careless edit) is caught as a rollback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import crashproof as cp
+from crashproof.integrity.pg_witness import PostgresWitness
+from integration._targets import Target
+from integration.test_integrity import KEY, make
+
+
+def open_ledger(url: str, **kw: Any) -> cp.Ledger:
+    return cp.Ledger(url, key=KEY, **kw)
+
+
+def sql(url: str, statement: str) -> list[tuple[Any, ...]]:
+    conninfo = url.split("?", 1)[0]
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        cursor = conn.execute(statement.encode())
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def crash_before_act(url: str, target: Target) -> None:
+    points = cp.CrashPoints(match="before_commit[act_intent:create]")
+    with open_ledger(url, crash_points=points) as ledger, pytest.raises(cp.SimulatedCrash):
+        ledger.run(make(target), run_id="r")
+
+
+def test_witness_follows_the_journal_in_its_own_schema(pg_url: str, tmp_path: Path) -> None:
+    target = Target(tmp_path / "t.json")
+    with open_ledger(pg_url) as ledger:
+        assert ledger.run(make(target), run_id="r")[-1] == {"id": "rec-1"}
+    journal = sql(pg_url, "SELECT count(*) FROM crashproof.events WHERE run_id = 'r'")[0][0]
+    witnessed = sql(pg_url, "SELECT generation FROM crashproof_witness.witness")
+    assert witnessed == [(journal,)]  # the run's outcome is an output point
+
+
+def test_restored_ledger_schema_is_refused(pg_url: str, tmp_path: Path) -> None:
+    target = Target(tmp_path / "t.json")
+    crash_before_act(pg_url, target)
+    # The backup: the ledger's tables as they were before the act (the witness is apart).
+    sql(pg_url, "CREATE TABLE public.events_backup AS SELECT * FROM crashproof.events")
+    with open_ledger(pg_url) as ledger:
+        ledger.run(make(target), run_id="r")
+    assert target.count("executes", "r/create") == 1
+    sql(pg_url, "DELETE FROM crashproof.events WHERE run_id = 'r'")
+    sql(pg_url, "INSERT INTO crashproof.events SELECT * FROM public.events_backup")
+    with open_ledger(pg_url) as ledger:
+        with pytest.raises(cp.JournalRolledBack, match="journal holds 5"):
+            ledger.run(make(target), run_id="r")
+        with pytest.raises(cp.JournalRolledBack):
+            ledger.get_run("r")
+    assert target.count("executes", "r/create") == 1  # not executed a second time
+
+
+def test_missing_witness_is_refused_until_reanchored(pg_url: str, tmp_path: Path) -> None:
+    target = Target(tmp_path / "t.json")
+    crash_before_act(pg_url, target)
+    sql(pg_url, "DELETE FROM crashproof_witness.witness")
+    with open_ledger(pg_url) as ledger:
+        with pytest.raises(cp.WitnessMissing):
+            ledger.run(make(target), run_id="r")
+        assert target.count("executes", "r/create") == 0
+        assert ledger.reanchor("r", by="ops@example") == 5
+        assert ledger.run(make(target), run_id="r")[-1] == {"id": "rec-1"}
+
+
+def test_witness_schema_follows_the_ledger_schema(pg_url: str, tmp_path: Path) -> None:
+    target = Target(tmp_path / "t.json")
+    url = f"{pg_url}?schema=team_a"
+    with open_ledger(url) as ledger:
+        ledger.run(make(target), run_id="r")
+    assert sql(pg_url, "SELECT run_id FROM team_a_witness.witness") == [("r",)]
+    schemas = {row[0] for row in sql(pg_url, "SELECT nspname FROM pg_namespace")}
+    assert "crashproof_witness" not in schemas
+
+
+def test_bad_witness_settings_are_refused(pg_url: str) -> None:
+    with pytest.raises(ValueError, match="lower-case identifier"):
+        PostgresWitness(pg_url, schema="Bad-Name")
+    unreachable = "postgresql://nobody:pw@127.0.0.1:1/none"
+    with pytest.raises(cp.LedgerError, match="cannot open the generation witness") as caught:
+        PostgresWitness(unreachable, schema="w", connect_timeout=1)
+    assert "pw@" not in str(caught.value)
