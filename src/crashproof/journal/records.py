@@ -81,6 +81,11 @@ class EventType(enum.StrEnum):
     RUN_STOPPED = "run_stopped"  # stopped cleanly before new work (a budget reached)
     BUDGET_RAISED = "budget_raised"  # an operator raised the run's limits (who, old, new)
     POLICY_REBOUND = "policy_rebound"  # an operator re-bound the run to another policy
+    APPROVER_ADDED = "approver_added"  # the approvers registry trusts a new public key
+    APPROVAL_GRANTED = "approval_granted"  # a signed approval of a pending act
+    APPROVAL_CONSUMED = "approval_consumed"  # its nonce used, just before the act's intent
+    REVIEW_DECIDED = "review_decided"  # a signed replan/abort decision on a review case
+    REVIEW_CONSUMED = "review_consumed"  # its nonce used, the receipt re-read unchanged
 
 
 class Event(NamedTuple):
