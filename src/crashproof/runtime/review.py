@@ -299,9 +299,9 @@ def decided_epoch(ctx: Context, key: str, tool: Tool) -> tuple[int, list[Event]]
     statement = decision.payload["decision"]["statement"]
     if consumed is None:
         case = next(c for c in cases_of(events) if c.case_id == statement["case_id"])
-        seen = _reread(ctx, key, tool, case)
+        seen, receipt = _reread(ctx, key, tool, case)
         if seen is not None:
-            _drifted(ctx, key, case, seen)
+            _drifted(ctx, key, case, seen, receipt)
         epoch = _epoch(events, key) + (1 if statement["decision"] == "replan" else 0)
         quarantined = [_operation_id(ctx.run_id, key, n) for n in range(1, epoch)]
         payload = {
@@ -344,12 +344,14 @@ def _epoch(events: list[Event], key: str) -> int:
     return epoch
 
 
-def _reread(ctx: Context, key: str, tool: Tool, case: ReviewCase) -> str | None:
-    """Re-read the tool's authoritative receipt for the case's operation: None when it is
-    what the case holds, else what changed."""
+def _reread(
+    ctx: Context, key: str, tool: Tool, case: ReviewCase
+) -> tuple[str | None, dict[str, Any] | None]:
+    """Re-read the tool's authoritative receipt for the case's operation: (None, _) when
+    it is what the case holds, else (what changed, the receipt held now)."""
     pending = case.evidence.get("pending_intent") or {}
     if not tool.supports_lookup:
-        return None  # nothing authoritative to re-read: decided on the journal's evidence
+        return None, None  # nothing authoritative to re-read: decided on the journal's evidence
     call = Call(
         run_id=ctx.run_id,
         step=key,
@@ -364,10 +366,19 @@ def _reread(ctx: Context, key: str, tool: Tool, case: ReviewCase) -> str | None:
     try:
         found = tool.lookup(call)
     except DriftError as exc:
-        return None if "drift" in frozen else f"the target drifted ({exc})"
+        return (None if "drift" in frozen else f"the target drifted ({exc})"), None
     except Exception as exc:
-        return f"the receipt could not be re-read ({type(exc).__name__}: {exc})"
+        return f"the receipt could not be re-read ({type(exc).__name__}: {exc})", None
     held = case.evidence.get("receipt")
+    receipt = (
+        None
+        if not isinstance(found, Receipt)
+        else {
+            "receipt_id": found.receipt_id,
+            "intent_digest": found.intent_digest,
+            "result": found.result,
+        }
+    )
     now = (
         None
         if not isinstance(found, Receipt)
@@ -379,18 +390,23 @@ def _reread(ctx: Context, key: str, tool: Tool, case: ReviewCase) -> str | None:
         else {"receipt_id": held.get("receipt_id"), "intent_digest": held.get("intent_digest")}
     )
     if now == then:
-        return None
+        return None, receipt
     return (
         f"{tool.name} now holds {now or 'nothing'} for {call.operation_id!r}, "
         f"the case had {then or 'nothing'}"
-    )
+    ), receipt
 
 
-def _drifted(ctx: Context, key: str, case: ReviewCase, seen: str) -> NoReturn:
+def _drifted(
+    ctx: Context, key: str, case: ReviewCase, seen: str, receipt: dict[str, Any] | None
+) -> NoReturn:
+    """Freeze again: a new case, holding the receipt as it is now, supersedes this one."""
+    evidence = {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id}
+    evidence.update(receipt=receipt, changed_since_decision=seen)
     ctx.freeze(
         f"review case {case.case_id}: the receipt changed since the decision was signed "
         f"({seen}); the decision was not applied and nothing was executed: review again",
-        {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id, "drift": seen},
+        evidence,
         key=key,
     )
 
