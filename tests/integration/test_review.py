@@ -178,11 +178,13 @@ def test_abort_fails_the_run_and_keeps_the_evidence(
         again.resume(RUN)
     info = again.get_run(RUN)
     assert info.status is cp.RunStatus.FAILED
-    assert info.error is not None and info.error["type"] == "ReviewAborted"
+    assert info.error is not None
+    assert info.error["type"] == "ReviewAborted"
     kept = again.review_case(case.case_id)
     assert (kept.state, kept.fingerprint) == ("resolved", case.fingerprint)
     assert kept.evidence["receipt"] == case.evidence["receipt"]
-    assert server.count(OLD, "POST") == posts and server.count(NEW, "POST") == 0
+    assert server.count(OLD, "POST") == posts
+    assert server.count(NEW, "POST") == 0
     with pytest.raises(cp.RunFailed):
         again.resume(RUN)
     assert types(again).count("run_failed") == 1
