@@ -110,7 +110,7 @@ def test_review_list_show_and_a_signed_abort(cli: Cli, project: Path) -> None:
 
     replan = cli("review", "decide", case["case_id"], "replan", "--key", "bob.pem", "--db", db)
     assert replan.code == ExitCode.CONFLICT
-    assert "replan needs a case at an act" in replan.err
+    assert "replan needs a case raised by an act in flight" in replan.err
     abort = cli("review", "decide", case["case_id"], "abort", "--key", "bob.pem", "--db", db)
     assert abort.code == ExitCode.OK, abort.err
     assert "now failed" in abort.err

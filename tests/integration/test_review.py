@@ -266,10 +266,37 @@ def test_a_changed_step_can_be_aborted_not_replanned(
     changed.add_approver("bob", keys["bob"].with_name("bob.pem.pub").read_text())
     (case,) = changed.review_cases(RUN)
     assert case.to_json()["decisions"] == ["abort"]
-    with pytest.raises(cp.DecisionRefused, match="replan needs a case at an act"):
+    with pytest.raises(cp.DecisionRefused, match="replan needs a case raised by an act in flight"):
         changed.decide(case.case_id, "replan", key=keys["bob"])
     changed.decide(case.case_id, "abort", key=keys["bob"])  # consumed at once
     assert changed.get_run(RUN).status is cp.RunStatus.FAILED
     with pytest.raises(cp.RunFailed, match="ReviewAborted"):
         changed.resume(RUN)
     assert changed.review_case(case.case_id).state == "resolved"
+
+
+def test_an_act_in_flight_the_code_no_longer_reaches_can_be_aborted_at_once(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    crashing = ledger_at(crash_points=cp.CrashPoints(match="after_commit[act_intent:create]"))
+    with pytest.raises(cp.SimulatedCrash):
+        crashing.run(release(tool), run_id=RUN)
+
+    @cp.workflow("release", version="1")
+    def swerved(ctx: cp.Context) -> Any:
+        ctx.step("plan", lambda: "plan")
+        return ctx.act("other", tool, body={"name": "v7"})["id"]
+
+    changed = ledger_at()
+    changed.register(swerved)
+    with pytest.raises(cp.RunFrozen, match="in flight"):
+        changed.resume(RUN)
+    changed.add_approver("bob", keys["bob"].with_name("bob.pem.pub").read_text())
+    (case,) = changed.review_cases(RUN)
+    assert case.evidence["pending_intent"]["operation_id"] == OLD
+    with pytest.raises(cp.DecisionRefused, match="replan needs"):
+        changed.decide(case.case_id, "replan", key=keys["bob"])
+    changed.decide(case.case_id, "abort", key=keys["bob"])
+    with pytest.raises(cp.RunFailed, match="ReviewAborted"):
+        changed.resume(RUN)
+    assert server.total_requests() == 0

@@ -81,7 +81,17 @@ class ReviewCase:
 
     @property
     def replannable(self) -> bool:
-        return bool(self.evidence.get("pending_intent")) and self.key is not None
+        """Frozen by the protocol of an act in flight (conflict, drift, unknown outcome,
+        another intent), so the resumed code reaches that act again: it can be replanned,
+        and a decision is consumed there, after the receipt is re-read. Any other case
+        (a replayed step changed, the code no longer reaches the act in flight) can only
+        be aborted, at once."""
+        frozen = self.evidence.get("frozen") or {}
+        return (
+            self.key is not None
+            and bool(self.evidence.get("pending_intent"))
+            and "operation_id" in frozen
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -256,9 +266,9 @@ def check_decision(
         return f"unknown decision {decision!r} (use {' or '.join(DECISIONS)})"
     if decision == "replan" and not case.replannable:
         return (
-            "replan needs a case at an act in flight (an operation id to quarantine); this "
-            f"case is at {case.key!r} with no intent pending: abort it, or deploy code that "
-            "replays the run"
+            "replan needs a case raised by an act in flight (an operation id to quarantine, "
+            f"an act the code reaches again); case {case.case_id} is not: abort it, or "
+            "deploy code that replays the run"
         )
     nonce = statement.get("nonce")
     if not isinstance(nonce, str) or not nonce:
