@@ -76,6 +76,9 @@ def test_a_risky_act_waits_for_a_human(cli: Cli, project: Path, risky: Any) -> N
     shown = cli("show", "c1", "--json", "--db", db).json()
     assert shown["status"] == "awaiting_approval"
     assert "expired" in shown["evidence"]["refused_approvals"][0]["reason"]
+    (stale,) = shown["humans"]
+    assert (stale["signer"], stale["step"], stale["consumed"]) == ("alice", "drop", False)
+    assert "approvals and decisions" in cli("show", "c1", "--db", db).out
     assert old.exists()
 
     approved = cli("approve", "c1", "drop", "--key", "alice.pem", "--ttl", "15m", "--db", db)
@@ -84,7 +87,9 @@ def test_a_risky_act_waits_for_a_human(cli: Cli, project: Path, risky: Any) -> N
     done = cli("resume", "c1", "--app", "riskyflows", "--db", db)
     assert done.code == ExitCode.OK, done.err
     assert not old.exists()
-    assert cli("show", "c1", "--json", "--db", db).json()["status"] == "succeeded"
+    final = cli("show", "c1", "--json", "--db", db).json()
+    assert final["status"] == "succeeded"
+    assert [h["consumed"] for h in final["humans"]] == [False, True]
     bad_ttl = cli("approve", "c1", "--key", "alice.pem", "--ttl", "soon", "--db", db)
     assert bad_ttl.code == ExitCode.USAGE
 

@@ -253,6 +253,8 @@ class RunInfo:
     steps: tuple[StepInfo, ...] = ()
     limits: Limits | None = None  # None: the run has no limits
     policy: dict[str, Any] | None = None  # the bound policy: version, digest, identity
+    # Signed approvals and review decisions journaled into the run, with their state.
+    humans: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready view for ``--json`` output and exports."""
@@ -277,6 +279,7 @@ class RunInfo:
             },
             "limits": None if self.limits is None else self.limits.to_json(),
             "policy": self.policy,
+            "humans": list(self.humans),
             "steps": [
                 {
                     "key": s.key,
