@@ -377,6 +377,9 @@ def _await_approval(
         "params": params,
         "risk": verdict.risk,
         "policy": policy.record(),
+        # The tool's observation of its target, when tools can observe (an approval binds
+        # it); None until then.
+        "environment_fingerprint": None,
     }
     evidence: dict[str, Any] = {
         "pending_act": pending,
