@@ -288,3 +288,26 @@ def test_the_registry_is_journaled_attributable_and_one_key_per_name(
     assert types(ledger, "crashproof:approvers") == ["run_started", "approver_added"]
     with pytest.raises(ValueError, match="crashproof:"):
         ledger.run(deploy(make_tool("http://127.0.0.1:9")), run_id="crashproof:approvers")
+
+
+def test_an_approval_moved_to_a_ledger_that_does_not_trust_its_signer_is_refused(
+    tmp_path: Path,
+    server: IdempotentServer,
+    tool: HttpTool,
+    ledger_at: LedgerFactory,
+    keys: dict[str, Path],
+) -> None:
+    flow = deploy(tool)
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    ledger.approve(RUN, key=keys["alice"])
+    elsewhere = cp.Ledger(f"sqlite:///{tmp_path / 'other.db'}", act_settings=FAST)
+    elsewhere.register_policy(RISKY)
+    elsewhere.register(flow)
+    elsewhere.import_run(ledger.export_run(RUN), by="ops")
+    with pytest.raises(cp.RunFrozen, match="unknown signer 'alice'") as frozen:
+        elsewhere.resume(RUN)
+    assert frozen.value.status == "awaiting_approval"
+    assert server.total_requests() == 0
+    elsewhere.close()

@@ -300,3 +300,22 @@ def test_an_act_in_flight_the_code_no_longer_reaches_can_be_aborted_at_once(
     with pytest.raises(cp.RunFailed, match="ReviewAborted"):
         changed.resume(RUN)
     assert server.total_requests() == 0
+
+
+def test_a_decision_moved_to_a_ledger_that_does_not_trust_its_signer_is_not_applied(
+    tmp_path: Path,
+    server: IdempotentServer,
+    tool: HttpTool,
+    ledger_at: LedgerFactory,
+    keys: dict[str, Path],
+) -> None:
+    ledger, flow, case = conflicted(server, tool, ledger_at, keys)
+    ledger.decide(case.case_id, "replan", key=keys["bob"])
+    elsewhere = cp.Ledger(f"sqlite:///{tmp_path / 'other.db'}", act_settings=FAST)
+    elsewhere.register(flow)
+    elsewhere.import_run(ledger.export_run(RUN), by="ops")
+    with pytest.raises(cp.RunFrozen, match=r"no longer verifies.*unknown signer 'bob'"):
+        elsewhere.resume(RUN)
+    assert server.count(NEW, "POST") == 0
+    assert [c.state for c in elsewhere.review_cases(RUN)] == ["superseded", "open"]
+    elsewhere.close()

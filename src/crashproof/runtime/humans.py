@@ -275,7 +275,9 @@ class LedgerHumans:
         registry = self.approvers()
 
         def build(events: list[Event]) -> tuple[list[Event], StatusChange | None]:
-            case = next(c for c in cases_of(events) if c.case_id == case_id)
+            case = next((c for c in cases_of(events) if c.case_id == case_id), None)
+            if case is None:
+                raise RunNotFound(f"run {run_id!r} has no review case {case_id!r}")
             reason = check_decision(document, case, registry, events)
             if reason is not None:
                 raise DecisionRefused(

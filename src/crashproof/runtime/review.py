@@ -56,6 +56,7 @@ __all__ = [
     "check_decision",
     "decided_epoch",
     "sign_decision",
+    "verify_decision",
 ]
 
 DECISION_TYPE = "crashproof.review-decision/1"
@@ -234,6 +235,22 @@ def check_decision(
     document: Any, case: ReviewCase, registry: dict[str, Approver], events: list[Event]
 ) -> str | None:
     """Why ``document`` cannot decide ``case`` now; None if it can."""
+    problem = verify_decision(document, case, registry)
+    if problem is not None:
+        return problem
+    nonce = document["statement"]["nonce"]
+    used = consumed_nonces(events)
+    decided = [e for e in events if e.type is EventType.REVIEW_DECIDED]
+    if nonce in used or any(e.payload["decision"]["statement"]["nonce"] == nonce for e in decided):
+        return f"its nonce {nonce} was already used in this run"
+    if case.state != "open":
+        return f"case {case.case_id} is {case.state}, not open"
+    return None
+
+
+def verify_decision(document: Any, case: ReviewCase, registry: dict[str, Approver]) -> str | None:
+    """Why ``document`` is not a valid signed decision on ``case``: signer, signature,
+    case binding and fingerprint, decision (checked again when it is consumed)."""
     if not isinstance(document, dict) or not isinstance(document.get("statement"), dict):
         return "not a decision document ({statement, signature})"
     statement: dict[str, Any] = document["statement"]
@@ -273,12 +290,6 @@ def check_decision(
     nonce = statement.get("nonce")
     if not isinstance(nonce, str) or not nonce:
         return "it has no nonce"
-    used = consumed_nonces(events)
-    decided = [e for e in events if e.type is EventType.REVIEW_DECIDED]
-    if nonce in used or any(e.payload["decision"]["statement"]["nonce"] == nonce for e in decided):
-        return f"its nonce {nonce} was already used in this run"
-    if case.state != "open":
-        return f"case {case.case_id} is {case.state}, not open"
     return None
 
 
@@ -308,7 +319,20 @@ def decided_epoch(ctx: Context, key: str, tool: Tool) -> tuple[int, list[Event]]
         return None
     statement = decision.payload["decision"]["statement"]
     if consumed is None:
-        case = next(c for c in cases_of(events) if c.case_id == statement["case_id"])
+        case = next((c for c in cases_of(events) if c.case_id == statement["case_id"]), None)
+        if case is None:
+            raise CrashproofError(
+                f"run {ctx.run_id!r}: a decision names review case {statement['case_id']!r}, "
+                "which its journal does not hold; nothing was executed"
+            )
+        problem = verify_decision(decision.payload["decision"], case, ctx._ledger.approvers())
+        if problem is not None:  # e.g. the registry changed since: the case stays open
+            ctx.freeze(
+                f"review case {case.case_id}: the decision no longer verifies ({problem}); "
+                "nothing was executed: review again",
+                {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id},
+                key=key,
+            )
         seen, receipt = _reread(ctx, key, tool, case)
         if seen is not None:
             _drifted(ctx, key, case, seen, receipt)
