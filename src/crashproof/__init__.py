@@ -8,9 +8,11 @@ refusal instead. See the README for the guarantees and their limits.
 from crashproof._faults import CrashPoints
 from crashproof.errors import (
     ActFailed,
+    ApprovalRefused,
     ApprovalRequired,
     CheckpointRejected,
     CrashproofError,
+    DecisionRefused,
     DriftError,
     IntegrityError,
     JournalRolledBack,
@@ -49,10 +51,12 @@ from crashproof.journal.records import (
     StepKind,
     StepStatus,
 )
+from crashproof.runtime.approvers import Approver
 from crashproof.runtime.context import Context
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.options import Decision, RetryPolicy, RunOptions, StepOptions
 from crashproof.runtime.policy import Policy
+from crashproof.runtime.review import ReviewCase
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
 from crashproof.tools.port import Call, Receipt, Tool
@@ -62,7 +66,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActFailed",
+    "ApprovalRefused",
     "ApprovalRequired",
+    "Approver",
     "Budget",
     "Call",
     "CheckpointRejected",
@@ -70,6 +76,7 @@ __all__ = [
     "CrashPoints",
     "CrashproofError",
     "Decision",
+    "DecisionRefused",
     "DriftError",
     "IntegrityError",
     "JournalRolledBack",
@@ -93,6 +100,7 @@ __all__ = [
     "ReceiptConflict",
     "RetryPolicy",
     "RetryableError",
+    "ReviewCase",
     "RunConflict",
     "RunFailed",
     "RunFrozen",

@@ -21,6 +21,8 @@
     ├── RunStopped                   the run stopped cleanly (a budget reached); resumable
     ├── PolicyMismatch               resumed under another policy than the run recorded
     ├── ApprovalRequired             an act's risk level needs an approval first
+    ├── ApprovalRefused              a signed approval does not release the act; not journaled
+    ├── DecisionRefused              a signed review decision does not fit the case; not journaled
     ├── RunFailed                    the run ended in `failed`
     ├── NonDeterminismError          replay met a call the journal does not hold
     ├── ReceiptConflict              a tool's receipt disagrees with the journal
@@ -42,9 +44,11 @@ from typing import Any
 
 __all__ = [
     "ActFailed",
+    "ApprovalRefused",
     "ApprovalRequired",
     "CheckpointRejected",
     "CrashproofError",
+    "DecisionRefused",
     "DriftError",
     "IntegrityError",
     "JournalRolledBack",
@@ -254,6 +258,18 @@ class ApprovalRequired(CrashproofError):
     def __init__(self, message: str, evidence: dict[str, Any] | None = None) -> None:
         self.evidence = evidence or {}
         super().__init__(message)
+
+
+class ApprovalRefused(CrashproofError):
+    """A signed approval that does not release the pending act (unknown signer, a
+    signature that does not verify, another run, step, intent, policy or generation, a
+    used nonce, expired): refused before anything was journaled or executed."""
+
+
+class DecisionRefused(CrashproofError):
+    """A signed review decision that does not fit its case (unknown signer, a bad
+    signature, another case fingerprint, a used nonce, a replan where no act is in
+    flight): refused before anything was journaled or executed."""
 
 
 class RunStopped(CrashproofError):

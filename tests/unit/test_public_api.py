@@ -6,7 +6,9 @@ import crashproof as cp
 
 PUBLIC = [
     "ActFailed",
+    "ApprovalRefused",
     "ApprovalRequired",
+    "Approver",
     "Budget",
     "Call",
     "CheckpointRejected",
@@ -14,6 +16,7 @@ PUBLIC = [
     "CrashPoints",
     "CrashproofError",
     "Decision",
+    "DecisionRefused",
     "DriftError",
     "IntegrityError",
     "JournalRolledBack",
@@ -37,6 +40,7 @@ PUBLIC = [
     "ReceiptConflict",
     "RetryPolicy",
     "RetryableError",
+    "ReviewCase",
     "RunConflict",
     "RunFailed",
     "RunFrozen",

@@ -396,4 +396,9 @@ def reconcile_command(
 
 
 # Commands kept in their own modules register themselves on `app` when imported.
-from crashproof.cli import integrity_commands, proof_commands, transfer_commands  # noqa: E402, F401
+from crashproof.cli import (  # noqa: E402, F401
+    approval_commands,
+    integrity_commands,
+    proof_commands,
+    transfer_commands,
+)

@@ -10,7 +10,9 @@ import enum
 from dataclasses import dataclass
 
 from crashproof.errors import (
+    ApprovalRefused,
     CrashproofError,
+    DecisionRefused,
     IntegrityError,
     JournalRolledBack,
     KeyUnusable,
@@ -91,9 +93,14 @@ def _hint_failed(exc: CrashproofError) -> str:
 
 
 def _hint_frozen(exc: CrashproofError) -> str:
+    run = _run_id(exc)
+    if getattr(exc, "status", None) == "awaiting_approval":
+        then = f"approve it: `crashproof approve {run} --key KEY.pem`, then resume"
+    else:
+        then = f"decide: `crashproof review list {run}`, `crashproof review decide CASE ...`"
     return (
         f"it executes nothing until a human decides; inspect the evidence with "
-        f"`crashproof show {_run_id(exc)}`"
+        f"`crashproof show {run}`, then {then}"
     )
 
 
@@ -110,6 +117,18 @@ _RULES: tuple[_Rule, ...] = (
     (RunFailed, ExitCode.RUN_FAILED, ""),
     (RunFrozen, ExitCode.RUN_FROZEN, ""),
     (RunConflict, ExitCode.CONFLICT, ""),
+    (
+        ApprovalRefused,
+        ExitCode.CONFLICT,
+        "sign a fresh approval of the act the run waits on now (`crashproof show RUN_ID`), "
+        "with a key in `crashproof approvers list`",
+    ),
+    (
+        DecisionRefused,
+        ExitCode.CONFLICT,
+        "review the case as it is now (`crashproof review show CASE`) and sign again, with a "
+        "key in `crashproof approvers list`",
+    ),
     (
         LeaseHeld,
         ExitCode.CONFLICT,

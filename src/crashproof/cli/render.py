@@ -261,6 +261,8 @@ def print_run(out: Console, info: RunInfo) -> None:
         parts.append(_json_panel("error", info.error, "red"))
     if info.evidence is not None:
         parts.append(_json_panel("evidence", info.evidence, "yellow"))
+    if info.humans:  # signed approvals / review decisions, expired ones included
+        parts.append(_json_panel("approvals and decisions", list(info.humans), "cyan"))
     out.print(Group(*parts))
 
 

@@ -196,4 +196,35 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
         steps=tuple(StepInfo(**info) for info in steps.values()),
         limits=None if replay.limits is None else Limits.from_json(replay.limits),
         policy=replay.policy,
+        humans=_humans(events),
     )
+
+
+def _humans(events: Sequence[Event]) -> tuple[dict[str, Any], ...]:
+    """Approvals and review decisions journaled into the run (expired ones included),
+    each with whether it was consumed."""
+    used = {
+        e.payload.get("nonce")
+        for e in events
+        if e.type in (EventType.APPROVAL_CONSUMED, EventType.REVIEW_CONSUMED)
+    }
+    out = []
+    for e in events:
+        if e.type not in (EventType.APPROVAL_GRANTED, EventType.REVIEW_DECIDED):
+            continue
+        document = e.payload.get("approval") or e.payload.get("decision") or {}
+        statement = document.get("statement") or {} if isinstance(document, dict) else {}
+        out.append(
+            {
+                "seq": e.seq,
+                "type": e.type.value,
+                "step": e.key,
+                "by": e.payload.get("by"),
+                "signer": statement.get("approver") or statement.get("reviewer"),
+                "decision": statement.get("decision", "approve"),
+                "expires_at": statement.get("expires_at"),
+                "nonce": statement.get("nonce"),
+                "consumed": statement.get("nonce") in used,
+            }
+        )
+    return tuple(out)

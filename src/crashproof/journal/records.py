@@ -81,6 +81,11 @@ class EventType(enum.StrEnum):
     RUN_STOPPED = "run_stopped"  # stopped cleanly before new work (a budget reached)
     BUDGET_RAISED = "budget_raised"  # an operator raised the run's limits (who, old, new)
     POLICY_REBOUND = "policy_rebound"  # an operator re-bound the run to another policy
+    APPROVER_ADDED = "approver_added"  # the approvers registry trusts a new public key
+    APPROVAL_GRANTED = "approval_granted"  # a signed approval of a pending act
+    APPROVAL_CONSUMED = "approval_consumed"  # its nonce used, just before the act's intent
+    REVIEW_DECIDED = "review_decided"  # a signed replan/abort decision on a review case
+    REVIEW_CONSUMED = "review_consumed"  # its nonce used, the receipt re-read unchanged
 
 
 class Event(NamedTuple):
@@ -248,6 +253,8 @@ class RunInfo:
     steps: tuple[StepInfo, ...] = ()
     limits: Limits | None = None  # None: the run has no limits
     policy: dict[str, Any] | None = None  # the bound policy: version, digest, identity
+    # Signed approvals and review decisions journaled into the run, with their state.
+    humans: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready view for ``--json`` output and exports."""
@@ -272,6 +279,7 @@ class RunInfo:
             },
             "limits": None if self.limits is None else self.limits.to_json(),
             "policy": self.policy,
+            "humans": list(self.humans),
             "steps": [
                 {
                     "key": s.key,

@@ -72,12 +72,14 @@ def perform_act(
     params: dict[str, Any],
     digest: str,
     open_events: list[Event],
+    epoch: int = 1,
 ) -> Any:
-    """Run (or recover) the act ``key`` live; returns the receipt's result."""
+    """Run (or recover) the act ``key`` live; returns the receipt's result. ``epoch``:
+    above 1 after a reviewed replan quarantined the earlier operation ids (``@2``...)."""
     call = Call(
         run_id=ctx.run_id,
         step=key,
-        operation_id=f"{ctx.run_id}/{key}",
+        operation_id=f"{ctx.run_id}/{key}" + (f"@{epoch}" if epoch > 1 else ""),
         intent_digest=digest,
         params=params,
         fencing_token=ctx.fencing_token,

@@ -34,6 +34,7 @@ from crashproof.runtime.budget import Meter
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
 from crashproof.runtime.outbox import deliver, enqueue
 from crashproof.runtime.policy import Policy, admit_act
+from crashproof.runtime.review import decided_epoch
 from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
@@ -149,6 +150,11 @@ class Context:
                 deliver(self.append_event, self.run_id, key, tool, params, digest)
             return result
         self._check_open_acts(key)
+        if key in self._open_acts:  # frozen for review, then decided? (runtime/review.py)
+            decided = decided_epoch(self, key, tool)
+            if decided is not None:
+                self._open_acts.pop(key)
+                return perform_act(self, key, tool, params, digest, decided[1], decided[0])
         if key not in self._open_acts:  # new work; an act in flight is reconciled first
             self.meter.check(self, key, StepKind.ACT)
             if self.policy is not None:

@@ -42,9 +42,11 @@ from crashproof.journal.codec import (
 from crashproof.journal.fold import Replay, fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
 from crashproof.runtime.acts import ActSettings
+from crashproof.runtime.approvers import reserved
 from crashproof.runtime.binding import OperatorChanges, bind_run, ended_run, start_fields
 from crashproof.runtime.care import LedgerCare
 from crashproof.runtime.context import Context
+from crashproof.runtime.humans import LedgerHumans
 from crashproof.runtime.leasing import HOST, Heartbeat, claim, release, stop_driving
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.policy import Policy
@@ -147,7 +149,7 @@ def _default_witness(url: str, store: Store) -> Witness | None:
     return None
 
 
-class Ledger(LedgerCare):
+class Ledger(LedgerCare, LedgerHumans):
     """Durable runs of workflows. Independent instances never share state.
 
     >>> ledger = Ledger("sqlite:///runs.db")  # doctest: +SKIP
@@ -260,8 +262,8 @@ class Ledger(LedgerCare):
         options_record = start_fields(options)
         if options is not None and options.policy is not None:
             self.register_policy(options.policy)
-        if not isinstance(run_id, str) or not run_id:
-            raise ValueError("run_id must be a non-empty string")
+        if not isinstance(run_id, str) or not run_id or reserved(run_id):
+            raise ValueError("run_id must be a non-empty string, not under 'crashproof:'")
         workflow.bind_input(input)
         input_json = encode(input, what=f"the input of run {run_id!r}")
         digest = canonical_digest(
@@ -358,7 +360,8 @@ class Ledger(LedgerCare):
     def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
         """All runs, oldest first, optionally only those of one status."""
         wanted = RunStatus(status) if status is not None else None
-        infos = [fold_run(row, self._journal(row.run_id)) for row in self._store.list_runs()]
+        rows = [row for row in self._store.list_runs() if not reserved(row.run_id)]
+        infos = [fold_run(row, self._journal(row.run_id)) for row in rows]
         # Filtered on the status folded from each journal, not on the index row's cache.
         return [info for info in infos if wanted is None or info.status is wanted]
 
@@ -498,6 +501,8 @@ class Ledger(LedgerCare):
 
     def _frozen(self, run_id: str, ctx: Context) -> CrashproofError:
         cause = ctx.frozen
+        if isinstance(cause, RunFailed):  # a reviewer's abort, journaled (runtime/review.py)
+            return cause
         if isinstance(cause, RunStopped):  # a clean stop (a budget), not a freeze
             return RunStopped(
                 run_id,

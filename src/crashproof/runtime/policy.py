@@ -31,9 +31,9 @@ Outcomes, and why:
 - *Needs approval*: nothing is journaled for the act; the run stops in
   ``awaiting_approval`` (a ``run_frozen`` record) with the pending act — tool, params,
   operation id, intent digest, risk, policy — as evidence, and ``cp.ApprovalRequired`` is
-  raised into the workflow (``Ledger.run``/``resume`` raise ``cp.RunFrozen``). Signed
-  approvals (another issue) plug into ``_approval_for``: an approval bound to exactly this
-  pending act lets the replay reach it and go on.
+  raised into the workflow (``Ledger.run``/``resume`` raise ``cp.RunFrozen``). A signed
+  approval bound to exactly this pending act (``crashproof.runtime.approvals``, checked
+  and consumed in ``_approval_for``) lets the replay reach it and go on.
 
 The version, a digest of the declarative part (functions count by qualified name) and
 the identity are recorded in ``run_started``; see ``crashproof.runtime.binding``.
@@ -297,18 +297,23 @@ def admit_act(ctx: Context, key: str, tool: Tool, params: dict[str, Any], digest
     verdict = policy.evaluate(tool, params)
     if not verdict.allowed:
         _refuse(ctx, policy, key, tool, params, digest, verdict)
-    if verdict.needs_approval and _approval_for(ctx, key, digest) is None:
-        _await_approval(ctx, policy, key, tool, params, digest, verdict)
+    if verdict.needs_approval:
+        approval, refused = _approval_for(ctx, key, digest)
+        if approval is None:
+            _await_approval(ctx, policy, key, tool, params, digest, verdict, refused)
 
 
-def _approval_for(ctx: Context, key: str, digest: str) -> dict[str, Any] | None:
-    """The approval that lets act ``key`` with intent ``digest`` proceed, or None.
+def _approval_for(
+    ctx: Context, key: str, digest: str
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The signed approval that lets act ``key`` with intent ``digest`` proceed, already
+    consumed (journaled), or None with the journaled approvals that were refused and why
+    (``crashproof.runtime.approvals``: signature, trust root, every binding, expiry, nonce)."""
+    from crashproof.runtime.approvals import approval_for
 
-    The seam for signed approvals (§8 of the design): once they exist, this returns a
-    verified approval journaled for exactly this run, step, operation id, intent digest
-    and policy, unexpired and unused. Until then nothing can approve, so an act that
-    needs an approval always waits."""
-    return None
+    policy = ctx.policy
+    bound = {"version": policy.version, "digest": policy.digest} if policy else None
+    return approval_for(ctx, key, digest, bound or {})
 
 
 def _refuse(
@@ -360,6 +365,7 @@ def _await_approval(
     params: dict[str, Any],
     digest: str,
     verdict: Verdict,
+    refused: list[dict[str, Any]] | None = None,
 ) -> NoReturn:
     pending = {
         "run_id": ctx.run_id,
@@ -371,15 +377,29 @@ def _await_approval(
         "params": params,
         "risk": verdict.risk,
         "policy": policy.record(),
+        # The tool's observation of its target, when tools can observe (an approval binds
+        # it); None until then.
+        "environment_fingerprint": None,
     }
-    evidence = {
+    evidence: dict[str, Any] = {
         "pending_act": pending,
         # What an approval must bind (with the approver's signature, expiry and nonce).
-        "approval_binds": ["run_id", "step", "operation_id", "intent_digest", "policy"],
+        "approval_binds": [
+            "run_id",
+            "step",
+            "operation_id",
+            "intent_digest",
+            "generation",
+            "environment_fingerprint",
+            "policy",
+        ],
     }
+    if refused:  # approvals journaled for this act that do not release it, and why
+        evidence["refused_approvals"] = refused
+    why = f" (approval refused: {refused[0]['reason']})" if refused else ""
     exc = ApprovalRequired(
         f"act {key!r} ({tool.name}, risk {verdict.risk}) needs an approval under policy "
-        f"{policy.version!r}; nothing was executed",
+        f"{policy.version!r}{why}; nothing was executed",
         evidence,
     )
     reason = str(exc)

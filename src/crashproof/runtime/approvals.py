@@ -1,0 +1,223 @@
+"""Signed approvals of pending acts: what they bind, how they are checked, and how one is
+consumed exactly once.
+
+An act whose risk needs an approval stops the run in ``awaiting_approval`` (a
+``run_frozen`` record holding the pending act; ``crashproof.runtime.policy``). An
+approval is a statement signed with a registered approver's Ed25519 key
+(``crashproof.runtime.approvers``) binding:
+
+- ``run_id``, ``step``, ``operation_id``, ``intent_digest`` — exactly that act;
+- ``generation`` — the run's journal generation at the ``awaiting_approval`` record the
+  approver saw (its seq + 1), and ``environment_fingerprint`` — the pending act's
+  observation of its target when its tool provides one (None until then);
+- ``policy`` — version and digest of the policy that asked for it;
+- ``expires_at``, a one-time ``nonce``, and the ``approver`` (name and key fingerprint).
+
+It is journaled into the run (``approval_granted``: the document plus who submitted it,
+host, time) together with a ``run_thawed`` record, in one commit, once every check
+below passes. When the resumed workflow reaches the act again, ``approval_for`` checks
+it again against the act the code produces *now* — signature against the registry as it
+is now, every binding, expiry, nonce unused — and journals ``approval_consumed`` (the
+nonce) *before* the act's intent commits; then the act runs under the normal protocol,
+exactly once. A crash after the consumption finds it on resume and goes on with the same
+act (a consumed approval does not expire: it was used in time). Anything that does not
+check out is never executed: the act freezes again, ``awaiting_approval``, and the
+refused approvals with their reasons are the freeze's evidence (``crashproof show``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from crashproof.integrity.signing import key_fingerprint, sign_statement, verify_statement
+from crashproof.journal.codec import canonical_digest
+from crashproof.journal.records import Event, EventType, RunStatus
+from crashproof.runtime.approvers import Approver
+
+if TYPE_CHECKING:
+    from crashproof.runtime.context import Context
+
+__all__ = [
+    "APPROVAL_TYPE",
+    "approval_for",
+    "awaiting",
+    "check_approval",
+    "consumed_nonces",
+    "expectation",
+    "sign_approval",
+]
+
+APPROVAL_TYPE = "crashproof.approval/1"
+_BOUND = ("run_id", "step", "operation_id", "intent_digest")
+
+
+def awaiting(events: list[Event], step: str | None = None) -> Event | None:
+    """The latest ``awaiting_approval`` freeze (of ``step``), None when there is none."""
+    event: Event
+    for event in reversed(events):
+        if (
+            event.type is EventType.RUN_FROZEN
+            and event.payload.get("status") == RunStatus.AWAITING_APPROVAL.value
+            and (step is None or event.key == step)
+        ):
+            return event
+    return None
+
+
+def expectation(freeze: Event) -> dict[str, Any]:
+    """What an approval of the act pending at ``freeze`` must bind."""
+    pending = (freeze.payload.get("evidence") or {}).get("pending_act") or {}
+    policy = pending.get("policy") or {}
+    return {
+        "run_id": pending.get("run_id", freeze.run_id),
+        "step": pending.get("step", freeze.key),
+        "operation_id": pending.get("operation_id"),
+        "intent_digest": pending.get("intent_digest"),
+        "generation": freeze.seq + 1,
+        "environment_fingerprint": pending.get("environment_fingerprint"),
+        "policy": {"version": policy.get("version"), "digest": policy.get("digest")},
+    }
+
+
+def sign_approval(
+    key: Ed25519PrivateKey,
+    approver: str,
+    expect: dict[str, Any],
+    *,
+    ttl: float,
+    now: float | None = None,
+    nonce: str | None = None,
+) -> dict[str, Any]:
+    """A signed approval document (``{"statement": ..., "signature": ...}``)."""
+    if not ttl > 0:
+        raise ValueError(f"an approval needs a positive time to live, not {ttl!r}")
+    issued = time.time() if now is None else now
+    statement = {
+        "type": APPROVAL_TYPE,
+        **expect,
+        "approver": approver,
+        "key_fingerprint": key_fingerprint(key.public_key()),
+        "issued_at": issued,
+        "expires_at": issued + ttl,
+        "nonce": nonce or secrets.token_hex(16),
+    }
+    return {"statement": statement, "signature": sign_statement(key, statement)}
+
+
+def consumed_nonces(events: list[Event]) -> dict[str, Event]:
+    """Nonces already used in this run (approvals and review decisions), by nonce."""
+    used: dict[str, Event] = {}
+    for event in events:
+        if event.type in (EventType.APPROVAL_CONSUMED, EventType.REVIEW_CONSUMED):
+            used[str(event.payload.get("nonce"))] = event
+    return used
+
+
+def check_approval(
+    document: Any,
+    expect: dict[str, Any],
+    registry: dict[str, Approver],
+    used: dict[str, Event],
+    now: float,
+) -> str | None:
+    """Why ``document`` does not approve the act ``expect`` describes; None if it does."""
+    if not isinstance(document, dict) or not isinstance(document.get("statement"), dict):
+        return "not an approval document ({statement, signature})"
+    statement: dict[str, Any] = document["statement"]
+    signature = document.get("signature")
+    if statement.get("type") != APPROVAL_TYPE:
+        return f"not an approval statement (type {statement.get('type')!r})"
+    name = statement.get("approver")
+    approver = registry.get(name) if isinstance(name, str) else None
+    if approver is None:
+        return (
+            f"unknown signer {name!r}: not in the approvers registry "
+            f"(registered: {', '.join(sorted(registry)) or 'none'})"
+        )
+    if not isinstance(signature, str) or not verify_statement(
+        approver.public_key, statement, signature
+    ):
+        return (
+            f"the signature does not verify with {name!r}'s registered key "
+            f"{approver.fingerprint[:16]}…: the statement was altered or signed by another key"
+        )
+    for field in _BOUND:
+        if statement.get(field) != expect.get(field):
+            return (
+                f"it approves {field.replace('_', ' ')} {statement.get(field)!r}, but the "
+                f"pending act has {expect.get(field)!r}"
+            )
+    if statement.get("policy") != expect.get("policy"):
+        return f"it binds policy {statement.get('policy')}, the act waits under {expect['policy']}"
+    if statement.get("generation") != expect.get("generation"):
+        return (
+            f"it was made at generation {statement.get('generation')}, but the act waits "
+            f"at generation {expect.get('generation')} (the run changed since): approve again"
+        )
+    if statement.get("environment_fingerprint") != expect.get("environment_fingerprint"):
+        return (
+            f"it saw environment {statement.get('environment_fingerprint')!r}, the act "
+            f"now observes {expect.get('environment_fingerprint')!r}"
+        )
+    nonce = statement.get("nonce")
+    if not isinstance(nonce, str) or not nonce:
+        return "it has no nonce"
+    if nonce in used:
+        return f"its nonce {nonce} was already consumed (journal record {used[nonce].seq})"
+    expires = statement.get("expires_at")
+    if not isinstance(expires, int | float) or now >= expires:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(expires or 0)))
+        return f"it expired at {when}: sign a fresh approval for the same act"
+    return None
+
+
+def approval_for(
+    ctx: Context, key: str, digest: str, expect_policy: dict[str, Any]
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The approval that lets the act ``key`` (intent ``digest``) run now, consumed
+    (journaled) before returning; else None and the approvals refused, with reasons."""
+    ledger = ctx._ledger
+    events = ledger._journal(ctx.run_id)
+    for event in reversed(events):  # consumed, then a crash before the intent: go on
+        if (
+            event.type is EventType.APPROVAL_CONSUMED
+            and event.key == key
+            and event.payload.get("intent_digest") == digest
+        ):
+            return dict(event.payload), []
+    freeze = awaiting(events, key)
+    if freeze is None:
+        return None, []  # never asked: the act must wait first
+    expect = expectation(freeze)
+    # The act the code produces now, not the one that was pending: another intent or
+    # another policy under the same step is not what anyone approved.
+    expect.update(intent_digest=digest, policy=expect_policy)
+    registry = ledger.approvers()
+    used = consumed_nonces(events)
+    now = time.time()
+    refused: list[dict[str, Any]] = []
+    for event in reversed(events):
+        if event.type is not EventType.APPROVAL_GRANTED or event.key != key:
+            continue
+        document = event.payload.get("approval")
+        reason = check_approval(document, expect, registry, used, now)
+        if reason is None:
+            statement = document["statement"]
+            consumed = {
+                "nonce": statement["nonce"],
+                "approver": statement["approver"],
+                "approval_seq": event.seq,
+                "statement_digest": canonical_digest(statement, what="an approval"),
+                "operation_id": statement["operation_id"],
+                "intent_digest": digest,
+                "time": now,
+            }
+            ctx.append_event(EventType.APPROVAL_CONSUMED, key, consumed)
+            return consumed, []
+        statement = document.get("statement") if isinstance(document, dict) else None
+        refused.append({"seq": event.seq, "reason": reason, "approval": statement})
+    return None, refused

@@ -1,0 +1,497 @@
+"""Review cases and signed replan/abort decisions.
+
+Every ``needs_review`` freeze (receipt conflict, non-determinism, drift, an unknown
+outcome the tool cannot look up, ...) is a **review case**: the ``run_frozen`` record
+plus everything the journal holds about its step — the pending intent, both digests,
+the full receipt and its fingerprint, the generation, the trace of the step's records.
+Its id is ``RUN_ID#SEQ`` (the freeze's journal position); its **fingerprint** is the
+SHA-256 of the canonical JSON of that evidence, so a decision signed on one picture of
+the case cannot be applied to another.
+
+A reviewer signs ``replan`` or ``abort`` for one case fingerprint with a one-time nonce
+(Ed25519, a key in the approvers registry). The decision is journaled (``review_decided``
+and ``run_thawed``, one commit) and consumed when the resumed workflow reaches the act:
+
+1. the tool's authoritative receipt for the old operation id is re-read (``lookup``);
+   if it differs from the case's (another receipt id or intent digest, found where the
+   case had none, or cannot be read), the run freezes again with the reason — a new case
+   that supersedes the old one — and nothing executes;
+2. ``review_consumed`` is journaled (the nonce, and for a replan the quarantined
+   operation ids and the new epoch);
+3. ``replan``: the old operation id is never used again; the act runs under a new epoch
+   (``run/step@2``) with the intent the code produces now, under the normal act protocol.
+   ``abort``: the run fails (``run_failed``), every record kept as evidence.
+
+A crash between 2 and 3 resumes from the consumption: the same epoch, nothing re-read or
+re-decided. A case that is not at an in-flight act (a replayed step that changed) can
+only be aborted, and that is consumed at once (nothing to re-read).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from crashproof.errors import CrashproofError, DriftError, RunFailed
+from crashproof.integrity.signing import key_fingerprint, sign_statement, verify_statement
+from crashproof.journal.codec import canonical_digest
+from crashproof.journal.records import Event, EventType, RunStatus
+from crashproof.runtime.approvals import consumed_nonces
+from crashproof.runtime.approvers import Approver
+from crashproof.tools.port import Call, Receipt, Tool
+
+if TYPE_CHECKING:
+    from crashproof.runtime.context import Context
+
+__all__ = [
+    "DECISIONS",
+    "DECISION_TYPE",
+    "ReviewCase",
+    "case_events",
+    "cases_of",
+    "check_decision",
+    "decided_epoch",
+    "sign_decision",
+    "verify_decision",
+]
+
+DECISION_TYPE = "crashproof.review-decision/1"
+DECISIONS = ("replan", "abort")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReviewCase:
+    """One needs_review freeze and its evidence. ``state``: ``open`` (the run waits on
+    it), ``decided`` (a decision waits to be consumed on resume), ``resolved`` (consumed),
+    ``superseded`` (the run moved on: thawed and frozen again, or a retryable freeze
+    lifted by a resume)."""
+
+    case_id: str
+    run_id: str
+    seq: int
+    key: str | None
+    reason: str
+    state: str
+    fingerprint: str
+    evidence: dict[str, Any]  # everything the fingerprint covers
+    decision: dict[str, Any] | None = None  # the signed decision, once there is one
+
+    @property
+    def replannable(self) -> bool:
+        """Frozen by the protocol of an act in flight (conflict, drift, unknown outcome,
+        another intent), so the resumed code reaches that act again: it can be replanned,
+        and a decision is consumed there, after the receipt is re-read. Any other case
+        (a replayed step changed, the code no longer reaches the act in flight) can only
+        be aborted, at once."""
+        frozen = self.evidence.get("frozen") or {}
+        return (
+            self.key is not None
+            and bool(self.evidence.get("pending_intent"))
+            and "operation_id" in frozen
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case_id": self.case_id,
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "key": self.key,
+            "state": self.state,
+            "reason": self.reason,
+            "fingerprint": self.fingerprint,
+            "decisions": list(DECISIONS) if self.replannable else ["abort"],
+            "decision": self.decision,
+            "evidence": self.evidence,
+        }
+
+
+def _receipt_fingerprint(receipt: Any) -> str | None:
+    if not isinstance(receipt, dict):
+        return None
+    return canonical_digest(receipt, what="a receipt")
+
+
+def _case(events: list[Event], freeze: Event) -> dict[str, Any]:
+    """The evidence of the case opened by ``freeze`` (covered by its fingerprint)."""
+    p = freeze.payload
+    evidence = p.get("evidence") or {}
+    key = freeze.key
+    trace = [
+        {"seq": e.seq, "type": e.type.value, "payload": e.payload, "value": e.value}
+        for e in events[: freeze.seq]
+        if key is not None and e.key == key
+    ]
+    intents = [e for e in events[: freeze.seq] if e.key == key and e.type is EventType.ACT_INTENT]
+    done = any(e.key == key and e.type is EventType.STEP_DONE for e in events[: freeze.seq])
+    pending = None
+    if intents and not done:
+        last = intents[-1]
+        pending = {"seq": last.seq, **last.payload, **(last.value or {})}
+    receipt = evidence.get("receipt")
+    return {
+        "run_id": freeze.run_id,
+        "seq": freeze.seq,
+        "generation": freeze.seq + 1,
+        "key": key,
+        "reason": p.get("reason"),
+        "error": p.get("error"),
+        "retryable": bool(p.get("retryable")),
+        "frozen": evidence,
+        "pending_intent": pending,
+        "digests": {
+            "journal": (pending or {}).get("intent_digest", evidence.get("journaled_digest")),
+            "receipt": (receipt or {}).get("intent_digest") if isinstance(receipt, dict) else None,
+            "code": evidence.get("code_digest"),
+        },
+        "receipt": receipt,
+        "receipt_fingerprint": _receipt_fingerprint(receipt),
+        "trace": trace,
+    }
+
+
+def cases_of(events: list[Event]) -> list[ReviewCase]:
+    """Every review case of a run, oldest first."""
+    if not events:
+        return []
+    last_outcome = None
+    for event in events:
+        if event.type in (
+            EventType.RUN_FROZEN,
+            EventType.RUN_SUCCEEDED,
+            EventType.RUN_FAILED,
+            EventType.RUN_STOPPED,
+            EventType.RUN_THAWED,
+        ):
+            last_outcome = event
+    decided = {e.payload.get("case_id"): e for e in events if e.type is EventType.REVIEW_DECIDED}
+    consumed = {e.payload.get("case_id") for e in events if e.type is EventType.REVIEW_CONSUMED}
+    out = []
+    for event in events:
+        if (
+            event.type is not EventType.RUN_FROZEN
+            or event.payload.get("status") != RunStatus.NEEDS_REVIEW.value
+        ):
+            continue
+        case_id = f"{event.run_id}#{event.seq}"
+        evidence = _case(events, event)
+        decision = decided.get(case_id)
+        if case_id in consumed:
+            state = "resolved"
+        elif decision is not None and not _refrozen_after(events, decision):
+            state = "decided"
+        elif event is last_outcome:
+            state = "open"
+        else:
+            state = "superseded"
+        out.append(
+            ReviewCase(
+                case_id=case_id,
+                run_id=event.run_id,
+                seq=event.seq,
+                key=event.key,
+                reason=str(event.payload.get("reason", "")),
+                state=state,
+                fingerprint=canonical_digest(evidence, what=f"review case {case_id}"),
+                evidence=evidence,
+                decision=None if decision is None else decision.payload.get("decision"),
+            )
+        )
+    return out
+
+
+def _refrozen_after(events: list[Event], decision: Event) -> bool:
+    return any(e.type is EventType.RUN_FROZEN for e in events[decision.seq + 1 :])
+
+
+def sign_decision(
+    key: Ed25519PrivateKey,
+    reviewer: str,
+    case: ReviewCase,
+    decision: str,
+    *,
+    now: float | None = None,
+    nonce: str | None = None,
+) -> dict[str, Any]:
+    """A signed decision document (``{"statement": ..., "signature": ...}``)."""
+    statement = {
+        "type": DECISION_TYPE,
+        "case_id": case.case_id,
+        "run_id": case.run_id,
+        "case_fingerprint": case.fingerprint,
+        "decision": decision,
+        "reviewer": reviewer,
+        "key_fingerprint": key_fingerprint(key.public_key()),
+        "issued_at": time.time() if now is None else now,
+        "nonce": nonce or secrets.token_hex(16),
+    }
+    return {"statement": statement, "signature": sign_statement(key, statement)}
+
+
+def check_decision(
+    document: Any, case: ReviewCase, registry: dict[str, Approver], events: list[Event]
+) -> str | None:
+    """Why ``document`` cannot decide ``case`` now; None if it can."""
+    problem = verify_decision(document, case, registry)
+    if problem is not None:
+        return problem
+    nonce = document["statement"]["nonce"]
+    used = consumed_nonces(events)
+    decided = [e for e in events if e.type is EventType.REVIEW_DECIDED]
+    if nonce in used or any(e.payload["decision"]["statement"]["nonce"] == nonce for e in decided):
+        return f"its nonce {nonce} was already used in this run"
+    if case.state != "open":
+        return f"case {case.case_id} is {case.state}, not open"
+    return None
+
+
+def verify_decision(document: Any, case: ReviewCase, registry: dict[str, Approver]) -> str | None:
+    """Why ``document`` is not a valid signed decision on ``case``: signer, signature,
+    case binding and fingerprint, decision (checked again when it is consumed)."""
+    if not isinstance(document, dict) or not isinstance(document.get("statement"), dict):
+        return "not a decision document ({statement, signature})"
+    statement: dict[str, Any] = document["statement"]
+    if statement.get("type") != DECISION_TYPE:
+        return f"not a review decision (type {statement.get('type')!r})"
+    name = statement.get("reviewer")
+    reviewer = registry.get(name) if isinstance(name, str) else None
+    if reviewer is None:
+        return (
+            f"unknown signer {name!r}: not in the approvers registry "
+            f"(registered: {', '.join(sorted(registry)) or 'none'})"
+        )
+    signature = document.get("signature")
+    if not isinstance(signature, str) or not verify_statement(
+        reviewer.public_key, statement, signature
+    ):
+        return (
+            f"the signature does not verify with {name!r}'s registered key "
+            f"{reviewer.fingerprint[:16]}…: the statement was altered or signed by another key"
+        )
+    if statement.get("run_id") != case.run_id or statement.get("case_id") != case.case_id:
+        return f"it decides case {statement.get('case_id')!r}, not {case.case_id!r}"
+    if statement.get("case_fingerprint") != case.fingerprint:
+        return (
+            f"it was signed on case fingerprint {statement.get('case_fingerprint')}, the "
+            f"case's evidence now has fingerprint {case.fingerprint}: review it again"
+        )
+    decision = statement.get("decision")
+    if decision not in DECISIONS:
+        return f"unknown decision {decision!r} (use {' or '.join(DECISIONS)})"
+    if decision == "replan" and not case.replannable:
+        return (
+            "replan needs a case raised by an act in flight (an operation id to quarantine, "
+            f"an act the code reaches again); case {case.case_id} is not: abort it, or "
+            "deploy code that replays the run"
+        )
+    nonce = statement.get("nonce")
+    if not isinstance(nonce, str) or not nonce:
+        return "it has no nonce"
+    return None
+
+
+def case_events(events: list[Event], key: str) -> tuple[Event | None, Event | None]:
+    """For act ``key``: the latest decision not yet superseded by a freeze, and its
+    consumption (if any)."""
+    decision = consumed = None
+    for event in events:
+        if event.key != key:
+            continue
+        if event.type is EventType.REVIEW_DECIDED:
+            decision, consumed = event, None
+        elif event.type is EventType.REVIEW_CONSUMED and decision is not None:
+            consumed = event
+    if decision is not None and consumed is None and _refrozen_after(events, decision):
+        decision = None  # the re-read found drift: that decision is spent
+    return decision, consumed
+
+
+def decided_epoch(ctx: Context, key: str, tool: Tool) -> tuple[int, list[Event]] | None:
+    """For an act in flight whose case was decided: consume the decision (re-reading the
+    receipt first) and return the epoch to run it under with that epoch's open records;
+    abort fails the run. None when no decision applies to ``key``."""
+    events = ctx._ledger._journal(ctx.run_id)
+    decision, consumed = case_events(events, key)
+    if decision is None:
+        return None
+    statement = decision.payload["decision"]["statement"]
+    if consumed is None:
+        case = next((c for c in cases_of(events) if c.case_id == statement["case_id"]), None)
+        if case is None:
+            raise CrashproofError(
+                f"run {ctx.run_id!r}: a decision names review case {statement['case_id']!r}, "
+                "which its journal does not hold; nothing was executed"
+            )
+        problem = verify_decision(decision.payload["decision"], case, ctx._ledger.approvers())
+        if problem is not None:  # e.g. the registry changed since: the case stays open
+            ctx.freeze(
+                f"review case {case.case_id}: the decision no longer verifies ({problem}); "
+                "nothing was executed: review again",
+                {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id},
+                key=key,
+            )
+        seen, receipt = _reread(ctx, key, tool, case)
+        if seen is not None:
+            _drifted(ctx, key, case, seen, receipt)
+        epoch = _epoch(events, key) + (1 if statement["decision"] == "replan" else 0)
+        quarantined = [_operation_id(ctx.run_id, key, n) for n in range(1, epoch)]
+        payload = {
+            "case_id": case.case_id,
+            "case_fingerprint": case.fingerprint,
+            "decision": statement["decision"],
+            "nonce": statement["nonce"],
+            "reviewer": statement["reviewer"],
+            "epoch": epoch,
+            "quarantined": quarantined,
+            "time": time.time(),
+        }
+        ctx.append_event(EventType.REVIEW_CONSUMED, key, payload)
+        consumed_seq = ctx._next_seq - 1
+    else:
+        payload = consumed.payload
+        consumed_seq = consumed.seq
+    if payload["decision"] == "abort":
+        _abort(ctx, payload)
+    fresh = [
+        e
+        for e in events
+        if e.seq > consumed_seq
+        and e.key == key
+        and e.type in (EventType.ACT_INTENT, EventType.ACT_UNKNOWN)
+    ]
+    return int(payload["epoch"]), fresh
+
+
+def _operation_id(run_id: str, key: str, epoch: int) -> str:
+    return f"{run_id}/{key}" if epoch <= 1 else f"{run_id}/{key}@{epoch}"
+
+
+def _epoch(events: list[Event], key: str) -> int:
+    """The epoch act ``key`` runs under now (1 until a replan is consumed)."""
+    epoch = 1
+    for event in events:
+        if event.type is EventType.REVIEW_CONSUMED and event.key == key:
+            epoch = int(event.payload.get("epoch", epoch))
+    return epoch
+
+
+def _reread(
+    ctx: Context, key: str, tool: Tool, case: ReviewCase
+) -> tuple[str | None, dict[str, Any] | None]:
+    """Re-read the tool's authoritative receipt for the case's operation: (None, _) when
+    it is what the case holds, else (what changed, the receipt held now)."""
+    pending = case.evidence.get("pending_intent") or {}
+    if not tool.supports_lookup:
+        return None, None  # nothing authoritative to re-read: decided on the journal's evidence
+    call = Call(
+        run_id=ctx.run_id,
+        step=key,
+        operation_id=str(pending.get("operation_id")),
+        intent_digest=str(pending.get("intent_digest")),
+        params=dict(pending.get("params") or {}),
+        fencing_token=ctx.fencing_token,
+        attempt=int(pending.get("attempt", 1)),
+        prepared=pending.get("prepared"),
+    )
+    frozen = case.evidence.get("frozen") or {}
+    try:
+        found = tool.lookup(call)
+    except DriftError as exc:
+        return (None if "drift" in frozen else f"the target drifted ({exc})"), None
+    except Exception as exc:
+        return f"the receipt could not be re-read ({type(exc).__name__}: {exc})", None
+    held = case.evidence.get("receipt")
+    receipt = (
+        None
+        if not isinstance(found, Receipt)
+        else {
+            "receipt_id": found.receipt_id,
+            "intent_digest": found.intent_digest,
+            "result": found.result,
+        }
+    )
+    now = (
+        None
+        if not isinstance(found, Receipt)
+        else {"receipt_id": found.receipt_id, "intent_digest": found.intent_digest}
+    )
+    then = (
+        None
+        if not isinstance(held, dict)
+        else {"receipt_id": held.get("receipt_id"), "intent_digest": held.get("intent_digest")}
+    )
+    if now == then:
+        return None, receipt
+    return (
+        f"{tool.name} now holds {now or 'nothing'} for {call.operation_id!r}, "
+        f"the case had {then or 'nothing'}"
+    ), receipt
+
+
+def _drifted(
+    ctx: Context, key: str, case: ReviewCase, seen: str, receipt: dict[str, Any] | None
+) -> NoReturn:
+    """Freeze again: a new case, holding the receipt as it is now, supersedes this one."""
+    evidence = {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id}
+    evidence.update(receipt=receipt, changed_since_decision=seen)
+    ctx.freeze(
+        f"review case {case.case_id}: the receipt changed since the decision was signed "
+        f"({seen}); the decision was not applied and nothing was executed: review again",
+        evidence,
+        key=key,
+    )
+
+
+def _abort(ctx: Context, consumed: dict[str, Any]) -> NoReturn:
+    error = {
+        "type": "ReviewAborted",
+        "message": f"aborted by {consumed['reviewer']} on review case {consumed['case_id']}",
+    }
+    exc = RunFailed(ctx.run_id, error)
+    ctx.finish(EventType.RUN_FAILED, {"error": error, "review": consumed}, None)
+    ctx.frozen = exc  # nothing more runs in this drive, whatever the workflow catches
+    raise exc
+
+
+def abort_events(run_id: str, seq: int, case: ReviewCase, document: dict[str, Any]) -> list[Event]:
+    """A decided abort of a case that is not at an act: decision, consumption and the
+    run's failure, to commit at once (nothing to re-read)."""
+    statement = document["statement"]
+    now = time.time()
+    consumed = {
+        "case_id": case.case_id,
+        "case_fingerprint": case.fingerprint,
+        "decision": "abort",
+        "nonce": statement["nonce"],
+        "reviewer": statement["reviewer"],
+        "epoch": 1,
+        "quarantined": [],
+        "time": now,
+    }
+    message = f"aborted by {statement['reviewer']} on review case {case.case_id}"
+    error = {"type": "ReviewAborted", "message": message}
+    return [
+        Event(
+            run_id=run_id,
+            seq=seq + 1,
+            type=EventType.REVIEW_CONSUMED,
+            key=case.key,
+            payload=consumed,
+            created_at=now,
+        ),
+        Event(
+            run_id=run_id,
+            seq=seq + 2,
+            type=EventType.RUN_FAILED,
+            key=None,
+            payload={"error": error, "review": consumed},
+            created_at=now,
+        ),
+    ]
+
+
+def refuse(reason: str, what: str) -> CrashproofError:
+    return CrashproofError(f"{what} refused: {reason}; nothing was journaled or executed")

@@ -1,0 +1,313 @@
+"""Signed approvals against a real HTTP target on loopback: a risky act waits, a signed
+approval releases it exactly once (even with a crash between the approval's consumption
+and the act), an expired one keeps it frozen until a refresh, and anything else that is
+not an approval of exactly this act is refused without a request reaching the target."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import crashproof as cp
+from crashproof.integrity.signing import generate_keypair, load_private_key
+from crashproof.journal.records import EventType
+from crashproof.runtime.acts import ActSettings
+from crashproof.runtime.approvals import awaiting, expectation, sign_approval
+from crashproof.tools.http import HttpTool
+
+from .http_child import make_tool
+from .http_server import IdempotentServer
+
+pytestmark = pytest.mark.timeout(60)
+
+RUN = "deploy:1"
+KEY = f"{RUN}/create"
+FAST = ActSettings(retryable_attempts=3, lookup_attempts=2, backoff=0.01)
+RISKY = cp.Policy("ops-1", allow={"http": "*"}, risk={"http": "high"}, approval_required={"high"})
+OPTIONS = cp.RunOptions(policy=RISKY)
+
+LedgerFactory = Callable[..., cp.Ledger]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[IdempotentServer]:
+    srv = IdempotentServer(tmp_path / "server.json").start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def tool(server: IdempotentServer) -> Iterator[HttpTool]:
+    with make_tool(server.url) as t:
+        yield t
+
+
+@pytest.fixture
+def ledger_at(tmp_path: Path) -> Iterator[LedgerFactory]:
+    opened: list[cp.Ledger] = []
+
+    def factory(**kwargs: Any) -> cp.Ledger:
+        kwargs.setdefault("act_settings", FAST)
+        ledger = cp.Ledger(f"sqlite:///{tmp_path}/l.db", **kwargs)
+        ledger.register_policy(RISKY)
+        opened.append(ledger)
+        return ledger
+
+    yield factory
+    for ledger in opened:
+        ledger.close()
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> dict[str, Path]:
+    """alice (to be registered) and mallory (never registered): private key paths."""
+    out = {}
+    for name in ("alice", "mallory"):
+        generate_keypair(tmp_path / f"{name}.pem")
+        out[name] = tmp_path / f"{name}.pem"
+    return out
+
+
+def deploy(tool: HttpTool, name: str = "a") -> cp.Workflow[Any]:
+    @cp.workflow("deploy", version="1")
+    def flow(ctx: cp.Context) -> Any:
+        ctx.step("plan", lambda: "plan")
+        return ctx.act("create", tool, body={"name": name})["id"]
+
+    return flow
+
+
+def frozen_for_approval(ledger: cp.Ledger, flow: cp.Workflow[Any], run_id: str = RUN) -> None:
+    with pytest.raises(cp.RunFrozen) as frozen:
+        ledger.run(flow, run_id=run_id, options=OPTIONS)
+    assert frozen.value.status == "awaiting_approval"
+
+
+def registered(ledger: cp.Ledger, keys: dict[str, Path]) -> None:
+    ledger.add_approver("alice", keys["alice"].with_name("alice.pem.pub").read_text(), by="root")
+
+
+def types(ledger: cp.Ledger, run_id: str = RUN) -> list[str]:
+    return [e.type.value for e in ledger._store.load_events(run_id)]
+
+
+CRASHES = [
+    None,
+    "after_commit[approval_consumed:create]",  # consumed, intent not yet committed
+    "after_commit[act_intent:create]",  # intent committed, the request not yet sent
+]
+
+
+@pytest.mark.parametrize("crash", CRASHES)
+def test_approve_executes_the_act_exactly_once(
+    server: IdempotentServer,
+    tool: HttpTool,
+    ledger_at: LedgerFactory,
+    keys: dict[str, Path],
+    crash: str | None,
+) -> None:
+    flow = deploy(tool)
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    with pytest.raises(cp.RunFrozen):  # resumed code does nothing while it waits
+        ledger.resume(RUN)
+    assert server.total_requests() == 0
+    registered(ledger, keys)
+    document = ledger.approve(RUN, "create", key=keys["alice"], ttl=600, by="alice")
+    assert (document["statement"]["step"], document["statement"]["operation_id"]) == ("create", KEY)
+    assert ledger.get_run(RUN).status is cp.RunStatus.RUNNING  # thawed by the approval
+
+    if crash is not None:
+        crashing = ledger_at(crash_points=cp.CrashPoints(match=crash))
+        crashing.register(flow)
+        with pytest.raises(cp.SimulatedCrash):
+            crashing.resume(RUN)
+    again = ledger_at()
+    again.register(flow)
+    result = again.resume(RUN)
+
+    assert result == server.resource(KEY)["id"]  # type: ignore[index]
+    assert server.count(KEY, "POST") == 1
+    assert len(server.resources()) == 1
+    kinds = types(again)
+    assert kinds.count("approval_consumed") == 1
+    assert kinds.index("approval_consumed") < kinds.index("act_intent")
+    consumed = next(
+        e for e in again._store.load_events(RUN) if e.type is EventType.APPROVAL_CONSUMED
+    )
+    assert consumed.payload["nonce"] == document["statement"]["nonce"]
+    assert consumed.payload["approver"] == "alice"
+    # Replayed later: the receipt, nothing sent, no second consumption.
+    assert again.resume(RUN) == result
+    assert server.count(KEY, "POST") == 1
+    assert types(again).count("approval_consumed") == 1
+
+
+@pytest.mark.parametrize("crash", [None, "after_commit[approval_consumed:create]"])
+def test_an_expired_approval_is_shown_and_keeps_the_act_frozen_until_refreshed(
+    server: IdempotentServer,
+    tool: HttpTool,
+    ledger_at: LedgerFactory,
+    keys: dict[str, Path],
+    crash: str | None,
+) -> None:
+    import time
+
+    flow = deploy(tool)
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    stale = ledger.approve(RUN, key=keys["alice"], ttl=0.2)
+    time.sleep(0.3)
+    with pytest.raises(cp.RunFrozen, match="expired") as frozen:
+        ledger.resume(RUN)
+    assert frozen.value.status == "awaiting_approval"
+    assert server.total_requests() == 0
+    info = ledger.get_run(RUN)
+    assert info.status is cp.RunStatus.AWAITING_APPROVAL
+    shown = info.evidence["refused_approvals"]  # type: ignore[index]
+    assert shown[0]["approval"]["nonce"] == stale["statement"]["nonce"]
+    assert "expired" in shown[0]["reason"]
+
+    fresh = ledger.approve(RUN, "create", key=keys["alice"], ttl=600)
+    for field in ("run_id", "step", "operation_id", "intent_digest", "policy"):
+        assert fresh["statement"][field] == stale["statement"][field]
+    if crash is not None:
+        crashing = ledger_at(crash_points=cp.CrashPoints(match=crash))
+        crashing.register(flow)
+        with pytest.raises(cp.SimulatedCrash):
+            crashing.resume(RUN)
+        assert server.total_requests() == 0
+    again = ledger_at()
+    again.register(flow)
+    assert again.resume(RUN) == server.resource(KEY)["id"]  # type: ignore[index]
+    assert server.count(KEY, "POST") == 1
+
+
+def _pending(ledger: cp.Ledger, run_id: str = RUN) -> dict[str, Any]:
+    freeze = awaiting(ledger._store.load_events(run_id))
+    assert freeze is not None
+    return expectation(freeze)
+
+
+def test_approvals_of_anything_else_are_refused_and_nothing_is_journaled(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    flow = deploy(tool)
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    frozen_for_approval(ledger, flow, "deploy:2")
+    registered(ledger, keys)
+    alice = load_private_key(keys["alice"])
+    expect = _pending(ledger)
+    before = types(ledger)
+
+    def refused(document: dict[str, Any], match: str, run_id: str = RUN) -> None:
+        with pytest.raises(cp.ApprovalRefused, match=match):
+            ledger.submit_approval(run_id, document)
+
+    refused(sign_approval(alice, "alice", {**expect, "intent_digest": "0" * 64}, ttl=60), "intent")
+    refused(sign_approval(alice, "alice", expect, ttl=60), "run id", run_id="deploy:2")
+    refused(sign_approval(alice, "alice", {**expect, "generation": 1}, ttl=60), "generation")
+    mallory = load_private_key(keys["mallory"])
+    refused(sign_approval(mallory, "mallory", expect, ttl=60), "unknown signer 'mallory'")
+    refused(sign_approval(mallory, "alice", expect, ttl=60), "signature does not verify")
+    tampered = sign_approval(alice, "alice", expect, ttl=60)
+    tampered["statement"]["expires_at"] += 86400
+    refused(tampered, "signature does not verify")
+    with pytest.raises(cp.ApprovalRefused, match="unknown signer"):
+        ledger.approve(RUN, key=keys["mallory"])
+    with pytest.raises(cp.ApprovalRefused, match="not awaiting approval of step 'plan'"):
+        ledger.approve(RUN, "plan", key=keys["alice"])
+
+    assert types(ledger) == before
+    assert ledger.get_run(RUN).status is cp.RunStatus.AWAITING_APPROVAL
+    assert server.total_requests() == 0
+
+
+def test_a_reused_nonce_is_refused(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    @cp.workflow("deploy-two", version="1")
+    def flow(ctx: cp.Context) -> Any:
+        a = ctx.act("create", tool, body={"name": "a"})["id"]
+        return [a, ctx.act("create", tool, body={"name": "b"})["id"]]
+
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    alice = load_private_key(keys["alice"])
+    first = sign_approval(alice, "alice", _pending(ledger), ttl=60, nonce="n-1")
+    ledger.submit_approval(RUN, first)
+    with pytest.raises(cp.RunFrozen):  # the first act runs, the second waits
+        ledger.resume(RUN)
+    assert server.count(KEY, "POST") == 1
+    second = sign_approval(alice, "alice", _pending(ledger), ttl=60, nonce="n-1")
+    assert second["statement"]["step"] == "create#2"
+    with pytest.raises(cp.ApprovalRefused, match="nonce n-1 was already consumed"):
+        ledger.submit_approval(RUN, second)
+    assert server.count(f"{KEY}#2", "POST") == 0
+    ledger.approve(RUN, "create#2", key=keys["alice"])
+    assert len(ledger.resume(RUN)) == 2
+    assert server.count(f"{KEY}#2", "POST") == 1
+
+
+def test_an_approval_for_another_intent_is_refused_when_the_code_changed(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    ledger = ledger_at()
+    frozen_for_approval(ledger, deploy(tool, "a"))
+    registered(ledger, keys)
+    approved = ledger.approve(RUN, key=keys["alice"])
+    changed = ledger_at()
+    changed.register(deploy(tool, "b"))  # same step, another body: another intent
+    with pytest.raises(cp.RunFrozen, match="intent digest") as frozen:
+        changed.resume(RUN)
+    assert frozen.value.status == "awaiting_approval"
+    refused = frozen.value.evidence["refused_approvals"]  # type: ignore[index]
+    assert refused[0]["approval"]["nonce"] == approved["statement"]["nonce"]
+    assert server.total_requests() == 0
+    assert "approval_consumed" not in types(changed)
+
+
+def test_the_registry_is_journaled_attributable_and_one_key_per_name(
+    ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    ledger = ledger_at()
+    registered(ledger, keys)
+    registered(ledger, keys)  # the same again: nothing changes
+    alice = ledger.approvers()["alice"]
+    assert alice.added_by == "root"
+    with pytest.raises(cp.CrashproofError, match="already registered"):
+        ledger.add_approver("alice", keys["mallory"].with_name("mallory.pem.pub").read_text())
+    assert ledger.runs() == []  # the registry is not a user's run
+    assert ("crashproof:approvers", None) in ledger.check()
+    assert types(ledger, "crashproof:approvers") == ["run_started", "approver_added"]
+    with pytest.raises(ValueError, match="crashproof:"):
+        ledger.run(deploy(make_tool("http://127.0.0.1:9")), run_id="crashproof:approvers")
+
+
+def test_an_approval_moved_to_a_ledger_that_does_not_trust_its_signer_is_refused(
+    tmp_path: Path,
+    server: IdempotentServer,
+    tool: HttpTool,
+    ledger_at: LedgerFactory,
+    keys: dict[str, Path],
+) -> None:
+    flow = deploy(tool)
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    ledger.approve(RUN, key=keys["alice"])
+    elsewhere = cp.Ledger(f"sqlite:///{tmp_path / 'other.db'}", act_settings=FAST)
+    elsewhere.register_policy(RISKY)
+    elsewhere.register(flow)
+    elsewhere.import_run(ledger.export_run(RUN), by="ops")
+    with pytest.raises(cp.RunFrozen, match="unknown signer 'alice'") as frozen:
+        elsewhere.resume(RUN)
+    assert frozen.value.status == "awaiting_approval"
+    assert server.total_requests() == 0
+    elsewhere.close()
