@@ -53,6 +53,8 @@ from crashproof.runtime.context import Context
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.options import Decision, RetryPolicy, RunOptions, StepOptions
 from crashproof.runtime.policy import Policy
+from crashproof.runtime.replay_check import ReplayVerdict
+from crashproof.runtime.replay_source import replay_check
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
 from crashproof.tools.port import Call, Receipt, Tool
@@ -91,6 +93,7 @@ __all__ = [
     "PolicyViolation",
     "Receipt",
     "ReceiptConflict",
+    "ReplayVerdict",
     "RetryPolicy",
     "RetryableError",
     "RunConflict",
@@ -116,5 +119,6 @@ __all__ = [
     "Workflow",
     "Workspace",
     "__version__",
+    "replay_check",
     "workflow",
 ]

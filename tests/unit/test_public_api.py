@@ -35,6 +35,7 @@ PUBLIC = [
     "PolicyViolation",
     "Receipt",
     "ReceiptConflict",
+    "ReplayVerdict",
     "RetryPolicy",
     "RetryableError",
     "RunConflict",
@@ -60,6 +61,7 @@ PUBLIC = [
     "Workflow",
     "Workspace",
     "__version__",
+    "replay_check",
     "workflow",
 ]
 
