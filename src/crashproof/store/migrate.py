@@ -25,9 +25,10 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from crashproof.errors import LedgerError
+from crashproof.errors import LedgerError, NotALedger, SchemaTooNew
 from crashproof.journal.records import EventType, RunStatus
 from crashproof.store.port import GENESIS, RecordSealer
 from crashproof.store.sql import Migration, load_migrations, load_queries
@@ -37,6 +38,7 @@ __all__ = [
     "MigrationRequired",
     "apply_plan",
     "check_automatic",
+    "open_for_migration",
     "plan_migration",
     "split_statements",
 ]
@@ -139,10 +141,16 @@ def _describe(statement: str, conn: sqlite3.Connection) -> str:
     return f"statement: {flat[:120]}"
 
 
-def plan_migration(conn: sqlite3.Connection, current: int, where: str) -> MigrationPlan:
-    """The plan for a ledger at schema ``current`` (read-only queries only)."""
-    plan = MigrationPlan(where=where, current=current, target=TARGET)
-    plan.migrations = [m for m in _MIGRATIONS if m.version > current]
+def plan_migration(
+    conn: sqlite3.Connection,
+    current: int,
+    where: str,
+    migrations: Sequence[Migration] = _MIGRATIONS,
+) -> MigrationPlan:
+    """The plan for a ledger at schema ``current`` (read-only queries only).
+    ``migrations``: the dialect's numbered migrations (default: this crashproof's)."""
+    plan = MigrationPlan(where=where, current=current, target=migrations[-1].version)
+    plan.migrations = [m for m in migrations if m.version > current]
     mapped: dict[tuple[str, str], dict[str, str]] = {}
     for migration in plan.migrations:
         plan.changes.append(f"migration {migration.version:04d}_{migration.name}")
@@ -260,3 +268,37 @@ def _seal_unsealed(conn: sqlite3.Connection, sealer: RecordSealer) -> list[tuple
             prev = mac
         sealed.append((run_id, len(rows)))
     return sealed
+
+
+def open_for_migration(path: Path) -> tuple[sqlite3.Connection, int]:
+    """A connection to the SQLite ledger at ``path`` (autocommit; nothing written yet)
+    and its schema version. Refuses a missing file, a non-ledger, and a newer schema."""
+    from crashproof.store.sqlite import _check_file  # here: sqlite.py imports this module
+
+    if not path.is_file():
+        raise LedgerError(f"no ledger at {path}; nothing was changed")
+    _check_file(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        row = (
+            conn.execute(_Q["get_meta"], ("schema_version",)).fetchone()
+            if "crashproof_meta" in tables
+            else None
+        )
+        if row is None or not str(row[0]).isdigit():
+            raise NotALedger(f"{path} is not a crashproof ledger; nothing was changed")
+        current = int(row[0])
+        if current > TARGET:
+            too_new = SchemaTooNew(current, TARGET)
+            too_new.args = (f"{path}: {too_new}",)
+            raise too_new
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise NotALedger(
+            f"{path} cannot be read as a ledger ({exc}); nothing was changed"
+        ) from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn, current
