@@ -43,7 +43,7 @@ from crashproof.store.port import (
     StatusChange,
     lease_held,
 )
-from crashproof.store.sql import load_migrations, load_queries
+from crashproof.store.sql import load_migrations, load_queries, load_schema
 
 __all__ = ["PostgresStore"]
 
@@ -133,8 +133,11 @@ class PostgresStore:
                 return  # another process migrated it meanwhile
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
             cur.execute(f'SET LOCAL search_path TO "{self.schema}"')
+            if not current:  # a new ledger: schema.sql, equal to all migrations (tested)
+                cur.execute(load_schema("postgres"))
             for migration in _MIGRATIONS[current:]:
-                cur.execute(migration.sql)
+                if current:
+                    cur.execute(migration.sql)
                 cur.execute(
                     self._q["record_migration"], (migration.version, migration.name, time.time())
                 )
