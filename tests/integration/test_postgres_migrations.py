@@ -66,3 +66,20 @@ def test_an_old_ledger_migrates_on_open_and_records_each_migration(pg_url: str) 
         assert [r[0] for r in applied] == list(range(1, SCHEMA_VERSION + 1))
     PostgresStore(f"{pg_url}?schema=fresh").close()
     assert structure(pg_url, "old") == structure(pg_url, "fresh")
+
+
+def test_replay_reads_a_postgresql_ledger(pg_url: str) -> None:
+    import crashproof as cp
+
+    @cp.workflow("pg-flow", version="1")
+    def flow(ctx: cp.Context, n: int) -> int:
+        return ctx.step("double", lambda x: 2 * x, n)
+
+    @cp.workflow("pg-flow", version="1")
+    def changed(ctx: cp.Context, n: int) -> int:
+        return ctx.step("double", lambda x: 2 * x, n + 1)
+
+    with cp.Ledger(pg_url) as ledger:
+        ledger.run(flow, run_id="p", n=2)
+    assert [v.status for v in cp.replay_check([flow], pg_url)] == ["compatible"]
+    assert [v.step for v in cp.replay_check([changed], pg_url)] == [1]
