@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from pathlib import Path
 from typing import Any, ClassVar
@@ -108,6 +109,7 @@ def test_a_changed_step_argument_is_flagged_with_both_digests(ledger_file: Path)
         assert v.recorded.startswith("decide 'plan' args ")
         assert v.recorded != v.now
         assert v.detail.startswith("non-deterministic at step 2 (recorded decide 'plan'")
+        assert v.replayed == 1
     assert asked == []
     assert Counter.calls == []
 
@@ -181,3 +183,25 @@ def test_a_source_that_is_neither_is_refused(tmp_path: Path) -> None:
         cp.replay_check([], bad)
     with pytest.raises(cp.CrashproofError, match="no such file"):
         cp.replay_check([], tmp_path / "missing.db")
+
+
+def test_code_that_a_resume_would_stop_on_is_flagged(ledger_file: Path) -> None:
+    @cp.workflow("flow", version="1")
+    def unjsonable(ctx: cp.Context, topic: str) -> str:
+        return ctx.step("fetch", lambda t: t, {topic})  # a set: no canonical digest
+
+    verdict = cp.replay_check([unjsonable], ledger_file, run_ids=["done"])[0]
+    assert verdict.status == "non_deterministic"
+    assert "SerializationError" in verdict.detail
+
+
+def test_a_workflow_that_swallows_the_mismatch_is_still_flagged(ledger_file: Path) -> None:
+    @cp.workflow("flow", version="1")
+    def swallowing(ctx: cp.Context, topic: str) -> str:
+        with contextlib.suppress(cp.NonDeterminismError):
+            ctx.step("fetch", lambda t: t, "other")
+        return "fine"
+
+    verdict = cp.replay_check([swallowing], ledger_file, run_ids=["done"])[0]
+    assert verdict.status == "non_deterministic"
+    assert verdict.step == 1

@@ -4,6 +4,7 @@ live runs, explicitly."""
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.loading import app_workflows
 from crashproof.cli.render import console, emit_json
 from crashproof.cli.settings import sqlite_path
+from crashproof.errors import LedgerError
 from crashproof.integrity.keys import resolve_keyring
 from crashproof.integrity.seal import Sealer
 from crashproof.integrity.witness import SQLiteWitness
@@ -114,7 +116,10 @@ def migrate_command(
         )
     conn, current = open_for_migration(path)
     with contextlib.closing(conn):
-        plan = plan_migration(conn, current, str(path))
+        try:
+            plan = plan_migration(conn, current, str(path))
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot read ledger {path} ({exc}); nothing was changed") from None
         if preview or plan.unresolved or not plan.pending:
             _print_plan(settings.json, plan.to_json(), plan.lines())
             if plan.unresolved:

@@ -18,7 +18,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from crashproof.errors import CrashproofError, NonDeterminismError
+from crashproof.errors import (
+    ActFailed,
+    CrashproofError,
+    NonDeterminismError,
+    PermanentError,
+    RetryableError,
+)
 from crashproof.journal.codec import args_digest
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, StepKind
@@ -36,6 +42,8 @@ __all__ = ["ReplayContext", "ReplayVerdict", "replay_events", "replay_runs"]
 COMPATIBLE = "compatible"
 NON_DETERMINISTIC = "non_deterministic"
 REFUSED = "refused"  # the code would refuse to resume the run (version, unknown workflow)
+# Errors a workflow may end with (as Ledger._drive_owned): anything else stops a resume.
+_WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
 
 
 class _EndOfJournal(BaseException):
@@ -163,8 +171,8 @@ class ReplayContext(Context):
         exc = NonDeterminismError(reason, evidence)
         if self.frozen is None:
             self.frozen, self.frozen_evidence = exc, evidence
-            if self.mismatch is None:
-                self.mismatch = {"step": self._cursor or 1, "reason": reason, **evidence}
+            if self.mismatch is None:  # e.g. an act in flight the code no longer makes
+                self.mismatch = {"step": self._cursor + 1, "reason": reason, **evidence}
         raise exc
 
     def _match(self, recorded: Event, key: str, kind: StepKind, digest: str) -> None:
@@ -239,7 +247,12 @@ def replay_events(
     except Exception as exc:  # the workflow's own outcome, or a mismatch raised into it
         ended = "raised"
         outcome = replay.outcome
-        if ctx.mismatch is None and outcome is not None and outcome.type is EventType.RUN_SUCCEEDED:
+        if ctx.mismatch is not None:
+            pass
+        elif isinstance(exc, CrashproofError) and not isinstance(exc, _WORKFLOW_OUTCOMES):
+            # A resume would stop on it too (a non-JSON argument, a misused ctx...).
+            problem = f"the code now raises {type(exc).__name__}: {exc}"
+        elif outcome is not None and outcome.type is EventType.RUN_SUCCEEDED:
             problem = f"the recorded run succeeded, the code now raises {type(exc).__name__}"
     replayed = ctx._cursor
     if ctx.mismatch is not None:
@@ -255,7 +268,7 @@ def replay_events(
         return ReplayVerdict(
             status=NON_DETERMINISTIC,
             detail=detail,
-            replayed=max(replayed - 1, 0),
+            replayed=int(m["step"]) - 1,
             step=int(m["step"]),
             key=m.get("key"),
             recorded=m.get("recorded"),
@@ -265,7 +278,7 @@ def replay_events(
         )
     left = ctx.unreplayed() if ended != "reached the end of its journal" else []
     outcome = replay.outcome
-    if left:
+    if left and problem is None:
         problem = (
             f"the code {ended} while {len(left)} recorded step(s) remain, first {left[0].key!r}"
         )

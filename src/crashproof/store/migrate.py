@@ -218,6 +218,18 @@ def apply_plan(
             f"ledger {plan.where}: {plan.unsealed} record(s) must be sealed and no key was "
             "given; nothing was changed. Set CRASHPROOF_KEY (or CRASHPROOF_KEY_FILE)."
         )
+    try:
+        return _apply(conn, plan, sealer)
+    except sqlite3.Error as exc:
+        raise LedgerError(
+            f"cannot migrate ledger {plan.where} ({exc}); nothing was changed. Check that no "
+            "other process holds it locked, the disk, and the file's permissions."
+        ) from None
+
+
+def _apply(
+    conn: sqlite3.Connection, plan: MigrationPlan, sealer: RecordSealer | None
+) -> list[tuple[str, int]]:
     sealed: list[tuple[str, int]] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
