@@ -108,9 +108,9 @@ def test_replay_exit_codes_json_and_one_run(project: Path, cli: Cli) -> None:
 
 
 def test_migrate_refuses_what_it_cannot_migrate(project: Path, cli: Cli) -> None:
-    pg = cli("migrate", "--db", "postgresql://u@localhost/x", "--preview")
-    assert pg.code == 2
-    assert "SQLite" in pg.err
+    memory = cli("migrate", "--db", "memory://", "--preview")
+    assert memory.code == 2
+    assert "SQLite and PostgreSQL" in memory.err
     missing = cli("migrate", "--db", f"sqlite:///{project / 'none.db'}", "--preview")
     assert missing.code == 5
     assert not (project / "none.db").exists()

@@ -97,7 +97,7 @@ def migrate_command(
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
-    """Migrate a SQLite ledger to this crashproof's schema, after previewing the plan.
+    """Migrate a ledger (SQLite or PostgreSQL) to this crashproof's schema, after previewing.
 
     --preview lists every change: each pending migration, new columns and the value
     existing rows get, value maps, journal records to seal, and anything that cannot be
@@ -106,13 +106,15 @@ def migrate_command(
     current, 4 when something is unresolved (nothing is written).
     """
     settings = _settings(ctx, db, as_json, verbose)
+    if settings.db.startswith(("postgresql://", "postgres://")):
+        return _migrate_postgres(settings.db, preview, settings.json)
     path = sqlite_path(settings.db)
     if path is None:
         raise CliError(
             ExitCode.USAGE,
-            f"crashproof migrate works on SQLite ledgers, not {settings.db.split(':', 1)[0]!r}",
-            "PostgreSQL ledgers migrate when a worker opens them (their migrations only add "
-            "columns with defaults)",
+            f"crashproof migrate works on SQLite and PostgreSQL ledgers, not "
+            f"{settings.db.split(':', 1)[0]!r}",
+            "pass --db sqlite:///path.db or --db postgresql://...",
         )
     conn, current = open_for_migration(path)
     with contextlib.closing(conn):
@@ -138,6 +140,38 @@ def migrate_command(
     _anchor(path, sealed)
     result = plan.to_json() | {"applied": True, "sealed_runs": [r for r, _ in sealed]}
     _print_plan(settings.json, result, [*plan.lines(), f"migrated {path} to schema {plan.target}"])
+    return int(ExitCode.OK)
+
+
+def _migrate_postgres(url: str, preview: bool, as_json: bool) -> int:
+    try:
+        from crashproof.store.migrate_postgres import apply_postgres, plan_postgres
+    except ImportError as exc:
+        raise CliError(
+            ExitCode.USAGE,
+            f"PostgreSQL ledgers need psycopg ({exc})",
+            "install them with: pip install 'crashproof[postgres]'",
+        ) from None
+    try:
+        plan = plan_postgres(url)
+    except ValueError as exc:
+        raise CliError(ExitCode.USAGE, f"bad ledger URL: {exc}", "see crashproof --help") from None
+    if preview or plan.unresolved or not plan.pending:
+        _print_plan(as_json, plan.to_json(), plan.lines())
+        if plan.unresolved and not preview:
+            raise CliError(
+                ExitCode.CONFLICT,
+                f"{len(plan.unresolved)} unresolved item(s) block the migration; nothing "
+                "was changed",
+                "repair the records, then preview again",
+            )
+        return int(ExitCode.CONFLICT if plan.unresolved else ExitCode.OK)
+    apply_postgres(url, plan)
+    _print_plan(
+        as_json,
+        plan.to_json() | {"applied": True},
+        [*plan.lines(), f"migrated {plan.where} to schema {plan.target}"],
+    )
     return int(ExitCode.OK)
 
 

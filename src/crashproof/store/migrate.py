@@ -49,7 +49,8 @@ TARGET = _MIGRATIONS[-1].version
 
 _MAP = re.compile(r"^--\s*map:\s*(\w+)\.(\w+)\s+(\S+)\s*->\s*(\S+)\s*$", re.MULTILINE)
 _ADD_COLUMN = re.compile(
-    r"ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)\s+(\w+)(.*)$", re.IGNORECASE | re.DOTALL
+    r"ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)\s+(\w+(?:\s+precision)?)(.*)$",
+    re.IGNORECASE | re.DOTALL,
 )
 _DEFAULT = re.compile(r"DEFAULT\s+('(?:[^']|'')*'|[-\w.]+)", re.IGNORECASE)
 _CREATE = re.compile(r"CREATE\s+(TABLE|(?:UNIQUE\s+)?INDEX)\s+(\w+)", re.IGNORECASE)
@@ -122,11 +123,11 @@ def split_statements(sql: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
-def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+def _columns(conn: Any, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
-def _describe(statement: str, conn: sqlite3.Connection) -> str:
+def _describe(statement: str, conn: Any) -> str:
     flat = " ".join(statement.split())
     added = _ADD_COLUMN.match(flat)
     if added:
@@ -142,13 +143,16 @@ def _describe(statement: str, conn: sqlite3.Connection) -> str:
 
 
 def plan_migration(
-    conn: sqlite3.Connection,
+    conn: Any,
     current: int,
     where: str,
     migrations: Sequence[Migration] = _MIGRATIONS,
+    *,
+    dialect: str = "sqlite",
 ) -> MigrationPlan:
-    """The plan for a ledger at schema ``current`` (read-only queries only).
-    ``migrations``: the dialect's numbered migrations (default: this crashproof's)."""
+    """The plan for a ledger at schema ``current`` (read-only queries only). ``conn``: a
+    sqlite3 connection, or a psycopg one with ``search_path`` on the ledger's schema
+    (``dialect="postgres"``). ``migrations``: the dialect's numbered migrations."""
     plan = MigrationPlan(where=where, current=current, target=migrations[-1].version)
     plan.migrations = [m for m in migrations if m.version > current]
     mapped: dict[tuple[str, str], dict[str, str]] = {}
@@ -173,6 +177,8 @@ def plan_migration(
                     f"{rows} row(s) of {table}.{column} hold {value!r}, which this crashproof "
                     f"does not know and no migration maps (known: {', '.join(sorted(known))})"
                 )
+    if dialect != "sqlite":
+        return plan  # PostgreSQL ledgers were sealed from their first schema
     if "mac" not in _columns(conn, "events"):
         plan.unsealed = conn.execute("SELECT count(*) FROM events").fetchone()[0]
     else:
@@ -187,16 +193,20 @@ def plan_migration(
     return plan
 
 
-def check_automatic(conn: sqlite3.Connection, current: int, where: str) -> None:
-    """Raise MigrationRequired unless migrating on open is purely additive."""
-    if current >= TARGET:
+def check_automatic(
+    conn: Any, current: int, where: str, migrations: Sequence[Migration] = _MIGRATIONS
+) -> None:
+    """Raise MigrationRequired unless migrating on open is purely additive (``conn`` as
+    for plan_migration; ``migrations``: the dialect's)."""
+    if current >= migrations[-1].version:
         return
-    plan = plan_migration(conn, current, where)
+    dialect = "sqlite" if isinstance(conn, sqlite3.Connection) else "postgres"
+    plan = plan_migration(conn, current, where, migrations, dialect=dialect)
     if plan.additive:
         return
     what = "has unresolved items" if plan.unresolved else "rewrites or seals existing records"
     raise MigrationRequired(
-        f"ledger {where} is at schema {current}, this crashproof uses {TARGET}, and the "
+        f"ledger {where} is at schema {current}, this crashproof uses {plan.target}, and the "
         f"migration {what}; nothing was changed. Review it with `crashproof migrate --db URL "
         "--preview`, then apply it with `crashproof migrate --db URL`."
     )

@@ -35,6 +35,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import decode, encode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.store.migrate import check_automatic
 from crashproof.store.port import (
     BLOB_THRESHOLD,
     GENESIS,
@@ -133,6 +134,8 @@ class PostgresStore:
                 return  # another process migrated it meanwhile
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
             cur.execute(f'SET LOCAL search_path TO "{self.schema}"')
+            if current:  # only a purely additive migration runs on open (store/migrate.py)
+                check_automatic(cur, current, f"{self.display}?schema={self.schema}", _MIGRATIONS)
             if not current:  # a new ledger: schema.sql, equal to all migrations (tested)
                 cur.execute(load_schema("postgres"))
             for migration in _MIGRATIONS[current:]:
