@@ -120,3 +120,16 @@ def test_open_for_migration_refuses_newer_and_foreign_files(tmp_path: Path) -> N
         open_for_migration(other)
     with pytest.raises(cp.LedgerError, match="no ledger"):
         open_for_migration(tmp_path / "missing.db")
+
+
+def test_a_statement_that_rewrites_records_is_not_additive(tmp_path: Path) -> None:
+    path = golden_copy(tmp_path, "schema1.db")
+    rewrite = Migration(
+        len(MIGRATIONS) + 1, "touch", "UPDATE runs SET updated_at = updated_at + 0;"
+    )
+    conn, current = open_for_migration(path)
+    with contextlib.closing(conn):
+        plan = plan_migration(conn, current, str(path), [*MIGRATIONS, rewrite])
+    assert plan.rewrites == 1
+    assert "  statement: UPDATE runs SET updated_at = updated_at + 0" in plan.changes
+    assert not plan.additive

@@ -4,6 +4,7 @@ A plan lists every change that migrating a ledger makes, before anything is writ
 
 - each pending numbered migration, and what its statements do: new tables, indexes, and
   new columns with the value existing rows get (their DEFAULT, else NULL);
+- any other statement (an UPDATE, a DROP...), shown as it is;
 - value maps declared in a migration file by a ``-- map: TABLE.COLUMN OLD -> NEW`` line
   (e.g. a run status renamed), with the number of rows each one rewrites;
 - journal records that carry no MAC (written before schema 2): migrating seals them with
@@ -86,6 +87,7 @@ class MigrationPlan:
     changes: list[str] = field(default_factory=list)
     maps: list[ValueMap] = field(default_factory=list)
     unsealed: int = 0  # journal records without a MAC, sealed by the migration
+    rewrites: int = 0  # statements other than new tables, indexes and columns
     unresolved: list[str] = field(default_factory=list)
 
     @property
@@ -95,7 +97,7 @@ class MigrationPlan:
     @property
     def additive(self) -> bool:
         """Only new tables/indexes/columns: safe to apply on open without a review."""
-        return not (self.maps or self.unsealed or self.unresolved)
+        return not (self.maps or self.unsealed or self.unresolved or self.rewrites)
 
     def lines(self) -> list[str]:
         """The plan as human lines (``crashproof migrate --preview``)."""
@@ -159,7 +161,9 @@ def plan_migration(
     for migration in plan.migrations:
         plan.changes.append(f"migration {migration.version:04d}_{migration.name}")
         for statement in split_statements(migration.sql):
-            plan.changes.append("  " + _describe(statement, conn))
+            change = _describe(statement, conn)
+            plan.rewrites += change.startswith("statement:")
+            plan.changes.append("  " + change)
         for table, column, old, new in _MAP.findall(migration.sql):
             mapped.setdefault((table, column), {})[old] = new
     for (table, column), known in _KNOWN.items():
