@@ -56,6 +56,8 @@ from crashproof.runtime.context import Context
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.options import Decision, RetryPolicy, RunOptions, StepOptions
 from crashproof.runtime.policy import Policy
+from crashproof.runtime.replay_check import ReplayVerdict
+from crashproof.runtime.replay_source import replay_check
 from crashproof.runtime.review import ReviewCase
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
@@ -98,6 +100,7 @@ __all__ = [
     "PolicyViolation",
     "Receipt",
     "ReceiptConflict",
+    "ReplayVerdict",
     "RetryPolicy",
     "RetryableError",
     "ReviewCase",
@@ -124,5 +127,6 @@ __all__ = [
     "Workflow",
     "Workspace",
     "__version__",
+    "replay_check",
     "workflow",
 ]

@@ -38,6 +38,7 @@ PUBLIC = [
     "PolicyViolation",
     "Receipt",
     "ReceiptConflict",
+    "ReplayVerdict",
     "RetryPolicy",
     "RetryableError",
     "ReviewCase",
@@ -64,6 +65,7 @@ PUBLIC = [
     "Workflow",
     "Workspace",
     "__version__",
+    "replay_check",
     "workflow",
 ]
 

@@ -313,6 +313,14 @@ def runs_command(
             help=f"Only runs with this status: {', '.join(s.value for s in RunStatus)}.",
         ),
     ] = None,
+    by_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Count the runs in flight (not ended) per workflow name and version: an "
+            "old version can be retired when no run is left on it.",
+        ),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
@@ -321,6 +329,9 @@ def runs_command(
     settings = _settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         infos = ledger.runs(status)
+    if by_version:
+        version_commands.print_versions(settings.json, infos)
+        return int(ExitCode.OK)
     if settings.json:
         emit_json([info.to_json() for info in infos])
     else:
@@ -401,4 +412,5 @@ from crashproof.cli import (  # noqa: E402, F401
     integrity_commands,
     proof_commands,
     transfer_commands,
+    version_commands,
 )

@@ -35,6 +35,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import decode, encode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.store.migrate import check_automatic
 from crashproof.store.port import (
     BLOB_THRESHOLD,
     GENESIS,
@@ -43,7 +44,7 @@ from crashproof.store.port import (
     StatusChange,
     lease_held,
 )
-from crashproof.store.sql import load_migrations, load_queries
+from crashproof.store.sql import load_migrations, load_queries, load_schema
 
 __all__ = ["PostgresStore"]
 
@@ -136,8 +137,13 @@ class PostgresStore:
                 return  # another process migrated it meanwhile
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
             cur.execute(f'SET LOCAL search_path TO "{self.schema}"')
+            if current:  # only a purely additive migration runs on open (store/migrate.py)
+                check_automatic(cur, current, f"{self.display}?schema={self.schema}", _MIGRATIONS)
+            if not current:  # a new ledger: schema.sql, equal to all migrations (tested)
+                cur.execute(load_schema("postgres"))
             for migration in _MIGRATIONS[current:]:
-                cur.execute(migration.sql)
+                if current:
+                    cur.execute(migration.sql)
                 cur.execute(
                     self._q["record_migration"], (migration.version, migration.name, time.time())
                 )

@@ -28,6 +28,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import decode, encode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.store.migrate import check_automatic
 from crashproof.store.port import (
     BLOB_THRESHOLD,
     GENESIS,
@@ -36,7 +37,7 @@ from crashproof.store.port import (
     StatusChange,
     lease_held,
 )
-from crashproof.store.sql import load_migrations, load_queries
+from crashproof.store.sql import load_migrations, load_queries, load_schema
 
 __all__ = ["SQLiteStore"]
 
@@ -109,6 +110,8 @@ class SQLiteStore:
                     # Name the file too: the user may have several ledgers.
                     too_new.args = (f"{self.path}: {too_new}",)
                     raise too_new
+                # Only a purely additive migration runs on open (store/migrate.py).
+                check_automatic(self._conn, found, str(self.path))
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
             self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
@@ -128,8 +131,11 @@ class SQLiteStore:
         with self._transaction() as conn:
             if current and self._read_version() != current:
                 return  # another process migrated meanwhile
+            if not current:  # a new ledger: schema.sql, equal to all migrations (tested)
+                for statement in _split_statements(load_schema("sqlite")):
+                    conn.execute(statement)
             for migration in pending:
-                for statement in _split_statements(migration.sql):
+                for statement in _split_statements(migration.sql) if current else ():
                     conn.execute(statement)
                 conn.execute(
                     _Q["record_migration"], (migration.version, migration.name, time.time())

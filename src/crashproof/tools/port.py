@@ -8,7 +8,7 @@ the ledger's copy is a cache of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -75,6 +75,10 @@ class Tool:
     # An outbox: the params are journaled as the step's result and ``execute`` delivers
     # them after that commit, at least once, keyed by operation id (tools/outbox.py).
     deferred: ClassVar[bool] = False
+    # Older contract versions this tool can map: {"1": fn(old_params) -> new_params}.
+    # A changed contract still freezes an in-flight act (never a silent re-run); the
+    # mapping tells a review and `crashproof replay` whether the change is exactly this.
+    contract_mappings: ClassVar[Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {}
 
     def prepare(self, call: Call) -> dict[str, Any] | None:
         """Optional: compute what must be journaled with the intent (JSON), before it is

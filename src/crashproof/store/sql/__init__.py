@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["Migration", "load_migrations", "load_queries"]
+__all__ = ["Migration", "load_migrations", "load_queries", "load_schema"]
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -42,3 +42,9 @@ def load_migrations(dialect: str) -> list[Migration]:
     if [m.version for m in found] != list(range(1, len(found) + 1)):
         raise RuntimeError(f"{dialect} migrations are not numbered 1..N: {found}")
     return found
+
+
+def load_schema(dialect: str) -> str:
+    """The dialect's current schema in one file (``schema.sql``): what a new ledger gets.
+    A test proves it equals every numbered migration applied in order."""
+    return resources.files(__package__).joinpath(dialect, "schema.sql").read_text("utf-8")

@@ -1,0 +1,54 @@
+-- crashproof ledger, the current schema (SQLite) in one file: what a new ledger gets.
+-- It must equal every numbered migration applied in order (tests/unit/test_migrations.py);
+-- change both together.
+CREATE TABLE crashproof_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE crashproof_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at REAL NOT NULL
+) STRICT;
+
+-- The run index: a cache folded from events, never trusted over them.
+-- owner: the worker holding the run (NULL: nobody); lease_expires_at: until when, by the
+-- local clock (epoch seconds); fencing_token: incremented by every claim, never lowered.
+CREATE TABLE runs (
+    run_id           TEXT PRIMARY KEY,
+    workflow         TEXT NOT NULL,
+    version          TEXT NOT NULL,
+    status           TEXT NOT NULL,
+    reason           TEXT,
+    input_digest     TEXT NOT NULL,
+    created_at       REAL NOT NULL,
+    updated_at       REAL NOT NULL,
+    owner            TEXT,
+    lease_expires_at REAL,
+    fencing_token    INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX runs_by_status ON runs (status, created_at);
+
+-- Large recorded values (model responses, results), stored once by SHA-256.
+CREATE TABLE blobs (
+    digest TEXT PRIMARY KEY,
+    data   TEXT NOT NULL
+) STRICT, WITHOUT ROWID;
+
+-- The append-only journal. (run_id, seq) is the fence against two writers. Every record
+-- is sealed by an HMAC chain: key_id names the key (never the key itself); mac covers the
+-- record's stored bytes and the previous record's mac.
+CREATE TABLE events (
+    run_id     TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    type       TEXT NOT NULL,
+    key        TEXT,
+    payload    TEXT NOT NULL,
+    value      TEXT,
+    blob       TEXT REFERENCES blobs (digest),
+    created_at REAL NOT NULL,
+    key_id     TEXT,
+    mac        TEXT,
+    PRIMARY KEY (run_id, seq)
+) STRICT, WITHOUT ROWID;

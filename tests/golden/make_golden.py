@@ -1,0 +1,122 @@
+"""Rebuild the golden journals in this folder. Run from the repository root:
+
+    .venv/bin/python tests/golden/make_golden.py
+
+Only when a new format is released: the files are committed, and CI opens, migrates and
+replays them on every change (tests/golden/test_golden.py). They are sealed with the test
+key of tests/conftest.py (never a real key).
+
+- schema1.db: a SQLite ledger at schema 1, built from migration 0001 (not by hand) and
+  holding records exactly as crashproof wrote them before schema 2 (no MAC, no witness):
+  run g-done (succeeded) and g-inflight (crashed after its decision, before its act).
+- schema1_unmappable.db: the same, with one run whose status ('paused') no crashproof
+  knows and no migration maps: preview lists it, migrate refuses.
+- current.db (+ current.db.witness): the same two runs at the current schema, sealed.
+- checkpoint.json: run g-done exported from current.db.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TEST_KEY = "5e" * 32  # tests/conftest.py's key
+os.environ["CRASHPROOF_KEY"] = TEST_KEY
+sys.path.insert(0, str(HERE))
+
+from golden_flows import golden  # noqa: E402
+
+import crashproof as cp  # noqa: E402
+from crashproof.integrity.checkpoint import serialize  # noqa: E402
+from crashproof.journal.codec import encode  # noqa: E402
+from crashproof.store.memory import MemoryStore  # noqa: E402
+from crashproof.store.sql import load_migrations  # noqa: E402
+
+RUNS = {"g-done": "ledgers", "g-inflight": "journals"}
+CRASH = "after_commit[step_done:plan]"
+
+
+def record(ledger_url: str) -> None:
+    """Run g-done to the end and g-inflight until a crash after its decision."""
+    with cp.Ledger(ledger_url) as ledger:
+        ledger.run(golden, run_id="g-done", topic=RUNS["g-done"])
+    crashing = cp.Ledger(ledger_url, crash_points=cp.CrashPoints(match=CRASH))
+    try:
+        crashing.run(golden, run_id="g-inflight", topic=RUNS["g-inflight"])
+    except cp.SimulatedCrash:
+        pass
+    else:
+        raise SystemExit("the crash point was not reached")
+    finally:
+        crashing.close()
+
+
+def schema1(path: Path, *, status_override: str | None = None) -> None:
+    """Schema 1 from its migration file; records written as schema-1 crashproof did."""
+    path.unlink(missing_ok=True)
+    memory = MemoryStore()  # the records, exactly as the runtime builds them
+    cp.Ledger("memory://", store=memory).run(golden, run_id="g-done", topic=RUNS["g-done"])
+    crashing = cp.Ledger("memory://", store=memory, crash_points=cp.CrashPoints(match=CRASH))
+    with contextlib.suppress(cp.SimulatedCrash):
+        crashing.run(golden, run_id="g-inflight", topic=RUNS["g-inflight"])
+    first = load_migrations("sqlite")[0]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.executescript(first.sql)
+        conn.execute("INSERT INTO crashproof_meta VALUES ('schema_version', '1')")
+        conn.execute("INSERT INTO crashproof_migrations VALUES (1, ?, 1767225600.0)", (first.name,))
+        for run_id in RUNS:
+            row = memory.get_run(run_id)
+            if row is None:
+                raise SystemExit(f"run {run_id} missing")
+            status = status_override if status_override and run_id == "g-inflight" else None
+            conn.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    row.run_id,
+                    row.workflow,
+                    row.version,
+                    status or row.status.value,
+                    row.reason,
+                    row.input_digest,
+                    row.created_at,
+                    row.updated_at,
+                ),
+            )
+            for e in memory.load_events(run_id):
+                conn.execute(
+                    "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
+                    (
+                        e.run_id,
+                        e.seq,
+                        e.type.value,
+                        e.key,
+                        encode(e.payload, what="golden"),
+                        e.value_json,
+                        e.created_at,
+                    ),
+                )
+        conn.commit()
+        conn.execute("PRAGMA journal_mode=DELETE")
+
+
+def current(path: Path) -> None:
+    for stale in path.parent.glob(path.name + "*"):
+        stale.unlink()
+    url = f"sqlite:///{path}"
+    record(url)
+    with cp.Ledger(url) as ledger:
+        (HERE / "checkpoint.json").write_bytes(serialize(ledger.export_run("g-done")))
+    for name in (path, path.with_name(path.name + ".witness")):
+        with contextlib.closing(sqlite3.connect(name)) as conn:
+            conn.execute("PRAGMA journal_mode=DELETE")  # one self-contained file each
+
+
+if __name__ == "__main__":
+    schema1(HERE / "schema1.db")
+    schema1(HERE / "schema1_unmappable.db", status_override="paused")
+    current(HERE / "current.db")
+    print("golden journals written to", HERE)

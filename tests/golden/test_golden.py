@@ -1,0 +1,138 @@
+"""Golden journals of every released format, opened, migrated, replayed and verified on
+every change (files: tests/golden/make_golden.py). Each test works on a copy."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import crashproof as cp
+from crashproof.cli import main
+from crashproof.store.migrate import MigrationRequired
+
+HERE = Path(__file__).resolve().parent
+EXPECTED = {  # what each golden run returns, recorded or finished now
+    "g-done": {"summary": "LEDGERS", "note": {"title": "about ledgers"}},
+    "g-inflight": {"summary": "JOURNALS", "note": {"title": "about journals"}},
+}
+
+
+@pytest.fixture
+def flows(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, ModuleType]]:
+    """The golden workflow module and its non-deterministic variant, freshly imported."""
+    monkeypatch.syspath_prepend(str(HERE))
+    for name in ("golden_flows", "golden_changed"):
+        sys.modules.pop(name, None)
+    import golden_changed
+    import golden_flows
+
+    golden_flows.Notes.sent.clear()
+    yield {"flows": golden_flows, "changed": golden_changed}
+    for name in ("golden_flows", "golden_changed"):
+        sys.modules.pop(name, None)
+
+
+def copy(tmp_path: Path, name: str) -> Path:
+    target = tmp_path / name
+    for found in HERE.glob(name + "*"):
+        shutil.copy(found, tmp_path / found.name)
+    return target
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cli(*argv: str) -> int:
+    return main(list(argv))
+
+
+def test_schema1_refuses_to_open_until_migrated_then_migrates_replays_and_resumes(
+    tmp_path: Path, flows: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = copy(tmp_path, "schema1.db")
+    url = f"sqlite:///{path}"
+    before = sha(path)
+    with pytest.raises(MigrationRequired, match="crashproof migrate"):
+        cp.Ledger(url)
+    assert sha(path) == before  # refused before writing anything
+
+    assert cli("migrate", "--db", url, "--preview") == 0
+    plan = capsys.readouterr().out
+    assert "schema 1 -> 3" in plan
+    assert "new column runs.fencing_token INTEGER: 2 existing row(s) get 0" in plan
+    assert "new column events.mac TEXT: 9 existing row(s) get NULL" in plan
+    assert "seal 9 journal record(s) of 2 run(s)" in plan
+    assert "UNRESOLVED" not in plan
+    assert sha(path) == before  # the preview wrote nothing
+
+    assert cli("migrate", "--db", url) == 0
+    assert "migrated" in capsys.readouterr().out
+    assert cli("check", "--db", url) == 0  # every record sealed, witness anchored
+    assert cli("migrate", "--db", url, "--preview") == 0
+    assert "nothing to migrate" in capsys.readouterr().out
+
+    assert cli("replay", "golden_flows", "--from", str(path)) == 0
+    assert cli("replay", "golden_changed", "--from", str(path)) == 4  # must fail
+    out = capsys.readouterr().out
+    assert "non-deterministic at step 1 (recorded step 'summarize' args" in out
+
+    with cp.Ledger(url) as ledger:
+        ledger.register(flows["flows"].golden)
+        assert ledger.resume("g-done") == EXPECTED["g-done"]  # the recorded result
+        assert ledger.resume("g-inflight") == EXPECTED["g-inflight"]  # finished now
+        assert ledger.get_run("g-inflight").version == "1"
+    assert list(flows["flows"].Notes.sent) == ["g-inflight/note"]  # one effect, new only
+
+
+def test_an_unmappable_value_is_listed_and_blocks_the_migration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = copy(tmp_path, "schema1_unmappable.db")
+    url = f"sqlite:///{path}"
+    before = sha(path)
+    assert cli("migrate", "--db", url, "--preview") == 4
+    out = capsys.readouterr().out
+    assert "UNRESOLVED: 1 row(s) of runs.status hold 'paused'" in out
+    assert cli("migrate", "--db", url) == 4
+    assert "block the migration" in capsys.readouterr().err
+    assert sha(path) == before
+    with pytest.raises(MigrationRequired, match="unresolved"):
+        cp.Ledger(url)
+
+
+def test_the_current_format_opens_verifies_replays_and_resumes(
+    tmp_path: Path, flows: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = copy(tmp_path, "current.db")
+    url = f"sqlite:///{path}"
+    assert cli("check", "--db", url) == 0
+    assert cli("replay", "golden_flows", "--from", url) == 0
+    assert cli("replay", "golden_changed", "--from", url) == 4
+    assert cli("runs", "--version", "--json", "--db", url) == 0
+    capsys.readouterr()
+    with cp.Ledger(url) as ledger:
+        ledger.register(flows["flows"].golden)
+        assert [r.run_id for r in ledger.runs()] == ["g-done", "g-inflight"]
+        assert ledger.resume("g-inflight") == EXPECTED["g-inflight"]
+        assert ledger.get_run("g-done").result == EXPECTED["g-done"]
+
+
+def test_the_exported_checkpoint_imports_and_replays(tmp_path: Path, flows: dict[str, Any]) -> None:
+    document = HERE / "checkpoint.json"
+    verdicts = cp.replay_check([flows["flows"].golden], document)
+    assert [(v.run_id, v.status) for v in verdicts] == [("g-done", "compatible")]
+    changed = cp.replay_check([flows["changed"].golden], document)
+    assert changed[0].status == "non_deterministic"
+    assert changed[0].step == 1
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    assert cli("import", str(document), "--by", "golden-test", "--db", url) == 0
+    with cp.Ledger(url) as ledger:
+        assert ledger.get_run("g-done").result == EXPECTED["g-done"]

@@ -1,0 +1,135 @@
+"""SQLite migrations: the plan, value maps, refusals, atomicity, additive-only on open."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import crashproof as cp
+from crashproof.integrity.keys import resolve_keyring
+from crashproof.integrity.seal import Sealer
+from crashproof.store.migrate import (
+    MigrationRequired,
+    apply_plan,
+    open_for_migration,
+    plan_migration,
+)
+from crashproof.store.sql import Migration, load_migrations
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+MIGRATIONS = load_migrations("sqlite")
+
+
+def golden_copy(tmp_path: Path, name: str) -> Path:
+    target = tmp_path / name
+    shutil.copy(GOLDEN / name, target)
+    return target
+
+
+def rows(path: Path, sql: str) -> list[tuple[object, ...]]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def test_a_declared_value_map_resolves_an_unknown_status(tmp_path: Path) -> None:
+    path = golden_copy(tmp_path, "schema1_unmappable.db")
+    rename = Migration(
+        len(MIGRATIONS) + 1,
+        "paused_is_stopped",
+        "-- map: runs.status paused -> stopped\nCREATE INDEX runs_by_workflow ON runs (workflow);",
+    )
+    conn, current = open_for_migration(path)
+    with contextlib.closing(conn):
+        plan = plan_migration(conn, current, str(path), [*MIGRATIONS, rename])
+        assert plan.unresolved == []
+        assert "map runs.status 'paused' -> 'stopped': 1 row(s)" in plan.changes
+        assert "  new index runs_by_workflow" in plan.changes
+        apply_plan(conn, plan, _sealer())
+    assert rows(path, "SELECT status FROM runs WHERE run_id = 'g-inflight'") == [("stopped",)]
+    versions = rows(path, "SELECT version FROM crashproof_migrations ORDER BY 1")
+    assert [v for (v,) in versions] == [1, 2, 3, 4]
+
+
+def _sealer() -> Sealer:
+    return Sealer(resolve_keyring(None))  # the test key (tests/conftest.py)
+
+
+def test_apply_refuses_an_unresolved_plan_and_writes_nothing(tmp_path: Path) -> None:
+    path = golden_copy(tmp_path, "schema1_unmappable.db")
+    before = path.read_bytes()
+    conn, current = open_for_migration(path)
+    with contextlib.closing(conn):
+        plan = plan_migration(conn, current, str(path))
+        assert len(plan.unresolved) == 1
+        assert not plan.additive
+        with pytest.raises(MigrationRequired, match="unresolved"):
+            apply_plan(conn, plan, _sealer())
+    assert path.read_bytes() == before
+
+
+def test_a_failing_migration_rolls_back_whole(tmp_path: Path) -> None:
+    # Schema 2 with one record already sealed and the others not: sealing must refuse,
+    # and the schema-3 columns added earlier in the same transaction must be gone.
+    path = golden_copy(tmp_path, "schema1.db")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.executescript(MIGRATIONS[1].sql)
+        conn.execute("UPDATE events SET key_id = 'k', mac = 'forged' WHERE seq = 0")
+        conn.execute("UPDATE crashproof_meta SET value = '2' WHERE key = 'schema_version'")
+        conn.commit()
+    conn, current = open_for_migration(path)
+    with contextlib.closing(conn):
+        plan = plan_migration(conn, current, str(path))
+        assert plan.unsealed == 7
+        with pytest.raises(MigrationRequired, match="mixes sealed and unsealed"):
+            apply_plan(conn, plan, _sealer())
+    assert rows(path, "SELECT value FROM crashproof_meta WHERE key = 'schema_version'") == [("2",)]
+    assert "owner" not in {r[1] for r in rows(path, "PRAGMA table_info(runs)")}
+
+
+def test_an_additive_migration_runs_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        ledger.run(cp.workflow("hello")(lambda ctx: ctx.step("greet", lambda: "hi")), run_id="h")
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # back to schema 2
+        for column in ("owner", "lease_expires_at", "fencing_token"):
+            conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        conn.execute("DELETE FROM crashproof_migrations WHERE version = 3")
+        conn.execute("UPDATE crashproof_meta SET value = '2' WHERE key = 'schema_version'")
+        conn.commit()
+    with cp.Ledger(f"sqlite:///{path}") as ledger:  # only new columns: migrated on open
+        assert ledger.get_run("h").result == "hi"
+    assert [v for (v,) in rows(path, "SELECT version FROM crashproof_migrations")] == [1, 2, 3]
+    assert "fencing_token" in {r[1] for r in rows(path, "PRAGMA table_info(runs)")}
+
+
+def test_open_for_migration_refuses_newer_and_foreign_files(tmp_path: Path) -> None:
+    path = golden_copy(tmp_path, "schema1.db")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE crashproof_meta SET value = '99' WHERE key = 'schema_version'")
+        conn.commit()
+    with pytest.raises(cp.SchemaTooNew, match="99"):
+        open_for_migration(path)
+    other = tmp_path / "other.db"
+    with contextlib.closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(cp.NotALedger):
+        open_for_migration(other)
+    with pytest.raises(cp.LedgerError, match="no ledger"):
+        open_for_migration(tmp_path / "missing.db")
+
+
+def test_a_statement_that_rewrites_records_is_not_additive(tmp_path: Path) -> None:
+    path = golden_copy(tmp_path, "schema1.db")
+    rewrite = Migration(
+        len(MIGRATIONS) + 1, "touch", "UPDATE runs SET updated_at = updated_at + 0;"
+    )
+    conn, current = open_for_migration(path)
+    with contextlib.closing(conn):
+        plan = plan_migration(conn, current, str(path), [*MIGRATIONS, rewrite])
+    assert plan.rewrites == 1
+    assert "  statement: UPDATE runs SET updated_at = updated_at + 0" in plan.changes
+    assert not plan.additive
