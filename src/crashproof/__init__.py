@@ -12,6 +12,7 @@ from crashproof.errors import (
     CheckpointRejected,
     CrashproofError,
     DriftError,
+    EnvironmentChanged,
     IntegrityError,
     JournalRolledBack,
     JournalTampered,
@@ -55,7 +56,7 @@ from crashproof.runtime.options import Decision, RetryPolicy, RunOptions, StepOp
 from crashproof.runtime.policy import Policy
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
-from crashproof.tools.port import Call, Receipt, Tool
+from crashproof.tools.port import Call, Observation, Receipt, Tool
 from crashproof.tools.workspace import Workspace
 
 __version__ = "0.1.0"
@@ -71,6 +72,7 @@ __all__ = [
     "CrashproofError",
     "Decision",
     "DriftError",
+    "EnvironmentChanged",
     "IntegrityError",
     "JournalRolledBack",
     "JournalTampered",
@@ -83,6 +85,7 @@ __all__ = [
     "Message",
     "NonDeterminismError",
     "NotALedger",
+    "Observation",
     "Outbox",
     "OutcomeUnknown",
     "PermanentError",

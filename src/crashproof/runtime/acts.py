@@ -29,6 +29,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
+from crashproof.runtime.observe import observe_after, observe_before
 from crashproof.tools.port import Call, Receipt, Tool
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def perform_act(
         _journal_failed(ctx, call, failed, exc, time.time(), failure="permanent")
         raise failed from exc
     call = _with(call, attempt=1, prepared=prepared)
-    _journal_intent(ctx, tool, call)
+    _journal_intent(ctx, tool, call, observe_before(tool, call))
     return _execute(ctx, tool, call)
 
 
@@ -234,20 +235,25 @@ def _execute_again(ctx: Context, tool: Tool, call: Call, rounds: int) -> Any:
     return _execute(ctx, tool, call, rounds)
 
 
-def _journal_intent(ctx: Context, tool: Tool, call: Call) -> None:
+def _journal_intent(
+    ctx: Context, tool: Tool, call: Call, observed: dict[str, Any] | None = None
+) -> None:
+    payload: dict[str, Any] = {
+        "kind": StepKind.ACT.value,
+        "digest": call.intent_digest,
+        "operation_id": call.operation_id,
+        "intent_digest": call.intent_digest,
+        "tool": tool.name,
+        "tool_version": tool.version,
+        "attempt": call.attempt,
+        "started_at": time.time(),
+    }
+    if observed is not None:  # the environment before the act (runtime/observe.py)
+        payload["observed"] = observed
     ctx.append_event(
         EventType.ACT_INTENT,
         call.step,
-        {
-            "kind": StepKind.ACT.value,
-            "digest": call.intent_digest,
-            "operation_id": call.operation_id,
-            "intent_digest": call.intent_digest,
-            "tool": tool.name,
-            "tool_version": tool.version,
-            "attempt": call.attempt,
-            "started_at": time.time(),
-        },
+        payload,
         encode(
             {"params": call.params, "prepared": call.prepared},
             what=f"the params/prepared data of act {call.step!r}",
@@ -283,28 +289,27 @@ def _journal_receipt(
             error=ReceiptConflict,
         )
     value_json = encode(receipt.result, what=f"the result of act {call.step!r}")
-    ctx.append_event(
-        EventType.STEP_DONE,
-        call.step,
-        {
-            "kind": StepKind.ACT.value,
-            "digest": call.intent_digest,
-            "status": StepStatus.SUCCEEDED.value,
-            "attempt": call.attempt,
-            "operation_id": call.operation_id,
-            "intent_digest": call.intent_digest,
-            "receipt": {
-                "tool": tool.name,
-                "tool_version": tool.version,
-                "receipt_id": receipt.receipt_id,
-                "result_digest": sha256_hex(value_json.encode()),
-                "reconciled": reconciled,
-            },
-            "started_at": started,
-            "ended_at": time.time(),
+    payload: dict[str, Any] = {
+        "kind": StepKind.ACT.value,
+        "digest": call.intent_digest,
+        "status": StepStatus.SUCCEEDED.value,
+        "attempt": call.attempt,
+        "operation_id": call.operation_id,
+        "intent_digest": call.intent_digest,
+        "receipt": {
+            "tool": tool.name,
+            "tool_version": tool.version,
+            "receipt_id": receipt.receipt_id,
+            "result_digest": sha256_hex(value_json.encode()),
+            "reconciled": reconciled,
         },
-        value_json,
-    )
+        "started_at": started,
+        "ended_at": time.time(),
+    }
+    observed = observe_after(tool, call.step)
+    if observed is not None:  # the environment as the act left it
+        payload["observed"] = observed
+    ctx.append_event(EventType.STEP_DONE, call.step, payload, value_json)
     return decode(value_json)
 
 

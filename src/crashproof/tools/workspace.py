@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from crashproof.errors import DriftError, PermanentError
 from crashproof.tools._diff import PatchError, apply_unified_diff
-from crashproof.tools.port import Call, Receipt, Tool
+from crashproof.tools.port import Call, Observation, Receipt, Tool
 
 __all__ = ["ABSENT", "Workspace"]
 
@@ -107,6 +107,33 @@ class Workspace(Tool):
             return None
         raise DriftError(_drift(prepared, current))
 
+    def observe(self) -> Observation:
+        """Instance: this workspace's root path; fingerprint: the artifact fingerprint of
+        the whole tree; details: the file count and, in a git working tree, the HEAD."""
+        lines = self._lines()
+        self._observed = (_tree_digest(lines), lines)
+        details: dict[str, Any] = {"root": str(self.root), "files": len(lines)}
+        head = _git_head(self.root)
+        if head is not None:
+            details["git_head"] = head
+        return Observation(f"workspace:{self.root}", self._observed[0], details=details)
+
+    def expect(self, call: Call, before: Observation) -> str | None:
+        """The tree fingerprint once this prepared write has applied."""
+        prepared = call.prepared
+        if not prepared or "result" not in prepared:
+            return None
+        cached = getattr(self, "_observed", None)
+        lines = dict(cached[1]) if cached and cached[0] == before.fingerprint else self._lines()
+        rel = str(prepared["path"])
+        if prepared["result"] == ABSENT:
+            lines.pop(rel, None)
+        else:
+            old = lines.get(rel)
+            executable = old.rsplit("\0", 1)[1].strip() if old else "-"
+            lines[rel] = f"{rel}\0{prepared['result']}\0{executable}\n"
+        return _tree_digest(lines)
+
     # -- artifacts ---------------------------------------------------------
 
     def fingerprint(
@@ -114,7 +141,12 @@ class Workspace(Tool):
     ) -> str:
         """SHA-256 (64 hex) of the files in scope; see the module docstring for the format.
         ``include``/``exclude`` are fnmatch globs on the POSIX relative path."""
-        lines = []
+        return _tree_digest(self._lines(include, exclude))
+
+    def _lines(
+        self, include: Sequence[str] | None = None, exclude: Sequence[str] | None = None
+    ) -> dict[str, str]:
+        lines = {}
         for rel, path in self._files():
             if include is not None and not any(fnmatch.fnmatchcase(rel, g) for g in include):
                 continue
@@ -122,9 +154,8 @@ class Workspace(Tool):
                 continue
             mode = path.lstat().st_mode
             executable = "x" if mode & stat.S_IXUSR else "-"
-            lines.append(f"{rel}\0{_sha256_file(path)}\0{executable}\n")
-        lines.sort(key=lambda line: line.split("\0", 1)[0].encode("utf-8", "surrogateescape"))
-        return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+            lines[rel] = f"{rel}\0{_sha256_file(path)}\0{executable}\n"
+        return lines
 
     # -- internals ---------------------------------------------------------
 
@@ -177,6 +208,34 @@ class Workspace(Tool):
             result={"path": prepared["path"], "sha256": prepared["result"]},
             intent_digest=call.intent_digest,
         )
+
+
+def _tree_digest(lines: dict[str, str]) -> str:
+    ordered = sorted(
+        lines.values(), key=lambda line: line.split("\0", 1)[0].encode("utf-8", "surrogateescape")
+    )
+    return hashlib.sha256("".join(ordered).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _git_head(root: Path) -> str | None:
+    """The commit HEAD names in a git working tree at ``root`` (read from .git, no
+    subprocess); None when it is not one or HEAD cannot be resolved."""
+    git = root / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head or None
+        ref = head[5:]
+        loose = git / ref
+        if loose.is_file():
+            return loose.read_text().strip() or None
+        for line in (git / "packed-refs").read_text().splitlines():
+            sha, _, name = line.partition(" ")
+            if name == ref:
+                return sha
+    except OSError:
+        return None
+    return None
 
 
 def _prepared(call: Call) -> dict[str, Any]:
