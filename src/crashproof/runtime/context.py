@@ -109,6 +109,7 @@ class Context:
         self.meter = Meter(replay)
         self.policy: Policy | None = None
         self.world = WorldCheck(replay)  # re-observed before the first live call
+        self.session: dict[str, Any] | None = None  # put in this drive's first record
 
     # -- the public calls --------------------------------------------------
 
@@ -469,6 +470,8 @@ class Context:
         *,
         status: tuple[RunStatus, str | None] | None = None,
     ) -> None:
+        if self.session is not None:  # the drive's first record names it (runtime/audit.py)
+            payload, self.session = {**payload, "session": self.session}, None
         event = Event(
             run_id=self.run_id,
             seq=self._next_seq,
