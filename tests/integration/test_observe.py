@@ -130,10 +130,16 @@ def test_file_edited_by_hand_pauses_in_review(tmp_path: Path, ws: cp.Workspace, 
     assert ((ws.root / "b.txt").read_text() if (ws.root / "b.txt").exists() else None) == (
         b_after_crash
     )
-    # Still frozen on the next resume: a changed world needs a human, not a retry.
+    # Still frozen on the next resume, still nothing executed...
     with pytest.raises(cp.RunFrozen):
         _ledger_with(tmp_path, flow).resume("r")
     assert counter.calls() == calls_before
+    # ...until someone restores the environment: then the resume goes on.
+    (ws.root / "keep.txt").write_text("base\n")
+    result = _ledger_with(tmp_path, flow).resume("r")
+    assert result[-1] == "after"
+    assert (ws.root / "b.txt").read_text() == "two\n"
+    assert counter.calls() == [*calls_before, "after"]
 
 
 def test_workspace_moved_is_another_instance(tmp_path: Path, ws: cp.Workspace) -> None:

@@ -24,7 +24,9 @@ so far (``WorldCheck.seen``) plus the tool of the act being reconciled. Per envi
 
 Any change freezes the run in ``needs_review`` (``cp.EnvironmentChanged``) with both
 observations per environment as evidence, before the live call: nothing executes, no
-lookup runs. A tool whose ``observe`` raises freezes the run as retryable (a later resume
+lookup runs. The freeze is retryable in the sense that every later resume observes
+again: once someone restores the environment, the run goes on; until then each resume
+freezes it again with fresh evidence, executing nothing. A tool whose ``observe`` raises freezes the run as retryable (a later resume
 observes again).
 
 Limits (why at the first hand-over, not at claim time): tools are objects the workflow
@@ -147,10 +149,11 @@ class WorldCheck:
             names = ", ".join(f"{c['tool']} ({c['change']})" for c in changes)
             ctx.freeze(
                 f"the environment drifted since the run last acted on it: {names}; "
-                "nothing was executed. Compare the recorded and observed states, then "
-                "restore the environment and resume, or end the run",
+                "nothing was executed. Compare the recorded and observed states; a resume "
+                "observes again and goes on only once the environment is restored",
                 {"environments": changes},
                 key=changes[0]["step"],
+                retryable=True,  # a resume re-observes: restored → goes on, else frozen again
                 error=EnvironmentChanged,
             )
         if unobservable:
