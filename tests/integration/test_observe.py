@@ -266,3 +266,78 @@ def test_agent_forge_head_moved_pauses(tmp_path: Path) -> None:
     assert change["change"] == "state"
     assert change["observed"]["details"]["document"]["head"] == "f" * 40
     assert list(json.loads((tmp_path / "forge.json").read_text())["created"].values()) == [1]
+
+
+def _cache_flow(ws: cp.Workspace, counter: Counter) -> cp.Workflow[str]:
+    def build() -> str:  # a local step that leaves a cache behind, as test runners do
+        (ws.root / "__pycache__").mkdir(exist_ok=True)
+        (ws.root / "__pycache__" / "m.pyc").write_bytes(b"cache")
+        return counter("build")
+
+    @cp.workflow("cache", version="1")
+    def cache(ctx: cp.Context) -> str:
+        ctx.act("a", ws, op="write", path="m.py", content="x = 1\n")
+        ctx.step("build", build)
+        ctx.act("b", ws, op="write", path="n.py", content="y = 2\n")
+        return "done"
+
+    return cache
+
+
+def test_observe_ignore_leaves_caches_out(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    counter = Counter(tmp_path / "calls")
+    ws = cp.Workspace(root, observe_ignore=["__pycache__/*"])
+    _crash_after(tmp_path, _cache_flow(ws, counter), "after_commit[step_done:build]")
+    assert _ledger_with(tmp_path, _cache_flow(ws, counter)).resume("r") == "done"
+    assert (root / "n.py").exists()
+
+
+def test_a_step_writing_into_the_workspace_is_a_change(tmp_path: Path) -> None:
+    """The documented limit: a step's own writes are not observed, so without
+    observe_ignore they look like someone else's edit (the safe direction)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    counter = Counter(tmp_path / "calls")
+    ws = cp.Workspace(root)
+    _crash_after(tmp_path, _cache_flow(ws, counter), "after_commit[step_done:build]")
+    with pytest.raises(cp.RunFrozen):
+        _ledger_with(tmp_path, _cache_flow(ws, counter)).resume("r")
+    assert not (root / "n.py").exists()
+
+
+def test_git_repository_replaced_is_another_instance(tmp_path: Path) -> None:
+    from crashproof.tools.git import GitTool
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("a\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "first")
+    counter = Counter(tmp_path / "calls")
+
+    def flow_for(tool: GitTool) -> cp.Workflow[str]:
+        @cp.workflow("git-flow", version="1")
+        def git_flow(ctx: cp.Context) -> str:
+            ctx.act("branch", tool, op="branch", name="feature")
+            ctx.step("between", counter, "between")
+            ctx.act("branch2", tool, op="branch", name="feature2")
+            return "done"
+
+        return git_flow
+
+    _crash_after(tmp_path, flow_for(GitTool(repo)), "after_commit[step_done:between]")
+    recorded = GitTool(repo).observe()
+    subprocess.run(["rm", "-rf", str(repo / ".git")], check=True)  # someone re-created it
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "another history")
+    with pytest.raises(cp.RunFrozen):
+        _ledger_with(tmp_path, flow_for(GitTool(repo))).resume("r")
+    (change,) = _ledger(tmp_path).get_run("r").evidence["environments"]  # type: ignore[index]
+    assert change["change"] == "instance"
+    assert change["recorded"]["instance"] == recorded.instance
+    assert change["observed"]["instance"] == GitTool(repo).observe().instance
+    assert "feature2" not in _git(repo, "branch", "--list")

@@ -26,16 +26,20 @@ Any change freezes the run in ``needs_review`` (``cp.EnvironmentChanged``) with 
 observations per environment as evidence, before the live call: nothing executes, no
 lookup runs. The freeze is retryable in the sense that every later resume observes
 again: once someone restores the environment, the run goes on; until then each resume
-freezes it again with fresh evidence, executing nothing. A tool whose ``observe`` raises freezes the run as retryable (a later resume
-observes again).
+freezes it again with fresh evidence, executing nothing. A tool whose ``observe`` raises
+freezes the run the same way (a later resume observes again).
 
 Limits (why at the first hand-over, not at claim time): tools are objects the workflow
 passes to ``ctx.act``; the journal cannot rebuild them, so the runtime only knows a tool
 once replay reaches a call that uses it. Deterministic replay reaches every recorded act
 before the first live call, so every environment a completed or pending act recorded is
-checked by then. Not covered: environments changed only by ``ctx.step`` bodies (not
-acts), tools without ``observe``, and changes made between the check and the act (the
-act's own state addressing — base hashes, compare-and-swap refs — still guards those).
+checked by then. An environment the run has observed but not yet acted on in this
+replay is not checked (it is checked at its first act, by the act's own state
+addressing). Not covered: tools without ``observe``; changes made between the check and
+the act (base hashes and compare-and-swap refs still guard those). A ``ctx.step`` that
+writes into an observed environment (a test run leaving caches) is not an act, so its
+writes look like someone else's on resume — the safe direction; leave such paths out
+with ``Workspace(root, observe_ignore=[...])``.
 """
 
 from __future__ import annotations

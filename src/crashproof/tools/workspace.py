@@ -52,8 +52,13 @@ class Workspace(Tool):
     supports_lookup: ClassVar[bool] = True
     idempotent_execute: ClassVar[bool] = True
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, observe_ignore: Sequence[str] = ()) -> None:
+        """``observe_ignore``: fnmatch globs (on the POSIX relative path) of files that
+        are not part of the observed state, e.g. ``["*__pycache__*", ".pytest_cache/*"]``
+        for caches a local step leaves behind; a change there never pauses a resume."""
         self.root = Path(root).resolve()
+        self.observe_ignore = tuple(observe_ignore)
+        self._observed: tuple[str, dict[str, str]] | None = None
 
     # -- the Tool port -----------------------------------------------------
 
@@ -109,8 +114,9 @@ class Workspace(Tool):
 
     def observe(self) -> Observation:
         """Instance: this workspace's root path; fingerprint: the artifact fingerprint of
-        the whole tree; details: the file count and, in a git working tree, the HEAD."""
-        lines = self._lines()
+        the tree but ``observe_ignore``; details: the file count and, in a git working
+        tree, the HEAD (evidence only: a commit does not change the files)."""
+        lines = self._lines(exclude=self.observe_ignore or None)
         self._observed = (_tree_digest(lines), lines)
         details: dict[str, Any] = {"root": str(self.root), "files": len(lines)}
         head = _git_head(self.root)
@@ -124,8 +130,13 @@ class Workspace(Tool):
         if not prepared or "result" not in prepared:
             return None
         cached = getattr(self, "_observed", None)
-        lines = dict(cached[1]) if cached and cached[0] == before.fingerprint else self._lines()
+        if cached and cached[0] == before.fingerprint:
+            lines = dict(cached[1])
+        else:
+            lines = self._lines(exclude=self.observe_ignore or None)
         rel = str(prepared["path"])
+        if any(fnmatch.fnmatchcase(rel, glob) for glob in self.observe_ignore):
+            return before.fingerprint
         if prepared["result"] == ABSENT:
             lines.pop(rel, None)
         else:
