@@ -33,9 +33,7 @@ Limits (why at the first hand-over, not at claim time): tools are objects the wo
 passes to ``ctx.act``; the journal cannot rebuild them, so the runtime only knows a tool
 once replay reaches a call that uses it. Deterministic replay reaches every recorded act
 before the first live call, so every environment a completed or pending act recorded is
-checked by then. An environment the run has observed but not yet acted on in this
-replay is not checked (it is checked at its first act, by the act's own state
-addressing). Not covered: tools without ``observe``; changes made between the check and
+checked by then. Not covered: tools without ``observe``; changes made between the check and
 the act (base hashes and compare-and-swap refs still guard those). A ``ctx.step`` that
 writes into an observed environment (a test run leaving caches) is not an act, so its
 writes look like someone else's on resume — the safe direction; leave such paths out
