@@ -24,6 +24,7 @@ import fnmatch
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
@@ -37,6 +38,7 @@ __all__ = ["ABSENT", "Workspace"]
 ABSENT = "absent"
 _TEMP_GLOB = "*.crashproof-*.tmp"
 _OPS = ("write", "append", "patch", "delete")
+_RACY_NS = 2_000_000_000  # files changed this recently are re-read on every observation
 
 
 class Workspace(Tool):
@@ -59,6 +61,8 @@ class Workspace(Tool):
         self.root = Path(root).resolve()
         self.observe_ignore = tuple(observe_ignore)
         self._observed: tuple[str, dict[str, str]] | None = None
+        # relpath -> ((size, mtime_ns, ctime_ns, inode), sha256): see ``_lines``.
+        self._hashes: dict[str, tuple[tuple[int, int, int, int], str]] = {}
 
     # -- the Tool port -----------------------------------------------------
 
@@ -116,7 +120,7 @@ class Workspace(Tool):
         """Instance: this workspace's root path; fingerprint: the artifact fingerprint of
         the tree but ``observe_ignore``; details: the file count and, in a git working
         tree, the HEAD (evidence only: a commit does not change the files)."""
-        lines = self._lines(exclude=self.observe_ignore or None)
+        lines = self._lines(exclude=self.observe_ignore or None, cached=True)
         self._observed = (_tree_digest(lines), lines)
         details: dict[str, Any] = {"root": str(self.root), "files": len(lines)}
         head = _git_head(self.root)
@@ -133,7 +137,7 @@ class Workspace(Tool):
         if cached and cached[0] == before.fingerprint:
             lines = dict(cached[1])
         else:
-            lines = self._lines(exclude=self.observe_ignore or None)
+            lines = self._lines(exclude=self.observe_ignore or None, cached=True)
         rel = str(prepared["path"])
         if any(fnmatch.fnmatchcase(rel, glob) for glob in self.observe_ignore):
             return before.fingerprint
@@ -155,32 +159,56 @@ class Workspace(Tool):
         return _tree_digest(self._lines(include, exclude))
 
     def _lines(
-        self, include: Sequence[str] | None = None, exclude: Sequence[str] | None = None
+        self,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        *,
+        cached: bool = False,
     ) -> dict[str, str]:
+        """One fingerprint line per file in scope. ``cached`` (observations): a file
+        whose size, mtime, ctime and inode are those of its last hashing is not read
+        again, as git's index does; a file changed less than ``_RACY_NS`` before it was
+        hashed is always read again (a write within one timestamp tick keeps them)."""
         lines = {}
-        for rel, path in self._files():
+        now = time.time_ns()
+        memo: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+        known = getattr(self, "_hashes", {}) if cached else {}
+        for rel, path, st in self._files():
             if include is not None and not any(fnmatch.fnmatchcase(rel, g) for g in include):
                 continue
             if exclude is not None and any(fnmatch.fnmatchcase(rel, g) for g in exclude):
                 continue
-            mode = path.lstat().st_mode
-            executable = "x" if mode & stat.S_IXUSR else "-"
-            lines[rel] = f"{rel}\0{_sha256_file(path)}\0{executable}\n"
+            executable = "x" if st.st_mode & stat.S_IXUSR else "-"
+            key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            entry = known.get(rel)
+            digest = entry[1] if entry is not None and entry[0] == key else _sha256_file(path)
+            if now - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS:
+                memo[rel] = (key, digest)
+            lines[rel] = f"{rel}\0{digest}\0{executable}\n"
+        if cached:
+            self._hashes = memo
         return lines
 
     # -- internals ---------------------------------------------------------
 
-    def _files(self) -> list[tuple[str, Path]]:
+    def _files(self) -> list[tuple[str, str, os.stat_result]]:
+        """(relpath, path, lstat) of every regular file in the tree: no symlinks, no
+        ``.git`` directory (at any depth), no crashproof temp files. ``os.scandir``
+        rather than pathlib: an observation walks the tree twice per act."""
         found = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-            for filename in filenames:
-                path = Path(dirpath) / filename
-                if fnmatch.fnmatchcase(filename, _TEMP_GLOB) or not path.is_file():
-                    continue
-                if path.is_symlink():
-                    continue
-                found.append((path.relative_to(self.root).as_posix(), path))
+        pending = [(str(self.root), "")]
+        while pending:
+            directory, prefix = pending.pop()
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name != ".git":
+                            pending.append((entry.path, f"{prefix}{entry.name}/"))
+                    elif entry.is_file(follow_symlinks=False) and not fnmatch.fnmatchcase(
+                        entry.name, _TEMP_GLOB
+                    ):
+                        rel = prefix + entry.name
+                        found.append((rel, entry.path, entry.stat(follow_symlinks=False)))
         return found
 
     def _relpath(self, path: Any) -> str:
@@ -275,9 +303,9 @@ def _digest(content: str | None) -> str:
     return hashlib.sha256(content.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
+def _sha256_file(path: str) -> str:
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 16), b""):
             h.update(chunk)
     return h.hexdigest()
