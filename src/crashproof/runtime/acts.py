@@ -238,22 +238,20 @@ def _execute_again(ctx: Context, tool: Tool, call: Call, rounds: int) -> Any:
 def _journal_intent(
     ctx: Context, tool: Tool, call: Call, observed: dict[str, Any] | None = None
 ) -> None:
-    payload: dict[str, Any] = {
-        "kind": StepKind.ACT.value,
-        "digest": call.intent_digest,
-        "operation_id": call.operation_id,
-        "intent_digest": call.intent_digest,
-        "tool": tool.name,
-        "tool_version": tool.version,
-        "attempt": call.attempt,
-        "started_at": time.time(),
-    }
-    if observed is not None:  # the environment before the act (runtime/observe.py)
-        payload["observed"] = observed
     ctx.append_event(
         EventType.ACT_INTENT,
         call.step,
-        payload,
+        {
+            "kind": StepKind.ACT.value,
+            "digest": call.intent_digest,
+            "operation_id": call.operation_id,
+            "intent_digest": call.intent_digest,
+            "tool": tool.name,
+            "tool_version": tool.version,
+            "attempt": call.attempt,
+            "started_at": time.time(),
+            **({"observed": observed} if observed else {}),  # runtime/observe.py
+        },
         encode(
             {"params": call.params, "prepared": call.prepared},
             what=f"the params/prepared data of act {call.step!r}",
@@ -289,27 +287,29 @@ def _journal_receipt(
             error=ReceiptConflict,
         )
     value_json = encode(receipt.result, what=f"the result of act {call.step!r}")
-    payload: dict[str, Any] = {
-        "kind": StepKind.ACT.value,
-        "digest": call.intent_digest,
-        "status": StepStatus.SUCCEEDED.value,
-        "attempt": call.attempt,
-        "operation_id": call.operation_id,
-        "intent_digest": call.intent_digest,
-        "receipt": {
-            "tool": tool.name,
-            "tool_version": tool.version,
-            "receipt_id": receipt.receipt_id,
-            "result_digest": sha256_hex(value_json.encode()),
-            "reconciled": reconciled,
+    ctx.append_event(
+        EventType.STEP_DONE,
+        call.step,
+        {
+            "kind": StepKind.ACT.value,
+            "digest": call.intent_digest,
+            "status": StepStatus.SUCCEEDED.value,
+            "attempt": call.attempt,
+            "operation_id": call.operation_id,
+            "intent_digest": call.intent_digest,
+            "receipt": {
+                "tool": tool.name,
+                "tool_version": tool.version,
+                "receipt_id": receipt.receipt_id,
+                "result_digest": sha256_hex(value_json.encode()),
+                "reconciled": reconciled,
+            },
+            "started_at": started,
+            "ended_at": time.time(),
+            **observe_after(tool, call.step),  # the environment as the act left it
         },
-        "started_at": started,
-        "ended_at": time.time(),
-    }
-    observed = observe_after(tool, call.step)
-    if observed is not None:  # the environment as the act left it
-        payload["observed"] = observed
-    ctx.append_event(EventType.STEP_DONE, call.step, payload, value_json)
+        value_json,
+    )
     return decode(value_json)
 
 

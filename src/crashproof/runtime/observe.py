@@ -74,15 +74,16 @@ def observe_before(tool: Tool, call: Call) -> dict[str, Any] | None:
     return {"before": before.to_json(), "expected": expected}
 
 
-def observe_after(tool: Tool, step: str) -> dict[str, Any] | None:
-    """What the receipt records: the environment as the act left it. Never raises: the
-    receipt of an effect that happened must be journaled whatever the observation does."""
+def observe_after(tool: Tool, step: str) -> dict[str, Any]:
+    """What the receipt records (``{"observed": ...}``, or nothing): the environment as the
+    act left it. Never raises: the receipt of an effect that happened must be journaled
+    whatever the observation does."""
     try:
         after = tool.observe()
     except Exception as exc:
         log.warning("could not observe %s after act %r: %r", tool.name, step, exc)
-        return None
-    return None if after is None else after.to_json()
+        return {}
+    return {} if after is None else {"observed": after.to_json()}
 
 
 class WorldCheck:
