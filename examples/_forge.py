@@ -8,6 +8,10 @@ deduplicated by ``Idempotency-Key`` as a real forge (or Stripe) does.
   ``Crashproof-Intent-Digest``. The same key again: the stored resource (200); the same key
   with another digest: 422 naming the stored digest.
 - ``GET /by-key/<key>``: the resource created for that key (200), or 404.
+- ``GET /repos/<repo>``: the repository (``id``, a random id given when it is created,
+  ``name``, ``default_branch``, ``head``), or 404: what ``HttpTool(observe_path=...)``
+  observes. ``replace_repository`` gives it a new id (as deleting and re-creating a
+  repository under the same name does); ``set_head`` moves its default branch.
 
 Every answer about a stored resource echoes its digest. The state (resources, and how many
 times each key created something: the forge's own effect count) lives in a JSON file,
@@ -22,6 +26,7 @@ import json
 import os
 import re
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -41,6 +46,7 @@ class Forge:
         self.state: dict[str, Any] = {"numbers": {}, "resources": {}, "created": {}}
         if state_file.exists():
             self.state = json.loads(state_file.read_text(encoding="utf-8"))
+        self.state.setdefault("repos", {})
         self._server: _Server | None = None
 
     def start(self) -> Forge:
@@ -89,10 +95,43 @@ class Forge:
             resource = {"id": f"{kind}/{number}", "number": number, **(body or {})}
             self.state["resources"][key] = {"digest": digest, "resource": resource}
             self.state["created"][key] = self.state["created"].get(key, 0) + 1
-            temp = self.state_file.with_name(self.state_file.name + ".tmp")
-            temp.write_text(json.dumps(self.state, sort_keys=True), encoding="utf-8")
-            os.replace(temp, self.state_file)
+            self._save()
             return 201, resource
+
+    def _save(self) -> None:
+        temp = self.state_file.with_name(self.state_file.name + ".tmp")
+        temp.write_text(json.dumps(self.state, sort_keys=True), encoding="utf-8")
+        os.replace(temp, self.state_file)
+
+    def ensure_repository(self, name: str, head: str) -> dict[str, Any]:
+        """The repository ``name``, created (with a new id, at ``head``) if missing."""
+        with self._lock:
+            repo = self.state["repos"].get(name)
+            if repo is None:
+                repo = {"id": uuid.uuid4().hex, "name": name, "default_branch": "main"}
+                repo["head"] = head
+                self.state["repos"][name] = repo
+                self._save()
+            return dict(repo)
+
+    def replace_repository(self, name: str) -> dict[str, Any]:
+        """Delete and re-create ``name``: same name and head, a new id."""
+        with self._lock:
+            repo = {**self.state["repos"][name], "id": uuid.uuid4().hex}
+            self.state["repos"][name] = repo
+            self._save()
+            return dict(repo)
+
+    def set_head(self, name: str, head: str) -> None:
+        """Move the default branch of ``name`` (someone pushed to it)."""
+        with self._lock:
+            self.state["repos"][name]["head"] = head
+            self._save()
+
+    def repository(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            repo = self.state["repos"].get(name)
+            return None if repo is None else dict(repo)
 
     def find(self, key: str) -> tuple[str, dict[str, Any]] | None:
         with self._lock:
@@ -138,6 +177,9 @@ class _Handler(BaseHTTPRequestHandler):
         found = None
         if self.path.startswith("/by-key/"):
             found = forge.find(unquote(self.path[len("/by-key/") :]))
+        elif re.fullmatch(r"/repos/[\w.-]+", self.path):
+            repo = forge.repository(self.path[len("/repos/") :])
+            found = None if repo is None else ("", repo)
         if found is None:
             self._reply(404, {"error": "no such key"})
         else:

@@ -125,6 +125,7 @@ def make_env(directory: Path) -> Env:
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", "Initial commit")
     forge = Forge(directory / "forge.json").start()
+    forge.ensure_repository("greeter", head=_git(repo, "rev-parse", "main"))
     # Plain HTTP on the loopback: no TLS, so no CA bundle to load for every environment.
     http = httpx.Client(verify=False, timeout=10.0)
     lookup = "/by-key/{operation_id}"
@@ -134,7 +135,13 @@ def make_env(directory: Path) -> Env:
         git=GitTool(repo),
         forge=forge,
         http=http,
-        pulls=HttpTool(forge.url, "/repos/greeter/pulls", lookup_path=lookup, client=http),
+        pulls=HttpTool(
+            forge.url,
+            "/repos/greeter/pulls",
+            lookup_path=lookup,
+            client=http,
+            observe_path="/repos/greeter",  # the forge's repository id and head
+        ),
         notify=HttpTool(forge.url, "/notifications", lookup_path=lookup, client=http),
         model=ScriptedModel(directory / "model.log"),
     )

@@ -14,6 +14,7 @@ from crashproof.errors import (
     CrashproofError,
     DecisionRefused,
     DriftError,
+    EnvironmentChanged,
     IntegrityError,
     JournalRolledBack,
     JournalTampered,
@@ -61,7 +62,7 @@ from crashproof.runtime.replay_source import replay_check
 from crashproof.runtime.review import ReviewCase
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
-from crashproof.tools.port import Call, Receipt, Tool
+from crashproof.tools.port import Call, Observation, Receipt, Tool
 from crashproof.tools.workspace import Workspace
 
 __version__ = "0.1.0"
@@ -80,6 +81,7 @@ __all__ = [
     "Decision",
     "DecisionRefused",
     "DriftError",
+    "EnvironmentChanged",
     "IntegrityError",
     "JournalRolledBack",
     "JournalTampered",
@@ -92,6 +94,7 @@ __all__ = [
     "Message",
     "NonDeterminismError",
     "NotALedger",
+    "Observation",
     "Outbox",
     "OutcomeUnknown",
     "PermanentError",

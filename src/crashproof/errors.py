@@ -27,6 +27,7 @@
     ├── NonDeterminismError          replay met a call the journal does not hold
     ├── ReceiptConflict              a tool's receipt disagrees with the journal
     ├── DriftError                   the target changed in a way no intent explains
+    │   └── EnvironmentChanged       on resume, the world differs from what the run saw
     ├── StaleLeaseError              another worker owns the run now
     ├── LeaseHeld                    the run is owned by someone else
     ├── OutcomeUnknown               a tool cannot tell whether an effect happened
@@ -50,6 +51,7 @@ __all__ = [
     "CrashproofError",
     "DecisionRefused",
     "DriftError",
+    "EnvironmentChanged",
     "IntegrityError",
     "JournalRolledBack",
     "JournalTampered",
@@ -209,6 +211,12 @@ class ReceiptConflict(CrashproofError):
 class DriftError(CrashproofError):
     """A tool found its target in a state neither before nor after the intent (someone
     else changed it): the act is frozen for review, never forced."""
+
+
+class EnvironmentChanged(DriftError):
+    """On resume, an environment the run acted on is another instance, or in a state
+    neither its last recorded observation nor the pending act explains: the run is frozen
+    for review (old and new observations as evidence) before anything executes."""
 
 
 class StaleLeaseError(CrashproofError):

@@ -311,3 +311,54 @@ def test_an_approval_moved_to_a_ledger_that_does_not_trust_its_signer_is_refused
     assert frozen.value.status == "awaiting_approval"
     assert server.total_requests() == 0
     elsewhere.close()
+
+
+def test_the_timeline_credits_the_approver_not_the_worker(
+    tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    from crashproof.runtime.audit import run_timeline
+
+    ledger = ledger_at()
+    flow = deploy(tool)
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    ledger.approve(RUN, "create", key=load_private_key(keys["alice"]), by="alice@ops")
+    ledger.resume(RUN)
+    entries = {e["type"]: e for e in run_timeline(ledger, RUN)}
+    assert entries["approval_granted"]["operator"]["by"] == "alice@ops"
+    assert entries["run_thawed"]["operator"]["by"] == "alice@ops"
+    assert "operator" not in entries["act_intent"]  # the worker that resumed it
+    assert entries["act_intent"]["worker"] == ledger.worker_id
+
+
+def test_an_approval_binds_the_environment_the_approver_saw(
+    tmp_path: Path, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "config.txt").write_text("v1\n")
+    policy = cp.Policy(
+        "ws-1", allow={"workspace": "*"}, risk={"workspace": "high"}, approval_required={"high"}
+    )
+
+    @cp.workflow("rewrite", version="1")
+    def flow(ctx: cp.Context) -> Any:
+        return ctx.act("w", cp.Workspace(root), op="write", path="out.txt", content="new\n")
+
+    ledger = ledger_at()
+    ledger.register_policy(policy)
+    with pytest.raises(cp.RunFrozen):
+        ledger.run(flow, run_id="ws", options=cp.RunOptions(policy=policy))
+    pending = ledger.get_run("ws")
+    registered(ledger, keys)
+    ledger.approve("ws", "w", key=keys["alice"], by="alice")
+    (root / "config.txt").write_text("v2\n")  # the workspace changes after approval
+    with pytest.raises(cp.RunFrozen) as frozen:
+        ledger.resume("ws")
+    assert frozen.value.status == "awaiting_approval"
+    assert "environment" in str(frozen.value)
+    assert not (root / "out.txt").exists()
+    assert pending.status is cp.RunStatus.AWAITING_APPROVAL
+    ledger.approve("ws", "w", key=keys["alice"], by="alice")  # approve what is there now
+    ledger.resume("ws")
+    assert (root / "out.txt").read_text() == "new\n"

@@ -113,7 +113,9 @@ def test_drift_between_intent_and_execute_freezes(tmp_path: Path, ws: cp.Workspa
     info = ledger(tmp_path).get_run("r")
     assert info.status is cp.RunStatus.NEEDS_REVIEW
     assert info.evidence is not None
-    assert "drift" in info.evidence
+    # Caught before the lookup runs: the re-observed workspace is neither the state the
+    # intent recorded nor the one it expected (runtime/observe.py).
+    assert info.evidence["environments"][0]["change"] == "state"
 
 
 def test_temp_file_left_by_a_crash_is_removed_by_lookup(tmp_path: Path, ws: cp.Workspace):

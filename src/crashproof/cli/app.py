@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from crashproof.cli.exitcodes import EXIT_CODES_TEXT, CliError, ExitCode, failure_for
+from crashproof.cli.limits import MaxCost, MaxDecisions, MaxSteps, MaxTokens, MaxWall, run_options
 from crashproof.cli.loading import (
     app_tools,
     app_workflows,
@@ -31,8 +32,10 @@ from crashproof.cli.render import (
     run_summary,
 )
 from crashproof.cli.settings import DEFAULT_DB, ENV_DB, Settings, State, open_ledger, resolve
+from crashproof.cli.timeline import environments_table, print_timeline
 from crashproof.errors import CrashproofError
 from crashproof.journal.records import Limits, RunStatus
+from crashproof.runtime.audit import run_timeline
 from crashproof.runtime.budget import operator, parse_raises, raise_limits
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.policy import Policy
@@ -150,6 +153,11 @@ def run_command(
             "else kept as a string. Repeatable.",
         ),
     ] = None,
+    max_steps: MaxSteps = None,
+    max_decisions: MaxDecisions = None,
+    max_tokens: MaxTokens = None,
+    max_cost: MaxCost = None,
+    max_wall: MaxWall = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
@@ -173,10 +181,14 @@ def run_command(
             str(exc),
             f"{target} takes: {', '.join(params) or 'no arguments'} (pass them with --arg)",
         ) from exc
+    options = run_options(max_steps, max_decisions, max_tokens, max_cost, max_wall)
     with open_ledger(settings, create=True) as ledger:
         ledger.register(workflow)
         return _finish(
-            ledger, settings, run_id, lambda: ledger.run(workflow, run_id=run_id, **args)
+            ledger,
+            settings,
+            run_id,
+            lambda: ledger.run(workflow, run_id=run_id, options=options, **args),
         )
 
 
@@ -345,6 +357,14 @@ def show_command(
     run_id: Annotated[
         str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to show.")
     ],
+    timeline: Annotated[
+        bool,
+        typer.Option(
+            "--timeline",
+            help="Every journal record instead: when, what, and who wrote it (worker, "
+            "operator) with which crashproof, workflow and policy versions.",
+        ),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
@@ -353,10 +373,19 @@ def show_command(
     settings = _settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         info = ledger.get_run(run_id)
-    if settings.json:
+        entries = run_timeline(ledger, run_id) if timeline else None
+    if entries is not None:
+        if settings.json:
+            emit_json({"run_id": run_id, "status": info.status.value, "timeline": entries})
+        else:
+            print_timeline(console(), run_id, entries, info.evidence)
+    elif settings.json:
         emit_json(info.to_json())
     else:
         print_run(console(), info)
+        envs = environments_table(info.evidence)
+        if envs is not None:
+            console().print(envs)
     return int(ExitCode.OK)
 
 

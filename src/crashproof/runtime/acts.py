@@ -29,6 +29,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
+from crashproof.runtime.observe import observe_after, observe_before
 from crashproof.tools.port import Call, Receipt, Tool
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def perform_act(
         _journal_failed(ctx, call, failed, exc, time.time(), failure="permanent")
         raise failed from exc
     call = _with(call, attempt=1, prepared=prepared)
-    _journal_intent(ctx, tool, call)
+    _journal_intent(ctx, tool, call, observe_before(tool, call))
     return _execute(ctx, tool, call)
 
 
@@ -236,7 +237,9 @@ def _execute_again(ctx: Context, tool: Tool, call: Call, rounds: int) -> Any:
     return _execute(ctx, tool, call, rounds)
 
 
-def _journal_intent(ctx: Context, tool: Tool, call: Call) -> None:
+def _journal_intent(
+    ctx: Context, tool: Tool, call: Call, observed: dict[str, Any] | None = None
+) -> None:
     ctx.append_event(
         EventType.ACT_INTENT,
         call.step,
@@ -249,6 +252,7 @@ def _journal_intent(ctx: Context, tool: Tool, call: Call) -> None:
             "tool_version": tool.version,
             "attempt": call.attempt,
             "started_at": time.time(),
+            **({"observed": observed} if observed else {}),  # runtime/observe.py
         },
         encode(
             {"params": call.params, "prepared": call.prepared},
@@ -304,6 +308,7 @@ def _journal_receipt(
             },
             "started_at": started,
             "ended_at": time.time(),
+            **observe_after(tool, call.step),  # the environment as the act left it
         },
         value_json,
     )

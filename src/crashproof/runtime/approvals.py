@@ -176,7 +176,11 @@ def check_approval(
 
 
 def approval_for(
-    ctx: Context, key: str, digest: str, expect_policy: dict[str, Any]
+    ctx: Context,
+    key: str,
+    digest: str,
+    expect_policy: dict[str, Any],
+    environment: str | None = None,
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The approval that lets the act ``key`` (intent ``digest``) run now, consumed
     (journaled) before returning; else None and the approvals refused, with reasons."""
@@ -195,7 +199,8 @@ def approval_for(
     expect = expectation(freeze)
     # The act the code produces now, not the one that was pending: another intent or
     # another policy under the same step is not what anyone approved.
-    expect.update(intent_digest=digest, policy=expect_policy)
+    # Nor is the same act against a target that changed since the approver looked.
+    expect.update(intent_digest=digest, policy=expect_policy, environment_fingerprint=environment)
     registry = ledger.approvers()
     used = consumed_nonces(events)
     now = time.time()

@@ -31,6 +31,7 @@ from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
 from crashproof.runtime.acts import ActSettings, intent_digest, perform_act
 from crashproof.runtime.budget import Meter
+from crashproof.runtime.observe import WorldCheck
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
 from crashproof.runtime.outbox import deliver, enqueue
 from crashproof.runtime.policy import Policy, admit_act
@@ -108,6 +109,8 @@ class Context:
         # Budgets and policy: checked before new work only (runtime/budget.py, policy.py).
         self.meter = Meter(replay)
         self.policy: Policy | None = None
+        self.world = WorldCheck(replay)  # re-observed before the first live call
+        self.session: dict[str, Any] | None = None  # put in this drive's first record
 
     # -- the public calls --------------------------------------------------
 
@@ -145,10 +148,15 @@ class Context:
         digest = intent_digest(tool, params, key)
         recorded = self._peek()
         if recorded is not None:
+            if self.world.pending:
+                self.world.seen(key, tool)
             result = self._replay(recorded, key, StepKind.ACT, digest)
             if self._undelivered.pop(key, None) is not None:  # committed, never delivered
+                self.world.check(self)
                 deliver(self.append_event, self.run_id, key, tool, params, digest)
             return result
+        if self.world.pending:
+            self.world.check(self, key, tool)
         self._check_open_acts(key)
         if key in self._open_acts:  # frozen for review, then decided? (runtime/review.py)
             decided = decided_epoch(self, key, tool)
@@ -226,6 +234,8 @@ class Context:
         recorded = self._peek()
         if recorded is not None:
             return self._replay(recorded, key, kind, digest)
+        if self.world.pending:
+            self.world.check(self)
         self._check_open_acts(key)
         if kind in _BUDGETED and key not in self._failed_attempts:  # not a retry in progress
             self.meter.check(self, key, kind)
@@ -466,6 +476,8 @@ class Context:
         *,
         status: tuple[RunStatus, str | None] | None = None,
     ) -> None:
+        if self.session is not None:  # the drive's first record names it (runtime/audit.py)
+            payload, self.session = {**payload, "session": self.session}, None
         event = Event(
             run_id=self.run_id,
             seq=self._next_seq,

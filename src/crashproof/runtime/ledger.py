@@ -43,6 +43,7 @@ from crashproof.journal.fold import Replay, fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
 from crashproof.runtime.acts import ActSettings
 from crashproof.runtime.approvers import reserved
+from crashproof.runtime.audit import begin_session, started_by
 from crashproof.runtime.binding import OperatorChanges, bind_run, ended_run, start_fields
 from crashproof.runtime.care import LedgerCare
 from crashproof.runtime.context import Context
@@ -289,6 +290,7 @@ class Ledger(LedgerCare, LedgerHumans):
                 "version": workflow.version,
                 "input_digest": digest,
                 **options_record,
+                "started_by": started_by(self.worker_id),
             },
             value_json=input_json,
             created_at=now,
@@ -454,6 +456,7 @@ class Ledger(LedgerCare, LedgerHumans):
         ctx = Context(self, run_id, replay)
         ctx.fencing_token = token
         ctx.policy = policy
+        begin_session(ctx, self.worker_id, workflow, policy)  # runtime/audit.py
         outcome = replay.outcome
         if outcome is not None and (
             outcome.type is EventType.RUN_STOPPED  # bind_run found the budget raised

@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 from crashproof.errors import ApprovalRequired, CrashproofError, PolicyViolation
 from crashproof.journal.codec import canonical_digest, encode, error_record
 from crashproof.journal.records import EventType, RunStatus, StepKind, StepStatus
+from crashproof.runtime.observe import environment_fingerprint
 from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
@@ -298,13 +299,13 @@ def admit_act(ctx: Context, key: str, tool: Tool, params: dict[str, Any], digest
     if not verdict.allowed:
         _refuse(ctx, policy, key, tool, params, digest, verdict)
     if verdict.needs_approval:
-        approval, refused = _approval_for(ctx, key, digest)
+        approval, refused = _approval_for(ctx, key, tool, digest)
         if approval is None:
             _await_approval(ctx, policy, key, tool, params, digest, verdict, refused)
 
 
 def _approval_for(
-    ctx: Context, key: str, digest: str
+    ctx: Context, key: str, tool: Tool, digest: str
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The signed approval that lets act ``key`` with intent ``digest`` proceed, already
     consumed (journaled), or None with the journaled approvals that were refused and why
@@ -313,7 +314,7 @@ def _approval_for(
 
     policy = ctx.policy
     bound = {"version": policy.version, "digest": policy.digest} if policy else None
-    return approval_for(ctx, key, digest, bound or {})
+    return approval_for(ctx, key, digest, bound or {}, environment_fingerprint(tool))
 
 
 def _refuse(
@@ -377,9 +378,8 @@ def _await_approval(
         "params": params,
         "risk": verdict.risk,
         "policy": policy.record(),
-        # The tool's observation of its target, when tools can observe (an approval binds
-        # it); None until then.
-        "environment_fingerprint": None,
+        # What the tool observes of its target now (an approval binds it), if it observes.
+        "environment_fingerprint": environment_fingerprint(tool),
     }
     evidence: dict[str, Any] = {
         "pending_act": pending,

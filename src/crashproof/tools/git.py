@@ -53,7 +53,7 @@ from typing import Any, ClassVar, TypeVar
 from crashproof.errors import PermanentError
 from crashproof.tools._git_cli import GitCommandError, _not_done
 from crashproof.tools._git_ops import INTENT_TRAILER, OPERATION_TRAILER, GitOps
-from crashproof.tools.port import Call, Receipt, Tool
+from crashproof.tools.port import Call, Observation, Receipt, Tool
 
 __all__ = ["GitCommandError", "GitTool", "INTENT_TRAILER", "OPERATION_TRAILER"]
 
@@ -117,6 +117,26 @@ class GitTool(GitOps, Tool):
 
     def lookup(self, call: Call) -> Receipt | None:
         return self._dispatch(call, self._lookup_commit, self._lookup_branch, self._lookup_push)
+
+    def observe(self) -> Observation:
+        """Instance: the repository's path and its root commit (another repository at the
+        same path is another instance); fingerprint: the checked-out branch and its HEAD
+        commit (``refs/heads/main@<sha>``, ``detached@<sha>``; ``@none`` before the first
+        commit)."""
+        head = self._resolve("HEAD")
+        branch = self._head_ref() or "detached"
+        roots = self._out("rev-list", "--max-parents=0", "HEAD").split() if head else []
+        root = min(roots) if roots else "none"
+        return Observation(
+            f"git:{self.repo_path}#{root}",
+            f"{branch}@{head or 'none'}",
+            details={"repo": str(self.repo_path), "root_commit": root, "branch": branch},
+        )
+
+    def expect(self, call: Call, before: Observation) -> str | None:
+        """Branches and pushes leave HEAD where it is; a commit moves it to a commit whose
+        id is known only once written (its lookup decides)."""
+        return None if call.params.get("op") == "commit" else before.fingerprint
 
     def _dispatch(
         self,

@@ -98,7 +98,8 @@ from crashproof.errors import (
     RetryableError,
     StaleLeaseError,
 )
-from crashproof.tools.port import Call, Receipt, Tool
+from crashproof.journal.codec import canonical_digest
+from crashproof.tools.port import Call, Observation, Receipt, Tool
 
 __all__ = [
     "DIGEST_HEADER",
@@ -146,7 +147,11 @@ class HttpTool(Tool):
     fields naming the resource and its stored intent digest. ``quote_key=False`` sends
     the key bare (as Stripe expects) instead of as an sf-string. ``client`` or
     ``transport``: for tests or custom TLS/proxies (a given client is not closed by
-    ``close``).
+    ``close``). ``observe_path``: a GET returning a JSON object that describes what the
+    acts change (e.g. a repository: its id, default branch and head); its
+    ``observe_id_key`` field names the instance, the whole document is the state
+    fingerprint (so it must not hold what the acts themselves change). Without it the
+    tool observes nothing (the base URL alone does not say what is behind it).
     """
 
     name: ClassVar[str] = "http"
@@ -169,18 +174,24 @@ class HttpTool(Tool):
         headers: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
         client: httpx.Client | None = None,
+        observe_path: str | None = None,
+        observe_id_key: str = "id",
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
         _check_path(path, "path")
         if lookup_path is not None:
             _check_path(lookup_path, "lookup_path")
+        if observe_path is not None:
+            _check_path(observe_path, "observe_path")
         if client is not None and transport is not None:
             raise ValueError("pass either client or transport, not both")
         self.base_url = base_url.rstrip("/")
         self.path = path
         self.method = method.upper()
         self.lookup_path = lookup_path
+        self.observe_path = observe_path
+        self.observe_id_key = observe_id_key
         self.timeout = timeout
         self.id_key = id_key
         self.digest_key = digest_key
@@ -260,6 +271,29 @@ class HttpTool(Tool):
             receipt_id=str(data[self.id_key]),
             result=data,
             intent_digest=self._stored_digest(response, data),
+        )
+
+    def observe(self) -> Observation | None:
+        """``GET observe_path``: instance ``http:<the document's id>`` (not the address: a
+        target that moved port is the same target), fingerprint the SHA-256 of the
+        canonical document, version its ``version`` field; the URL is in the details.
+        Raises when the target does not answer 200 with a JSON object holding the id."""
+        if self.observe_path is None:
+            return None
+        url = self.base_url + self.observe_path
+        response = self._client.get(url, headers=self.headers, timeout=self.timeout)
+        data = _json(response) if response.status_code == 200 else None
+        if not isinstance(data, dict) or data.get(self.observe_id_key) in (None, ""):
+            raise LookupFailed(
+                f"GET {url}: {response.status_code}, not a JSON object holding "
+                f"{self.observe_id_key!r}: {_snippet(response)}"
+            )
+        version = data.get("version")
+        return Observation(
+            f"http:{data[self.observe_id_key]}",
+            canonical_digest(data, what=f"the document at {url}"),
+            version=version if isinstance(version, str) else None,
+            details={"url": url, "document": data},
         )
 
     # -- lifecycle ---------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-__all__ = ["Call", "Receipt", "Tool"]
+__all__ = ["Call", "Observation", "Receipt", "Tool"]
 
 
 def _no_crash_point(name: str) -> None:
@@ -50,6 +50,46 @@ class Receipt:
     receipt_id: str
     result: Any = None
     intent_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What a tool sees of its environment, recorded with each act and compared on resume.
+
+    ``instance`` names *which* environment (a workspace path, a repository, a forge's
+    repository id): another instance on resume is never acted on. ``fingerprint`` names
+    its *state* (a tree hash, a HEAD commit): a different state is a changed world.
+    ``version`` (of the target, if it exposes one) and ``details`` (JSON) are evidence
+    shown to the reviewer, never compared.
+    """
+
+    instance: str
+    fingerprint: str
+    version: str | None = None
+    details: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.instance, str) or not self.instance:
+            raise ValueError("Observation.instance must be a non-empty string")
+        if not isinstance(self.fingerprint, str):
+            raise ValueError("Observation.fingerprint must be a string")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "instance": self.instance,
+            "fingerprint": self.fingerprint,
+            "version": self.version,
+            "details": self.details,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Observation:
+        return cls(
+            instance=str(data["instance"]),
+            fingerprint=str(data["fingerprint"]),
+            version=data.get("version"),
+            details=data.get("details"),
+        )
 
 
 class Tool:
@@ -101,3 +141,15 @@ class Tool:
         """The receipt for ``call.operation_id`` if the effect happened, None if it
         definitely did not; raise ``cp.OutcomeUnknown`` when it cannot tell."""
         raise NotImplementedError(f"tool {self.name!r} does not implement lookup")
+
+    def observe(self) -> Observation | None:
+        """Optional: which environment this tool acts on, and its state now. The runtime
+        records it with each act's intent (and after the receipt), and on resume compares
+        it before anything executes. None: the tool cannot observe (nothing is checked)."""
+        return None
+
+    def expect(self, call: Call, before: Observation) -> str | None:
+        """Optional: the fingerprint the environment will have once this (prepared) act
+        has applied, given ``before``; None when the tool cannot tell (on resume, the
+        pending act's lookup then decides alone)."""
+        return None

@@ -24,19 +24,21 @@ import fnmatch
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from crashproof.errors import DriftError, PermanentError
 from crashproof.tools._diff import PatchError, apply_unified_diff
-from crashproof.tools.port import Call, Receipt, Tool
+from crashproof.tools.port import Call, Observation, Receipt, Tool
 
 __all__ = ["ABSENT", "Workspace"]
 
 ABSENT = "absent"
 _TEMP_GLOB = "*.crashproof-*.tmp"
 _OPS = ("write", "append", "patch", "delete")
+_RACY_NS = 2_000_000_000  # files changed this recently are re-read on every observation
 
 
 class Workspace(Tool):
@@ -52,8 +54,15 @@ class Workspace(Tool):
     supports_lookup: ClassVar[bool] = True
     idempotent_execute: ClassVar[bool] = True
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, observe_ignore: Sequence[str] = ()) -> None:
+        """``observe_ignore``: fnmatch globs (on the POSIX relative path) of files that
+        are not part of the observed state, e.g. ``["*__pycache__*", ".pytest_cache/*"]``
+        for caches a local step leaves behind; a change there never pauses a resume."""
         self.root = Path(root).resolve()
+        self.observe_ignore = tuple(observe_ignore)
+        self._observed: tuple[str, dict[str, str]] | None = None
+        # relpath -> ((size, mtime_ns, ctime_ns, inode), sha256): see ``_lines``.
+        self._hashes: dict[str, tuple[tuple[int, int, int, int], str]] = {}
 
     # -- the Tool port -----------------------------------------------------
 
@@ -107,6 +116,39 @@ class Workspace(Tool):
             return None
         raise DriftError(_drift(prepared, current))
 
+    def observe(self) -> Observation:
+        """Instance: this workspace's root path; fingerprint: the artifact fingerprint of
+        the tree but ``observe_ignore``; details: the file count and, in a git working
+        tree, the HEAD (evidence only: a commit does not change the files)."""
+        lines = self._lines(exclude=self.observe_ignore or None, cached=True)
+        self._observed = (_tree_digest(lines), lines)
+        details: dict[str, Any] = {"root": str(self.root), "files": len(lines)}
+        head = _git_head(self.root)
+        if head is not None:
+            details["git_head"] = head
+        return Observation(f"workspace:{self.root}", self._observed[0], details=details)
+
+    def expect(self, call: Call, before: Observation) -> str | None:
+        """The tree fingerprint once this prepared write has applied."""
+        prepared = call.prepared
+        if not prepared or "result" not in prepared:
+            return None
+        cached = getattr(self, "_observed", None)
+        if cached and cached[0] == before.fingerprint:
+            lines = dict(cached[1])
+        else:
+            lines = self._lines(exclude=self.observe_ignore or None, cached=True)
+        rel = str(prepared["path"])
+        if any(fnmatch.fnmatchcase(rel, glob) for glob in self.observe_ignore):
+            return before.fingerprint
+        if prepared["result"] == ABSENT:
+            lines.pop(rel, None)
+        else:
+            old = lines.get(rel)
+            executable = old.rsplit("\0", 1)[1].strip() if old else "-"
+            lines[rel] = f"{rel}\0{prepared['result']}\0{executable}\n"
+        return _tree_digest(lines)
+
     # -- artifacts ---------------------------------------------------------
 
     def fingerprint(
@@ -114,31 +156,59 @@ class Workspace(Tool):
     ) -> str:
         """SHA-256 (64 hex) of the files in scope; see the module docstring for the format.
         ``include``/``exclude`` are fnmatch globs on the POSIX relative path."""
-        lines = []
-        for rel, path in self._files():
+        return _tree_digest(self._lines(include, exclude))
+
+    def _lines(
+        self,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        *,
+        cached: bool = False,
+    ) -> dict[str, str]:
+        """One fingerprint line per file in scope. ``cached`` (observations): a file
+        whose size, mtime, ctime and inode are those of its last hashing is not read
+        again, as git's index does; a file changed less than ``_RACY_NS`` before it was
+        hashed is always read again (a write within one timestamp tick keeps them)."""
+        lines = {}
+        now = time.time_ns()
+        memo: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+        known = getattr(self, "_hashes", {}) if cached else {}
+        for rel, path, st in self._files():
             if include is not None and not any(fnmatch.fnmatchcase(rel, g) for g in include):
                 continue
             if exclude is not None and any(fnmatch.fnmatchcase(rel, g) for g in exclude):
                 continue
-            mode = path.lstat().st_mode
-            executable = "x" if mode & stat.S_IXUSR else "-"
-            lines.append(f"{rel}\0{_sha256_file(path)}\0{executable}\n")
-        lines.sort(key=lambda line: line.split("\0", 1)[0].encode("utf-8", "surrogateescape"))
-        return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+            executable = "x" if st.st_mode & stat.S_IXUSR else "-"
+            key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            entry = known.get(rel)
+            digest = entry[1] if entry is not None and entry[0] == key else _sha256_file(path)
+            if now - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS:
+                memo[rel] = (key, digest)
+            lines[rel] = f"{rel}\0{digest}\0{executable}\n"
+        if cached:
+            self._hashes = memo
+        return lines
 
     # -- internals ---------------------------------------------------------
 
-    def _files(self) -> list[tuple[str, Path]]:
+    def _files(self) -> list[tuple[str, str, os.stat_result]]:
+        """(relpath, path, lstat) of every regular file in the tree: no symlinks, no
+        ``.git`` directory (at any depth), no crashproof temp files. ``os.scandir``
+        rather than pathlib: an observation walks the tree twice per act."""
         found = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-            for filename in filenames:
-                path = Path(dirpath) / filename
-                if fnmatch.fnmatchcase(filename, _TEMP_GLOB) or not path.is_file():
-                    continue
-                if path.is_symlink():
-                    continue
-                found.append((path.relative_to(self.root).as_posix(), path))
+        pending = [(str(self.root), "")]
+        while pending:
+            directory, prefix = pending.pop()
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name != ".git":
+                            pending.append((entry.path, f"{prefix}{entry.name}/"))
+                    elif entry.is_file(follow_symlinks=False) and not fnmatch.fnmatchcase(
+                        entry.name, _TEMP_GLOB
+                    ):
+                        rel = prefix + entry.name
+                        found.append((rel, entry.path, entry.stat(follow_symlinks=False)))
         return found
 
     def _relpath(self, path: Any) -> str:
@@ -179,6 +249,34 @@ class Workspace(Tool):
         )
 
 
+def _tree_digest(lines: dict[str, str]) -> str:
+    ordered = sorted(
+        lines.values(), key=lambda line: line.split("\0", 1)[0].encode("utf-8", "surrogateescape")
+    )
+    return hashlib.sha256("".join(ordered).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _git_head(root: Path) -> str | None:
+    """The commit HEAD names in a git working tree at ``root`` (read from .git, no
+    subprocess); None when it is not one or HEAD cannot be resolved."""
+    git = root / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head or None
+        ref = head[5:]
+        loose = git / ref
+        if loose.is_file():
+            return loose.read_text().strip() or None
+        for line in (git / "packed-refs").read_text().splitlines():
+            sha, _, name = line.partition(" ")
+            if name == ref:
+                return sha
+    except OSError:
+        return None
+    return None
+
+
 def _prepared(call: Call) -> dict[str, Any]:
     if not call.prepared or "result" not in call.prepared:
         raise PermanentError(f"act {call.step!r}: workspace intent was journaled unprepared")
@@ -205,9 +303,9 @@ def _digest(content: str | None) -> str:
     return hashlib.sha256(content.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
+def _sha256_file(path: str) -> str:
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 16), b""):
             h.update(chunk)
     return h.hexdigest()
