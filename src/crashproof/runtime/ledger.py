@@ -48,6 +48,7 @@ from crashproof.runtime.context import Context
 from crashproof.runtime.leasing import HOST, Heartbeat, claim, release, stop_driving
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.policy import Policy
+from crashproof.runtime.queue import LedgerQueue
 from crashproof.runtime.workflow import Workflow, make_workflow
 from crashproof.store.port import RecordSealer, StatusChange, Store
 
@@ -141,7 +142,7 @@ def _default_witness(url: str) -> Witness | None:
     return SQLiteWitness(path.with_name(path.name + ".witness"))
 
 
-class Ledger(LedgerCare):
+class Ledger(LedgerCare, LedgerQueue):
     """Durable runs of workflows. Independent instances never share state.
 
     >>> ledger = Ledger("sqlite:///runs.db")  # doctest: +SKIP
@@ -246,6 +247,13 @@ class Ledger(LedgerCare):
         completion; returns the workflow's result. The same run id with another input
         raises RunConflict and starts nothing. ``options``: the run's ``cp.Limits`` and
         ``cp.Policy``, recorded at start (a budget reached raises RunStopped)."""
+        workflow = self._record(wf, run_id, options, input)
+        return self._drive(workflow, run_id, options)  # type: ignore[no-any-return]
+
+    def _record(
+        self, wf: Workflow[R] | str, run_id: str, options: RunOptions | None, input: Any
+    ) -> Workflow[R]:
+        """Record the run's start unless it exists with the same input (else RunConflict)."""
         workflow = self._resolve(wf)
         options_record = start_fields(options)
         if options is not None and options.policy is not None:
@@ -292,10 +300,9 @@ class Ledger(LedgerCare):
             if self._witness is not None:
                 self._witness.advance(run_id, 1)
             log.info("run started", extra={"run_id": run_id, "workflow": workflow.name})
-            return self._drive(workflow, run_id, options)  # type: ignore[no-any-return]
-        if existing.input_digest != digest:
+        elif existing.input_digest != digest:
             raise RunConflict(run_id, existing.input_digest, digest)
-        return self._drive(workflow, run_id, options)  # type: ignore[no-any-return]
+        return workflow
 
     def resume(
         self,
@@ -305,6 +312,7 @@ class Ledger(LedgerCare):
         rebind_policy: Policy | None = None,
         by: str | None = None,
         take_over: bool = False,
+        wait: float = 0.0,
     ) -> Any:
         """Resume a run to completion in this process; returns its result.
 
@@ -313,7 +321,8 @@ class Ledger(LedgerCare):
         to another policy (version). Both are journaled as operator decisions: ``by``
         (default: the OS user), host, time, old and new values. A run another worker
         holds raises LeaseHeld unless ``take_over``, which fences that worker out (its
-        next journal commit raises StaleLeaseError)."""
+        next journal commit raises StaleLeaseError), or unless it is freed (released or
+        expired) within ``wait`` seconds."""
         changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
         row = self._store.get_run(run_id)
         if row is None:
@@ -336,7 +345,7 @@ class Ledger(LedgerCare):
                 f"here (registered: {known}); nothing was changed. Import the module that "
                 "defines it (CLI: --app MODULE)."
             )
-        return self._drive(workflow, run_id, changes=changes, take_over=take_over)
+        return self._drive(workflow, run_id, changes=changes, take_over=take_over, wait=wait)
 
     def get_run(self, run_id: str) -> RunInfo:
         """Everything known about a run, folded from its journal."""
@@ -386,11 +395,12 @@ class Ledger(LedgerCare):
         *,
         changes: OperatorChanges | None = None,
         take_over: bool = False,
+        wait: float = 0.0,
     ) -> Any:
         """Claim the run's lease, drive the run under it, release it. A crash
         (SimulatedCrash, or any BaseException that is not an Exception) leaves the lease
         to expire, as a dead process would."""
-        lease = claim(self._store, run_id, self.worker_id, self.lease_seconds, take_over)
+        lease = claim(self._store, run_id, self.worker_id, self.lease_seconds, take_over, wait)
         heartbeat = Heartbeat(
             self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token))
         )

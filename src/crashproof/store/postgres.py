@@ -43,11 +43,12 @@ from crashproof.store.port import (
     StatusChange,
     lease_held,
 )
+from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries
 
 __all__ = ["PostgresStore"]
 
-_QUERIES = load_queries("postgres")
+_QUERIES = load_queries("postgres") | load_queries("postgres", "queue.sql")
 _MIGRATIONS = load_migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
 _SYNCHRONOUS = {"full": "on", "normal": "off"}
@@ -304,6 +305,36 @@ class PostgresStore:
 
     def close(self) -> None:
         self._pool.close()
+
+    # -- the work queue (crashproof.store.queue) ------------------------------
+
+    def claim_next(
+        self,
+        owner: str,
+        ttl_seconds: float,
+        runnable: Sequence[str],
+        *,
+        exclude: Sequence[str] = (),
+    ) -> Claimed | None:
+        params = {
+            "owner": owner,
+            "ttl": float(ttl_seconds),
+            "runnable": list(runnable),
+            "exclude": list(exclude),
+        }
+        with self._transaction() as cur:  # SELECT ... FOR UPDATE SKIP LOCKED, then claim
+            found = cur.execute(self._q["claim_next"], params).fetchone()
+        if found is None:
+            return None
+        run_id, token, expires_at, previous = found
+        return Claimed(run_id, Lease(owner, int(token), float(expires_at), ttl_seconds), previous)
+
+    def leases(self) -> dict[str, LeaseInfo]:
+        with self._read() as cur:
+            rows = cur.execute(self._q["leases"]).fetchall()
+        return {
+            run_id: LeaseInfo(owner, expires, int(token)) for run_id, owner, expires, token in rows
+        }
 
     # -- internals ---------------------------------------------------------
 
