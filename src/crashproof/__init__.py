@@ -53,6 +53,7 @@ from crashproof.runtime.context import Context
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.options import Decision, RetryPolicy, RunOptions, StepOptions
 from crashproof.runtime.policy import Policy
+from crashproof.runtime.worker import Worker
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
 from crashproof.tools.port import Call, Receipt, Tool
@@ -113,6 +114,7 @@ __all__ = [
     "UnknownKeyId",
     "UnknownWorkflow",
     "WitnessMissing",
+    "Worker",
     "Workflow",
     "Workspace",
     "__version__",

@@ -57,6 +57,7 @@ PUBLIC = [
     "UnknownKeyId",
     "UnknownWorkflow",
     "WitnessMissing",
+    "Worker",
     "Workflow",
     "Workspace",
     "__version__",

@@ -542,9 +542,12 @@ class Ledger(LedgerCare, LedgerQueue):
         """A run's journal, every record's MAC and the chain verified by the store, and
         its generation checked against the witness. ``owner``: the caller is about to
         drive the run, so a journal ahead of its witness rolls the witness forward."""
-        events = self._store.load_events(run_id)
         witness = self._witness
-        if witness is not None and compare(run_id, len(events), witness.get(run_id)) and owner:
+        # Witness first: writers advance it after their commit, so a reader racing a live
+        # run (another worker) never sees the journal behind it.
+        witnessed = None if witness is None else witness.get(run_id)
+        events = self._store.load_events(run_id)
+        if witness is not None and compare(run_id, len(events), witnessed) and owner:
             witness.advance(run_id, len(events))
         return events
 
