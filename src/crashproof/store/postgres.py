@@ -100,6 +100,12 @@ class PostgresStore:
         }
         with self._errors(opening=True), psycopg.connect(conninfo, **kwargs) as conn:
             self._open(conn)
+            # A SET LOCAL costs a round trip per transaction: skip it when the server's
+            # default for this role and database is already the wanted setting.
+            found = conn.execute("SHOW synchronous_commit").fetchone()
+        self._set_synchronous = (
+            None if found and found[0] == self._synchronous else self._synchronous
+        )
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
@@ -377,7 +383,8 @@ class PostgresStore:
     def _transaction(self) -> Iterator[Cursor]:
         with self._errors(), self._pool.connection() as conn, conn.transaction():
             cur = conn.cursor()
-            cur.execute(f"SET LOCAL synchronous_commit TO {self._synchronous}")
+            if self._set_synchronous is not None:
+                cur.execute(f"SET LOCAL synchronous_commit TO {self._set_synchronous}")
             yield cur
 
     @contextlib.contextmanager
