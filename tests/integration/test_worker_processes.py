@@ -23,7 +23,7 @@ from integration import worker_app
 from integration.http_server import IdempotentServer
 
 APP_DIR = Path(__file__).parent
-LEASE = 1.0
+LEASE = 2.0  # seconds: short, yet long enough for heartbeats on a loaded machine
 WAIT = 60.0  # generous bound on a loaded machine; never reached when green
 
 
@@ -202,9 +202,9 @@ def test_a_worker_paused_past_its_lease_is_fenced_out_when_it_resumes(
         env = {**env, "WORKER_HTTP": server.url}
         ledger.enqueue(worker_app.lines, run_id="j", n=3)
         ledger.enqueue(worker_app.posting, run_id="h", size="s")
-        # Both pause points sleep 2 s; the test freezes the whole process meanwhile:
+        # Both pause points sleep 4 s; the test freezes the whole process meanwhile:
         # "j" is inside a local step, "h" between its journaled intent and its request.
-        stalled = workers("stalled", WORKER_PAUSE="2", **env)
+        stalled = workers("stalled", WORKER_PAUSE="4", **env)
         wait_for(
             lambda: mark(env, "think", "j", stalled.pid) and mark(env, "post", "h", stalled.pid),
             "the first worker at both pause points",
