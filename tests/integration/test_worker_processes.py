@@ -1,6 +1,6 @@
 """Real `crashproof worker` processes on SQLite and PostgreSQL: racing to recover a crashed
-run, taking over from a SIGKILLed worker, and fencing out a worker paused with SIGSTOP
-(DESIGN.md section 7). Effects go through LineTool, which appends a line per execute and
+run, taking over from a SIGKILLed worker, fencing out a worker paused with SIGSTOP, and
+draining on SIGTERM (DESIGN.md section 7). Effects go through LineTool, which appends a line per execute and
 never dedupes by itself, and through HttpTool to a server that enforces fencing tokens:
 a duplicated or lost effect shows in the file or on the server."""
 
@@ -251,3 +251,31 @@ def _epoch(iso: str) -> float:
     import datetime as dt
 
     return dt.datetime.fromisoformat(iso).timestamp()
+
+
+def test_sigterm_drains_a_worker_mid_step_and_another_finishes_the_run(
+    url: str, env: dict[str, str], workers: Callable[..., WorkerProcess]
+) -> None:
+    with cp.Ledger(url) as ledger:
+        ledger.enqueue(worker_app.lines, run_id="t", n=3)
+        draining = workers("draining", WORKER_PAUSE="1", **env)
+        wait_for(lambda: mark(env, "think", "t", draining.pid), "the worker mid-step")
+        assert draining.drain() == 0  # SIGTERM during the step: it finishes, then exits 0
+        info = ledger.get_run("t")
+        # The step in progress was recorded; nothing after it started; the lease is free.
+        assert [(s.key, s.status.value) for s in info.steps] == [
+            ("think", "succeeded"),
+            ("line", "succeeded"),
+            ("think#2", "succeeded"),
+        ]
+        assert info.status is cp.RunStatus.RUNNING
+        assert ledger.leases()["t"].owner is None
+        assert [e["event"] for e in draining.event("released", "t")] == ["released"]
+        assert line_ids(env) == ["t/line"]
+
+        finisher = workers("finisher", **env)
+        wait_for(succeeded(ledger, "t"), "another worker to finish the run")
+        assert ledger.get_run("t").result == 3
+    assert finisher.drain() == 0
+    assert finisher.event("claimed", "t")[0]["previous_owner"] is None  # released, not expired
+    assert line_ids(env) == ["t/line", "t/line#2", "t/line#3"]
