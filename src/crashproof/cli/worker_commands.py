@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from crashproof.cli.app import DbOption, VerboseOption, _settings, app
+from crashproof.cli.app import DbOption, VerboseOption, _app_policies, _settings, app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.loading import app_workflows
 from crashproof.cli.settings import open_ledger
@@ -26,7 +26,7 @@ def worker_command(
             metavar="MODULE",
             show_default=False,
             help="Module whose workflows this worker drives (every crashproof workflow in "
-            "its globals). Repeatable.",
+            "its globals), and policies (every cp.Policy). Repeatable.",
         ),
     ],
     concurrency: Annotated[
@@ -69,10 +69,13 @@ def worker_command(
             "e.g. crashproof worker --app flows --concurrency 4 --poll 1 --lease 15",
         )
     workflows = app_workflows(app_modules)
+    policies = _app_policies(app_modules)
     with open_ledger(settings, create=False) as ledger:
         ledger.lease_seconds = lease
         for workflow in workflows:
             ledger.register(workflow)
+        for policy in policies:  # runs enqueued with a policy find it on resume
+            ledger.register_policy(policy)
         worker = Worker(
             ledger, concurrency=concurrency, poll=poll, until_idle=until_idle, log=sys.stderr
         )
