@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import select
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -113,7 +114,7 @@ class PostgresStore:
             kwargs=kwargs,
             # A connection the server dropped (restart, idle timeout) is replaced on
             # checkout, not handed to a journal commit.
-            check=ConnectionPool.check_connection,
+            check=_check_connection,
             timeout=connect_timeout,
             open=False,
             name=f"crashproof:{self.schema}",
@@ -450,6 +451,16 @@ class PostgresStore:
             ) from None
         except psycopg.Error as exc:
             raise LedgerError(f"{where}: {type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def _check_connection(conn: psycopg.Connection[Any]) -> None:
+    """The pool's checkout check without a round trip in the common case: an idle
+    connection has nothing to read unless the server closed it (it sends a FATAL message
+    and EOF on shutdown, restart, or pg_terminate_backend) or sent a notice; only then
+    is it probed with an empty query, which raises when it is broken."""
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
 
 
 def _parse_url(url: str) -> tuple[str, str | None, str]:
