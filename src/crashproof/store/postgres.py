@@ -243,7 +243,7 @@ class PostgresStore:
         if not events:
             return
         run_id = events[0].run_id
-        with self._transaction(pipeline=True) as cur:
+        with self._pipelined() as cur:
             # The primary key only refuses a taken seq; a gap, a reorder or a missing run
             # would slip through it, so check the batch against the journal's end first.
             # journal_end locks the run's row: a claim cannot slip in before the commit.
@@ -385,25 +385,41 @@ class PostgresStore:
             ) from None
 
     @contextlib.contextmanager
-    def _transaction(self, *, pipeline: bool = False) -> Iterator[Cursor]:
-        """One transaction. ``pipeline``: statements whose results are not fetched travel
-        together (BEGIN with the first query, the writes with COMMIT): two round trips
-        for a journal append instead of four."""
+    def _transaction(self) -> Iterator[Cursor]:
+        with self._errors(), self._pool.connection() as conn, conn.transaction():
+            cur = conn.cursor()
+            if self._set_synchronous is not None:
+                cur.execute(f"SET LOCAL synchronous_commit TO {self._set_synchronous}")
+            yield cur
+
+    @contextlib.contextmanager
+    def _pipelined(self) -> Iterator[Cursor]:
+        """One transaction in pipeline mode: BEGIN travels with the first query whose
+        result is fetched, the writes that follow travel with COMMIT. A journal append
+        is two round trips (psycopg's transaction() would add a sync of its own)."""
         with self._errors(), self._pool.connection() as conn:
-            batch: contextlib.AbstractContextManager[Any] = (
-                conn.pipeline() if pipeline else contextlib.nullcontext()
-            )
             try:
-                with batch, conn.transaction():
+                with conn.pipeline():
                     cur = conn.cursor()
+                    cur.execute("BEGIN")
                     if self._set_synchronous is not None:
                         cur.execute(f"SET LOCAL synchronous_commit TO {self._set_synchronous}")
-                    yield cur
-            except psycopg.errors.UniqueViolation:  # raised at COMMIT when pipelined
+                    try:
+                        yield cur
+                    except BaseException:
+                        with contextlib.suppress(psycopg.Error):  # keep the first error
+                            cur.execute("ROLLBACK")
+                        raise
+                    cur.execute("COMMIT")
+            except psycopg.errors.UniqueViolation:  # a queued insert, raised at the sync
                 raise StaleLeaseError(
                     "a journal sequence is already taken; another writer is appending to "
                     "this run. Nothing of this write was kept."
                 ) from None
+            finally:  # a statement failed inside the pipeline: never pool an open transaction
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):  # a broken one is discarded
+                        conn.rollback()
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Cursor]:
