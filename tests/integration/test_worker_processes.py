@@ -1,8 +1,8 @@
 """Real `crashproof worker` processes on SQLite and PostgreSQL: racing to recover a crashed
 run, taking over from a SIGKILLed worker, fencing out a worker paused with SIGSTOP, and
-draining on SIGTERM (DESIGN.md section 7). Effects go through LineTool, which appends a line per execute and
-never dedupes by itself, and through HttpTool to a server that enforces fencing tokens:
-a duplicated or lost effect shows in the file or on the server."""
+draining on SIGTERM (DESIGN.md section 7). Effects go through LineTool, which appends a
+line per execute and never dedupes by itself, and through HttpTool to a server that
+enforces fencing tokens: a duplicated or lost effect shows in the file or on the server."""
 
 from __future__ import annotations
 
