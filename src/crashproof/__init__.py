@@ -60,6 +60,7 @@ from crashproof.runtime.policy import Policy
 from crashproof.runtime.replay_check import ReplayVerdict
 from crashproof.runtime.replay_source import replay_check
 from crashproof.runtime.review import ReviewCase
+from crashproof.runtime.worker import Worker
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
 from crashproof.tools.port import Call, Observation, Receipt, Tool
@@ -127,6 +128,7 @@ __all__ = [
     "UnknownKeyId",
     "UnknownWorkflow",
     "WitnessMissing",
+    "Worker",
     "Workflow",
     "Workspace",
     "__version__",

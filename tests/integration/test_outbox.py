@@ -132,3 +132,24 @@ def test_target_down_keeps_the_message_pending_then_dispatch(
     assert receiver.posts == [("b2/notify", {"text": "build 2 is green"})]
     assert ledger(tmp_path).dispatch_outbox([outbox]) == 0  # nothing left
     assert ledger(tmp_path).get_run("b2").steps[-1].delivery == "delivered"
+
+
+def test_dispatch_skips_a_run_another_worker_holds(tmp_path: Path, receiver: Receiver) -> None:
+    from crashproof.store.sqlite import SQLiteStore
+
+    outbox = cp.Outbox("chat", receiver.send)
+    receiver.down = True
+    assert ledger(tmp_path).run(make(outbox), run_id="b3", build=3) == "green"
+    receiver.down = False
+    store = SQLiteStore(tmp_path / "l.db")
+    try:
+        held = store.claim("b3", "elsewhere:1:abcd", 600.0)
+        assert ledger(tmp_path).dispatch_outbox([outbox]) == 0  # its holder may be delivering
+        assert receiver.posts == []
+        store.release("b3", held)
+    finally:
+        store.close()
+    assert ledger(tmp_path).dispatch_outbox([outbox]) == 1
+    assert receiver.keys() == Counter({"b3/notify": 1})
+    leases = ledger(tmp_path).leases()
+    assert (leases["b3"].owner, leases["b3"].token) == (None, held.token + 1)  # released

@@ -64,6 +64,7 @@ PUBLIC = [
     "UnknownKeyId",
     "UnknownWorkflow",
     "WitnessMissing",
+    "Worker",
     "Workflow",
     "Workspace",
     "__version__",

@@ -26,6 +26,7 @@ from crashproof.cli.loading import (
 from crashproof.cli.render import (
     console,
     emit_json,
+    lease_json,
     print_checks,
     print_run,
     print_runs,
@@ -256,6 +257,15 @@ def resume_command(
             "lease expires; that worker is fenced out (its next journal write is refused).",
         ),
     ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            metavar="SECONDS",
+            help="If another worker holds the run, wait up to SECONDS for it to be "
+            "released or to expire before giving up (exit 4).",
+        ),
+    ] = 0.0,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
@@ -308,7 +318,12 @@ def resume_command(
             settings,
             run_id,
             lambda: ledger.resume(
-                run_id, raise_budget=raises, rebind_policy=rebind, by=by, take_over=take_over
+                run_id,
+                raise_budget=raises,
+                rebind_policy=rebind,
+                by=by,
+                take_over=take_over,
+                wait=wait,
             ),
         )
 
@@ -341,13 +356,14 @@ def runs_command(
     settings = _settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         infos = ledger.runs(status)
+        leases = ledger.leases()
     if by_version:
         version_commands.print_versions(settings.json, infos)
         return int(ExitCode.OK)
     if settings.json:
-        emit_json([info.to_json() for info in infos])
+        emit_json([lease_json(info.to_json(), leases.get(info.run_id)) for info in infos])
     else:
-        print_runs(console(), infos, status.value if status is not None else None)
+        print_runs(console(), infos, status.value if status is not None else None, leases)
     return int(ExitCode.OK)
 
 
@@ -442,4 +458,5 @@ from crashproof.cli import (  # noqa: E402, F401
     proof_commands,
     transfer_commands,
     version_commands,
+    worker_commands,
 )

@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich import box
@@ -23,6 +24,7 @@ from crashproof.cli.exitcodes import Failure
 from crashproof.journal.fold import tokens_of
 from crashproof.journal.records import RunInfo, RunStatus, StepInfo, StepStatus
 from crashproof.runtime.reconcile import ActCheck
+from crashproof.store.queue import LeaseInfo
 
 __all__ = [
     "console",
@@ -147,8 +149,33 @@ def _table(title: str) -> Table:
     )
 
 
-def runs_table(infos: Sequence[RunInfo]) -> Table:
-    """``crashproof runs``: one row per run."""
+def _lease_cells(lease: LeaseInfo | None, status: str) -> list[RenderableType]:
+    """Owner and lease of a run: held until T, or expired at T (orphaned: its worker is
+    gone or stalled; any worker takes it over)."""
+    if lease is None or lease.owner is None:
+        waiting = status == "running" and lease is not None
+        return [_DASH, Text("none: waiting for a worker", style="yellow") if waiting else _DASH]
+    expires = lease.expires_at or 0.0
+    if expires > time.time():
+        return [Text(lease.owner), Text(f"until {_short_time(expires)}")]
+    what = "orphaned, expired" if status == "running" else "expired"
+    return [Text(lease.owner), Text(f"{what} {_short_time(expires)}", style="red")]
+
+
+def _owner(leases: Mapping[str, LeaseInfo], run_id: str) -> str | None:
+    lease = leases.get(run_id)
+    return None if lease is None else lease.owner
+
+
+def lease_json(record: dict[str, Any], lease: LeaseInfo | None) -> dict[str, Any]:
+    """A run's ``--json`` record with its owner and lease expiry (epoch seconds)."""
+    owner = None if lease is None else lease.owner
+    expires = None if lease is None or owner is None else lease.expires_at
+    return {**record, "owner": owner, "lease_expires_at": expires}
+
+
+def runs_table(infos: Sequence[RunInfo], leases: Mapping[str, LeaseInfo] | None = None) -> Table:
+    """``crashproof runs``: one row per run (with ``leases``: owner and lease too)."""
     table = _table(_plural(len(infos), "run"))
     table.add_column("run id", overflow="fold", style="bold", min_width=8)
     table.add_column("workflow", no_wrap=True)
@@ -159,8 +186,16 @@ def runs_table(infos: Sequence[RunInfo]) -> Table:
     table.add_column("tokens", justify="right", no_wrap=True)
     table.add_column("cost", justify="right", no_wrap=True)
     table.add_column("updated", no_wrap=True)
+    if leases is not None and not any(
+        info.status is RunStatus.RUNNING or _owner(leases, info.run_id) for info in infos
+    ):
+        leases = None  # every run ended and nobody holds one: no columns to show
+    if leases is not None:
+        table.add_column("owner", overflow="fold")
+        table.add_column("lease", no_wrap=True)
     for info in infos:
         b = info.budget
+        extra = [] if leases is None else _lease_cells(leases.get(info.run_id), info.status.value)
         table.add_row(
             Text(info.run_id),
             Text(f"{info.workflow}@{info.version}"),
@@ -171,13 +206,19 @@ def runs_table(infos: Sequence[RunInfo]) -> Table:
             _count(b.tokens),
             _cost(b.cost),
             _short_time(info.updated_at),
+            *extra,
         )
     return table
 
 
-def print_runs(out: Console, infos: Sequence[RunInfo], status: str | None) -> None:
+def print_runs(
+    out: Console,
+    infos: Sequence[RunInfo],
+    status: str | None,
+    leases: Mapping[str, LeaseInfo] | None = None,
+) -> None:
     if infos:
-        out.print(runs_table(infos))
+        out.print(runs_table(infos, leases))
         return
     which = f" with status {status}" if status else ""
     out.print(Text(f"no runs{which} in this ledger", style="dim"))

@@ -10,10 +10,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from crashproof.errors import IntegrityError, RunNotFound
+from crashproof.errors import IntegrityError, LeaseHeld, RunNotFound
 from crashproof.integrity.witness import Witness
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
+from crashproof.runtime.leasing import Heartbeat, claim, release, stop_driving
 from crashproof.runtime.outbox import deliver
 from crashproof.runtime.reconcile import ActCheck, reconcile_events
 from crashproof.store.port import StatusChange, Store
@@ -31,11 +32,19 @@ class LedgerCare:
     _witness: Witness | None
     url: str
     shown_url: str
+    worker_id: str
+    lease_seconds: float
 
     def _journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
         raise NotImplementedError  # provided by Ledger
 
-    def _commit(self, events: Sequence[Event], status: StatusChange | None) -> None:
+    def _commit(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None,
+        *,
+        fencing_token: int | None = None,
+    ) -> None:
         raise NotImplementedError  # provided by Ledger
 
     def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
@@ -57,7 +66,25 @@ class LedgerCare:
         return delivered
 
     def _dispatch_run(self, run_id: str, tools: dict[str, Tool]) -> int:
-        replay = index_journal(self._journal(run_id))
+        """Deliver one run's pending messages under its lease: two dispatchers (or a
+        dispatcher and a resume) never deliver the same run's messages at once."""
+        if not index_journal(self._journal(run_id)).undelivered:
+            return 0  # the common case: no lease taken, nothing written
+        try:
+            lease = claim(self._store, run_id, self.worker_id, self.lease_seconds, False)
+        except LeaseHeld:
+            log.info("outbox skipped: the run is held", extra={"run_id": run_id})
+            return 0
+        heartbeat = Heartbeat(self._store, run_id, lease, lambda: None)
+        try:
+            return self._deliver_pending(run_id, tools, lease.token)
+        finally:
+            heartbeat.stop()
+            stop_driving(lease.owner, run_id)
+            release(self._store, run_id, heartbeat.lease)
+
+    def _deliver_pending(self, run_id: str, tools: dict[str, Tool], token: int) -> int:
+        replay = index_journal(self._journal(run_id, owner=True))
         next_seq = replay.next_seq
 
         def append(type_: EventType, key: str, payload: dict[str, Any]) -> None:
@@ -70,7 +97,7 @@ class LedgerCare:
                 payload=payload,
                 created_at=time.time(),
             )
-            self._commit((event,), None)
+            self._commit((event,), None, fencing_token=token)
             next_seq += 1
 
         delivered = 0

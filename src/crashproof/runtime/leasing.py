@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ HOST = socket.gethostname()
 # (SimulatedCrash): nobody drives it any more, so a new Ledger may take it over at once.
 DRIVING: set[tuple[str, str]] = set()
 DRIVING_LOCK = threading.Lock()
+_WAIT_POLL = 0.1  # seconds between claims while waiting for a held lease
 
 
 def abandoned(owner: str, run_id: str) -> bool:
@@ -89,8 +91,11 @@ class Heartbeat:
             self._thread.join(timeout=max(1.0, self.lease.ttl_seconds))
 
 
-def claim(store: Store, run_id: str, owner: str, ttl: float, take_over: bool) -> Lease:
-    """Claim the run's lease for ``owner``; a holder that is provably gone is taken over."""
+def claim(
+    store: Store, run_id: str, owner: str, ttl: float, take_over: bool, wait: float = 0.0
+) -> Lease:
+    """Claim the run's lease for ``owner``; a holder that is provably gone is taken over.
+    ``wait``: seconds to keep trying while another worker holds it (then LeaseHeld)."""
     # Listed before the claim, so that no other Ledger of this process ever sees
     # this lease in the store and takes it for abandoned.
     with DRIVING_LOCK:
@@ -104,20 +109,31 @@ def claim(store: Store, run_id: str, owner: str, ttl: float, take_over: bool) ->
             )
         DRIVING.add((owner, run_id))
     try:
-        try:
-            return store.claim(run_id, owner, ttl, take_over=take_over)
-        except LeaseHeld as held:
-            if held.owner is None or not abandoned(held.owner, run_id):
-                raise
-            log.info(
-                "taking over an abandoned lease",
-                extra={"run_id": run_id, "owner": held.owner},
-            )
-            return store.claim(run_id, owner, ttl, take_over=True)
+        deadline = time.monotonic() + max(0.0, wait)
+        while True:
+            try:
+                return _claim_once(store, run_id, owner, ttl, take_over)
+            except LeaseHeld as held:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                # Poll: the holder may release before its lease runs out.
+                until_expiry = (held.expires_at or 0.0) - time.time()
+                time.sleep(min(left, _WAIT_POLL, max(0.01, until_expiry)))
     except BaseException:
         with DRIVING_LOCK:
             DRIVING.discard((owner, run_id))
         raise
+
+
+def _claim_once(store: Store, run_id: str, owner: str, ttl: float, take_over: bool) -> Lease:
+    try:
+        return store.claim(run_id, owner, ttl, take_over=take_over)
+    except LeaseHeld as held:
+        if held.owner is None or not abandoned(held.owner, run_id):
+            raise
+        log.info("taking over an abandoned lease", extra={"run_id": run_id, "owner": held.owner})
+        return store.claim(run_id, owner, ttl, take_over=True)
 
 
 def release(store: Store, run_id: str, lease: Lease) -> None:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 from crashproof._faults import CrashPoints
@@ -17,7 +15,6 @@ from crashproof.errors import (
     ActFailed,
     ApprovalRequired,
     CrashproofError,
-    LedgerError,
     NonDeterminismError,
     PermanentError,
     RetryableError,
@@ -31,7 +28,7 @@ from crashproof.errors import (
 )
 from crashproof.integrity.keys import Keyring, resolve_keyring
 from crashproof.integrity.seal import Sealer
-from crashproof.integrity.witness import SQLiteWitness, Witness, compare
+from crashproof.integrity.witness import Witness, compare
 from crashproof.journal.codec import (
     canonical_digest,
     decode,
@@ -49,56 +46,31 @@ from crashproof.runtime.care import LedgerCare
 from crashproof.runtime.context import Context
 from crashproof.runtime.humans import LedgerHumans
 from crashproof.runtime.leasing import HOST, Heartbeat, claim, release, stop_driving
+from crashproof.runtime.opening import (
+    DURABILITY_MODES,
+    default_witness,
+    open_store,
+    without_password,
+)
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.policy import Policy
+from crashproof.runtime.queue import LedgerQueue
 from crashproof.runtime.workflow import Workflow, make_workflow
-from crashproof.store.port import RecordSealer, StatusChange, Store
+from crashproof.store.port import StatusChange, Store
 
+# DURABILITY_MODES and open_store live in runtime.opening; re-exported for callers.
 __all__ = ["DURABILITY_MODES", "Ledger", "open_store"]
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
-DURABILITY_MODES = ("full", "normal")
 
 # CrashproofErrors a workflow may legitimately end with (a tool's permanent failure).
 # Any other CrashproofError escaping the workflow (a corrupt ledger, a non-JSON value,
 # a lost lease) is never recorded as the run's failure: the run stays resumable once
 # the cause is fixed.
 _WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
-
-
-def open_store(url: str, *, durability: str = "full", sealer: RecordSealer | None = None) -> Store:
-    """A store from a URL: ``sqlite:///relative.db``, ``sqlite:////abs.db``, ``memory://``,
-    ``postgresql://user:password@host:port/dbname[?schema=NAME]`` (or ``postgres://``)."""
-    if durability not in DURABILITY_MODES:
-        raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
-    if url == "memory://":
-        from crashproof.store.memory import MemoryStore
-
-        return MemoryStore()
-    if url.startswith("sqlite:///"):
-        from crashproof.store.sqlite import SQLiteStore
-
-        path = url[len("sqlite:///") :]  # "sqlite:////abs" leaves "/abs"
-        if not path or path == ":memory:":
-            raise ValueError("sqlite URLs need a file path: sqlite:///runs.db")
-        return SQLiteStore(Path(path), durability=durability, sealer=sealer)
-    if url.startswith(("postgresql://", "postgres://")):
-        try:  # imported here: `import crashproof` must work without psycopg
-            from crashproof.store.postgres import PostgresStore
-        except ImportError as exc:
-            raise LedgerError(
-                f"PostgreSQL ledgers need psycopg ({exc}); "
-                "install them with: pip install 'crashproof[postgres]'"
-            ) from None
-        return PostgresStore(url, durability=durability, sealer=sealer)
-    scheme = url.split(":", 1)[0]
-    raise ValueError(
-        f"unsupported ledger URL (scheme {scheme!r}); use sqlite:///path.db (relative), "
-        "sqlite:////abs/path.db, postgresql://user:password@host/dbname, or memory://"
-    )
 
 
 def _leaves_the_process(event: Event) -> bool:
@@ -114,43 +86,7 @@ def _leaves_the_process(event: Event) -> bool:
     return True
 
 
-_QUERY_SECRET = re.compile(r"((?:ssl)?password=)[^&]*", re.IGNORECASE)
-
-
-def _without_password(url: str) -> str:
-    """The URL with any password replaced by ***: errors and logs must not leak it."""
-    url = _QUERY_SECRET.sub(r"\1***", url)  # libpq also takes ?password=...
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority, slash, tail = rest.partition("/")
-    userinfo, at, host = authority.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    user = userinfo.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}{slash}{tail}"
-
-
-def _sqlite_path(url: str) -> Path | None:
-    return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
-
-
-def _default_witness(url: str, store: Store) -> Witness | None:
-    """A separate file beside a SQLite ledger (``runs.db.witness``), a separate schema
-    beside a PostgreSQL one (``crashproof_witness``). An in-memory ledger has nothing
-    that could be rolled back, so it has no witness."""
-    path = _sqlite_path(url)
-    if path is not None:
-        return SQLiteWitness(path.with_name(path.name + ".witness"))
-    schema = getattr(store, "schema", None)
-    if isinstance(schema, str) and url.startswith(("postgresql://", "postgres://")):
-        from crashproof.integrity.pg_witness import PostgresWitness  # needs psycopg
-
-        return PostgresWitness(url, schema=f"{schema}_witness")
-    return None
-
-
-class Ledger(LedgerCare, LedgerHumans):
+class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
     """Durable runs of workflows. Independent instances never share state.
 
     >>> ledger = Ledger("sqlite:///runs.db")  # doctest: +SKIP
@@ -181,14 +117,14 @@ class Ledger(LedgerCare, LedgerHumans):
         self.worker_id = f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
         self._stale: set[tuple[str, int]] = set()  # (run id, token) whose lease was lost
         self.url = url
-        self.shown_url = _without_password(url)  # what messages and logs may show
+        self.shown_url = without_password(url)  # what messages and logs may show
         self.durability = durability
         if store is None:
             durable = url.startswith(("sqlite:///", "postgresql://", "postgres://"))
             sealer = Sealer(resolve_keyring(key)) if durable else None
             store = open_store(url, durability=durability, sealer=sealer)
             try:
-                witness = witness or _default_witness(url, store)
+                witness = witness or default_witness(url, store)
             except BaseException:
                 store.close()
                 raise
@@ -259,6 +195,13 @@ class Ledger(LedgerCare, LedgerHumans):
         completion; returns the workflow's result. The same run id with another input
         raises RunConflict and starts nothing. ``options``: the run's ``cp.Limits`` and
         ``cp.Policy``, recorded at start (a budget reached raises RunStopped)."""
+        workflow = self._record(wf, run_id, options, input)
+        return self._drive(workflow, run_id, options)  # type: ignore[no-any-return]
+
+    def _record(
+        self, wf: Workflow[R] | str, run_id: str, options: RunOptions | None, input: Any
+    ) -> Workflow[R]:
+        """Record the run's start unless it exists with the same input (else RunConflict)."""
         workflow = self._resolve(wf)
         options_record = start_fields(options)
         if options is not None and options.policy is not None:
@@ -306,10 +249,9 @@ class Ledger(LedgerCare, LedgerHumans):
             if self._witness is not None:
                 self._witness.advance(run_id, 1)
             log.info("run started", extra={"run_id": run_id, "workflow": workflow.name})
-            return self._drive(workflow, run_id, options)  # type: ignore[no-any-return]
-        if existing.input_digest != digest:
+        elif existing.input_digest != digest:
             raise RunConflict(run_id, existing.input_digest, digest)
-        return self._drive(workflow, run_id, options)  # type: ignore[no-any-return]
+        return workflow
 
     def resume(
         self,
@@ -319,6 +261,7 @@ class Ledger(LedgerCare, LedgerHumans):
         rebind_policy: Policy | None = None,
         by: str | None = None,
         take_over: bool = False,
+        wait: float = 0.0,
     ) -> Any:
         """Resume a run to completion in this process; returns its result.
 
@@ -327,7 +270,8 @@ class Ledger(LedgerCare, LedgerHumans):
         to another policy (version). Both are journaled as operator decisions: ``by``
         (default: the OS user), host, time, old and new values. A run another worker
         holds raises LeaseHeld unless ``take_over``, which fences that worker out (its
-        next journal commit raises StaleLeaseError)."""
+        next journal commit raises StaleLeaseError), or unless it is freed (released or
+        expired) within ``wait`` seconds."""
         changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
         row = self._store.get_run(run_id)
         if row is None:
@@ -350,7 +294,7 @@ class Ledger(LedgerCare, LedgerHumans):
                 f"here (registered: {known}); nothing was changed. Import the module that "
                 "defines it (CLI: --app MODULE)."
             )
-        return self._drive(workflow, run_id, changes=changes, take_over=take_over)
+        return self._drive(workflow, run_id, changes=changes, take_over=take_over, wait=wait)
 
     def get_run(self, run_id: str) -> RunInfo:
         """Everything known about a run, folded from its journal."""
@@ -401,11 +345,12 @@ class Ledger(LedgerCare, LedgerHumans):
         *,
         changes: OperatorChanges | None = None,
         take_over: bool = False,
+        wait: float = 0.0,
     ) -> Any:
         """Claim the run's lease, drive the run under it, release it. A crash
         (SimulatedCrash, or any BaseException that is not an Exception) leaves the lease
         to expire, as a dead process would."""
-        lease = claim(self._store, run_id, self.worker_id, self.lease_seconds, take_over)
+        lease = claim(self._store, run_id, self.worker_id, self.lease_seconds, take_over, wait)
         heartbeat = Heartbeat(
             self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token))
         )
@@ -550,9 +495,12 @@ class Ledger(LedgerCare, LedgerHumans):
         """A run's journal, every record's MAC and the chain verified by the store, and
         its generation checked against the witness. ``owner``: the caller is about to
         drive the run, so a journal ahead of its witness rolls the witness forward."""
-        events = self._store.load_events(run_id)
         witness = self._witness
-        if witness is not None and compare(run_id, len(events), witness.get(run_id)) and owner:
+        # Witness first: writers advance it after their commit, so a reader racing a live
+        # run (another worker) never sees the journal behind it.
+        witnessed = None if witness is None else witness.get(run_id)
+        events = self._store.load_events(run_id)
+        if witness is not None and compare(run_id, len(events), witnessed) and owner:
             witness.advance(run_id, len(events))
         return events
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from crashproof.errors import RunNotFound, StaleLeaseError
 from crashproof.journal.records import Event, RunRow, RunStatus
 from crashproof.store.port import BLOB_THRESHOLD, Lease, StatusChange, lease_held
+from crashproof.store.queue import Claimed, LeaseInfo, runnable_key
 
 __all__ = ["MemoryStore"]
 
@@ -129,6 +130,39 @@ class MemoryStore:
             held_by, _, token = self._leases.get(run_id, (None, None, 0))
             if held_by == lease.owner and token == lease.token:
                 self._leases[run_id] = (None, None, token)
+
+    # -- the work queue (crashproof.store.queue) ------------------------------
+
+    def claim_next(
+        self,
+        owner: str,
+        ttl_seconds: float,
+        runnable: Sequence[str],
+        *,
+        exclude: Sequence[str] = (),
+    ) -> Claimed | None:
+        with self._lock:
+            now = time.time()
+            wanted, skipped = set(runnable), set(exclude)
+            for row in sorted(self._runs.values(), key=lambda r: (r.created_at, r.run_id)):
+                held_by, expires_at, token = self._leases.get(row.run_id, (None, None, 0))
+                if (
+                    row.status is RunStatus.RUNNING
+                    and (held_by is None or expires_at is None or expires_at <= now)
+                    and runnable_key(row.workflow, row.version) in wanted
+                    and row.run_id not in skipped
+                ):
+                    lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds)
+                    self._leases[row.run_id] = (owner, lease.expires_at, lease.token)
+                    return Claimed(row.run_id, lease, held_by)
+            return None
+
+    def leases(self) -> dict[str, LeaseInfo]:
+        with self._lock:
+            return {
+                run_id: LeaseInfo(*self._leases.get(run_id, (None, None, 0)))
+                for run_id in self._runs
+            }
 
     def _keep(self, event: Event) -> Event:
         if event.value_json is not None and len(event.value_json) >= BLOB_THRESHOLD:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import select
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -44,11 +45,12 @@ from crashproof.store.port import (
     StatusChange,
     lease_held,
 )
+from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
 
 __all__ = ["PostgresStore"]
 
-_QUERIES = load_queries("postgres")
+_QUERIES = load_queries("postgres") | load_queries("postgres", "queue.sql")
 _MIGRATIONS = load_migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
 _SYNCHRONOUS = {"full": "on", "normal": "off"}
@@ -103,6 +105,12 @@ class PostgresStore:
         }
         with self._errors(opening=True), psycopg.connect(conninfo, **kwargs) as conn:
             self._open(conn)
+            # A SET LOCAL costs a round trip per transaction: skip it when the server's
+            # default for this role and database is already the wanted setting.
+            found = conn.execute("SHOW synchronous_commit").fetchone()
+        self._set_synchronous = (
+            None if found and found[0] == self._synchronous else self._synchronous
+        )
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
@@ -110,7 +118,7 @@ class PostgresStore:
             kwargs=kwargs,
             # A connection the server dropped (restart, idle timeout) is replaced on
             # checkout, not handed to a journal commit.
-            check=ConnectionPool.check_connection,
+            check=_check_connection,
             timeout=connect_timeout,
             open=False,
             name=f"crashproof:{self.schema}",
@@ -244,7 +252,7 @@ class PostgresStore:
         if not events:
             return
         run_id = events[0].run_id
-        with self._transaction() as cur:
+        with self._pipelined() as cur:
             # The primary key only refuses a taken seq; a gap, a reorder or a missing run
             # would slip through it, so check the batch against the journal's end first.
             # journal_end locks the run's row: a claim cannot slip in before the commit.
@@ -354,6 +362,36 @@ class PostgresStore:
     def close(self) -> None:
         self._pool.close()
 
+    # -- the work queue (crashproof.store.queue) ------------------------------
+
+    def claim_next(
+        self,
+        owner: str,
+        ttl_seconds: float,
+        runnable: Sequence[str],
+        *,
+        exclude: Sequence[str] = (),
+    ) -> Claimed | None:
+        params = {
+            "owner": owner,
+            "ttl": float(ttl_seconds),
+            "runnable": list(runnable),
+            "exclude": list(exclude),
+        }
+        with self._transaction() as cur:  # SELECT ... FOR UPDATE SKIP LOCKED, then claim
+            found = cur.execute(self._q["claim_next"], params).fetchone()
+        if found is None:
+            return None
+        run_id, token, expires_at, previous = found
+        return Claimed(run_id, Lease(owner, int(token), float(expires_at), ttl_seconds), previous)
+
+    def leases(self) -> dict[str, LeaseInfo]:
+        with self._read() as cur:
+            rows = cur.execute(self._q["leases"]).fetchall()
+        return {
+            run_id: LeaseInfo(owner, expires, int(token)) for run_id, owner, expires, token in rows
+        }
+
     # -- internals ---------------------------------------------------------
 
     def _insert_events(self, cur: Cursor, events: Sequence[Event], prev_mac: str) -> None:
@@ -381,9 +419,13 @@ class PostgresStore:
             head = (event.run_id, event.seq, type_, event.key, payload)
             rows.append((*head, value, blob, event.created_at, key_id, mac))
         try:
-            if blobs:
-                cur.executemany(self._q["insert_blob"], blobs)
-            cur.executemany(self._q["insert_event"], rows)
+            # One row (the common case): execute, one round trip; executemany would
+            # enter pipeline mode and wait for its syncs.
+            for query, params in ((self._q["insert_blob"], blobs), (self._q["insert_event"], rows)):
+                if len(params) == 1:
+                    cur.execute(query, params[0])
+                elif params:
+                    cur.executemany(query, params)
         except psycopg.errors.UniqueViolation:
             first = events[0]
             raise StaleLeaseError(
@@ -395,8 +437,38 @@ class PostgresStore:
     def _transaction(self) -> Iterator[Cursor]:
         with self._errors(), self._pool.connection() as conn, conn.transaction():
             cur = conn.cursor()
-            cur.execute(f"SET LOCAL synchronous_commit TO {self._synchronous}")
+            if self._set_synchronous is not None:
+                cur.execute(f"SET LOCAL synchronous_commit TO {self._set_synchronous}")
             yield cur
+
+    @contextlib.contextmanager
+    def _pipelined(self) -> Iterator[Cursor]:
+        """One transaction in pipeline mode: BEGIN travels with the first query whose
+        result is fetched, the writes that follow travel with COMMIT. A journal append
+        is two round trips (psycopg's transaction() would add a sync of its own)."""
+        with self._errors(), self._pool.connection() as conn:
+            try:
+                with conn.pipeline():
+                    cur = conn.cursor()
+                    cur.execute("BEGIN")
+                    if self._set_synchronous is not None:
+                        cur.execute(f"SET LOCAL synchronous_commit TO {self._set_synchronous}")
+                    try:
+                        yield cur
+                    except BaseException:
+                        with contextlib.suppress(psycopg.Error):  # keep the first error
+                            cur.execute("ROLLBACK")
+                        raise
+                    cur.execute("COMMIT")
+            except psycopg.errors.UniqueViolation:  # a queued insert, raised at the sync
+                raise StaleLeaseError(
+                    "a journal sequence is already taken; another writer is appending to "
+                    "this run. Nothing of this write was kept."
+                ) from None
+            finally:  # a statement failed inside the pipeline: never pool an open transaction
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):  # a broken one is discarded
+                        conn.rollback()
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Cursor]:
@@ -444,6 +516,16 @@ class PostgresStore:
             ) from None
         except psycopg.Error as exc:
             raise LedgerError(f"{where}: {type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def _check_connection(conn: psycopg.Connection[Any]) -> None:
+    """The pool's checkout check without a round trip in the common case: an idle
+    connection has nothing to read unless the server closed it (it sends a FATAL message
+    and EOF on shutdown, restart, or pg_terminate_backend) or sent a notice; only then
+    is it probed with an empty query, which raises when it is broken."""
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
 
 
 def _parse_url(url: str) -> tuple[str, str | None, str]:

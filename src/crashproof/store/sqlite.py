@@ -37,11 +37,13 @@ from crashproof.store.port import (
     StatusChange,
     lease_held,
 )
+from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
 
 __all__ = ["SQLiteStore"]
 
 _Q = load_queries("sqlite")
+_QUEUE = load_queries("sqlite", "queue.sql")
 _MIGRATIONS = load_migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
 _HEADER = b"SQLite format 3\x00"
@@ -267,6 +269,37 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    # -- the work queue (crashproof.store.queue) ------------------------------
+
+    def claim_next(
+        self,
+        owner: str,
+        ttl_seconds: float,
+        runnable: Sequence[str],
+        *,
+        exclude: Sequence[str] = (),
+    ) -> Claimed | None:
+        # One BEGIN IMMEDIATE: the single writer picks and claims before anyone else can.
+        with self._transaction() as conn:
+            now = time.time()  # one host: the local clock
+            params = {
+                "now": now,
+                "runnable": encode(list(runnable), what="workflow versions"),
+                "exclude": encode(list(exclude), what="run ids"),
+            }
+            found = conn.execute(_QUEUE["next_runnable"], params).fetchone()
+            if found is None:
+                return None
+            run_id, previous, token = found
+            lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds)
+            conn.execute(_Q["claim_lease"], (owner, lease.expires_at, run_id))
+            return Claimed(run_id, lease, previous)
+
+    def leases(self) -> dict[str, LeaseInfo]:
+        with self._lock, self._errors():
+            rows = self._conn.execute(_QUEUE["leases"]).fetchall()
+        return {run_id: LeaseInfo(owner, expires, token) for run_id, owner, expires, token in rows}
 
     # -- checkpoints (crashproof.runtime.transfer; not part of the port) -----
 

@@ -19,9 +19,9 @@ class Migration:
     sql: str
 
 
-def load_queries(dialect: str) -> dict[str, str]:
-    """Parse ``queries.sql`` of a dialect into {name: statement}."""
-    text = resources.files(__package__).joinpath(dialect, "queries.sql").read_text("utf-8")
+def load_queries(dialect: str, file: str = "queries.sql") -> dict[str, str]:
+    """Parse ``queries.sql`` (or another file) of a dialect into {name: statement}."""
+    text = resources.files(__package__).joinpath(dialect, file).read_text("utf-8")
     parts = _NAME.split(text)
     # parts = [preamble, name1, body1, name2, body2, ...]
     return {

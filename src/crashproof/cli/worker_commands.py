@@ -1,0 +1,91 @@
+"""`crashproof worker`: drive queued and orphaned runs until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from crashproof.cli.app import DbOption, VerboseOption, _app_policies, _settings, app
+from crashproof.cli.exitcodes import CliError, ExitCode
+from crashproof.cli.loading import app_workflows
+from crashproof.cli.settings import open_ledger
+from crashproof.runtime.worker import Worker
+
+
+@app.command("worker")
+def worker_command(
+    ctx: typer.Context,
+    app_modules: Annotated[
+        list[str],
+        typer.Option(
+            "--app",
+            metavar="MODULE",
+            show_default=False,
+            help="Module whose workflows this worker drives (every crashproof workflow in "
+            "its globals), and policies (every cp.Policy). Repeatable.",
+        ),
+    ],
+    concurrency: Annotated[
+        int,
+        typer.Option("--concurrency", "-c", metavar="N", help="Runs driven at once."),
+    ] = 4,
+    poll: Annotated[
+        float,
+        typer.Option("--poll", metavar="SECONDS", help="Pause between claims when idle."),
+    ] = 1.0,
+    lease: Annotated[
+        float,
+        typer.Option(
+            "--lease",
+            metavar="SECONDS",
+            help="Lease of each claimed run, renewed every third of it; a dead worker's "
+            "runs are taken over once it runs out.",
+        ),
+    ] = 15.0,
+    until_idle: Annotated[
+        bool,
+        typer.Option("--until-idle", help="Exit once nothing is runnable or in flight."),
+    ] = False,
+    db: DbOption = None,
+    verbose: VerboseOption = False,
+) -> int:
+    """Drive runs from the ledger's queue: runs enqueued with ledger.enqueue, and runs
+    whose worker died (lease expired), N at a time, with no control plane.
+
+    Logs one JSON line per event on stderr. SIGTERM or SIGINT drains: nothing new is
+    claimed, each run finishes its current step, its lease is released, and the worker
+    exits 0.
+    """
+    settings = _settings(ctx, db, False, verbose)
+    if concurrency < 1 or not poll > 0 or not lease > 0:
+        raise CliError(
+            ExitCode.USAGE,
+            f"--concurrency must be >= 1 and --poll, --lease > 0 (got {concurrency}, "
+            f"{poll}, {lease}); nothing was started",
+            "e.g. crashproof worker --app flows --concurrency 4 --poll 1 --lease 15",
+        )
+    workflows = app_workflows(app_modules)
+    policies = _app_policies(app_modules)
+    with open_ledger(settings, create=False) as ledger:
+        ledger.lease_seconds = lease
+        for workflow in workflows:
+            ledger.register(workflow)
+        for policy in policies:  # runs enqueued with a policy find it on resume
+            ledger.register_policy(policy)
+        worker = Worker(
+            ledger, concurrency=concurrency, poll=poll, until_idle=until_idle, log=sys.stderr
+        )
+
+        def drain(signum: int, _frame: FrameType | None) -> None:
+            worker.stop()
+
+        previous = {sig: signal.signal(sig, drain) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return worker.serve()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

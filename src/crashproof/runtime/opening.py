@@ -1,0 +1,86 @@
+"""Opening a ledger's parts from its URL: the store, and the generation witness beside it.
+
+Also the one place that knows how a URL may be shown: messages and logs never carry a
+password.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from crashproof.errors import LedgerError
+from crashproof.integrity.witness import SQLiteWitness, Witness
+from crashproof.store.port import RecordSealer, Store
+
+__all__ = ["DURABILITY_MODES", "default_witness", "open_store", "without_password"]
+
+DURABILITY_MODES = ("full", "normal")
+
+
+def open_store(url: str, *, durability: str = "full", sealer: RecordSealer | None = None) -> Store:
+    """A store from a URL: ``sqlite:///relative.db``, ``sqlite:////abs.db``, ``memory://``,
+    ``postgresql://user:password@host:port/dbname[?schema=NAME]`` (or ``postgres://``)."""
+    if durability not in DURABILITY_MODES:
+        raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
+    if url == "memory://":
+        from crashproof.store.memory import MemoryStore
+
+        return MemoryStore()
+    if url.startswith("sqlite:///"):
+        from crashproof.store.sqlite import SQLiteStore
+
+        path = url[len("sqlite:///") :]  # "sqlite:////abs" leaves "/abs"
+        if not path or path == ":memory:":
+            raise ValueError("sqlite URLs need a file path: sqlite:///runs.db")
+        return SQLiteStore(Path(path), durability=durability, sealer=sealer)
+    if url.startswith(("postgresql://", "postgres://")):
+        try:  # imported here: `import crashproof` must work without psycopg
+            from crashproof.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise LedgerError(
+                f"PostgreSQL ledgers need psycopg ({exc}); "
+                "install them with: pip install 'crashproof[postgres]'"
+            ) from None
+        return PostgresStore(url, durability=durability, sealer=sealer)
+    scheme = url.split(":", 1)[0]
+    raise ValueError(
+        f"unsupported ledger URL (scheme {scheme!r}); use sqlite:///path.db (relative), "
+        "sqlite:////abs/path.db, postgresql://user:password@host/dbname, or memory://"
+    )
+
+
+_QUERY_SECRET = re.compile(r"((?:ssl)?password=)[^&]*", re.IGNORECASE)
+
+
+def without_password(url: str) -> str:
+    """The URL with any password replaced by ***: errors and logs must not leak it."""
+    url = _QUERY_SECRET.sub(r"\1***", url)  # libpq also takes ?password=...
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}{slash}{tail}"
+
+
+def _sqlite_path(url: str) -> Path | None:
+    return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+
+
+def default_witness(url: str, store: Store) -> Witness | None:
+    """A separate file beside a SQLite ledger (``runs.db.witness``), a separate schema
+    beside a PostgreSQL one (``crashproof_witness``). An in-memory ledger has nothing
+    that could be rolled back, so it has no witness."""
+    path = _sqlite_path(url)
+    if path is not None:
+        return SQLiteWitness(path.with_name(path.name + ".witness"))
+    schema = getattr(store, "schema", None)
+    if isinstance(schema, str) and url.startswith(("postgresql://", "postgres://")):
+        from crashproof.integrity.pg_witness import PostgresWitness  # needs psycopg
+
+        return PostgresWitness(url, schema=f"{schema}_witness")
+    return None

@@ -1,0 +1,72 @@
+"""The Ledger as a work queue: enqueue runs for workers, read who holds which run, and
+stop driving at the next step boundary when a worker drains. A mixin of ``Ledger``.
+
+An enqueued run is recorded exactly as ``Ledger.run`` records a start (the same
+``run_started`` record, the same idempotency and RunConflict rules) and then left
+``running`` with no owner. There is no separate ``queued`` state in the journal, and
+this is deliberate: the journal is the truth and the index row only a cache, so a run
+waiting for its first worker and a run whose worker died (or released it while
+draining) are the same thing, a run that needs a driver; one claim query serves both,
+and no journal format change is needed. ``crashproof runs`` tells them apart by owner
+and lease.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from crashproof.errors import CrashproofError
+from crashproof.runtime.options import RunOptions
+from crashproof.runtime.workflow import Workflow
+from crashproof.store.port import Store
+from crashproof.store.queue import LeaseInfo, queue_store
+
+__all__ = ["Draining", "LedgerQueue"]
+
+R = TypeVar("R")
+
+
+class Draining(CrashproofError):
+    """Raised at a run's next step boundary once its Ledger drains (a worker stopping):
+    the current step finished and was recorded, nothing new starts, and the run stays
+    resumable; its lease is released so another worker picks it up."""
+
+
+class LedgerQueue:
+    """Queue operations of a Ledger (see the module docstring)."""
+
+    _store: Store
+    # Set by a worker that stops: every run this Ledger drives stops at its next step.
+    draining: bool = False
+
+    def _record(
+        self, wf: Workflow[R] | str, run_id: str, options: RunOptions | None, input: Any
+    ) -> Workflow[R]:
+        raise NotImplementedError  # provided by Ledger
+
+    def enqueue(
+        self,
+        wf: Workflow[R] | str,
+        /,
+        *,
+        run_id: str,
+        options: RunOptions | None = None,
+        **input: Any,
+    ) -> None:
+        """Record the run ``run_id`` for a worker (``crashproof worker``) to drive, without
+        driving it here. Same rules as ``run``: the same run id with the same input is
+        a no-op (the run keeps its state, ended or not); with another input it raises
+        RunConflict and records nothing."""
+        self._record(wf, run_id, options, input)
+
+    def leases(self) -> dict[str, LeaseInfo]:
+        """Who holds each run (owner, lease expiry, fencing token), by run id."""
+        return queue_store(self._store).leases()
+
+    def _before_step(self, run_id: str) -> None:
+        """Called by the Context before each step, decision or act starts."""
+        if self.draining:
+            raise Draining(
+                f"run {run_id!r}: this worker is stopping; the run stops before its next "
+                "step and stays resumable (its lease is released for another worker)"
+            )

@@ -1,0 +1,226 @@
+"""A worker: drives runs pulled from a ledger's queue, N at a time, until stopped.
+
+No control plane. Every worker of every host claims from the same table: the oldest
+runnable run (enqueued and never claimed, released, or whose driver's lease expired) of
+the workflow versions it registers, with ``SELECT ... FOR UPDATE SKIP LOCKED`` on
+PostgreSQL and one ``BEGIN IMMEDIATE`` on SQLite. A dead worker's runs are taken over by
+whichever live worker claims them after their lease runs out; the claim bumps the fencing
+token, so a stalled old driver that wakes up can write nothing more.
+
+``stop()`` (SIGTERM/SIGINT in ``crashproof worker``) drains: nothing new is claimed, each
+run in flight finishes its current step and stops before the next one (``Draining``),
+its lease is released for another worker, and ``serve`` returns.
+
+Each event is one JSON line (``ts``, ``event``, ``worker``, ``run_id``, details) on the
+given stream: ``worker_started``, ``claimed``, ``succeeded``, ``failed``, ``frozen``,
+``stopped``, ``released``, ``lease_lost``, ``lease_held``, ``error``, ``claim_failed``,
+``draining``, ``worker_stopped``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, TextIO
+
+from crashproof.errors import (
+    LeaseHeld,
+    RunFailed,
+    RunFrozen,
+    RunStopped,
+    StaleLeaseError,
+)
+from crashproof.runtime.queue import Draining
+from crashproof.store.queue import Claimed, queue_store, runnable_keys
+
+if TYPE_CHECKING:
+    from crashproof.runtime.ledger import Ledger
+
+__all__ = ["Worker"]
+
+# A run whose drive failed for a reason of this worker's (a ledger error, a workflow
+# version it cannot replay, a bug) is left alone for a while, doubling up to a limit, so
+# that one bad run does not spin a worker while other runs wait.
+BACKOFF_FIRST = 5.0
+BACKOFF_MAX = 300.0
+
+
+class Worker:
+    """Drives queued and orphaned runs of ``ledger``'s registered workflows.
+
+    ``concurrency``: runs driven at once (one thread each; agents mostly wait on
+    models and tools). ``poll``: seconds between claims while the queue is empty.
+    ``until_idle``: return once nothing is runnable and nothing is in flight (batch
+    jobs, benchmarks). ``log``: where the JSON-lines events go (default: stderr).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        concurrency: int = 1,
+        poll: float = 1.0,
+        until_idle: bool = False,
+        log: TextIO | None = None,
+    ) -> None:
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
+        if not poll > 0:
+            raise ValueError(f"poll must be a positive number of seconds, not {poll!r}")
+        self.ledger = ledger
+        self.concurrency = concurrency
+        self.poll = float(poll)
+        self.until_idle = until_idle
+        self._queue = queue_store(ledger._store)
+        self._out = log if log is not None else sys.stderr
+        self._out_lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._stopping = False
+        self._in_flight: dict[str, threading.Thread] = {}
+        self._backoff: dict[str, tuple[float, float]] = {}  # run id -> (until, delay)
+        self.completed = 0  # runs this worker drove to an end (succeeded/failed/frozen/stopped)
+
+    @property
+    def worker_id(self) -> str:
+        return self.ledger.worker_id
+
+    def serve(self) -> int:
+        """Claim and drive runs until ``stop()`` (or, with ``until_idle``, until the queue
+        is empty); returns 0 once every run in flight stopped and released its lease."""
+        workflows = self.ledger.workflows
+        if not workflows:
+            raise ValueError(
+                "the worker's ledger registers no workflows, so it could claim nothing; "
+                "register them (CLI: --app MODULE) before serving"
+            )
+        runnable = runnable_keys(
+            (wf.name, version)
+            for wf in workflows.values()
+            for version in (wf.version, *wf.compatible_with)
+        )
+        self.emit(
+            "worker_started",
+            concurrency=self.concurrency,
+            poll=self.poll,
+            lease_seconds=self.ledger.lease_seconds,
+            workflows=sorted(workflows),
+        )
+        while True:
+            with self._changed:
+                if self._stopping:
+                    break
+                free = len(self._in_flight) < self.concurrency
+            claimed = self._claim(runnable) if free else None
+            if claimed is not None:
+                self._start(claimed)
+                continue
+            with self._changed:
+                if self.until_idle and free and not self._in_flight:
+                    break
+                if not self._stopping:
+                    self._changed.wait(self.poll)
+        self._join()
+        self.emit("worker_stopped", completed=self.completed)
+        return 0
+
+    def stop(self) -> None:
+        """Drain: claim nothing more; runs in flight stop after their current step.
+        Safe to call from a signal handler or another thread, more than once."""
+        with self._changed:
+            first = not self._stopping
+            self._stopping = True
+            self.ledger.draining = True
+            self._changed.notify_all()
+        if first:
+            self.emit("draining", in_flight=sorted(self._in_flight))
+
+    def emit(self, event: str, run_id: str | None = None, **details: Any) -> None:
+        """Write one JSON-lines event."""
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+        record: dict[str, Any] = {"ts": now, "event": event, "worker": self.worker_id}
+        if run_id is not None:
+            record["run_id"] = run_id
+        record.update(details)
+        line = json.dumps(record, default=str, ensure_ascii=False)
+        with self._out_lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+    # -- internals ---------------------------------------------------------
+
+    def _claim(self, runnable: list[str]) -> Claimed | None:
+        now = time.monotonic()
+        with self._changed:
+            for run_id, (until, _) in list(self._backoff.items()):
+                if until <= now:
+                    del self._backoff[run_id]
+            # Never claim a run this worker drives already: the claim would fence it out.
+            exclude = sorted({*self._in_flight, *self._backoff})
+        try:
+            return self._queue.claim_next(
+                self.worker_id, self.ledger.lease_seconds, runnable, exclude=exclude
+            )
+        except Exception as exc:  # e.g. the database is briefly unreachable: poll again
+            self.emit("claim_failed", error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    def _start(self, claimed: Claimed) -> None:
+        self.emit(
+            "claimed",
+            claimed.run_id,
+            token=claimed.lease.token,
+            lease_expires_at=claimed.lease.expires_at,
+            previous_owner=claimed.previous_owner,
+        )
+        thread = threading.Thread(
+            target=self._drive,
+            args=(claimed.run_id,),
+            name=f"crashproof-worker:{claimed.run_id}",
+            daemon=True,
+        )
+        with self._changed:
+            self._in_flight[claimed.run_id] = thread
+        thread.start()
+
+    def _drive(self, run_id: str) -> None:
+        started = time.monotonic()
+        try:
+            # This worker holds the lease: resume claims it again as its owner.
+            self.ledger.resume(run_id)
+        except Draining:
+            self.emit("released", run_id, reason="draining")
+        except RunFailed as exc:
+            self._ended("failed", run_id, started, error=exc.error.get("message"))
+        except RunStopped as exc:
+            self._ended("stopped", run_id, started, reason=exc.reason)
+        except RunFrozen as exc:
+            self._ended("frozen", run_id, started, status=exc.status, reason=exc.reason)
+        except StaleLeaseError as exc:
+            self.emit("lease_lost", run_id, error=str(exc))
+        except LeaseHeld as exc:
+            self.emit("lease_held", run_id, owner=exc.owner, until=exc.expires_at)
+        except Exception as exc:
+            with self._changed:
+                delay = min(BACKOFF_MAX, 2 * self._backoff.get(run_id, (0.0, BACKOFF_FIRST / 2))[1])
+                self._backoff[run_id] = (time.monotonic() + delay, delay)
+            self.emit("error", run_id, error=f"{type(exc).__name__}: {exc}", retry_in=delay)
+        else:
+            self._ended("succeeded", run_id, started)
+        finally:
+            with self._changed:
+                self._in_flight.pop(run_id, None)
+                self._changed.notify_all()
+
+    def _ended(self, event: str, run_id: str, started: float, **details: Any) -> None:
+        with self._changed:
+            self.completed += 1
+            self._backoff.pop(run_id, None)
+        self.emit(event, run_id, seconds=round(time.monotonic() - started, 3), **details)
+
+    def _join(self) -> None:
+        with self._changed:
+            while self._in_flight:
+                self._changed.wait(self.poll)
