@@ -50,7 +50,9 @@ __all__ = ["PostgresStore"]
 _QUERIES = load_queries("postgres")
 _MIGRATIONS = load_migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
-_SYNCHRONOUS = {"full": "on", "normal": "off"}
+# "output": ordinary commits with synchronous_commit off, those before an output with it on
+# (a synchronous commit flushes the server's WAL up to it, every earlier commit included).
+_SYNCHRONOUS = {"output": "off", "full": "on", "normal": "off"}
 _EVENT_TYPES = {t.value: t for t in EventType}
 # Plain lower-case identifiers only: they need no quoting rules beyond double quotes.
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -63,9 +65,11 @@ class PostgresStore:
 
     ``url``: ``postgresql://user:password@host:port/dbname`` (or ``postgres://``), with
     any libpq parameters, plus an optional ``schema=NAME`` (default ``crashproof``).
-    ``durability``: "full" waits for each commit to reach the server's disk
-    (``synchronous_commit`` on); "normal" does not (a server crash may lose the last
-    commits, never tear one). ``sealer``: seal every record with an HMAC chain and
+    ``durability``: "output" (the default) waits for the server's disk only for
+    ``append(durable=True)`` and ``sync()``, which cover every earlier commit too
+    (concurrent ones share the server's WAL flush: its own group commit); "full" waits
+    for each commit (``synchronous_commit`` on); "normal" never does (a server crash may
+    lose the last commits, never tear one). ``sealer``: seal every record with an HMAC chain and
     verify it on every read, as the SQLite store does.
     """
 
@@ -73,7 +77,7 @@ class PostgresStore:
         self,
         url: str,
         *,
-        durability: str = "full",
+        durability: str = "output",
         schema: str | None = None,
         pool_size: int = 4,
         connect_timeout: float = 10.0,
@@ -92,6 +96,7 @@ class PostgresStore:
         quoted = f'"{self.schema}"'
         self._q = {name: sql.replace("{schema}", quoted) for name, sql in _QUERIES.items()}
         self._synchronous = _SYNCHRONOUS[durability]
+        self.durability = durability
         self._sealer = sealer
         kwargs: dict[str, Any] = {
             "autocommit": True,
@@ -231,11 +236,12 @@ class PostgresStore:
         status: StatusChange | None = None,
         *,
         fencing_token: int | None = None,
+        durable: bool = False,
     ) -> None:
         if not events:
             return
         run_id = events[0].run_id
-        with self._transaction() as cur:
+        with self._transaction(durable=durable) as cur:
             # The primary key only refuses a taken seq; a gap, a reorder or a missing run
             # would slip through it, so check the batch against the journal's end first.
             # journal_end locks the run's row: a claim cannot slip in before the commit.
@@ -342,11 +348,19 @@ class PostgresStore:
                 "another writer is appending to this run. Nothing of this write was kept."
             ) from None
 
+    def sync(self) -> None:
+        if self.durability != "output":
+            return  # "full" waited for every commit already; "normal" never forces
+        with self._transaction(durable=True) as cur:
+            # A transaction id makes the commit write (and, synchronous, flush) a record.
+            cur.execute("SELECT txid_current()")
+
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Cursor]:
+    def _transaction(self, *, durable: bool = False) -> Iterator[Cursor]:
+        synchronous = "on" if durable and self.durability == "output" else self._synchronous
         with self._errors(), self._pool.connection() as conn, conn.transaction():
             cur = conn.cursor()
-            cur.execute(f"SET LOCAL synchronous_commit TO {self._synchronous}")
+            cur.execute(f"SET LOCAL synchronous_commit TO {synchronous}")
             yield cur
 
     @contextlib.contextmanager

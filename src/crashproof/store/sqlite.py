@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from crashproof.store.port import (
     lease_held,
 )
 from crashproof.store.sql import load_migrations, load_queries
+from crashproof.store.syncing import GroupSync, WalSyncer
 
 __all__ = ["SQLiteStore"]
 
@@ -44,7 +45,8 @@ _Q = load_queries("sqlite")
 _MIGRATIONS = load_migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
 _HEADER = b"SQLite format 3\x00"
-_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
+# "output": commits ride in the WAL unsynced; append(durable=True) and sync() force one.
+_SYNCHRONOUS = {"output": "NORMAL", "full": "FULL", "normal": "NORMAL"}
 _EVENT_TYPES = {t.value: t for t in EventType}  # EventType(x) costs ~1 us per event
 
 # A journal record exactly as stored: seq, type, key, payload text, value text (wherever
@@ -59,12 +61,15 @@ class SQLiteStore:
         self,
         path: str | os.PathLike[str],
         *,
-        durability: str = "full",
+        durability: str = "output",
         busy_timeout: float = 5.0,
         sealer: RecordSealer | None = None,
     ) -> None:
         """``sealer``: seal every record with an HMAC chain and verify it on every read
-        (the Ledger always passes one; the bare store is also usable without)."""
+        (the Ledger always passes one; the bare store is also usable without).
+        ``durability``: "output" (commit to the WAL unsynced; ``append(durable=True)``
+        and ``sync()`` force one fdatasync, shared by concurrent callers), "full" (every
+        commit synced) or "normal" (never forced)."""
         if durability not in _SYNCHRONOUS:
             raise ValueError(
                 f"durability must be one of {sorted(_SYNCHRONOUS)}, not {durability!r}"
@@ -72,6 +77,15 @@ class SQLiteStore:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._sealer = sealer
+        self.durability = durability
+        # Commits so far, the tickets of forced syncs; the first is what the file held when
+        # opened (a crashed process may have left commits there unsynced).
+        self._commits = 1
+        self._wal_sync = WalSyncer(self.path)
+        self._group = GroupSync(self._flush)
+        # Called under the store's lock at every forced sync, before the fdatasync, with
+        # the database path: test instrumentation (count syncs, snapshot what is durable).
+        self.on_sync: list[Callable[[Path], None]] = []
         _check_file(self.path)
         try:
             self._conn = sqlite3.connect(
@@ -193,10 +207,32 @@ class SQLiteStore:
         status: StatusChange | None = None,
         *,
         fencing_token: int | None = None,
+        durable: bool = False,
     ) -> None:
         if not events:
             return
         run_id = events[0].run_id
+        self._append(events, status, fencing_token, run_id)
+        if durable:
+            self.sync()
+
+    def sync(self) -> None:
+        # "full" synced every commit already, "normal" never forces one.
+        if self.durability == "output":
+            self._group.wait(self._commits)
+
+    @property
+    def syncs(self) -> int:
+        """How many forced syncs this store did (in "output" durability)."""
+        return self._group.flushes
+
+    def _append(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None,
+        fencing_token: int | None,
+        run_id: str,
+    ) -> None:
         with self._transaction() as conn:
             # The primary key only refuses a taken seq; a gap, a reorder or a missing run
             # would slip through it, so check the batch against the journal's end first.
@@ -261,6 +297,15 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    def _flush(self) -> int:
+        """The group's leader: sync every commit so far; returns how many that is."""
+        with self._lock:
+            covered = self._commits
+            for listener in self.on_sync:
+                listener(self.path)
+        self._wal_sync()
+        return covered
 
     # -- checkpoints (crashproof.runtime.transfer; not part of the port) -----
 
@@ -353,6 +398,7 @@ class SQLiteStore:
             try:
                 yield conn
                 conn.execute("COMMIT")
+                self._commits += 1
             except BaseException:
                 # Also when COMMIT itself fails (disk full, I/O error): never leave the shared
                 # connection inside a transaction, and never hide the original error.

@@ -32,7 +32,7 @@ from crashproof.verify.trials import Mode, run_case, run_reference
 
 __all__ = ["MODES", "Progress", "recovery_candidates", "verify"]
 
-MODES: tuple[Mode, ...] = ("inproc", "subprocess")
+MODES: tuple[Mode, ...] = ("inproc", "subprocess", "powercut")
 
 _BEFORE_START = "before_commit[run_started]"
 _AFTER_START = "after_commit[run_started]"
