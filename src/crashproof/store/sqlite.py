@@ -304,7 +304,14 @@ class SQLiteStore:
             covered = self._commits
             for listener in self.on_sync:
                 listener(self.path)
-        self._wal_sync()
+        try:
+            self._wal_sync()
+        except OSError as exc:
+            raise LedgerError(
+                f"ledger {self.path}: its write-ahead log cannot be synced to disk ({exc}); "
+                "the last commits may not survive a power cut, so nothing that depends on "
+                "them was executed. Check the disk, then resume the run."
+            ) from None
         return covered
 
     # -- checkpoints (crashproof.runtime.transfer; not part of the port) -----
