@@ -99,6 +99,10 @@ def test_a_forced_sync_covers_the_record_and_everything_before(tmp_path: Path) -
     assert cut_at("after_commit[step_done:act0]") == [
         None, "step0", "plan0", "step1", "plan1", "act0"
     ]  # fmt: skip
+    # The witness (not restored: the adversarial case) advanced after that sync, to
+    # exactly what it made durable, never beyond: resume accepts the journal.
+    with contextlib.closing(sqlite3.connect(tmp_path / "l.db.witness")) as witness:
+        assert witness.execute("SELECT generation FROM witness").fetchone() == (6,)
     with cp.Ledger(f"sqlite:///{path}", key=KEY) as again:
         assert again.run(flow(acts=2, steps=2), run_id="r") == 2
 
