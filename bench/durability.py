@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "raw_normal": lambda tag: common.raw_commits(directory, n, "NORMAL", tag),
                 "steps": lambda tag: common.crashproof_steps(directory, n, "output", tag),
+                "steps_normal": lambda tag: common.crashproof_steps(directory, n, "normal", tag),
                 "decide": lambda tag: decisions(directory, n, tag),
                 "raw_full": lambda tag: common.raw_commits(directory, m, "FULL", tag),
                 "acts": lambda tag: timed_acts("acts", tag, m, 1),
@@ -147,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         labels = {
             "raw_normal": "raw WAL/NORMAL commits",
             "steps": "ctx.step (output)",
+            "steps_normal": "ctx.step (normal: never synced)",
             "decide": "ctx.decide (output)",
             "raw_full": "raw WAL/FULL commits",
             "acts": "ctx.act, no-op tool (output)",
@@ -161,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             ],
         )
         print()
+        print(f"step output / step normal  = {med['steps'] / med['steps_normal']:.2f}  (1.0: free)")
         print(f"step / raw NORMAL commit   = {med['steps'] / med['raw_normal']:.2f}  (goal >= 0.5)")
         print(
             f"decide / raw NORMAL commit = {med['decide'] / med['raw_normal']:.2f}  (goal >= 0.5)"
