@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -94,7 +93,6 @@ class GroupSync:
                 self._cond.wait()
             else:
                 return
-        time.sleep(0)  # let runnable threads reach their commits first: a fuller batch
         try:
             covered = self._flush()
         except BaseException:
