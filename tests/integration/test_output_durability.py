@@ -164,3 +164,57 @@ def test_concurrent_runs_share_forced_syncs(tmp_path: Path) -> None:
         outputs = runs * (acts + 1)  # each act's intent, each run's outcome
         assert len(syncs) < outputs, f"{len(syncs)} syncs for {outputs} output points"
         assert ledger._store.syncs == len(syncs)  # type: ignore[attr-defined]
+
+
+def test_an_outbox_message_is_durable_before_its_delivery(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    snapshots = DurableSnapshots(path, tmp_path / "durable")
+    seen: list[int] = []
+
+    def deliver(message: cp.Message) -> str:
+        # What a power cut would leave at this instant already holds the message.
+        with contextlib.closing(sqlite3.connect(snapshots.directory / "l.db")) as conn:
+            seen.append(
+                conn.execute(
+                    "SELECT count(*) FROM events WHERE key = ? AND type = 'step_done'",
+                    (message.step,),
+                ).fetchone()[0]
+            )
+        return "sent"
+
+    outbox = cp.Outbox("mail", deliver)
+
+    @cp.workflow("mail", version="1")
+    def mail(ctx: cp.Context) -> str:
+        ctx.step("draft", lambda: "hello")
+        ctx.act("notify", outbox, text="hello")
+        return "done"
+
+    with cp.Ledger(f"sqlite:///{path}", key=KEY) as ledger:
+        syncs = counting(ledger._store)
+        snapshots.attach(ledger._store)  # type: ignore[arg-type]
+        assert ledger.run(mail, run_id="m") == "done"
+    assert seen == [1]
+    assert len(syncs) == 2  # the message before its delivery, the run's outcome
+
+
+def test_a_frozen_run_is_durable_before_it_is_reported(tmp_path: Path) -> None:
+    class Flaky(Noop):
+        idempotent_execute = False
+
+        def execute(self, call: Call) -> Receipt:
+            raise TimeoutError("no answer")  # outcome unknown, and no lookup: frozen
+
+    @cp.workflow("frozen", version="1")
+    def frozen(ctx: cp.Context) -> None:
+        ctx.step("prepare", lambda: 1)
+        ctx.act("charge", Flaky())
+
+    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", key=KEY) as ledger:
+        syncs = counting(ledger._store)
+        with pytest.raises(cp.RunFrozen):
+            ledger.run(frozen, run_id="f")
+        assert len(syncs) == 2  # the act's intent, then the freeze before RunFrozen leaves
+        with pytest.raises(cp.RunFrozen):
+            ledger.run(frozen, run_id="f")  # reported again from the journal
+        assert len(syncs) == 3
