@@ -42,7 +42,7 @@ class WalSyncer:
 
     def __call__(self) -> None:
         try:
-            fd = os.open(self.wal, os.O_RDONLY)
+            fd = os.open(self.wal, os.O_RDWR)  # (Windows syncs only writable handles)
         except FileNotFoundError:
             return  # checkpointed and removed: its content was synced into the database
         try:
