@@ -53,11 +53,9 @@ __all__ = [
 
 Mode = Literal["inproc", "subprocess", "powercut"]
 
-# inproc and subprocess model a *process* crash: whatever the process wrote before dying is
-# in the operating system's page cache and survives it, synced or not. Forcing commits to
-# disk would only matter for a power cut, and would make each trial slower; so their
-# ledgers use "normal". Power-cut mode runs the crashed attempts in "output" durability.
-DURABILITY = "normal"
+# The default durability, as users run it. inproc and subprocess model a *process* crash
+# (whatever was written survives it, synced or not); powercut also loses unsynced writes.
+DURABILITY = "output"
 CRASHED_AT = "crashed-at"  # a child writes the crash point's name here before dying
 CHILD_TIMEOUT = 120.0  # seconds; a child that hangs is killed and the case DIVERGES
 
@@ -81,7 +79,7 @@ def _ledger(
 ) -> Ledger:
     if not powercut:
         return Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points)
-    ledger = Ledger(ledger_url(directory), durability="output", crash_points=points)
+    ledger = Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points)
     try:
         attach(ledger, _snapshots(directory))
     except BaseException:
