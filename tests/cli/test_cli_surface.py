@@ -147,3 +147,18 @@ def test_demo_missing_is_a_clear_error(cli: Cli, monkeypatch: pytest.MonkeyPatch
     result = cli("demo")
     assert result.code == ExitCode.USAGE
     assert result.err.startswith("crashproof: error: the demo is not available")
+
+
+def test_crashproof_durability_env_var_is_honoured_and_checked(
+    project: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRASHPROOF_DURABILITY", "sometimes")
+    bad = cli("run", "flows:greet", "--run-id", "g", "--arg", "name=ada")
+    assert bad.code == ExitCode.USAGE
+    assert "$CRASHPROOF_DURABILITY is 'sometimes'" in bad.err
+    assert "output, full, normal" in bad.err
+    assert not (project / "crashproof.db").exists()  # nothing was created
+    assert not (project / "calls.log").exists()  # nothing ran
+    monkeypatch.setenv("CRASHPROOF_DURABILITY", "full")
+    ran = cli("run", "flows:greet", "--run-id", "g", "--arg", "name=ada")
+    assert ran.code == ExitCode.OK, ran.err

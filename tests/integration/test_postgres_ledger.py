@@ -294,14 +294,21 @@ def test_connections_the_server_dropped_are_replaced(pg_server: Any, pg_url: str
         assert [r.run_id for r in ledger.runs()] == ["r1", "r2"]
 
 
-@pytest.mark.parametrize(("durability", "setting"), [("full", "on"), ("normal", "off")])
+@pytest.mark.parametrize(
+    ("durability", "setting", "durable"),
+    [("output", "off", "on"), ("full", "on", "on"), ("normal", "off", "off")],
+)
 def test_durability_sets_synchronous_commit_per_transaction(
-    pg_url: str, durability: str, setting: str
+    pg_url: str, durability: str, setting: str, durable: str
 ) -> None:
     store = PostgresStore(pg_url, durability=durability)
     try:
         with store._transaction() as cur:
             assert cur.execute("SHOW synchronous_commit").fetchone() == (setting,)
+        # A commit right before an output (append(durable=True), sync()) waits for the disk.
+        with store._transaction(durable=True) as cur:
+            assert cur.execute("SHOW synchronous_commit").fetchone() == (durable,)
+        store.sync()
     finally:
         store.close()
 

@@ -23,7 +23,8 @@ def _pragma(store: SQLiteStore, name: str) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("durability", "expected"), [(None, "FULL"), ("full", "FULL"), ("normal", "NORMAL")]
+    ("durability", "expected"),
+    [(None, "NORMAL"), ("output", "NORMAL"), ("full", "FULL"), ("normal", "NORMAL")],
 )
 def test_wal_and_synchronous_follow_durability(
     tmp_path: Path, durability: str | None, expected: str

@@ -104,3 +104,14 @@ def test_bad_targets_are_usage_errors(
 def test_bad_mode_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, _ = run(capsys, "verify", "verify_scenarios:TINY", "--mode", "sideways")
     assert code == 2
+
+
+def test_powercut_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "verify", "verify_scenarios:TINY", "--mode", "powercut", "--seed", "5", "--json"
+    )
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["mode"] == "powercut"
+    assert report["counts"]["DIVERGED"] == 0
+    assert report["counts"]["SAME"] == len(report["results"])

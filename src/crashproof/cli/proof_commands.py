@@ -48,6 +48,7 @@ class VerifyMode(enum.StrEnum):
 
     INPROC = "inproc"
     SUBPROCESS = "subprocess"
+    POWERCUT = "powercut"
 
 
 @app.command("verify")
@@ -68,7 +69,9 @@ def verify_command(
             "--mode",
             help="inproc: a simulated crash unwinds the run, a new Ledger object resumes it "
             "(fast). subprocess: a child process is killed by SIGKILL at each crash point "
-            "(realistic).",
+            "(realistic). powercut: the ledger runs in output durability and, after each "
+            "crash, loses every write its last forced sync did not make durable, as a power "
+            "loss would.",
         ),
     ] = VerifyMode.INPROC,
     seed: Annotated[
@@ -163,7 +166,7 @@ def verify_command(
         try:
             report = verify(
                 scenario,
-                mode="subprocess" if mode is VerifyMode.SUBPROCESS else "inproc",
+                mode=mode.value,
                 seed=seed,
                 max_points=max_points,
                 recovery_points=recovery_points,

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crashproof.cli.exitcodes import CliError, ExitCode
-from crashproof.runtime.ledger import Ledger
+from crashproof.runtime.ledger import DURABILITY_MODES, Ledger
 
 __all__ = ["DEFAULT_DB", "ENV_DB", "Settings", "State", "open_ledger", "sqlite_path"]
 
 DEFAULT_DB = "sqlite:///crashproof.db"
 ENV_DB = "CRASHPROOF_DB"
+ENV_DURABILITY = "CRASHPROOF_DURABILITY"  # output (default), full or normal
 _SQLITE = "sqlite:///"
 _URL_HINT = "use sqlite:///relative.db, sqlite:////absolute/path.db or memory://"
 
@@ -81,8 +82,15 @@ def open_ledger(settings: Settings, *, create: bool) -> Ledger:
             "nothing was created",
             f"check --db or ${ENV_DB}; `crashproof run` creates a new ledger",
         )
+    durability = os.environ.get(ENV_DURABILITY) or DURABILITY_MODES[0]
+    if durability not in DURABILITY_MODES:
+        raise CliError(
+            ExitCode.USAGE,
+            f"${ENV_DURABILITY} is {durability!r}, not a durability mode; nothing was changed",
+            f"set it to one of {', '.join(DURABILITY_MODES)} (default: output), or unset it",
+        )
     try:
-        return Ledger(settings.db)
+        return Ledger(settings.db, durability=durability)
     except ValueError as exc:
         raise CliError(
             ExitCode.USAGE, f"bad ledger URL from {settings.db_source}: {exc}", _URL_HINT

@@ -8,10 +8,12 @@ rolled back. A journal longer than its witness is accepted when its chain verifi
 (the crash fell between a commit and the witness update, or records past the witness
 were never externalised) and the witness is rolled forward.
 
-The witness advances where something leaves the process (an act about to execute, a
-model asked, an outbox delivery, a run's outcome): a rollback that only drops records of
-local steps nobody outside saw is harmless, like a crash before them, and skipping the
-witness there keeps a local step at one write.
+The witness advances at output points only (an act about to execute, an outbox delivery,
+a run's outcome or approval request; see crashproof.runtime.durable), and only after the
+forced sync that makes the journal durable up to there: it is never ahead of what a power
+cut leaves on disk. A rollback that only drops records nobody outside saw (local steps,
+model decisions, receipts) is harmless, like a crash before them, and skipping the
+witness there keeps those records at one unsynced write.
 
 Limits: the witness must live where a restore of the ledger does not also restore it
 (another disk, another host, PostgreSQL); beside the ledger it guards against

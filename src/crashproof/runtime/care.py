@@ -101,6 +101,8 @@ class LedgerCare:
             next_seq += 1
 
         delivered = 0
+        if replay.undelivered:  # a crashed process may have left them unsynced
+            self._store.sync()
         for key, event in replay.undelivered.items():
             outbox = event.payload["outbox"]
             tool = tools.get(outbox["tool"])

@@ -44,6 +44,7 @@ from crashproof.runtime.audit import begin_session, started_by
 from crashproof.runtime.binding import OperatorChanges, bind_run, ended_run, start_fields
 from crashproof.runtime.care import LedgerCare
 from crashproof.runtime.context import Context
+from crashproof.runtime.durable import output_point
 from crashproof.runtime.humans import LedgerHumans
 from crashproof.runtime.leasing import HOST, Heartbeat, claim, release, stop_driving
 from crashproof.runtime.opening import (
@@ -73,19 +74,6 @@ R = TypeVar("R")
 _WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
 
 
-def _leaves_the_process(event: Event) -> bool:
-    """Whether something outside may see this record's consequence: an act about to
-    execute, a model asked, a message delivered, a run's outcome returned. The witness
-    advances only there (as in "Rethink the Sync"): rolling back records of local steps
-    that nobody outside saw is indistinguishable from a crash before them, and skipping
-    the witness write keeps a local step at one write. Everything else advances it."""
-    if event.type is EventType.ATTEMPT_FAILED:
-        return False
-    if event.type is EventType.STEP_DONE:
-        return event.payload.get("kind") in ("decide", "act")
-    return True
-
-
 class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
     """Durable runs of workflows. Independent instances never share state.
 
@@ -96,7 +84,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         self,
         url: str = "sqlite:///crashproof.db",
         *,
-        durability: str = "full",
+        durability: str = "output",
         store: Store | None = None,
         crash_points: CrashPoints | None = None,
         act_settings: ActSettings | None = None,
@@ -104,7 +92,9 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         witness: Witness | None = None,
         lease_seconds: float = 15.0,
     ) -> None:
-        """``key``: the journal key or keyring (default: ``CRASHPROOF_KEY``,
+        """``durability``: "output" (the default: commits are forced to disk only right
+        before something leaves the process, see runtime/durable.py), "full" or "normal".
+        ``key``: the journal key or keyring (default: ``CRASHPROOF_KEY``,
         ``CRASHPROOF_KEY_FILE``, else a key file generated once in the user's config
         directory); ``witness``: where generations are mirrored (default: a file beside
         a SQLite ledger; none for ``memory://`` or a ``store=`` given without one);
@@ -246,8 +236,6 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         existing = self._store.create_run(row, first)
         if existing is None:
             self._hit("after_commit", first)
-            if self._witness is not None:
-                self._witness.advance(run_id, 1)
             log.info("run started", extra={"run_id": run_id, "workflow": workflow.name})
         elif existing.input_digest != digest:
             raise RunConflict(run_id, existing.input_digest, digest)
@@ -286,6 +274,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
             if finished is not None and not (
                 replay.outcome and replay.outcome.payload.get("retryable")
             ):
+                self._store.sync()  # the outcome leaves again: durable first
                 return finished()
         if workflow is None:
             known = ", ".join(sorted(self._workflows)) or "none"
@@ -380,6 +369,8 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
     ) -> Any:
         events = self._journal(run_id, owner=True)
         replay = index_journal(events)
+        if replay.undelivered:  # delivered again below: durable first (a crash may have
+            self._store.sync()  # left them unsynced)
         started = replay.started.payload
         if not workflow.can_resume(str(started.get("version"))):
             raise UnknownWorkflow(
@@ -411,6 +402,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         else:
             finished = _outcome(run_id, replay)
             if finished is not None:
+                self._store.sync()  # the outcome leaves again: durable first
                 return finished()
         try:
             result = workflow.fn(ctx, **(replay.started.value or {}))
@@ -474,8 +466,9 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         *,
         fencing_token: int | None = None,
     ) -> None:
-        """Append to the journal, with crash points on each side of the commit, then
-        mirror the new generation in the witness (a crash in between is caught up by
+        """Append to the journal, with crash points on each side of the commit; at an
+        output point (runtime/durable.py) the commit is forced to disk first, then the
+        new generation is mirrored in the witness (a crash in between is caught up by
         the next resume). ``fencing_token``: the lease the run is driven under; the
         store checks it in the commit's transaction (StaleLeaseError, nothing kept)."""
         if fencing_token is not None and (events[0].run_id, fencing_token) in self._stale:
@@ -485,10 +478,11 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
             )
         if self.crash_points is not None:
             self._hit("before_commit", events[0])
-        self._store.append(events, status, fencing_token=fencing_token)
+        durable = output_point(events[-1])  # something leaves the process next
+        self._store.append(events, status, fencing_token=fencing_token, durable=durable)
         if self.crash_points is not None:
             self._hit("after_commit", events[0])
-        if self._witness is not None and _leaves_the_process(events[-1]):
+        if self._witness is not None and durable:
             self._witness.advance(events[0].run_id, events[-1].seq + 1)
 
     def _journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
@@ -500,7 +494,10 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         # run (another worker) never sees the journal behind it.
         witnessed = None if witness is None else witness.get(run_id)
         events = self._store.load_events(run_id)
-        if witness is not None and compare(run_id, len(events), witnessed) and owner:
+        ahead = witness is not None and compare(run_id, len(events), witnessed)
+        # "output": the witness advances only after an output point's sync, never ahead
+        # of what a power cut leaves (records past it may still be unsynced).
+        if witness is not None and ahead and owner and self.durability != "output":
             witness.advance(run_id, len(events))
         return events
 

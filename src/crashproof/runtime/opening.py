@@ -15,10 +15,12 @@ from crashproof.store.port import RecordSealer, Store
 
 __all__ = ["DURABILITY_MODES", "default_witness", "open_store", "without_password"]
 
-DURABILITY_MODES = ("full", "normal")
+DURABILITY_MODES = ("output", "full", "normal")
 
 
-def open_store(url: str, *, durability: str = "full", sealer: RecordSealer | None = None) -> Store:
+def open_store(
+    url: str, *, durability: str = "output", sealer: RecordSealer | None = None
+) -> Store:
     """A store from a URL: ``sqlite:///relative.db``, ``sqlite:////abs.db``, ``memory://``,
     ``postgresql://user:password@host:port/dbname[?schema=NAME]`` (or ``postgres://``)."""
     if durability not in DURABILITY_MODES:

@@ -111,6 +111,7 @@ def import_run(
         _same_journal(run.run_id, raw_store.raw_events(run.run_id), records)
         return run.run_id
     if witness is not None:
+        store.sync()  # the witness must never be ahead of what a power cut leaves
         witness.reset(run.run_id, run.generation)
     log.warning(
         "checkpoint imported",

@@ -59,6 +59,7 @@ class MemoryStore:
         status: StatusChange | None = None,
         *,
         fencing_token: int | None = None,
+        durable: bool = False,  # nothing in memory survives a crash: nothing to force
     ) -> None:
         if not events:
             return
@@ -169,6 +170,9 @@ class MemoryStore:
             digest = hashlib.sha256(event.value_json.encode()).hexdigest()
             self.blobs.setdefault(digest, event.value_json)
         return event
+
+    def sync(self) -> None:
+        pass  # nothing to make durable
 
     def close(self) -> None:
         pass

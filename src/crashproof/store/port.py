@@ -122,12 +122,20 @@ class Store(Protocol):
         status: StatusChange | None = None,
         *,
         fencing_token: int | None = None,
+        durable: bool = False,
     ) -> None:
         """Append events of one run (consecutive seqs) and optionally change its status,
         in one transaction. Raises StaleLeaseError if any seq is already taken:
         someone else wrote to this run, and nothing of this call is kept.
         ``fencing_token``: the same transaction checks that it is still the run's
-        current token (else StaleLeaseError, nothing kept)."""
+        current token (else StaleLeaseError, nothing kept). ``durable``: in "output"
+        durability, return only once this commit and every earlier one would survive a
+        power cut (the runtime asks for it right before something leaves the process)."""
+        ...
+
+    def sync(self) -> None:
+        """Make every commit so far durable (in "output" durability; a no-op where every
+        commit is synced anyway, or never forced). Concurrent callers share one sync."""
         ...
 
     def claim(

@@ -53,7 +53,9 @@ __all__ = ["PostgresStore"]
 _QUERIES = load_queries("postgres") | load_queries("postgres", "queue.sql")
 _MIGRATIONS = load_migrations("postgres")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
-_SYNCHRONOUS = {"full": "on", "normal": "off"}
+# "output": ordinary commits with synchronous_commit off, those before an output with it on
+# (a synchronous commit flushes the server's WAL up to it, every earlier commit included).
+_SYNCHRONOUS = {"output": "off", "full": "on", "normal": "off"}
 _EVENT_TYPES = {t.value: t for t in EventType}
 # Plain lower-case identifiers only: they need no quoting rules beyond double quotes.
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -69,9 +71,11 @@ class PostgresStore:
 
     ``url``: ``postgresql://user:password@host:port/dbname`` (or ``postgres://``), with
     any libpq parameters, plus an optional ``schema=NAME`` (default ``crashproof``).
-    ``durability``: "full" waits for each commit to reach the server's disk
-    (``synchronous_commit`` on); "normal" does not (a server crash may lose the last
-    commits, never tear one). ``sealer``: seal every record with an HMAC chain and
+    ``durability``: "output" (the default) waits for the server's disk only for
+    ``append(durable=True)`` and ``sync()``, which cover every earlier commit too
+    (concurrent ones share the server's WAL flush: its own group commit); "full" waits
+    for each commit (``synchronous_commit`` on); "normal" never does (a server crash may
+    lose the last commits, never tear one). ``sealer``: seal every record with an HMAC chain and
     verify it on every read, as the SQLite store does.
     """
 
@@ -79,7 +83,7 @@ class PostgresStore:
         self,
         url: str,
         *,
-        durability: str = "full",
+        durability: str = "output",
         schema: str | None = None,
         pool_size: int = 4,
         connect_timeout: float = 10.0,
@@ -98,6 +102,7 @@ class PostgresStore:
         quoted = f'"{self.schema}"'
         self._q = {name: sql.replace("{schema}", quoted) for name, sql in _QUERIES.items()}
         self._synchronous = _SYNCHRONOUS[durability]
+        self.durability = durability
         self._sealer = sealer
         kwargs: dict[str, Any] = {
             "autocommit": True,
@@ -108,9 +113,7 @@ class PostgresStore:
             # A SET LOCAL costs a round trip per transaction: skip it when the server's
             # default for this role and database is already the wanted setting.
             found = conn.execute("SHOW synchronous_commit").fetchone()
-        self._set_synchronous = (
-            None if found and found[0] == self._synchronous else self._synchronous
-        )
+        self._server_synchronous = found[0] if found else None
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
@@ -248,11 +251,12 @@ class PostgresStore:
         status: StatusChange | None = None,
         *,
         fencing_token: int | None = None,
+        durable: bool = False,
     ) -> None:
         if not events:
             return
         run_id = events[0].run_id
-        with self._pipelined() as cur:
+        with self._pipelined(durable=durable) as cur:
             # The primary key only refuses a taken seq; a gap, a reorder or a missing run
             # would slip through it, so check the batch against the journal's end first.
             # journal_end locks the run's row: a claim cannot slip in before the commit.
@@ -433,16 +437,31 @@ class PostgresStore:
                 "another writer is appending to this run. Nothing of this write was kept."
             ) from None
 
+    def sync(self) -> None:
+        if self.durability != "output":
+            return  # "full" waited for every commit already; "normal" never forces
+        with self._transaction(durable=True) as cur:
+            # A transaction id makes the commit write (and, synchronous, flush) a record.
+            cur.execute("SELECT txid_current()")
+
+    def _synchronous_for(self, durable: bool) -> str | None:
+        """The ``synchronous_commit`` a transaction needs ("on" for an output point in
+        "output" mode), or None when the server's default already is it: a SET LOCAL
+        costs a round trip per transaction."""
+        wanted = "on" if durable and self.durability == "output" else self._synchronous
+        return None if wanted == self._server_synchronous else wanted
+
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Cursor]:
+    def _transaction(self, *, durable: bool = False) -> Iterator[Cursor]:
         with self._errors(), self._pool.connection() as conn, conn.transaction():
             cur = conn.cursor()
-            if self._set_synchronous is not None:
-                cur.execute(f"SET LOCAL synchronous_commit TO {self._set_synchronous}")
+            setting = self._synchronous_for(durable)
+            if setting is not None:
+                cur.execute(f"SET LOCAL synchronous_commit TO {setting}")
             yield cur
 
     @contextlib.contextmanager
-    def _pipelined(self) -> Iterator[Cursor]:
+    def _pipelined(self, *, durable: bool = False) -> Iterator[Cursor]:
         """One transaction in pipeline mode: BEGIN travels with the first query whose
         result is fetched, the writes that follow travel with COMMIT. A journal append
         is two round trips (psycopg's transaction() would add a sync of its own)."""
@@ -451,8 +470,9 @@ class PostgresStore:
                 with conn.pipeline():
                     cur = conn.cursor()
                     cur.execute("BEGIN")
-                    if self._set_synchronous is not None:
-                        cur.execute(f"SET LOCAL synchronous_commit TO {self._set_synchronous}")
+                    setting = self._synchronous_for(durable)
+                    if setting is not None:
+                        cur.execute(f"SET LOCAL synchronous_commit TO {setting}")
                     try:
                         yield cur
                     except BaseException:

@@ -32,7 +32,7 @@ from crashproof.verify.trials import Mode, run_case, run_reference
 
 __all__ = ["MODES", "Progress", "recovery_candidates", "verify"]
 
-MODES: tuple[Mode, ...] = ("inproc", "subprocess")
+MODES: tuple[Mode, ...] = ("inproc", "subprocess", "powercut")
 
 _BEFORE_START = "before_commit[run_started]"
 _AFTER_START = "after_commit[run_started]"
@@ -58,9 +58,11 @@ def verify(
     uninterrupted one; see the module docstring.
 
     ``scenario``: a Scenario or its ``"MODULE:ATTRIBUTE"``. ``mode``: ``"inproc"`` (a
-    simulated crash, a new Ledger object) or ``"subprocess"`` (a child process killed by
+    simulated crash, a new Ledger object), ``"subprocess"`` (a child process killed by
     SIGKILL; the scenario must be importable, by ``target`` or found as a global of the
-    module of its workflow factory). ``max_points``: at most this many crash cases and as
+    module of its workflow factory) or ``"powercut"`` (a simulated crash of a ledger in
+    ``output`` durability, whose files then go back to their last forced sync: every
+    unsynced write is lost, as in a power cut). ``max_points``: at most this many crash cases and as
     many double-crash cases, sampled with ``seed``. ``workers`` > 1 runs trials in
     threads (the scenario's factories must then be thread-safe). ``workdir``: keep the
     trial directories of cases that did not end SAME there (default: a temporary

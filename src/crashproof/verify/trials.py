@@ -2,8 +2,10 @@
 
 Each trial has a directory of its own: ``env/`` (given to the scenario's environment
 factory) and ``ledger.db`` (the journal). A crash is either in-process (a ``SimulatedCrash``
-unwinds without any journal write; the Ledger object is thrown away) or real (a child
-process, ``python -m crashproof.verify._child``, dies by SIGKILL at the crash point). The
+unwinds without any journal write; the Ledger object is thrown away), real (a child
+process, ``python -m crashproof.verify._child``, dies by SIGKILL at the crash point), or a
+power cut (in-process, in ``output`` durability; then the ledger files go back to what its
+last forced sync made durable, see ``crashproof.verify.powercut``). The
 resume always happens here, in a new ``Ledger`` object on the same file, with an
 environment reopened from the same directory, as a restarted process would find them.
 """
@@ -34,6 +36,7 @@ from crashproof.verify.history import (
     recorded_decisions,
     step_shape,
 )
+from crashproof.verify.powercut import DurableSnapshots, attach
 from crashproof.verify.report import Case, CaseKind, CaseResult, Reference, Verdict
 from crashproof.verify.scenario import Scenario, ScenarioError, close_env
 
@@ -48,13 +51,11 @@ __all__ = [
     "run_reference",
 ]
 
-Mode = Literal["inproc", "subprocess"]
+Mode = Literal["inproc", "subprocess", "powercut"]
 
-# Both modes model a *process* crash: whatever the process wrote before dying is in the
-# operating system's page cache and survives it, synced or not. Forcing every commit to
-# disk (durability "full") would only matter for a power cut, and would make each trial
-# several times slower; so the verifier's ledgers use "normal".
-DURABILITY = "normal"
+# The default durability, as users run it. inproc and subprocess model a *process* crash
+# (whatever was written survives it, synced or not); powercut also loses unsynced writes.
+DURABILITY = "output"
 CRASHED_AT = "crashed-at"  # a child writes the crash point's name here before dying
 CHILD_TIMEOUT = 120.0  # seconds; a child that hangs is killed and the case DIVERGES
 
@@ -73,8 +74,22 @@ def ledger_url(directory: Path) -> str:
     return f"sqlite:///{(directory / 'ledger.db').resolve()}"
 
 
-def _ledger(directory: Path, points: CrashPoints | None = None) -> Ledger:
-    return Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points)
+def _ledger(
+    directory: Path, points: CrashPoints | None = None, *, powercut: bool = False
+) -> Ledger:
+    if not powercut:
+        return Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points)
+    ledger = Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points)
+    try:
+        attach(ledger, _snapshots(directory))
+    except BaseException:
+        ledger.close()
+        raise
+    return ledger
+
+
+def _snapshots(directory: Path) -> DurableSnapshots:
+    return DurableSnapshots((directory / "ledger.db").resolve(), directory / "durable")
 
 
 def _run(scenario: Scenario[Any], ledger: Ledger, env: Any) -> Any:
@@ -215,9 +230,13 @@ def _case(
                 crashes.append(_inspect(scenario, directory))
             fired = _crash_child(target, directory, at)
         else:
-            before, fired = _crash_inproc(scenario, directory, at, inspect=number > 0)
+            before, fired = _crash_inproc(
+                scenario, directory, at, inspect=number > 0, powercut=mode == "powercut"
+            )
             if before is not None:
                 crashes.append(before)
+            if mode == "powercut":
+                _snapshots(directory).restore()  # the power comes back: only synced writes
         if fired != point:
             raise _NotReached(
                 f"crashed at {fired!r}, not at {point!r} (#{at}): the run passes other crash "
@@ -227,7 +246,7 @@ def _case(
 
 
 def _crash_inproc(
-    scenario: Scenario[Any], directory: Path, at: int, *, inspect: bool
+    scenario: Scenario[Any], directory: Path, at: int, *, inspect: bool, powercut: bool = False
 ) -> tuple[CrashSnapshot | None, str | None]:
     """Run (or resume) until the ``at``-th crash point raises SimulatedCrash; returns the
     point that fired and, if ``inspect``, the snapshot taken before the run started (what
@@ -235,7 +254,7 @@ def _crash_inproc(
     env = scenario.env_factory(env_dir(directory))
     try:
         points = CrashPoints(at=at)
-        with _ledger(directory, points) as ledger:
+        with _ledger(directory, points, powercut=powercut) as ledger:
             before = _snapshot(scenario, env, ledger) if inspect else None
             try:
                 _run(scenario, ledger, env)

@@ -1,0 +1,186 @@
+"""Output-triggered durability, side by side in one run on one disk.
+
+1. ``ctx.step`` and ``ctx.decide`` in ``output`` durability vs raw SQLite WAL/NORMAL
+   commits (no fsync at all): goal ratio >= 0.5.
+2. ``ctx.act`` with a no-op tool vs raw WAL/FULL commits (one fsync each): an act is two
+   commits but only its intent is forced to disk, so the goal is >= 0.7 of the raw rate.
+3. Forced syncs per act, counted by the store (goal 1.0).
+4. Group commit: 8 runs driving acts in threads of one process vs 1 run (goal >= 4x
+   acts/s): their intents share fdatasyncs.
+
+Usage: python bench/durability.py [--n 2000] [--acts 500] [--repeats 3] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import _common as common
+
+import crashproof as cp
+
+CONCURRENCY = 8
+
+
+class NoOp(cp.Tool):
+    """A tool whose effect is free: what is left is the protocol's own cost."""
+
+    name: ClassVar[str] = "noop"
+    version: ClassVar[str] = "1"
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        return cp.Receipt(call.operation_id, {"ok": True}, call.intent_digest)
+
+    def lookup(self, call: cp.Call) -> cp.Receipt | None:
+        return None
+
+
+def _answer(i: int) -> cp.Decision:
+    return cp.Decision({"i": i}, model="stub")
+
+
+def _ledger(directory: Path, tag: str) -> tuple[cp.Ledger, Path]:
+    path = directory / f"durability-{tag}.db"
+    return cp.Ledger(f"sqlite:///{path}", durability="output"), path
+
+
+def decisions(directory: Path, n: int, tag: str) -> float:
+    ledger, path = _ledger(directory, tag)
+
+    @ledger.workflow("bench-decide", version="1")
+    def decide(ctx: cp.Context, n: int) -> int:
+        for i in range(n):
+            ctx.decide("plan", _answer, i)
+        return n
+
+    try:
+        start = time.perf_counter()
+        result: Any = ledger.run(decide, run_id=f"bench:{tag}", n=n)
+        elapsed = time.perf_counter() - start
+    finally:
+        ledger.close()
+    if result != n:
+        raise SystemExit(f"benchmark run returned {result!r}")
+    common.remove_db(path)
+    return n / elapsed
+
+
+def acts(directory: Path, n: int, tag: str, runs: int = 1) -> tuple[float, float]:
+    """Acts/s of ``runs`` concurrent runs of ``n`` acts each on one Ledger, and the forced
+    syncs per act the store counted (the runs' outcomes included)."""
+    ledger, path = _ledger(directory, tag)
+    tool = NoOp()
+
+    @ledger.workflow("bench-acts", version="1")
+    def flow(ctx: cp.Context, n: int) -> int:
+        for i in range(n):
+            ctx.act("act", tool, i=i)
+        return n
+
+    failures: list[BaseException] = []
+
+    def drive(k: int) -> None:
+        try:
+            if ledger.run(flow, run_id=f"bench:{tag}:{k}", n=n) != n:
+                raise SystemExit("a benchmark run returned the wrong result")
+        except BaseException as exc:
+            failures.append(exc)
+
+    store: Any = ledger._store
+    before = store.syncs
+    threads = [threading.Thread(target=drive, args=(k,)) for k in range(runs)]
+    try:
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - start
+        syncs = store.syncs - before
+    finally:
+        ledger.close()
+    if failures:
+        raise SystemExit(f"a benchmark run failed: {failures[0]!r}")
+    common.remove_db(path)
+    return runs * n / elapsed, syncs / (runs * n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000, help="steps/decisions per run (2000)")
+    parser.add_argument("--acts", type=int, default=500, help="acts per run (500)")
+    parser.add_argument("--repeats", type=int, default=3, help="repetitions, median kept (3)")
+    parser.add_argument("--dir", default=None, help="parent of the temp dir (default: $TMPDIR)")
+    args = parser.parse_args(argv)
+    directory = common.make_tempdir(args.dir)
+    n, m = args.n, args.acts
+    per_run = max(1, m // CONCURRENCY)
+    syncs: dict[str, list[float]] = {"acts": [], "group": []}
+
+    def timed_acts(key: str, tag: str, count: int, runs: int) -> float:
+        rate, per_act = acts(directory, count, tag, runs)
+        syncs[key].append(per_act)
+        return rate
+
+    try:
+        print("crashproof bench: output-triggered durability vs raw SQLite commits")
+        common.print_facts(common.machine_facts(directory))
+        results = common.interleaved(
+            args.repeats,
+            {
+                "raw_normal": lambda tag: common.raw_commits(directory, n, "NORMAL", tag),
+                "steps": lambda tag: common.crashproof_steps(directory, n, "output", tag),
+                "steps_normal": lambda tag: common.crashproof_steps(directory, n, "normal", tag),
+                "decide": lambda tag: decisions(directory, n, tag),
+                "raw_full": lambda tag: common.raw_commits(directory, m, "FULL", tag),
+                "acts": lambda tag: timed_acts("acts", tag, m, 1),
+                "one_run": lambda tag: timed_acts("acts", tag, per_run * CONCURRENCY, 1),
+                "group": lambda tag: timed_acts("group", tag, per_run, CONCURRENCY),
+            },
+        )
+        med = {name: common.median(values) for name, values in results.items()}
+        print()
+        labels = {
+            "raw_normal": "raw WAL/NORMAL commits",
+            "steps": "ctx.step (output)",
+            "steps_normal": "ctx.step (normal: never synced)",
+            "decide": "ctx.decide (output)",
+            "raw_full": "raw WAL/FULL commits",
+            "acts": "ctx.act, no-op tool (output)",
+            "one_run": "ctx.act, 1 run",
+            "group": f"ctx.act, {CONCURRENCY} concurrent runs",
+        }
+        common.print_table(
+            ["measure", "median/s", "runs"],
+            [
+                [label, common.fmt_rate(med[name]), common.fmt_runs(results[name])]
+                for name, label in labels.items()
+            ],
+        )
+        print()
+        print(f"step output / step normal  = {med['steps'] / med['steps_normal']:.2f}  (1.0: free)")
+        print(f"step / raw NORMAL commit   = {med['steps'] / med['raw_normal']:.2f}  (goal >= 0.5)")
+        print(
+            f"decide / raw NORMAL commit = {med['decide'] / med['raw_normal']:.2f}  (goal >= 0.5)"
+        )
+        print(f"act / raw FULL commit      = {med['acts'] / med['raw_full']:.2f}  (goal >= 0.7)")
+        print(
+            f"forced syncs per act       = {common.median(syncs['acts']):.3f}  (goal 1.0; "
+            f"the run's outcome adds 1/{m})"
+        )
+        print(
+            f"group commit: {CONCURRENCY} runs / 1 run = {med['group'] / med['one_run']:.2f}x "
+            f"(goal >= 4), {common.median(syncs['group']):.3f} forced syncs per act"
+        )
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

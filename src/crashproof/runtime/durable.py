@@ -1,0 +1,53 @@
+"""Output-triggered durability: which journal records must be durable before their
+commit returns, because something leaves the process right after them.
+
+"Rethink the Sync" (Nightingale et al., OSDI 2006): durability only has to hold for what
+an outside observer can see. A commit must reach the disk before any output that depends
+on it is externalised, not before. For a run the outputs are known exactly:
+
+- an act's intent (``act_intent``): the tool executes right after it commits. If the
+  intent were lost after the effect, recovery would not know to look the effect up and
+  would do it again;
+- a run's outcome (``run_succeeded``, ``run_failed``, ``run_frozen`` — including an
+  approval request — and ``run_stopped``): ``run``/``resume`` hand it back right after;
+- an outbox message (a ``step_done`` carrying ``outbox``): its delivery follows.
+
+Every other record (a local step, a model's decision, a receipt, a failed attempt) rides
+in the write-ahead log unsynced. Losing it in a power cut is indistinguishable from a
+crash just before it: the step runs again, the decision is asked again, the receipt is
+looked up again, and nothing outside ever saw the difference. One forced sync covers
+every earlier record of the log, so the journal stays a prefix of what was written.
+
+The generation witness advances only after such a sync, so it is never ahead of what a
+power cut leaves on disk.
+"""
+
+from __future__ import annotations
+
+from crashproof.journal.records import Event, EventType
+
+__all__ = ["OUTCOMES", "output_point"]
+
+OUTCOMES = frozenset(
+    {
+        EventType.RUN_SUCCEEDED,
+        EventType.RUN_FAILED,
+        EventType.RUN_FROZEN,
+        EventType.RUN_STOPPED,
+    }
+)
+
+# A deliberately WRONG variant, for the power-cut verifier's own test only: an act's
+# intent is not synced before the tool executes. Never set it outside that test.
+_UNSAFE_SKIP_INTENT_SYNC = False
+
+
+def output_point(event: Event) -> bool:
+    """Whether something leaves the process right after ``event`` commits: its commit
+    (and every earlier one) must be durable first, and the witness may advance."""
+    type_ = event.type
+    if type_ is EventType.ACT_INTENT:
+        return not _UNSAFE_SKIP_INTENT_SYNC
+    if type_ in OUTCOMES:
+        return True
+    return type_ is EventType.STEP_DONE and "outbox" in event.payload

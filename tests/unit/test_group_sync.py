@@ -1,0 +1,60 @@
+"""The group committer behind forced syncs: waiters that arrive while a sync is in flight
+share the next one; a failed sync is never taken for a durable one."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from crashproof.store.syncing import GroupSync
+
+
+def test_waiters_that_arrive_during_a_sync_share_the_next_one() -> None:
+    committed = [1]
+    flushed: list[int] = []
+    in_flight, release = threading.Event(), threading.Event()
+
+    def flush() -> int:
+        covered = committed[0]
+        flushed.append(covered)
+        if len(flushed) == 1:
+            in_flight.set()
+            release.wait(10)
+        return covered
+
+    group = GroupSync(flush)
+    leader = threading.Thread(target=group.wait, args=(1,))
+    leader.start()
+    assert in_flight.wait(10)
+    committed[0] = 6  # five more commits while the first sync is in flight
+    followers = [threading.Thread(target=group.wait, args=(k,)) for k in range(2, 7)]
+    for thread in followers:
+        thread.start()
+    time.sleep(0.1)
+    release.set()
+    for thread in [leader, *followers]:
+        thread.join(10)
+        assert not thread.is_alive()
+    assert flushed == [1, 6]  # the five later commits shared one sync
+    assert group.flushes == 2
+    group.wait(6)  # already durable: returns without a sync
+    assert group.flushes == 2
+
+
+def test_a_failed_sync_raises_and_the_next_waiter_syncs_again() -> None:
+    attempts: list[int] = []
+
+    def flush() -> int:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise OSError("EIO")
+        return 3
+
+    group = GroupSync(flush)
+    with pytest.raises(OSError, match="EIO"):
+        group.wait(3)
+    assert group.flushes == 0  # nothing was made durable
+    group.wait(3)
+    assert (len(attempts), group.flushes) == (2, 1)
