@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 
 from crashproof.errors import LedgerError
-from crashproof.store.postgres import _parse_url
+from crashproof.store.pg_connection import first_line, parse_url
 
 __all__ = ["PostgresWitness"]
 
@@ -41,7 +41,7 @@ class PostgresWitness:
             raise ValueError(
                 f"witness schema must be a lower-case identifier ([a-z_][a-z0-9_]*), not {schema!r}"
             )
-        self._conninfo, _, self.display = _parse_url(url)
+        self._conninfo, _, self.display = parse_url(url)
         self._connect_timeout = max(1, round(connect_timeout))
         self.schema = schema
         self._table = f'"{schema}".witness'
@@ -102,7 +102,7 @@ class PostgresWitness:
         except psycopg.Error as exc:
             raise LedgerError(
                 f"cannot open the generation witness at {self.display} (schema "
-                f"{self.schema}): {_first_line(exc)}"
+                f"{self.schema}): {first_line(exc)}"
             ) from None
 
     def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
@@ -136,13 +136,9 @@ class PostgresWitness:
     def _unusable(self, exc: BaseException) -> LedgerError:
         return LedgerError(
             f"cannot use the generation witness at {self.display} (schema {self.schema}): "
-            f"{_first_line(exc)}"
+            f"{first_line(exc)}"
         )
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -20,9 +20,9 @@ def plan_postgres(url: str) -> MigrationPlan:
     """The plan for the PostgreSQL ledger at ``url`` (``?schema=NAME``); reads only."""
     import psycopg  # here: `import crashproof` must work without psycopg
 
-    from crashproof.store.postgres import _parse_url
+    from crashproof.store.pg_connection import parse_url
 
-    conninfo, schema, display = _parse_url(url)
+    conninfo, schema, display = parse_url(url)
     schema = schema or "crashproof"
     if not _SCHEMA_NAME.match(schema):
         raise ValueError(f"schema must be a lower-case identifier, not {schema!r}")

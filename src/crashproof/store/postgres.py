@@ -16,19 +16,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-import select
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg.errors
-from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from crashproof.errors import (
     IntegrityError,
-    LedgerError,
     NotALedger,
     RunNotFound,
     SchemaTooNew,
@@ -37,6 +34,7 @@ from crashproof.errors import (
 from crashproof.journal.codec import decode, encode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.migrate import check_automatic
+from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
 from crashproof.store.port import (
     BLOB_THRESHOLD,
     GENESIS,
@@ -93,7 +91,7 @@ class PostgresStore:
             raise ValueError(
                 f"durability must be one of {sorted(_SYNCHRONOUS)}, not {durability!r}"
             )
-        conninfo, url_schema, self.display = _parse_url(url)
+        conninfo, url_schema, self.display = parse_url(url)
         self.schema = schema or url_schema or "crashproof"
         if not _SCHEMA_NAME.match(self.schema):
             raise ValueError(
@@ -121,7 +119,7 @@ class PostgresStore:
             kwargs=kwargs,
             # A connection the server dropped (restart, idle timeout) is replaced on
             # checkout, not handed to a journal commit.
-            check=_check_connection,
+            check=check_connection,
             timeout=connect_timeout,
             open=False,
             name=f"crashproof:{self.schema}",
@@ -496,81 +494,15 @@ class PostgresStore:
         with self._errors(), self._pool.connection() as conn:
             yield conn.cursor()
 
-    @contextlib.contextmanager
-    def _errors(self, *, opening: bool = False) -> Iterator[None]:
+    def _errors(self, *, opening: bool = False) -> contextlib.AbstractContextManager[None]:
         """Turn psycopg's errors into clear crashproof ones, without a driver traceback."""
-        where = f"PostgreSQL ledger {self.display}"
-        try:
-            yield
-        except PoolClosed:
-            raise LedgerError(f"{where} was closed; open a new Ledger to use it again") from None
-        except PoolTimeout as exc:
-            raise LedgerError(
-                f"{where}: no database connection available ({exc}); is the server up?"
-            ) from None
-        except psycopg.errors.InsufficientPrivilege as exc:
-            raise LedgerError(f"{where}: permission denied ({_first_line(exc)})") from None
-        except psycopg.errors.UndefinedTable as exc:
-            raise IntegrityError(
-                f"{where}: ledger tables are missing from schema {self.schema!r} "
-                f"({_first_line(exc)}); restore the database from a backup"
-            ) from None
-        except psycopg.OperationalError as exc:
-            if opening:
-                raise LedgerError(
-                    f"{where} is unreachable or refused the connection: {_first_line(exc)}. "
-                    "Check the host, port, database name, user and password; nothing was "
-                    "written."
-                ) from None
-            # A commit cut off by a lost connection may or may not have landed: the
-            # journal, read again on resume, is the only one who knows.
-            raise LedgerError(
-                f"{where} failed mid-operation ({_first_line(exc)}); the write in progress "
-                "may or may not have been committed. Resume the run once the server is back."
-            ) from None
-        except psycopg.DataError as exc:  # e.g. a NUL character in a run id or step key
-            raise LedgerError(
-                f"{where} refused a value ({_first_line(exc)}): PostgreSQL text cannot hold "
-                "NUL characters, so run ids, workflow names and step keys must not contain "
-                "them; nothing of this write was kept"
-            ) from None
-        except psycopg.Error as exc:
-            raise LedgerError(f"{where}: {type(exc).__name__}: {_first_line(exc)}") from None
-
-
-def _check_connection(conn: psycopg.Connection[Any]) -> None:
-    """The pool's checkout check without a round trip in the common case: an idle
-    connection has nothing to read unless the server closed it (it sends a FATAL message
-    and EOF on shutdown, restart, or pg_terminate_backend) or sent a notice; only then
-    is it probed with an empty query, which raises when it is broken."""
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable:
-        ConnectionPool.check_connection(conn)
-
-
-def _parse_url(url: str) -> tuple[str, str | None, str]:
-    """(libpq conninfo without our ``schema`` parameter, that schema, a password-free URL)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise ValueError(f"not a PostgreSQL URL: {parts.scheme}://...")
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
-    display = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-    return urlunsplit((*parts[:3], rest, parts.fragment)), schema, display
+        return translated_errors(f"PostgreSQL ledger {self.display}", self.schema, opening=opening)
 
 
 def _lock_key(schema: str) -> int:
     """A stable signed 64-bit advisory-lock key for migrating this schema."""
     digest = hashlib.sha256(f"crashproof migrate {schema}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _row(found: Any) -> RunRow:

@@ -1,0 +1,88 @@
+"""Talking to a PostgreSQL server: connection URLs, the pool's checkout check, and
+psycopg's errors turned into clear crashproof ones (used by the store and the witness)."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import psycopg.errors
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from crashproof.errors import IntegrityError, LedgerError
+
+__all__ = ["check_connection", "first_line", "parse_url", "translated_errors"]
+
+
+@contextlib.contextmanager
+def translated_errors(where: str, schema: str, *, opening: bool = False) -> Iterator[None]:
+    """Turn psycopg's errors into clear crashproof ones, without a driver traceback."""
+    try:
+        yield
+    except PoolClosed:
+        raise LedgerError(f"{where} was closed; open a new Ledger to use it again") from None
+    except PoolTimeout as exc:
+        raise LedgerError(
+            f"{where}: no database connection available ({exc}); is the server up?"
+        ) from None
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise LedgerError(f"{where}: permission denied ({first_line(exc)})") from None
+    except psycopg.errors.UndefinedTable as exc:
+        raise IntegrityError(
+            f"{where}: ledger tables are missing from schema {schema!r} "
+            f"({first_line(exc)}); restore the database from a backup"
+        ) from None
+    except psycopg.OperationalError as exc:
+        if opening:
+            raise LedgerError(
+                f"{where} is unreachable or refused the connection: {first_line(exc)}. "
+                "Check the host, port, database name, user and password; nothing was "
+                "written."
+            ) from None
+        # A commit cut off by a lost connection may or may not have landed: the
+        # journal, read again on resume, is the only one who knows.
+        raise LedgerError(
+            f"{where} failed mid-operation ({first_line(exc)}); the write in progress "
+            "may or may not have been committed. Resume the run once the server is back."
+        ) from None
+    except psycopg.DataError as exc:  # e.g. a NUL character in a run id or step key
+        raise LedgerError(
+            f"{where} refused a value ({first_line(exc)}): PostgreSQL text cannot hold "
+            "NUL characters, so run ids, workflow names and step keys must not contain "
+            "them; nothing of this write was kept"
+        ) from None
+    except psycopg.Error as exc:
+        raise LedgerError(f"{where}: {type(exc).__name__}: {first_line(exc)}") from None
+
+
+def check_connection(conn: psycopg.Connection[Any]) -> None:
+    """The pool's checkout check without a round trip in the common case: an idle
+    connection has nothing to read unless the server closed it (it sends a FATAL message
+    and EOF on shutdown, restart, or pg_terminate_backend) or sent a notice; only then
+    is it probed with an empty query, which raises when it is broken."""
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
+
+
+def parse_url(url: str) -> tuple[str, str | None, str]:
+    """(libpq conninfo without our ``schema`` parameter, that schema, a password-free URL)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"not a PostgreSQL URL: {parts.scheme}://...")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    display = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return urlunsplit((*parts[:3], rest, parts.fragment)), schema, display
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
