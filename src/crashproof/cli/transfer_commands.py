@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from crashproof.cli.app import DbOption, VerboseOption, _settings, app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.settings import open_ledger
 from crashproof.integrity import checkpoint
+from crashproof.runtime.transfer import ImportPlan
 
 
 @app.command("export")
@@ -66,15 +68,39 @@ def import_command(
         typer.Argument(metavar="FILE", show_default=False, help="The checkpoint to import."),
     ],
     by: Annotated[
-        str,
-        typer.Option("--by", metavar="NAME", show_default=False, help="Who takes responsibility."),
-    ],
+        str | None,
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            show_default=False,
+            help="Who takes responsibility (required unless --preview).",
+        ),
+    ] = None,
+    preview: Annotated[
+        bool,
+        typer.Option(
+            "--preview",
+            help="Verify the checkpoint and show what the import would do; write nothing.",
+        ),
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="With --preview: the plan as JSON.")
+    ] = False,
     db: DbOption = None,
     verbose: VerboseOption = False,
 ) -> int:
-    """Verify a checkpoint (signature, schema, fields, every record's MAC, generation)
-    and install its run in the ledger. Any mismatch: nothing is written. Logged with --by."""
+    """Verify a checkpoint (signature, schema, fields, every record's MAC, generation,
+    the run header against its records) and install its run in the ledger. An older
+    format is migrated (1 -> 2: the derived header fields are folded from the records).
+    Any mismatch: nothing is written. Logged with --by. --preview shows the run, its
+    generation, the format migration and the derived fields, and writes nothing."""
     settings = _settings(ctx, db, False, verbose)
+    if not preview and not by:
+        raise CliError(
+            ExitCode.USAGE,
+            "import needs --by NAME (who takes responsibility)",
+            "add --by, or use --preview to see what the import would do; nothing was written",
+        )
     try:
         data = file.read_bytes()
     except OSError as exc:
@@ -82,9 +108,76 @@ def import_command(
             ExitCode.USAGE, f"cannot read {file}: {exc.strerror}", "check the path"
         ) from None
     document = checkpoint.parse(data)
-    with open_ledger(settings, create=True) as ledger:
-        run_id = ledger.import_run(document, by=by)
+    with open_ledger(settings, create=not preview) as ledger:
+        if preview:
+            plan = ledger.preview_import(document)
+        else:
+            run_id = ledger.import_run(document, by=by or "")
+    if preview:
+        if json_output:
+            sys.stdout.write(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")
+        else:
+            sys.stdout.write(render_plan(plan))
+        return int(ExitCode.OK)
     sys.stderr.write(
-        f"run {run_id!r} imported at generation {document['run']['generation']} by {by}\n"
+        f"run {run_id!r} imported at generation {document['run']['generation']} by {by}"
+        + (
+            f" (format {document['schema_version']} migrated to {checkpoint.SCHEMA_VERSION})"
+            if document["schema_version"] != checkpoint.SCHEMA_VERSION
+            else ""
+        )
+        + "\n"
     )
     return int(ExitCode.OK)
+
+
+_ACTIONS = {
+    "install": "install the run (a new run in this ledger)",
+    "nothing": "nothing: this ledger already holds the same journal",
+    "repair-witness": "set the witness to the generation (the run is here, its witness "
+    "missing or behind)",
+}
+
+
+def render_plan(plan: ImportPlan) -> str:
+    """The preview of one import, for people."""
+    lines = [
+        f"checkpoint of run {plan.run_id!r}: workflow {plan.workflow!r} version "
+        f"{plan.version!r}, status {plan.status}, generation {plan.generation} "
+        f"({plan.records} record(s)), signed with key id {plan.key_id}",
+        (
+            f"format migration {plan.from_format} -> {plan.to_format}: the run header "
+            "fields below are derived from the records"
+            if plan.migrates
+            else f"format {plan.from_format} (current): the run header fields below "
+            "match the records"
+        ),
+    ]
+    derived = plan.derived
+    policy = derived["policy"]
+    lines.append(
+        "  policy: none"
+        if policy is None
+        else f"  policy: {policy['version']} (digest {str(policy['digest'])[:16]}, "
+        f"identity {policy['identity']})"
+    )
+    limits = {k: v for k, v in (derived["limits"] or {}).items() if v is not None}
+    lines.append(
+        "  limits: " + (", ".join(f"{k} {v}" for k, v in limits.items()) if limits else "none")
+    )
+    used = derived["budget_used"]
+    lines.append(
+        f"  budget used: {used['steps']} step(s), {used['decisions']} decision(s), "
+        f"{used['tokens']} token(s), cost {used['cost']:g}"
+    )
+    approvals = derived["approvals"]
+    lines.append(f"  approvals: {approvals['granted']} granted, {approvals['consumed']} consumed")
+    cases = derived["open_review_cases"]
+    lines.append(f"  open review cases: {len(cases) or 'none'}")
+    lines.extend(
+        f"    {c['case_id']} ({c['state']}) fingerprint {c['fingerprint'][:16]}: {c['reason']}"
+        for c in cases
+    )
+    lines.append(f"would do: {_ACTIONS[plan.action]}")
+    lines.append("preview only: nothing was written")
+    return "\n".join(lines) + "\n"

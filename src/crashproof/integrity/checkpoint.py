@@ -2,21 +2,27 @@
 
 ::
 
-    {"format": "crashproof-checkpoint", "schema_version": 1,
-     "run": {"run_id", "workflow", "version", "input_digest", "status", "generation"},
+    {"format": "crashproof-checkpoint", "schema_version": 2,
+     "run": {"run_id", "workflow", "version", "input_digest", "status", "generation",
+             "policy", "limits", "budget_used", "approvals", "open_review_cases"},
      "records": [{"seq", "type", "key", "payload", "value", "created_at", "key_id", "mac"}],
      "key_id": "...", "signature": "<HMAC-SHA256 hex>"}
 
 Each record is the journal record exactly as stored (payload and value are the stored
 text), with its own chain MAC, so an import verifies every record with the Sealer
-exactly as reading a ledger does. The document as a whole is signed with an HMAC over
+exactly as reading a ledger does. The run header's last five fields (format 2) are
+derived from the records (``crashproof.runtime.checkpoint_fields``): the records stay the
+source of truth, and a header that disagrees with them is refused naming the field. A
+format-1 document (no derived fields) is migrated on import: the fields are derived. The
+document as a whole is signed with an HMAC over
 its RFC 8785 canonical bytes without the ``signature`` field. A checkpoint file is
 those canonical bytes (plus an optional final newline) and nothing else: any other
 spelling of the same JSON is refused, so no change to a file goes unnoticed.
 
 Verification order: the signature first (before anything else is interpreted), then
 format, schema version, unknown or missing fields at every level, field types, each
-record's MAC and the chain, the run header against the first record, the generation.
+record's MAC and the chain, the run header against the first record, the generation,
+the derived header fields against what the records fold to.
 Every refusal is an ``IntegrityError`` subclass naming what differed.
 """
 
@@ -25,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import rfc8785
@@ -33,12 +39,14 @@ import rfc8785
 from crashproof.errors import CheckpointRejected, IntegrityError, JournalTampered, UnknownKeyId
 from crashproof.integrity.keys import Keyring
 from crashproof.integrity.seal import Sealer
-from crashproof.journal.records import EventType, RunStatus
+from crashproof.journal.records import BUDGET_KINDS, EventType, RunStatus
 
 __all__ = [
+    "DERIVED",
     "FORMAT",
     "SCHEMA_VERSION",
     "Checkpoint",
+    "Derive",
     "Record",
     "RunHeader",
     "build",
@@ -49,10 +57,12 @@ __all__ = [
 ]
 
 FORMAT = "crashproof-checkpoint"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _TOP = ("format", "schema_version", "run", "records", "key_id", "signature")
-_RUN = ("run_id", "workflow", "version", "input_digest", "status", "generation")
+_RUN_V1 = ("run_id", "workflow", "version", "input_digest", "status", "generation")
+DERIVED = ("policy", "limits", "budget_used", "approvals", "open_review_cases")
+_RUN = (*_RUN_V1, *DERIVED)
 _RECORD = ("seq", "type", "key", "payload", "value", "created_at", "key_id", "mac")
 _STATUSES = frozenset(s.value for s in RunStatus)
 _TYPES = frozenset(t.value for t in EventType)
@@ -80,18 +90,27 @@ class Record(NamedTuple):
     mac: str | None
 
 
+# The derived header fields of a run's verified records (run id, records) -> fields.
+Derive = Callable[[str, Sequence[Record]], Mapping[str, Any]]
+
+
 class Checkpoint(NamedTuple):
+    """A verified document. ``derived``: the header fields its records fold to (for a
+    format-1 document: derived now, the migration to format 2)."""
+
     run: RunHeader
     records: tuple[Record, ...]
     key_id: str
+    schema_version: int
+    derived: Mapping[str, Any]
 
 
-def build(run: RunHeader, records: Sequence[Record]) -> dict[str, Any]:
-    """The unsigned document."""
+def build(run: RunHeader, records: Sequence[Record], derived: Mapping[str, Any]) -> dict[str, Any]:
+    """The unsigned document (format ``SCHEMA_VERSION``)."""
     return {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
-        "run": run._asdict(),
+        "run": {**run._asdict(), **{name: derived[name] for name in DERIVED}},
         "records": [r._asdict() for r in records],
     }
 
@@ -135,8 +154,9 @@ def parse(data: bytes | str) -> dict[str, Any]:
     return document
 
 
-def verify(document: Mapping[str, Any], sealer: Sealer) -> Checkpoint:
-    """Check everything (signature first) and return the run and its records."""
+def verify(document: Mapping[str, Any], sealer: Sealer, derive: Derive) -> Checkpoint:
+    """Check everything (signature first) and return the run and its records.
+    ``derive`` folds the verified records into the derived header fields."""
     if not isinstance(document, Mapping):
         raise CheckpointRejected("checkpoint is not a JSON object")
     kid = _verify_signature(document, sealer.keyring)
@@ -156,7 +176,7 @@ def verify(document: Mapping[str, Any], sealer: Sealer) -> Checkpoint:
     if version < 1:
         raise CheckpointRejected(f"checkpoint schema version {version} is not valid")
     _fields(document, _TOP, "the checkpoint")
-    run = _run_header(document["run"])
+    run = _run_header(document["run"], _RUN if version >= 2 else _RUN_V1)
     records = _records(document["records"], run.run_id, sealer)
     _check_first(run, records)
     if run.generation != len(records):
@@ -164,7 +184,10 @@ def verify(document: Mapping[str, Any], sealer: Sealer) -> Checkpoint:
             f"checkpoint of run {run.run_id!r}: generation {run.generation} does not match "
             f"its {len(records)} record(s); a record was removed or added"
         )
-    return Checkpoint(run, records, kid)
+    derived = _derived(run.run_id, records, derive)
+    if version >= 2:
+        _check_derived(run.run_id, document["run"], derived)
+    return Checkpoint(run, records, kid, version, derived)
 
 
 # -- internals ---------------------------------------------------------------
@@ -220,9 +243,9 @@ def _text(obj: Mapping[str, Any], name: str, where: str, *, optional: bool = Fal
     raise CheckpointRejected(f"{where}: field {name!r} must be a string, not {value!r}")
 
 
-def _run_header(obj: Any) -> RunHeader:
+def _run_header(obj: Any, expected: tuple[str, ...]) -> RunHeader:
     where = "the checkpoint's run"
-    _fields(obj, _RUN, where)
+    _fields(obj, expected, where)
     generation = obj["generation"]
     if type(generation) is not int or generation < 1:
         raise CheckpointRejected(f"{where}: generation {generation!r} is not a positive integer")
@@ -239,6 +262,93 @@ def _run_header(obj: Any) -> RunHeader:
     if header.status not in _STATUSES:
         raise CheckpointRejected(f"{where}: unknown status {header.status!r}")
     return header
+
+
+# The shape of each derived header field: "int", "num", "str" (a trailing "?": or null),
+# an object (exactly these fields; ``_Some``: a subset of them), [item] (a list of
+# items), ``_OrNull(shape)``.
+class _OrNull(NamedTuple):
+    shape: Any
+
+
+class _Some(NamedTuple):
+    fields: Mapping[str, Any]
+
+
+_SHAPES: Mapping[str, Any] = {
+    "policy": _OrNull({"version": "str", "digest": "str", "identity": "str?"}),
+    "limits": _OrNull(_Some(dict.fromkeys(BUDGET_KINDS, "num?"))),
+    "budget_used": {"steps": "int", "decisions": "int", "tokens": "int", "cost": "num"},
+    "approvals": {"granted": "int", "consumed": "int"},
+    "open_review_cases": [
+        {"case_id": "str", "fingerprint": "str", "reason": "str", "state": "str"}
+    ],
+}
+_SCALARS: Mapping[str, Callable[[Any], bool]] = {
+    "int": lambda v: type(v) is int,
+    "num": lambda v: type(v) in (int, float),
+    "str": lambda v: isinstance(v, str),
+}
+
+
+def _shape(value: Any, shape: Any, where: str) -> None:
+    if isinstance(shape, _OrNull):
+        if value is not None:
+            _shape(value, shape.shape, where)
+    elif isinstance(shape, str):
+        if shape.endswith("?") and value is None:
+            return
+        if not _SCALARS[shape.rstrip("?")](value):
+            raise CheckpointRejected(f"{where} must be {shape.rstrip('?')}, not {value!r}")
+    elif isinstance(shape, list):
+        if not isinstance(value, list):
+            raise CheckpointRejected(f"{where} is not a list")
+        for index, item in enumerate(value):
+            _shape(item, shape[0], f"{where}[{index}]")
+    else:
+        fields = shape.fields if isinstance(shape, _Some) else shape
+        if isinstance(shape, _Some):
+            if not isinstance(value, Mapping):
+                raise CheckpointRejected(f"{where} is not a JSON object")
+            unknown = sorted(set(value) - set(fields))
+            if unknown:
+                raise CheckpointRejected(f"{where} has unknown field {unknown[0]!r}; refusing it")
+        else:
+            _fields(value, tuple(fields), where)
+        for name, value_shape in fields.items():
+            if name in value:
+                _shape(value[name], value_shape, f"{where}.{name}")
+
+
+def _derived(run_id: str, records: Sequence[Record], derive: Derive) -> dict[str, Any]:
+    try:
+        derived = dict(derive(run_id, records))
+    except (IntegrityError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CheckpointRejected(
+            f"checkpoint of run {run_id!r}: its records cannot be folded ({exc}); "
+            "nothing was imported"
+        ) from None
+    if tuple(sorted(derived)) != tuple(sorted(DERIVED)):
+        raise CheckpointRejected(f"checkpoint of run {run_id!r}: derived {sorted(derived)}")
+    return derived
+
+
+def _check_derived(run_id: str, header: Mapping[str, Any], derived: Mapping[str, Any]) -> None:
+    """A format-2 header must say exactly what its records fold to, field by field."""
+    for name in DERIVED:
+        _shape(header[name], _SHAPES[name], f"the checkpoint's run: field {name!r}")
+        if _canonical(header[name]) != _canonical(derived[name]):
+            raise CheckpointRejected(
+                f"checkpoint of run {run_id!r}: run header field {name!r} is "
+                f"{_short(header[name])}, but its records fold to {_short(derived[name])}; "
+                "the header disagrees with its own records (the records are the source of "
+                "truth); nothing was imported"
+            )
+
+
+def _short(value: Any) -> str:
+    text = _canonical(value).decode("utf-8")
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _records(obj: Any, run_id: str, sealer: Sealer) -> tuple[Record, ...]:

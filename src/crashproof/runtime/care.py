@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crashproof.errors import IntegrityError, LeaseHeld, RunNotFound
 from crashproof.integrity.witness import Witness
@@ -19,6 +19,9 @@ from crashproof.runtime.outbox import deliver
 from crashproof.runtime.reconcile import ActCheck, reconcile_events
 from crashproof.store.port import StatusChange, Store
 from crashproof.tools.port import Tool
+
+if TYPE_CHECKING:
+    from crashproof.runtime.transfer import ImportPlan
 
 __all__ = ["LedgerCare"]
 
@@ -169,3 +172,11 @@ class LedgerCare:
         from crashproof.runtime import transfer
 
         return transfer.import_run(self._store, self._witness, document, by=by)
+
+    def preview_import(self, document: dict[str, Any]) -> ImportPlan:
+        """What ``import_run(document)`` would do (the run, its generation, a format
+        migration, the derived header fields, install or nothing to do), verified exactly
+        as an import is; nothing is written."""
+        from crashproof.runtime import transfer
+
+        return transfer.preview_import(self._store, self._witness, document)

@@ -1,0 +1,80 @@
+"""The run-header fields of a checkpoint (format 2) that are folded from its records.
+
+A checkpoint's records are the source of truth; its run header repeats, for a reader
+who does not fold journals, what those records say about the run:
+
+- ``policy``: the binding in force (``{version, digest, identity}``, or null): the one
+  recorded in ``run_started``, or the latest ``policy_rebound``;
+- ``limits``: the run's limits as they stand (``run_started``, then ``budget_raised``),
+  or null;
+- ``budget_used``: steps, decisions, tokens and cost the recorded steps consumed;
+- ``approvals``: how many approvals were granted and how many consumed;
+- ``open_review_cases``: every review case still waiting (``open``) or decided but not
+  yet consumed (``decided``): its id ``RUN#SEQ``, fingerprint, reason and state.
+
+Export writes them; import derives them again and refuses a header that disagrees
+(``crashproof.integrity.checkpoint.verify``); a version-1 checkpoint, which has none,
+gets them derived (the 1→2 migration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from crashproof.integrity.checkpoint import Record
+from crashproof.journal.codec import decode
+from crashproof.journal.fold import index_journal, spend
+from crashproof.journal.records import Budget, Event, EventType
+from crashproof.runtime.review import cases_of
+
+__all__ = ["WAITING_STATES", "derive_fields"]
+
+WAITING_STATES = ("open", "decided")
+
+
+def derive_fields(run_id: str, records: Sequence[Record]) -> dict[str, Any]:
+    """The derived header fields of ``records`` (already verified: MACs and chain)."""
+    events = [
+        Event(
+            run_id=run_id,
+            seq=r.seq,
+            type=EventType(r.type),
+            key=r.key,
+            payload=decode(r.payload),
+            created_at=r.created_at,
+            value_json=r.value,
+        )
+        for r in records
+    ]
+    replay = index_journal(events)
+    budget = Budget()
+    granted = consumed = 0
+    for event in events:
+        if event.type is EventType.STEP_DONE:
+            budget = spend(budget, event.payload)
+        elif event.type is EventType.APPROVAL_GRANTED:
+            granted += 1
+        elif event.type is EventType.APPROVAL_CONSUMED:
+            consumed += 1
+    return {
+        "policy": replay.policy,
+        "limits": replay.limits,
+        "budget_used": {
+            "steps": budget.steps,
+            "decisions": budget.decisions,
+            "tokens": budget.tokens,
+            "cost": budget.cost,
+        },
+        "approvals": {"granted": granted, "consumed": consumed},
+        "open_review_cases": [
+            {
+                "case_id": case.case_id,
+                "fingerprint": case.fingerprint,
+                "reason": case.reason,
+                "state": case.state,
+            }
+            for case in cases_of(events)
+            if case.state in WAITING_STATES
+        ],
+    }
