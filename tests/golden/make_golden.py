@@ -12,7 +12,14 @@ key of tests/conftest.py (never a real key).
 - schema1_unmappable.db: the same, with one run whose status ('paused') no crashproof
   knows and no migration maps: preview lists it, migrate refuses.
 - current.db (+ current.db.witness): the same two runs at the current schema, sealed.
-- checkpoint.json: run g-done exported from current.db.
+- checkpoint.json: run g-done exported from current.db in checkpoint format 1, as
+  released (crashproof now exports format 2 and migrates this one on import). No longer
+  written here: a released format's file is kept as it was.
+- checkpoint_v2.json: checkpoint format 2 of run g-review: bound to a policy that needs
+  an approval for the note (granted by the test approver, not yet consumed), with
+  limits, its decision recorded, then resumed by golden_changed: frozen on the
+  non-determinism, one open review case. Written alone by
+  ``make_golden.py checkpoint_v2`` (the other files are left as they are).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import contextlib
 import os
 import sqlite3
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -108,14 +116,65 @@ def current(path: Path) -> None:
         stale.unlink()
     url = f"sqlite:///{path}"
     record(url)
-    with cp.Ledger(url) as ledger:
-        (HERE / "checkpoint.json").write_bytes(serialize(ledger.export_run("g-done")))
     for name in (path, path.with_name(path.name + ".witness")):
         with contextlib.closing(sqlite3.connect(name)) as conn:
             conn.execute("PRAGMA journal_mode=DELETE")  # one self-contained file each
 
 
+REVIEW_POLICY = cp.Policy(
+    "golden-policy-1",
+    allow={"notes": "1"},
+    identity="golden-bot",
+    risk={"notes": "high"},
+    approval_required={"high"},
+)
+
+
+def checkpoint_v2(path: Path) -> None:
+    """Run g-review (see the module docstring) in a scratch ledger and export it."""
+    from golden_changed import golden as changed
+    from golden_flows import golden as original
+
+    from crashproof.integrity.signing import generate_keypair
+
+    with tempfile.TemporaryDirectory() as scratch:
+        url = f"sqlite:///{scratch}/review.db"
+        options = cp.RunOptions(
+            policy=REVIEW_POLICY, limits=cp.Limits(max_steps=20, max_tokens=1000)
+        )
+        generate_keypair(Path(scratch) / "approver.pem")
+        with cp.Ledger(url) as ledger:
+            ledger.register_policy(REVIEW_POLICY)
+            try:
+                ledger.run(original, run_id="g-review", topic="reviews", options=options)
+            except cp.RunFrozen:
+                pass
+            else:
+                raise SystemExit("g-review did not wait for its approval")
+            public = (Path(scratch) / "approver.pem.pub").read_text()
+            ledger.add_approver("golden-approver", public, by="make_golden")
+            ledger.approve(
+                "g-review", "note", key=Path(scratch) / "approver.pem", by="golden-approver"
+            )
+            ledger.register(changed)
+            try:
+                ledger.resume("g-review")
+            except cp.RunFrozen:
+                pass
+            else:
+                raise SystemExit("g-review did not freeze on the non-determinism")
+            document = ledger.export_run("g-review")
+    if not document["run"]["open_review_cases"]:
+        raise SystemExit("g-review has no open review case")
+    path.write_bytes(serialize(document))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["checkpoint_v2"]:
+        checkpoint_v2(HERE / "checkpoint_v2.json")
+        print("checkpoint_v2.json written to", HERE)
+        raise SystemExit(0)
+    checkpoint_v2(HERE / "checkpoint_v2.json")
     schema1(HERE / "schema1.db")
     schema1(HERE / "schema1_unmappable.db", status_override="paused")
     current(HERE / "current.db")

@@ -4,6 +4,7 @@ every change (files: tests/golden/make_golden.py). Each test works on a copy."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sys
 from collections.abc import Iterator
@@ -136,3 +137,63 @@ def test_the_exported_checkpoint_imports_and_replays(tmp_path: Path, flows: dict
     assert cli("import", str(document), "--by", "golden-test", "--db", url) == 0
     with cp.Ledger(url) as ledger:
         assert ledger.get_run("g-done").result == EXPECTED["g-done"]
+
+
+def test_the_format_1_checkpoint_is_previewed_then_migrated_on_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = HERE / "checkpoint.json"
+    assert json.loads(document.read_bytes())["schema_version"] == 1  # as released
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    with cp.Ledger(url):
+        pass
+    before = sha(tmp_path / "fresh.db")
+    assert cli("import", str(document), "--preview", "--json", "--db", url) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["run_id"] == "g-done"
+    assert plan["format"] == {"from": 1, "to": 2}
+    assert plan["action"] == "install"
+    assert plan["derived"] == {
+        "policy": None,
+        "limits": None,
+        "budget_used": {"steps": 3, "decisions": 1, "tokens": 5, "cost": 0.001},
+        "approvals": {"granted": 0, "consumed": 0},
+        "open_review_cases": [],
+    }
+    assert sha(tmp_path / "fresh.db") == before  # the preview wrote nothing
+    assert cli("import", str(document), "--by", "golden-test", "--db", url) == 0
+    assert "format 1 migrated to 2" in capsys.readouterr().err
+    with cp.Ledger(url) as ledger:
+        again = ledger.export_run("g-done")
+    assert again["schema_version"] == 2
+    assert {k: again["run"][k] for k in plan["derived"]} == plan["derived"]
+
+
+def test_the_format_2_checkpoint_imports_with_its_policy_approval_and_open_case(
+    tmp_path: Path, flows: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = HERE / "checkpoint_v2.json"
+    header = json.loads(document.read_bytes())["run"]
+    assert json.loads(document.read_bytes())["schema_version"] == 2
+    assert header["policy"]["version"] == "golden-policy-1"
+    assert header["approvals"] == {"granted": 1, "consumed": 0}
+    [case] = header["open_review_cases"]
+    verdicts = cp.replay_check([flows["flows"].golden], document)
+    assert [(v.run_id, v.status) for v in verdicts] == [("g-review", "compatible")]
+    assert cp.replay_check([flows["changed"].golden], document)[0].status == "non_deterministic"
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    assert cli("import", str(document), "--preview", "--db", url) == 0
+    out = capsys.readouterr().out
+    assert "no ledger at" in out
+    assert "would do: install the run" in out
+    assert not (tmp_path / "fresh.db").exists()  # a preview never creates the ledger
+    assert cli("import", str(document), "--by", "golden-test", "--db", url) == 0
+    assert cli("import", str(document), "--preview", "--db", url) == 0
+    out = capsys.readouterr().out
+    assert "format 2 (current)" in out
+    assert f"{case['case_id']} (open) fingerprint {case['fingerprint'][:16]}" in out
+    assert "would do: nothing" in out
+    with cp.Ledger(url) as ledger:
+        [open_case] = ledger.review_cases("g-review", state="open")
+        assert (open_case.case_id, open_case.fingerprint) == (case["case_id"], case["fingerprint"])
+        assert ledger.get_run("g-review").policy == header["policy"]

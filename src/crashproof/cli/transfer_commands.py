@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from crashproof.cli.app import DbOption, VerboseOption, _settings, app
 from crashproof.cli.exitcodes import CliError, ExitCode
-from crashproof.cli.settings import open_ledger
+from crashproof.cli.settings import Settings, open_ledger, sqlite_path
 from crashproof.integrity import checkpoint
 from crashproof.runtime.transfer import ImportPlan
 
@@ -108,17 +110,18 @@ def import_command(
             ExitCode.USAGE, f"cannot read {file}: {exc.strerror}", "check the path"
         ) from None
     document = checkpoint.parse(data)
-    with open_ledger(settings, create=not preview) as ledger:
-        if preview:
-            plan = ledger.preview_import(document)
-        else:
-            run_id = ledger.import_run(document, by=by or "")
     if preview:
+        plan, missing = _preview(settings, document)
         if json_output:
-            sys.stdout.write(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")
+            shown = {**plan.to_json(), "ledger_exists": not missing}
+            sys.stdout.write(json.dumps(shown, indent=2, sort_keys=True) + "\n")
         else:
+            if missing is not None:
+                sys.stdout.write(f"no ledger at {missing} yet: the import creates it\n")
             sys.stdout.write(render_plan(plan))
         return int(ExitCode.OK)
+    with open_ledger(settings, create=True) as ledger:
+        run_id = ledger.import_run(document, by=by or "")
     sys.stderr.write(
         f"run {run_id!r} imported at generation {document['run']['generation']} by {by}"
         + (
@@ -129,6 +132,19 @@ def import_command(
         + "\n"
     )
     return int(ExitCode.OK)
+
+
+def _preview(settings: Settings, document: dict[str, Any]) -> tuple[ImportPlan, Path | None]:
+    """The plan against the ledger, or against an empty scratch ledger (same key) when
+    the SQLite file does not exist yet: a preview never creates the target."""
+    path = sqlite_path(settings.db)
+    if path is None or path.exists():
+        with open_ledger(settings, create=False) as ledger:
+            return ledger.preview_import(document), None
+    with tempfile.TemporaryDirectory(prefix="crashproof-preview-") as scratch:
+        empty = replace(settings, db=f"sqlite:///{Path(scratch) / 'preview.db'}")
+        with open_ledger(empty, create=True) as ledger:
+            return ledger.preview_import(document), path
 
 
 _ACTIONS = {
