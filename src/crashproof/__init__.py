@@ -60,6 +60,7 @@ from crashproof.runtime.policy import Policy
 from crashproof.runtime.replay_check import ReplayVerdict
 from crashproof.runtime.replay_source import replay_check
 from crashproof.runtime.review import ReviewCase
+from crashproof.runtime.transfer import ImportPlan
 from crashproof.runtime.worker import Worker
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
@@ -83,6 +84,7 @@ __all__ = [
     "DecisionRefused",
     "DriftError",
     "EnvironmentChanged",
+    "ImportPlan",
     "IntegrityError",
     "JournalRolledBack",
     "JournalTampered",

@@ -233,6 +233,7 @@ def test_a_version_1_checkpoint_is_migrated_on_import(tmp_path: Path, rich: dict
     old = as_version_1(rich)
     with ledger_at(tmp_path / "b.db") as target:
         plan = target.preview_import(old)
+        assert isinstance(plan, cp.ImportPlan)
         assert (plan.from_format, plan.to_format, plan.action) == (1, 2, "install")
         assert {k: plan.derived[k] for k in checkpoint.DERIVED} == {
             k: rich["run"][k] for k in checkpoint.DERIVED

@@ -19,6 +19,7 @@ PUBLIC = [
     "DecisionRefused",
     "DriftError",
     "EnvironmentChanged",
+    "ImportPlan",
     "IntegrityError",
     "JournalRolledBack",
     "JournalTampered",
