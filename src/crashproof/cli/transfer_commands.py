@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from crashproof.cli.app import DbOption, VerboseOption, _settings, app
+from crashproof.cli.app import DbOption, JsonOption, VerboseOption, _settings, app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.settings import Settings, open_ledger, sqlite_path
 from crashproof.integrity import checkpoint
@@ -85,9 +85,7 @@ def import_command(
             help="Verify the checkpoint and show what the import would do; write nothing.",
         ),
     ] = False,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="With --preview: the plan as JSON.")
-    ] = False,
+    as_json: JsonOption = False,
     db: DbOption = None,
     verbose: VerboseOption = False,
 ) -> int:
@@ -96,7 +94,7 @@ def import_command(
     format is migrated (1 -> 2: the derived header fields are folded from the records).
     Any mismatch: nothing is written. Logged with --by. --preview shows the run, its
     generation, the format migration and the derived fields, and writes nothing."""
-    settings = _settings(ctx, db, False, verbose)
+    settings = _settings(ctx, db, as_json, verbose)
     if not preview and not by:
         raise CliError(
             ExitCode.USAGE,
@@ -112,7 +110,7 @@ def import_command(
     document = checkpoint.parse(data)
     if preview:
         plan, missing = _preview(settings, document)
-        if json_output:
+        if settings.json:
             shown = {**plan.to_json(), "ledger_exists": not missing}
             sys.stdout.write(json.dumps(shown, indent=2, sort_keys=True) + "\n")
         else:

@@ -329,7 +329,10 @@ def _derived(run_id: str, records: Sequence[Record], derive: Derive) -> dict[str
             "nothing was imported"
         ) from None
     if tuple(sorted(derived)) != tuple(sorted(DERIVED)):
-        raise CheckpointRejected(f"checkpoint of run {run_id!r}: derived {sorted(derived)}")
+        raise CheckpointRejected(
+            f"checkpoint of run {run_id!r}: the derivation gave fields {sorted(derived)}, "
+            f"not {sorted(DERIVED)} (a crashproof bug); nothing was imported"
+        )
     return derived
 
 
