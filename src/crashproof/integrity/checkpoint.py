@@ -11,13 +11,13 @@
 Each record is the journal record exactly as stored (payload and value are the stored
 text), with its own chain MAC, so an import verifies every record with the Sealer
 exactly as reading a ledger does. The run header's last five fields (format 2) are
-derived from the records (``crashproof.runtime.checkpoint_fields``): the records stay the
-source of truth, and a header that disagrees with them is refused naming the field. A
-format-1 document (no derived fields) is migrated on import: the fields are derived. The
-document as a whole is signed with an HMAC over
-its RFC 8785 canonical bytes without the ``signature`` field. A checkpoint file is
-those canonical bytes (plus an optional final newline) and nothing else: any other
-spelling of the same JSON is refused, so no change to a file goes unnoticed.
+derived from the records (``crashproof.runtime.checkpoint_fields``): the records stay
+the source of truth, and a header that disagrees with them is refused naming the field.
+A format-1 document (no derived fields) is migrated on import: the fields are derived.
+The document as a whole is signed with an HMAC over its RFC 8785 canonical bytes
+without the ``signature`` field. A checkpoint file is those canonical bytes (plus an
+optional final newline) and nothing else: any other spelling of the same JSON is
+refused, so no change to a file goes unnoticed.
 
 Verification order: the signature first (before anything else is interpreted), then
 format, schema version, unknown or missing fields at every level, field types, each
