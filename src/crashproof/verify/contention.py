@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +99,6 @@ def contention_case(
 
 
 def _merge(result: CaseResult, notes: list[str], problems: list[str]) -> CaseResult:
-    from dataclasses import replace
-
     if problems:
         reasons = [*problems, result.reason] if result.reason else problems
         return replace(result, verdict=Verdict.DIVERGED, reason="; ".join(reasons))
