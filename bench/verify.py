@@ -11,12 +11,16 @@ of ``examples/``, measured in one process on one disk, printed side by side:
 - **verifier case, in-process / subprocess**: what ``crashproof verify`` spends per crash
   point, environment, history check and redelivery included (subprocess: a child process
   started, killed by SIGKILL, then the resume here);
-- **crash points/s**: cases per second of a whole ``verify`` run, both modes.
+- **crash points/s**: cases per second of a whole ``verify`` run, both modes;
+- **two recoverers / stale checkpoint**: what one case of each new kind costs (a race of
+  two recoverers, a take-over that fences one out, a stale checkpoint exported, the run
+  finished, imported three ways and resumed), per mode, with its verdicts.
 
 All ledgers use durability "normal", as the verifier's do (a process crash keeps what the
 OS holds; see ``crashproof.verify.trials.DURABILITY``).
 
-Usage: python bench/verify.py [--repeats 3] [--subprocess-points 10] [--dir DIR]
+Usage: python bench/verify.py [--repeats 3] [--subprocess-points 10] [--contention-points 4]
+[--dir DIR]
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 import _common as common
 
 import crashproof as cp
-from crashproof.verify import Scenario, verify
+from crashproof.verify import CaseKind, Scenario, verify
 from crashproof.verify.scenario import close_env
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for examples/
@@ -123,11 +127,51 @@ def measure(
     ]
 
 
+def contention(
+    name: str, scenario: Scenario[Any], target: str, root: Path, points: int, run: float
+) -> list[list[str]]:
+    """One row per mode: mean seconds of a race, a take-over and a stale-checkpoint case."""
+    rows = []
+    for mode, n in (("inproc", points), ("subprocess", max(1, points // 2))):
+        report = verify(
+            scenario,
+            mode=mode,  # type: ignore[arg-type]
+            seed=0,
+            max_points=2 * n,
+            recovery_points=0,
+            contention_points=n,
+            target=target,
+            workdir=root,
+        )
+        two = report.of_kind(CaseKind.TWO_RECOVERERS)
+        kinds = {
+            "race": [r for r in two if r.case.variant == "race"],
+            "take-over": [r for r in two if r.case.variant == "take-over"],
+            "stale": report.of_kind(CaseKind.STALE_CHECKPOINT),
+        }
+        row = [name, mode, str(n)]
+        for cases in kinds.values():
+            mean = statistics.mean(r.seconds for r in cases)
+            row.append(f"{mean * 1000:.0f} ({mean / run:.1f}x)")
+        verdicts = " ".join(
+            f"{kind}:{''.join(sorted(r.verdict.value[0] for r in cases))}"
+            for kind, cases in kinds.items()
+        )
+        rows.append([*row, verdicts])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="repetitions, median kept (3)")
     parser.add_argument(
         "--subprocess-points", type=int, default=10, help="crash points tried in subprocess (10)"
+    )
+    parser.add_argument(
+        "--contention-points",
+        type=int,
+        default=4,
+        help="crash points given two recoverers and a stale checkpoint (4; half in subprocess)",
     )
     parser.add_argument("--dir", default=None, help="parent of the temp dir (default: $TMPDIR)")
     args = parser.parse_args(argv)
@@ -166,6 +210,26 @@ def main(argv: list[str] | None = None) -> int:
                 "points/s subprocess",
             ],
             rows,
+        )
+        extra = []
+        for name, scenario, target, row in (
+            ("patch-task", patch_task.SCENARIO, "examples.patch_task:SCENARIO", rows[0]),
+            ("code-agent", code_agent.SCENARIO, "examples.code_agent:SCENARIO", rows[1]),
+        ):
+            run = float(row[2]) / 1000
+            extra += contention(name, scenario, target, directory, args.contention_points, run)
+        print()
+        common.print_table(
+            [
+                "scenario",
+                "mode",
+                "points",
+                "race ms",
+                "take-over ms",
+                "stale checkpoint ms",
+                "verdicts (S/R/D)",
+            ],
+            extra,
         )
         print(
             "\ncrash+resume: averaged over every crash point (goal <= 1.5x a run); a verify case"

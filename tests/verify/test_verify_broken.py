@@ -35,7 +35,7 @@ def test_a_local_step_with_an_outside_effect_has_no_intent() -> None:
 
 
 def test_a_tool_that_cannot_look_up_is_refused_never_repeated() -> None:
-    report = verify(sc.NO_LOOKUP, seed=0, recovery_points=1)
+    report = verify(sc.NO_LOOKUP, seed=0, recovery_points=1, contention_points=0)
     assert report.ok  # REFUSED is acceptable...
     refused = {
         r.case.point: r for r in report.of_kind(CaseKind.CRASH) if r.verdict is Verdict.REFUSED

@@ -8,6 +8,10 @@
   has no intent in the journal, which the history check catches even without a crash.
 - ``NO_LOOKUP``: an honest tool that can neither look up nor repeat safely: a crash after
   its intent stops the run in ``needs_review`` — REFUSED, with a reason, never DIVERGED.
+- ``LOOKUP_ONLY``: a tool that finds its effect by operation id when asked (so every
+  single crash recovers SAME) but whose execute never checks it: a recoverer that took
+  the run over and one that was fenced out while about to execute both write it — only
+  the two-recoverers take-over case shows the duplicate.
 """
 
 from __future__ import annotations
@@ -79,6 +83,39 @@ class NoLookup(Leaky):
 
     name: ClassVar[str] = "no-lookup"
     idempotent_execute: ClassVar[bool] = False
+
+
+class LookupOnly(cp.Tool):
+    """Looks its effect up by operation id, but executes without checking (no dedupe)."""
+
+    name: ClassVar[str] = "lookup-only"
+    supports_lookup: ClassVar[bool] = True
+    idempotent_execute: ClassVar[bool] = False
+
+    def __init__(self, env: FileEnv) -> None:
+        self.env = env
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        with self.env.effects_file.open("a") as f:
+            f.write(call.operation_id + "\n")
+        return cp.Receipt(receipt_id=call.operation_id)
+
+    def lookup(self, call: cp.Call) -> cp.Receipt | None:
+        if call.operation_id in self.env.lines():
+            return cp.Receipt(receipt_id=call.operation_id)
+        return None
+
+
+def lookup_only(env: FileEnv) -> cp.Workflow[Any]:
+    tool = LookupOnly(env)
+
+    @cp.workflow("lookup-only", version="1")
+    def flow(ctx: cp.Context) -> int:
+        ctx.act("first", tool, n=1)
+        ctx.act("send", tool, n=2)
+        return 2
+
+    return flow
 
 
 def tiny(env: FileEnv) -> cp.Workflow[Any]:
@@ -154,6 +191,13 @@ NO_LOOKUP = Scenario(
 STEP_WITH_EFFECT = Scenario(
     name="step-with-effect",
     workflow_factory=step_with_effect,
+    env_factory=make_env,
+    fingerprint=file_fingerprint,
+    effects=effect_counts,
+)
+LOOKUP_ONLY = Scenario(
+    name="lookup-only",
+    workflow_factory=lookup_only,
     env_factory=make_env,
     fingerprint=file_fingerprint,
     effects=effect_counts,

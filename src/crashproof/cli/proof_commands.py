@@ -51,6 +51,18 @@ class VerifyMode(enum.StrEnum):
     POWERCUT = "powercut"
 
 
+def _contention_points(value: str) -> int | None:
+    if value == "all":
+        return None
+    if value.isdigit():
+        return int(value)
+    raise CliError(
+        ExitCode.USAGE,
+        f"--contention-points {value!r} is neither a count nor 'all'; nothing was run",
+        "give a number of crash points (0: none) or 'all'",
+    )
+
+
 @app.command("verify")
 def verify_command(
     ctx: typer.Context,
@@ -105,6 +117,16 @@ def verify_command(
             "recovery.",
         ),
     ] = 3,
+    contention_points: Annotated[
+        str,
+        typer.Option(
+            "--contention-points",
+            metavar="N|all",
+            help="At N crash points (drawn with the seed; 'all': every one, 0: none), also "
+            "run two recoverers at once (racing, and one taking over from the other) and a "
+            "stale checkpoint imported after the run went on (inproc and subprocess modes).",
+        ),
+    ] = "0",
     workers: Annotated[
         int,
         typer.Option(
@@ -127,6 +149,7 @@ def verify_command(
     nothing DIVERGED, 1 otherwise.
     """
     settings = _settings(ctx, None, as_json, verbose)
+    contention = _contention_points(contention_points)
     # Imported here: plain commands never need the verifier.
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -170,6 +193,7 @@ def verify_command(
                 seed=seed,
                 max_points=max_points,
                 recovery_points=recovery_points,
+                contention_points=contention,
                 target=target,
                 workers=workers,
                 progress=tick,

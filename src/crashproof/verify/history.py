@@ -38,6 +38,7 @@ __all__ = [
     "check_journal",
     "check_redelivery",
     "check_reference",
+    "intents",
     "observe",
     "read_run",
     "recorded_decisions",
@@ -112,14 +113,20 @@ def check_reference(obs: Observation) -> list[str]:
 
 
 def check_effects(
-    reference: Reference, obs: Observation, *, finished: bool
+    reference: Reference,
+    obs: Observation,
+    *,
+    finished: bool,
+    other_intents: frozenset[str] = frozenset(),
 ) -> tuple[list[str], dict[str, int]]:
-    """Effects against intents and the reference; returns (problems, count differences)."""
+    """Effects against intents and the reference; returns (problems, count differences).
+    ``other_intents``: operation ids whose intents another journal of the run holds (a
+    run resumed from a stale checkpoint finds effects the original journal explains)."""
     if reference.effects is None or obs.effects is None:
         return [], {}
     problems: list[str] = []
     extra: dict[str, int] = {}
-    intents, acked = _intents(obs.info), _acked(obs.info)
+    intents, acked = _intents(obs.info) | other_intents, _acked(obs.info)
     for op in sorted(set(reference.effects) | set(obs.effects)):
         got, want = obs.effects.get(op, 0), reference.effects.get(op, 0)
         if got != want:
@@ -212,6 +219,11 @@ def check_redelivery(
 
 def _counts(raw: dict[str, int]) -> dict[str, int]:
     return {str(k): int(v) for k, v in raw.items() if int(v)}
+
+
+def intents(info: RunInfo | None) -> frozenset[str]:
+    """The operation ids of the run's acts: the effects its journal explains."""
+    return frozenset(_intents(info))
 
 
 def _intents(info: RunInfo | None) -> set[str]:

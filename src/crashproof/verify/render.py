@@ -16,7 +16,14 @@ from rich.text import Text
 
 from crashproof.verify.report import CaseKind, CaseResult, Report, Verdict
 
-__all__ = ["matrix_table", "print_report", "render_report", "report_text", "summary_line"]
+__all__ = [
+    "kind_counts_line",
+    "matrix_table",
+    "print_report",
+    "render_report",
+    "report_text",
+    "summary_line",
+]
 
 _STYLE = {Verdict.SAME: "green", Verdict.REFUSED: "yellow", Verdict.DIVERGED: "bold red"}
 _LETTER = {Verdict.SAME: "S", Verdict.REFUSED: "R", Verdict.DIVERGED: "D"}
@@ -112,11 +119,31 @@ def summary_line(report: Report) -> Text:
     total = len(report.reference.points)
     tried = f"all {total}" if crashes == total else f"{crashes} (sampled) of {total}"
     cases = f"{tried} crash points" + (f", {doubles} double crashes" if doubles else "")
+    two = len(report.of_kind(CaseKind.TWO_RECOVERERS))
+    stale = len(report.of_kind(CaseKind.STALE_CHECKPOINT))
+    if two or stale:
+        cases += f", {two} two-recoverers cases, {stale} stale checkpoints"
     text = Text(f"{cases}, a redelivery: ", style="bold")
     for verdict in Verdict:
         text.append_text(_verdict(verdict))
         text.append(f" {counts[verdict.value]}  ")
     text.append(f"({report.seconds:.1f} s)", style="dim")
+    return text
+
+
+def kind_counts_line(report: Report) -> Text:
+    """Outcomes per case kind: ``crash: SAME 68 ... | two-recoverers: SAME 6 ...``."""
+    text = Text("per kind: ", style="bold")
+    for i, (kind, counts) in enumerate(report.kind_counts().items()):
+        if i:
+            text.append(" | ", style="dim")
+        text.append(f"{kind} ")
+        shown = [v for v in Verdict if counts[v.value]] or [Verdict.SAME]
+        for j, verdict in enumerate(shown):
+            if j:
+                text.append(" ")
+            text.append_text(_verdict(verdict, short=True))
+            text.append(f" {counts[verdict.value]}")
     return text
 
 
@@ -155,7 +182,7 @@ def render_report(report: Report) -> Group:
     )
     header.append("fingerprint ")
     header.append(ref.fingerprint, style="bold")
-    return Group(header, matrix_table(report), summary_line(report))
+    return Group(header, matrix_table(report), summary_line(report), kind_counts_line(report))
 
 
 def report_text(report: Report, width: int = 160) -> str:

@@ -6,7 +6,18 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Case", "CaseKind", "CaseResult", "Reference", "Report", "Verdict"]
+__all__ = [
+    "DEFAULT_CONTENTION_POINTS",
+    "Case",
+    "CaseKind",
+    "CaseResult",
+    "Reference",
+    "Report",
+    "Verdict",
+]
+
+# Crash points (sampled with the seed) given two recoverers and a stale checkpoint.
+DEFAULT_CONTENTION_POINTS = 0  # opt-in: see crashproof verify --contention-points
 
 
 class Verdict(enum.StrEnum):
@@ -28,19 +39,23 @@ class CaseKind(enum.StrEnum):
     REDELIVERY = "redelivery"  # the finished reference run delivered once more
     CRASH = "crash"  # one crash, then a resume
     DOUBLE_CRASH = "double-crash"  # a crash, a crash during the recovery, then a resume
+    TWO_RECOVERERS = "two-recoverers"  # a crash, then two recoverers at once (race, take-over)
+    STALE_CHECKPOINT = "stale-checkpoint"  # a checkpoint exported at a crash, imported late
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Case:
     """Where the crashes of one case fall: ``at`` is the 1-based index of the crash point in
     the reference run; ``recovery_at`` the index, in the recovery's own crash points, of a
-    second crash (double crash only)."""
+    second crash (double crash), or where the second recoverer takes over (two recoverers,
+    ``variant`` "take-over"); ``variant``: which form of a kind ("race", "take-over")."""
 
     kind: CaseKind
     at: int = 0
     point: str = ""
     recovery_at: int | None = None
     recovery_point: str | None = None
+    variant: str | None = None
 
     @property
     def label(self) -> str:
@@ -48,6 +63,13 @@ class Case:
             return f"#{self.at} {self.point}"
         if self.kind is CaseKind.DOUBLE_CRASH:
             return f"#{self.at} {self.point} -> recovery #{self.recovery_at} {self.recovery_point}"
+        if self.kind is CaseKind.TWO_RECOVERERS:
+            where = f" at recovery #{self.recovery_at} {self.recovery_point}"
+            return f"#{self.at} {self.point} -> {self.variant}" + (
+                where if self.recovery_at is not None else ""
+            )
+        if self.kind is CaseKind.STALE_CHECKPOINT:
+            return f"#{self.at} {self.point} -> stale checkpoint"
         return self.kind.value
 
     def to_json(self) -> dict[str, Any]:
@@ -57,6 +79,7 @@ class Case:
             "point": self.point,
             "recovery_at": self.recovery_at,
             "recovery_point": self.recovery_point,
+            "variant": self.variant,
         }
 
 
@@ -128,6 +151,8 @@ class Report:
     reference: Reference
     results: tuple[CaseResult, ...]
     seconds: float
+    contention_points: int | None = 0  # crash points given two recoverers and a stale
+    # checkpoint (None: every one)
 
     @property
     def ok(self) -> bool:
@@ -148,6 +173,14 @@ class Report:
             counts[r.verdict.value] += 1
         return counts
 
+    def kind_counts(self) -> dict[str, dict[str, int]]:
+        """Results per case kind and verdict (kinds with no case left out)."""
+        counts: dict[str, dict[str, int]] = {}
+        for r in self.results:
+            row = counts.setdefault(r.case.kind.value, {v.value: 0 for v in Verdict})
+            row[r.verdict.value] += 1
+        return counts
+
     def of_kind(self, kind: CaseKind) -> list[CaseResult]:
         return [r for r in self.results if r.case.kind is kind]
 
@@ -159,6 +192,9 @@ class Report:
             cmd += f" --max-points {self.max_points}"
         if self.recovery_points != 3:
             cmd += f" --recovery-points {self.recovery_points}"
+        if self.contention_points != DEFAULT_CONTENTION_POINTS:
+            shown = "all" if self.contention_points is None else self.contention_points
+            cmd += f" --contention-points {shown}"
         return cmd
 
     def to_json(self) -> dict[str, Any]:
@@ -171,6 +207,8 @@ class Report:
             "recovery_points": self.recovery_points,
             "ok": self.ok,
             "counts": self.counts(),
+            "kind_counts": self.kind_counts(),
+            "contention_points": self.contention_points,
             "crash_points": len(self.reference.points),
             "reference": self.reference.to_json(),
             "results": [r.to_json() for r in self.results],

@@ -10,6 +10,10 @@
    the finished run delivered once more to another new Ledger object.
 3. Double crashes: for every crash point tried, a crash again at each of the first
    ``recovery_points`` crash points its recovery passes, then a resume.
+4. At ``contention_points`` crash points (sampled with the seed; inproc and subprocess
+   modes): two recoverers at once, racing and taking over (``crashproof.verify.contention``),
+   and a checkpoint exported there, imported after the run went on
+   (``crashproof.verify.stale``).
 
 The seed is chosen at random when not given, and always recorded in the report: a failure
 names it, and the same seed replays the same schedule.
@@ -18,6 +22,7 @@ names it, and the same seed replays the same schedule.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import shutil
 import tempfile
@@ -26,11 +31,18 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from crashproof.verify.report import Case, CaseKind, CaseResult, Report, Verdict
+from crashproof.verify.report import (
+    DEFAULT_CONTENTION_POINTS,
+    Case,
+    CaseKind,
+    CaseResult,
+    Report,
+    Verdict,
+)
 from crashproof.verify.scenario import Scenario, ScenarioError, load_scenario, scenario_target
 from crashproof.verify.trials import Mode, run_case, run_reference
 
-__all__ = ["MODES", "Progress", "recovery_candidates", "verify"]
+__all__ = ["MODES", "Progress", "contention_cases", "recovery_candidates", "verify"]
 
 MODES: tuple[Mode, ...] = ("inproc", "subprocess", "powercut")
 
@@ -49,6 +61,7 @@ def verify(
     max_points: int | None = None,
     *,
     recovery_points: int = 3,
+    contention_points: int | None = DEFAULT_CONTENTION_POINTS,
     target: str | None = None,
     workdir: Path | None = None,
     workers: int = 1,
@@ -64,7 +77,10 @@ def verify(
     ``output`` durability, whose files then go back to their last forced sync: every
     unsynced write is lost, as in a power cut). ``max_points``: at most this many crash cases and as
     many double-crash cases, sampled with ``seed``. ``workers`` > 1 runs trials in
-    threads (the scenario's factories must then be thread-safe). ``workdir``: keep the
+    threads (the scenario's factories must then be thread-safe). ``contention_points``: at
+    how many crash points (None: all, 0: none) to run the two-recoverers and
+    stale-checkpoint cases; in subprocess mode the environment must then bear two
+    processes at once. ``workdir``: keep the
     trial directories of cases that did not end SAME there (default: a temporary
     directory, removed).
     """
@@ -77,6 +93,8 @@ def verify(
         raise ValueError("max_points must be at least 1")
     if recovery_points < 0 or workers < 1:
         raise ValueError("recovery_points must be >= 0 and workers >= 1")
+    if contention_points is not None and contention_points < 0:
+        raise ValueError("contention_points must be >= 0 (or None: every crash point)")
     target = target or scenario_target(scenario)
     if mode == "subprocess" and target is None:
         raise ScenarioError(
@@ -120,6 +138,12 @@ def verify(
         results += _run_all(
             scenario, reference, doubles, root, mode, target, workers, ticker, start_index
         )
+        contended = contention_cases(crashed, contention_points, rng) if mode != "powercut" else []
+        ticker.grow(len(contended))
+        start_index += len(doubles)
+        results += _run_all(
+            scenario, reference, contended, root, mode, target, workers, ticker, start_index
+        )
     return Report(
         scenario=scenario.name,
         target=target,
@@ -130,7 +154,36 @@ def verify(
         reference=reference,
         results=tuple(results),
         seconds=time.perf_counter() - started,
+        contention_points=contention_points if mode != "powercut" else 0,
     )
+
+
+def contention_cases(
+    crashed: Sequence[CaseResult], limit: int | None, rng: random.Random
+) -> list[Case]:
+    """At ``limit`` of the crash points tried (sampled with ``rng``) where the run was
+    already recorded and the resume did not diverge: two recoverers racing, a take-over at
+    a crash point of the recovery (drawn with ``rng``), and a stale checkpoint."""
+    usable = [
+        r
+        for r in crashed
+        if r.verdict is not Verdict.DIVERGED
+        and r.case.point != _BEFORE_START
+        and recovery_candidates(r.recovery_points)
+    ]
+    cases: list[Case] = []
+    for i in _sample(range(len(usable)), limit, rng):
+        r = usable[i]
+        m = rng.choice(recovery_candidates(r.recovery_points))
+        base = Case(kind=CaseKind.TWO_RECOVERERS, at=r.case.at, point=r.case.point)
+        cases += [
+            dataclasses.replace(base, variant="race"),
+            dataclasses.replace(
+                base, variant="take-over", recovery_at=m, recovery_point=r.recovery_points[m - 1]
+            ),
+            dataclasses.replace(base, kind=CaseKind.STALE_CHECKPOINT),
+        ]
+    return cases
 
 
 class _Ticker:

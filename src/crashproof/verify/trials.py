@@ -43,6 +43,8 @@ from crashproof.verify.scenario import Scenario, ScenarioError, close_env
 __all__ = [
     "CHILD_TIMEOUT",
     "CRASHED_AT",
+    "crash_once",
+    "discounted",
     "DURABILITY",
     "Mode",
     "env_dir",
@@ -199,7 +201,13 @@ def run_case(
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
     try:
-        result = _case(scenario, reference, case, directory, mode, target)
+        if case.kind in (CaseKind.TWO_RECOVERERS, CaseKind.STALE_CHECKPOINT):
+            # Imported here: those modules build on this one.
+            from crashproof.verify.contention import contention_case
+
+            result = contention_case(scenario, reference, case, directory, mode, target)
+        else:
+            result = _case(scenario, reference, case, directory, mode, target)
     except _NotReached as exc:
         result = CaseResult(case=case, verdict=Verdict.DIVERGED, reason=str(exc))
     except Exception as exc:  # the scenario's own code failed during the trial
@@ -243,6 +251,23 @@ def _case(
                 "points than before; is the scenario deterministic?"
             )
     return _resume_and_judge(scenario, reference, case, directory, crashes)
+
+
+def crash_once(
+    scenario: Scenario[Any], directory: Path, case: Case, mode: Mode, target: str | None
+) -> CrashSnapshot:
+    """The case's first crash (a SimulatedCrash, or a SIGKILLed child in subprocess
+    mode); returns what it left. Raises _NotReached when the run passes another point."""
+    if mode == "subprocess":
+        fired: str | None = _crash_child(target, directory, case.at)
+    else:
+        _, fired = _crash_inproc(scenario, directory, case.at, inspect=False)
+    if fired != case.point:
+        raise _NotReached(
+            f"crashed at {fired!r}, not at {case.point!r} (#{case.at}): the run passes other "
+            "crash points than before; is the scenario deterministic?"
+        )
+    return _inspect(scenario, directory)
 
 
 def _crash_inproc(
@@ -313,12 +338,15 @@ def _resume_and_judge(
     case: Case,
     directory: Path,
     crashes: list[CrashSnapshot],
+    discount: dict[str, int] | None = None,
 ) -> CaseResult:
+    """Resume the run in a new Ledger object and judge it. ``discount``: model calls not
+    to count (those a fenced-out recoverer made in vain after the take-over)."""
     env = scenario.env_factory(env_dir(directory))
     try:
         points = CrashPoints()  # records the points the recovery passes
         with _ledger(directory, points) as ledger:
-            crashes.append(_snapshot(scenario, env, ledger))
+            crashes.append(discounted(_snapshot(scenario, env, ledger), discount))
             result: Any = None
             stop: Exception | None = None
             try:
@@ -326,6 +354,8 @@ def _resume_and_judge(
             except Exception as exc:
                 stop = exc
             obs = observe(scenario, env, ledger)
+        if discount and obs.model_calls is not None:
+            obs = dataclasses.replace(obs, model_calls=_minus(obs.model_calls, discount))
         finished = stop is None
         problems, extra = check_effects(reference, obs, finished=finished)
         decisions, reasked = check_decisions(
@@ -358,6 +388,17 @@ def _resume_and_judge(
         )
     finally:
         close_env(env)
+
+
+def discounted(snapshot: CrashSnapshot, discount: dict[str, int] | None) -> CrashSnapshot:
+    if not discount:
+        return snapshot
+    return dataclasses.replace(snapshot, calls=_minus(snapshot.calls, discount))
+
+
+def _minus(calls: dict[str, int], discount: dict[str, int]) -> dict[str, int]:
+    left = {k: n - discount.get(k, 0) for k, n in calls.items()}
+    return {k: n for k, n in left.items() if n > 0}
 
 
 def _timed(result: CaseResult, seconds: float) -> CaseResult:
