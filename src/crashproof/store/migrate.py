@@ -280,7 +280,7 @@ def _seal_unsealed(conn: sqlite3.Connection, sealer: RecordSealer) -> list[tuple
     for run_id in sorted(run_ids):
         rows: Sequence[Any] = conn.execute(_Q["load_events"], (run_id,)).fetchall()
         prev = GENESIS
-        for seq, type_, key, payload, value, _blob, created_at, key_id, mac in rows:
+        for seq, type_, key, payload, value, created_at, key_id, mac, _blob in rows:
             if mac is not None:
                 raise MigrationRequired(
                     f"run {run_id!r} mixes sealed and unsealed records (record {seq} is "

@@ -84,6 +84,11 @@ class SQLiteStore:
         # Commits so far, the tickets of forced syncs; the first is what the file held when
         # opened (a crashed process may have left commits there unsynced).
         self._commits = 1
+        # Each run's journal end as this connection last committed it: (next seq, last MAC,
+        # fencing token), valid while PRAGMA data_version is unchanged, i.e. no other
+        # connection committed since; any other write through this store clears it.
+        self._ends: dict[str, tuple[int, str | None, int]] = {}
+        self._ends_version: int | None = None
         self._wal_sync = WalSyncer(self.path)
         self._group = GroupSync(self._flush)
         # Called under the store's lock at every forced sync, before the fdatasync, with
@@ -188,26 +193,26 @@ class SQLiteStore:
     def load_events(self, run_id: str) -> list[Event]:
         with self._lock, self._errors():
             rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
-        events = []
-        sealer, prev_mac = self._sealer, GENESIS
-        for seq, type_, key, payload, value, blob, created_at, key_id, mac in rows:
-            if blob is not None and value is None:
-                raise IntegrityError(f"run {run_id!r} event {seq}: blob {blob} is missing")
-            if sealer is not None:  # verified before anything parses it
-                sealer.verify(
-                    run_id, seq, type_, key, payload, value, created_at, prev_mac, key_id, mac
-                )
-                prev_mac = mac
+        for row in rows:
+            if row[8] is not None and row[4] is None:
+                raise IntegrityError(f"run {run_id!r} event {row[0]}: blob {row[8]} is missing")
+        if self._sealer is not None:  # every record verified before anything parses it
+            self._sealer.verify_chain(run_id, rows, GENESIS)
+        types, make = _EVENT_TYPES, Event._make
+        try:
+            # Positional _make: replay builds one Event per recorded call.
+            return [
+                make((run_id, seq, types[type_], key, decode(payload), created_at, value))
+                for seq, type_, key, payload, value, created_at, *_ in rows
+            ]
+        except (KeyError, ValueError):
+            pass
+        for seq, type_, _key, payload, *_ in rows:  # name the unreadable record
             try:
-                # Positional _make: replay builds one Event per recorded call.
-                events.append(
-                    Event._make(
-                        (run_id, seq, _EVENT_TYPES[type_], key, decode(payload), created_at, value)
-                    )
-                )
+                types[type_], decode(payload)
             except (KeyError, ValueError) as exc:
                 raise IntegrityError(f"run {run_id!r} event {seq} is unreadable: {exc}") from None
-        return events
+        raise IntegrityError(f"run {run_id!r}: its journal is unreadable")
 
     def append(
         self,
@@ -241,10 +246,14 @@ class SQLiteStore:
         fencing_token: int | None,
         run_id: str,
     ) -> None:
-        with self._transaction() as conn:
+        with self._transaction(keep_ends=True) as conn:
             # The primary key only refuses a taken seq; a gap, a reorder or a missing run
-            # would slip through it, so check the batch against the journal's end first.
-            found = conn.execute(_Q["journal_end"], (run_id,)).fetchone()
+            # would slip through it, so check the batch against the journal's end first:
+            # the one this connection committed last, unless anyone else committed since.
+            version = conn.execute("PRAGMA data_version").fetchone()[0]
+            found = self._ends.get(run_id) if version == self._ends_version else None
+            if found is None:
+                found = conn.execute(_Q["journal_end"], (run_id,)).fetchone()
             if found is None:
                 raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {self.path}")
             if fencing_token is not None and fencing_token != found[2]:
@@ -259,12 +268,17 @@ class SQLiteStore:
                         "of order; another writer is appending to this run. Nothing of this "
                         "write was kept."
                     )
-            self._insert_events(conn, events, found[1] or GENESIS)
+            mac = self._insert_events(conn, events, found[1] or GENESIS)
             if status is not None:
                 conn.execute(
                     _Q["set_status"],
                     (status[0].value, _utf8(status[1]), time.time(), events[0].run_id),
                 )
+            if version != self._ends_version:
+                self._ends.clear()  # someone else wrote: what was known is stale
+                self._ends_version = version
+            # Under the lock; a failed COMMIT clears it again (_transaction).
+            self._ends[run_id] = (found[0] + len(events), mac, found[2])
 
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
@@ -366,7 +380,7 @@ class SQLiteStore:
         with self._lock, self._errors():
             rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
         records: list[RawRecord] = []
-        for seq, type_, key, payload, value, blob, created_at, key_id, mac in rows:
+        for seq, type_, key, payload, value, created_at, key_id, mac, blob in rows:
             if blob is not None and value is None:
                 raise IntegrityError(f"run {run_id!r} event {seq}: blob {blob} is missing")
             records.append((seq, type_, key, payload, value, created_at, key_id, mac))
@@ -394,11 +408,13 @@ class SQLiteStore:
 
     def _insert_events(
         self, conn: sqlite3.Connection, events: Sequence[Event], prev_mac: str
-    ) -> None:
+    ) -> str | None:
+        """Insert and seal ``events`` after ``prev_mac``; the last MAC (None unsealed)."""
+        mac = None
         try:
             for event in events:
                 payload = _encode_payload(event.payload)
-                key_id = mac = None
+                key_id = None
                 if self._sealer is not None:  # sealed over exactly the bytes stored
                     key_id, mac = self._sealer.seal(
                         event.run_id,
@@ -437,10 +453,13 @@ class SQLiteStore:
                 f"run {first.run_id!r}: journal sequence {first.seq} is already taken; "
                 "another writer is appending to this run. Nothing of this write was kept."
             ) from None
+        return mac
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *, keep_ends: bool = False) -> Iterator[sqlite3.Connection]:
         with self._lock, self._errors():
+            if not keep_ends:  # a claim, a new run, a migration...: journal ends re-read
+                self._ends.clear()
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -448,6 +467,7 @@ class SQLiteStore:
                 conn.execute("COMMIT")
                 self._commits += 1
             except BaseException:
+                self._ends.clear()
                 # Also when COMMIT itself fails (disk full, I/O error): never leave the shared
                 # connection inside a transaction, and never hide the original error.
                 if conn.in_transaction:
