@@ -341,9 +341,9 @@ class Context:
                 self._in_step = None
             ended = time.time()
             payload: dict[str, Any] = {
-                "kind": kind.value,
+                "kind": kind._value_,
                 "digest": digest,
-                "status": StepStatus.SUCCEEDED.value,
+                "status": _SUCCEEDED,
                 "attempt": attempt,
                 "started_at": started,
                 "ended_at": ended,
