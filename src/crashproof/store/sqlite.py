@@ -208,7 +208,7 @@ class SQLiteStore:
             # Positional _make: replay builds one Event per recorded call.
             return [
                 make((run_id, seq, types[type_], key, decode(payload), created_at, value))
-                for seq, type_, key, payload, value, created_at, *_ in rows
+                for seq, type_, key, payload, value, created_at, _kid, _mac, _blob in rows
             ]
         except (KeyError, ValueError):
             pass
