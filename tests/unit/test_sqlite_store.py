@@ -151,3 +151,45 @@ def test_two_writers_on_one_file_the_second_append_of_a_seq_loses(tmp_path: Path
     finally:
         first.close()
         second.close()
+
+
+def test_a_store_that_knows_a_runs_end_still_sees_other_writers(tmp_path: Path) -> None:
+    """The store keeps each run's journal end between its own appends (no journal-end
+    query per step); a commit by another connection, or a claim, must still be seen."""
+    path = tmp_path / "ledger.db"
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    row = RunRow(
+        run_id="r1",
+        workflow="wf",
+        version="1",
+        status=RunStatus.RUNNING,
+        input_digest="d" * 64,
+        created_at=1.0,
+        updated_at=1.0,
+    )
+
+    def event(seq: int) -> Event:
+        type_ = EventType.RUN_STARTED if seq == 0 else EventType.STEP_DONE
+        key = None if seq == 0 else f"s{seq}"
+        return Event(
+            run_id="r1", seq=seq, type=type_, key=key, payload={}, value_json="1", created_at=1.0
+        )
+
+    try:
+        first.create_run(row, event(0))
+        first.append([event(1)])
+        first.append([event(2)])  # the end of r1 is now known to ``first``
+        second.append([event(3)])  # ... and moved by another connection
+        with pytest.raises(cp.StaleLeaseError, match="already taken or out of order"):
+            first.append([event(3)])
+        first.append([event(4)])
+        lease = first.claim("r1", "w1", 30.0)
+        first.append([event(5)], fencing_token=lease.token)
+        taken = second.claim("r1", "w2", 30.0, take_over=True)  # fences ``first`` out
+        with pytest.raises(cp.StaleLeaseError, match="taken over"):
+            first.append([event(6)], fencing_token=lease.token)
+        second.append([event(6)], fencing_token=taken.token)
+        assert [e.key for e in first.load_events("r1")] == [None, *(f"s{i}" for i in range(1, 7))]
+    finally:
+        first.close()
+        second.close()

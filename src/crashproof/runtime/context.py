@@ -84,6 +84,7 @@ _NO_RETRY = RetryPolicy(attempts=1)
 _BUDGETED = (StepKind.STEP, StepKind.DECIDE)  # acts are metered in ``act``
 # Digest of "no arguments", the common case, computed once.
 _EMPTY_ARGS = canonical_digest({"args": [], "kwargs": {}}, what="no arguments")
+_SUCCEEDED = StepStatus.SUCCEEDED.value
 
 
 class Context:
@@ -225,14 +226,29 @@ class Context:
         options: StepOptions | None,
     ) -> Any:
         self._check_usable()
-        key = self._take_key(name)
+        n = self._counts.get(name)  # _take_key, inlined: every replayed call comes here
+        if n is None:
+            key = self._take_key(name)  # a new name: validated
+        else:
+            self._counts[name] = n = n + 1
+            key = f"{name}#{n}"
         digest = (
             _EMPTY_ARGS
             if not args and not kwargs
             else args_digest(args, kwargs, what=f"arguments of {kind} {key!r}")
         )
-        recorded = self._peek()
-        if recorded is not None:
+        if self._cursor < len(self._done):
+            recorded = self._done[self._cursor]
+            payload = recorded.payload
+            if (  # the usual replay: an exact match that succeeded (else _replay decides)
+                recorded.key == key
+                and payload["digest"] == digest
+                and payload["kind"] == kind
+                and payload["status"] == _SUCCEEDED
+            ):
+                self._cursor += 1
+                value_json = recorded.value_json
+                return None if value_json is None else decode(value_json)
             return self._replay(recorded, key, kind, digest)
         if self.world.pending:
             self.world.check(self)
@@ -325,9 +341,9 @@ class Context:
                 self._in_step = None
             ended = time.time()
             payload: dict[str, Any] = {
-                "kind": kind.value,
+                "kind": kind._value_,
                 "digest": digest,
-                "status": StepStatus.SUCCEEDED.value,
+                "status": _SUCCEEDED,
                 "attempt": attempt,
                 "started_at": started,
                 "ended_at": ended,

@@ -33,6 +33,7 @@ from crashproof.errors import LedgerError, NotALedger, SchemaTooNew
 from crashproof.journal.records import EventType, RunStatus
 from crashproof.store.port import GENESIS, RecordSealer
 from crashproof.store.sql import Migration, load_migrations, load_queries
+from crashproof.store.sqlite_file import check_file
 
 __all__ = [
     "MigrationPlan",
@@ -280,7 +281,7 @@ def _seal_unsealed(conn: sqlite3.Connection, sealer: RecordSealer) -> list[tuple
     for run_id in sorted(run_ids):
         rows: Sequence[Any] = conn.execute(_Q["load_events"], (run_id,)).fetchall()
         prev = GENESIS
-        for seq, type_, key, payload, value, _blob, created_at, key_id, mac in rows:
+        for seq, type_, key, payload, value, created_at, key_id, mac, _blob in rows:
             if mac is not None:
                 raise MigrationRequired(
                     f"run {run_id!r} mixes sealed and unsealed records (record {seq} is "
@@ -299,11 +300,9 @@ def _seal_unsealed(conn: sqlite3.Connection, sealer: RecordSealer) -> list[tuple
 def open_for_migration(path: Path) -> tuple[sqlite3.Connection, int]:
     """A connection to the SQLite ledger at ``path`` (autocommit; nothing written yet)
     and its schema version. Refuses a missing file, a non-ledger, and a newer schema."""
-    from crashproof.store.sqlite import _check_file  # here: sqlite.py imports this module
-
     if not path.is_file():
         raise LedgerError(f"no ledger at {path}; nothing was changed")
-    _check_file(path)
+    check_file(path)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}

@@ -7,9 +7,9 @@ above this port; a store only keeps runs and their append-only journals.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from crashproof.errors import LeaseHeld
 from crashproof.journal.records import Event, RunRow, RunStatus
@@ -87,6 +87,11 @@ class RecordSealer(Protocol):
         mac: str | None,
     ) -> None:
         """Raise (an IntegrityError) unless the record is exactly what was sealed."""
+        ...
+
+    def verify_chain(self, run_id: str, records: Iterable[Sequence[Any]], prev_mac: str) -> str:
+        """``verify`` each record, in order, chained from ``prev_mac``; the last MAC.
+        Records start with (seq, type, key, payload, value, created_at, key_id, mac)."""
         ...
 
 

@@ -38,8 +38,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 INSERT INTO blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING;
 
 -- name: load_events
-SELECT e.seq, e.type, e.key, e.payload, coalesce(e.value, b.data), e.blob, e.created_at,
-       e.key_id, e.mac
+SELECT e.seq, e.type, e.key, e.payload, coalesce(e.value, b.data), e.created_at, e.key_id,
+       e.mac, e.blob
 FROM events AS e LEFT JOIN blobs AS b ON b.digest = e.blob
 WHERE e.run_id = ? ORDER BY e.seq;
 

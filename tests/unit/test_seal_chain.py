@@ -1,0 +1,77 @@
+"""Sealer.verify_chain (one loop over a whole journal) against Sealer.verify per record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from crashproof.errors import JournalTampered, UnknownKeyId
+from crashproof.integrity.keys import Keyring
+from crashproof.integrity.seal import Sealer
+from crashproof.store.port import GENESIS
+
+OLD, NEW = b"o" * 32, b"n" * 32
+
+
+def _journal(sealer: Sealer, n: int = 6) -> list[list[Any]]:
+    """Records as stored: (seq, type, key, payload, value, created_at, key_id, mac, blob)."""
+    rows, prev = [], GENESIS
+    for seq in range(n):
+        key = None if seq == 0 else f"s#{seq}"
+        value = None if seq == 3 else f'{{"i":{seq},"t":"\u00e9\\udcff"}}'
+        payload = '{"kind":"step"}'
+        kid, mac = sealer.seal("r", seq, "step_done", key, payload, value, 1.5 + seq, prev)
+        rows.append([seq, "step_done", key, payload, value, 1.5 + seq, kid, mac, None])
+        prev = mac
+    return rows
+
+
+def _per_record(sealer: Sealer, rows: list[list[Any]]) -> str:
+    prev = GENESIS
+    for seq, type_, key, payload, value, created_at, kid, mac, _ in rows:
+        sealer.verify("r", seq, type_, key, payload, value, created_at, prev, kid, mac)
+        prev = mac
+    return prev
+
+
+def test_a_sound_chain_verifies_like_record_by_record_across_a_key_rotation() -> None:
+    rows = _journal(Sealer(Keyring(OLD)), 3)
+    rotated = Sealer(Keyring(NEW, {Keyring(OLD).current_id: OLD}))
+    prev = rows[-1][7]
+    for seq in range(3, 6):  # the rest sealed with the new key, chained on
+        kid, mac = rotated.seal("r", seq, "step_done", f"k{seq}", "{}", None, 9.0, prev)
+        rows.append([seq, "step_done", f"k{seq}", "{}", None, 9.0, kid, mac, None])
+        prev = mac
+    assert rotated.verify_chain("r", rows, GENESIS) == _per_record(rotated, rows) == prev
+
+
+@pytest.mark.parametrize(
+    ("field", "change", "error"),
+    [
+        (3, lambda p: p.replace("step", "stop"), JournalTampered),  # payload edited
+        (5, lambda t: t + 1e-9, JournalTampered),  # timestamp edited
+        (7, lambda m: None, JournalTampered),  # MAC removed mid-chain
+        (6, lambda k: "feedfacefeedface", UnknownKeyId),  # a key this keyring lacks
+    ],
+)
+def test_a_broken_record_fails_the_chain_with_the_same_error(
+    field: int, change: Any, error: type[Exception]
+) -> None:
+    sealer = Sealer(Keyring(OLD))
+    rows = _journal(sealer)
+    rows[4][field] = change(rows[4][field])
+    with pytest.raises(error) as per_record:
+        _per_record(sealer, rows)
+    with pytest.raises(error) as chained:
+        sealer.verify_chain("r", rows, GENESIS)
+    assert str(chained.value) == str(per_record.value)
+    assert "record 4" in str(chained.value)
+
+
+def test_a_removed_record_breaks_the_chain() -> None:
+    sealer = Sealer(Keyring(OLD))
+    rows = _journal(sealer)
+    del rows[2]
+    with pytest.raises(JournalTampered, match="record 3 does not match its MAC"):
+        sealer.verify_chain("r", rows, GENESIS)
