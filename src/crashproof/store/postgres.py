@@ -215,18 +215,11 @@ class PostgresStore:
         return [_row(r) for r in rows]
 
     def load_events(self, run_id: str) -> list[Event]:
-        with self._read() as cur:
-            rows = cur.execute(self._q["load_events"], (run_id,)).fetchall()
+        stored = self.raw_events(run_id)
+        if self._sealer is not None:  # every record verified before anything parses it
+            self._sealer.verify_chain(run_id, stored, GENESIS)
         events = []
-        sealer, prev_mac = self._sealer, GENESIS
-        for seq, type_, key, payload, value, blob, created_at, key_id, mac in rows:
-            if blob is not None and value is None:
-                raise IntegrityError(f"run {run_id!r} event {seq}: blob {blob} is missing")
-            if sealer is not None:  # verified before anything parses it
-                sealer.verify(
-                    run_id, seq, type_, key, payload, value, created_at, prev_mac, key_id, mac
-                )
-                prev_mac = mac
+        for seq, type_, key, payload, value, created_at, _key_id, _mac in stored:
             try:
                 events.append(
                     Event(
