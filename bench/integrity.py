@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         print("crashproof bench: integrity (HMAC chain + witness) vs none")
         common.print_facts(common.machine_facts(directory))
         rows = []
-        for durability in ("full", "normal"):
+        for durability in ("output", "full", "normal"):  # output: the default
             results = common.interleaved(
                 args.repeats,
                 {
