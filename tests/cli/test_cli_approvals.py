@@ -124,3 +124,31 @@ def test_review_list_show_and_a_signed_abort(cli: Cli, project: Path) -> None:
         cli("review", "list", "--state", "resolved", "--json", "--db", db).json()[0]["case_id"]
         == case["case_id"]
     )
+
+
+def test_run_binds_a_policy_from_the_cli(cli: Cli, project: Path, risky: Any) -> None:
+    db = f"sqlite:///{project / 'runs.db'}"
+    started = cli(
+        "run", "riskyflows:cleanup", "--run-id", "c2", "--policy", "riskyflows:POLICY", "--db", db
+    )
+    assert started.code == ExitCode.RUN_FROZEN, started.err
+    shown = cli("show", "c2", "--json", "--db", db).json()
+    assert shown["status"] == "awaiting_approval"
+    assert shown["evidence"]["pending_act"]["policy"]["version"] == "ops-1"
+    assert (project / "ws" / "old.txt").exists()
+    assert cli("approvers", "keygen", "alice.pem").code == ExitCode.OK
+    assert cli("approvers", "add", "alice", "alice.pem.pub", "--by", "root", "--db", db).code == 0
+    assert cli("approve", "c2", "drop", "--key", "alice.pem", "--db", db).code == ExitCode.OK
+    assert cli("resume", "c2", "--app", "riskyflows", "--db", db).code == ExitCode.OK
+    assert not (project / "ws" / "old.txt").exists()
+
+    wrong = cli(
+        "run", "riskyflows:cleanup", "--run-id", "c3", "--policy", "riskyflows:WS", "--db", db
+    )
+    assert wrong.code == ExitCode.USAGE
+    assert "not a cp.Policy" in wrong.err
+    missing = cli(
+        "run", "riskyflows:cleanup", "--run-id", "c3", "--policy", "riskyflows", "--db", db
+    )
+    assert missing.code == ExitCode.USAGE
+    assert cli("show", "c3", "--db", db).code == ExitCode.USAGE  # nothing was started

@@ -20,6 +20,7 @@ from crashproof.cli.loading import (
     app_tools,
     app_workflows,
     import_module,
+    load_policy,
     load_workflow,
     parse_args,
 )
@@ -39,6 +40,7 @@ from crashproof.journal.records import Limits, RunStatus
 from crashproof.runtime.audit import run_timeline
 from crashproof.runtime.budget import operator, parse_raises, raise_limits
 from crashproof.runtime.ledger import Ledger
+from crashproof.runtime.options import RunOptions
 from crashproof.runtime.policy import Policy
 
 __all__ = ["app"]
@@ -159,6 +161,16 @@ def run_command(
     max_tokens: MaxTokens = None,
     max_cost: MaxCost = None,
     max_wall: MaxWall = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            metavar="MODULE:ATTRIBUTE",
+            show_default=False,
+            help="A cp.Policy the run is bound to (allowlist, scopes, risk, approvals); "
+            "recorded when the run starts.",
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
@@ -183,6 +195,9 @@ def run_command(
             f"{target} takes: {', '.join(params) or 'no arguments'} (pass them with --arg)",
         ) from exc
     options = run_options(max_steps, max_decisions, max_tokens, max_cost, max_wall)
+    if policy is not None:
+        limits = options.limits if options is not None else None
+        options = RunOptions(limits=limits, policy=load_policy(policy))
     with open_ledger(settings, create=True) as ledger:
         ledger.register(workflow)
         return _finish(

@@ -17,6 +17,7 @@ from typing import Any
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.errors import CrashproofError
 from crashproof.journal.codec import canonical_digest
+from crashproof.runtime.policy import Policy
 from crashproof.runtime.workflow import RESERVED_PARAMS, Workflow
 from crashproof.tools.port import Tool
 
@@ -95,9 +96,33 @@ def _listing(module: ModuleType) -> str:
 
 def load_workflow(target: str) -> Workflow[Any]:
     """The Workflow named by ``MODULE:ATTRIBUTE`` (the attribute may be dotted)."""
+    module, obj = _attribute(target, "workflow", _TARGET_HINT)
+    if not isinstance(obj, Workflow):
+        raise CliError(
+            ExitCode.USAGE,
+            f"{target} is a {type(obj).__name__}, not a crashproof workflow",
+            "decorate the function with @cp.workflow(name, version) or @ledger.workflow(...); "
+            + _listing(module),
+        )
+    return obj
+
+
+def load_policy(target: str) -> Policy:
+    """The cp.Policy named by ``MODULE:ATTRIBUTE`` (``crashproof run --policy``)."""
+    _, obj = _attribute(target, "policy", "name it as MODULE:ATTRIBUTE, e.g. --policy flows:POLICY")
+    if not isinstance(obj, Policy):
+        raise CliError(
+            ExitCode.USAGE,
+            f"{target} is a {type(obj).__name__}, not a cp.Policy",
+            "point --policy at a module-level cp.Policy(...) instance",
+        )
+    return obj
+
+
+def _attribute(target: str, what: str, hint: str) -> tuple[ModuleType, Any]:
     module_name, sep, attr_path = target.partition(":")
     if not sep or not module_name or not attr_path:
-        raise CliError(ExitCode.USAGE, f"{target!r} does not name a workflow", _TARGET_HINT)
+        raise CliError(ExitCode.USAGE, f"{target!r} does not name a {what}", hint)
     module = import_module(module_name)
     obj: Any = module
     for part in attr_path.split("."):
@@ -109,14 +134,7 @@ def load_workflow(target: str) -> Workflow[Any]:
                 f"module {module_name!r} has no attribute {attr_path!r}",
                 _listing(module),
             ) from None
-    if not isinstance(obj, Workflow):
-        raise CliError(
-            ExitCode.USAGE,
-            f"{target} is a {type(obj).__name__}, not a crashproof workflow",
-            "decorate the function with @cp.workflow(name, version) or @ledger.workflow(...); "
-            + _listing(module),
-        )
-    return obj
+    return module, obj
 
 
 def app_workflows(module_names: Sequence[str]) -> list[Workflow[Any]]:
