@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -290,6 +291,15 @@ def test_connections_the_server_dropped_are_replaced(pg_server: Any, pg_url: str
             "WHERE datname = current_database() AND pid <> pg_backend_pid()",
         )
         assert killed  # the ledger's pooled connection(s), cut by the server
+        # pg_terminate_backend only signals: wait until the backends are gone (as after a
+        # server restart), so their FATAL message has reached the pooled sockets.
+        others = (
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        deadline = time.monotonic() + 10
+        while pg_server.query(pg_url, others)[0][0] and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert ledger.run(hello, run_id="r2") == "hi"
         assert [r.run_id for r in ledger.runs()] == ["r1", "r2"]
 
