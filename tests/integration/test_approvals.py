@@ -33,19 +33,6 @@ LedgerFactory = Callable[..., cp.Ledger]
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[IdempotentServer]:
-    srv = IdempotentServer(tmp_path / "server.json").start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def tool(server: IdempotentServer) -> Iterator[HttpTool]:
-    with make_tool(server.url) as t:
-        yield t
-
-
-@pytest.fixture
 def ledger_at(tmp_path: Path) -> Iterator[LedgerFactory]:
     opened: list[cp.Ledger] = []
 

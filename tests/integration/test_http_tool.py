@@ -37,13 +37,6 @@ LedgerFactory = Callable[..., cp.Ledger]
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[IdempotentServer]:
-    srv = IdempotentServer(tmp_path / "server.json").start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
 def ledger_at(tmp_path: Path) -> Iterator[LedgerFactory]:
     """New Ledger objects on ``<tmp_path>/l.db`` (as a restarted process would open);
     all closed at teardown."""
@@ -58,12 +51,6 @@ def ledger_at(tmp_path: Path) -> Iterator[LedgerFactory]:
     yield factory
     for ledger in opened:
         ledger.close()
-
-
-@pytest.fixture
-def tool(server: IdempotentServer) -> Iterator[HttpTool]:
-    with make_tool(server.url) as t:
-        yield t
 
 
 def run_create_two(ledger: cp.Ledger, tool: HttpTool) -> Any:

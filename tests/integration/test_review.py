@@ -22,7 +22,6 @@ from crashproof.runtime.acts import ActSettings
 from crashproof.runtime.review import sign_decision
 from crashproof.tools.http import HttpTool
 
-from .http_child import make_tool
 from .http_server import IdempotentServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -34,19 +33,6 @@ FAST = ActSettings(retryable_attempts=3, lookup_attempts=2, backoff=0.01)
 CONSUMED = "after_commit[review_consumed:create]"
 
 LedgerFactory = Callable[..., cp.Ledger]
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[IdempotentServer]:
-    srv = IdempotentServer(tmp_path / "server.json").start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def tool(server: IdempotentServer) -> Iterator[HttpTool]:
-    with make_tool(server.url) as t:
-        yield t
 
 
 @pytest.fixture
