@@ -145,15 +145,8 @@ class Sealer:
                     )
                     raise JournalTampered(f"run {run_id!r} record {seq} cannot be verified")
                 copy = states[key_id] = self._state(str(key_id), secret).copy
-            k = "-" if key is None else f"{len(key)}:{key}"
-            v = "-" if value is None else f"{len(value)}:{value}"
             h = copy()
-            h.update(  # _message, inlined
-                f"crashproof-record-v1|{len(run_id)}:{run_id}|{seq}|{type_}|{k}|"
-                f"{len(payload)}:{payload}|{v}|{created_at!r}|{prev_mac}".encode(
-                    "utf-8", "surrogatepass"
-                )
-            )
+            h.update(_message(run_id, seq, type_, key, payload, value, created_at, prev_mac))
             if not compare(h.hexdigest(), mac or ""):
                 self.verify(
                     run_id, seq, type_, key, payload, value, created_at, prev_mac, key_id, mac
