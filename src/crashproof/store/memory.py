@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Sequence
 
 from crashproof.errors import RunNotFound, StaleLeaseError
 from crashproof.journal.records import Event, RunRow, RunStatus
-from crashproof.store.port import BLOB_THRESHOLD, Lease, StatusChange, lease_held
+from crashproof.store.port import Lease, StatusChange, blob_digest, lease_held
 from crashproof.store.queue import Claimed, LeaseInfo, runnable_key
 
 __all__ = ["MemoryStore"]
@@ -166,9 +165,10 @@ class MemoryStore:
             }
 
     def _keep(self, event: Event) -> Event:
-        if event.value_json is not None and len(event.value_json) >= BLOB_THRESHOLD:
-            digest = hashlib.sha256(event.value_json.encode()).hexdigest()
-            self.blobs.setdefault(digest, event.value_json)
+        value = event.value_json
+        digest = blob_digest(value)
+        if digest is not None and value is not None:
+            self.blobs.setdefault(digest, value)
         return event
 
     def sync(self) -> None:

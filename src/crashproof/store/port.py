@@ -7,6 +7,7 @@ above this port; a store only keeps runs and their append-only journals.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,6 +17,7 @@ from crashproof.journal.records import Event, RunRow, RunStatus
 
 __all__ = [
     "BLOB_THRESHOLD",
+    "blob_digest",
     "GENESIS",
     "Lease",
     "RecordSealer",
@@ -26,6 +28,15 @@ __all__ = [
 
 # Values at least this long (in bytes of JSON) are stored once, content-addressed.
 BLOB_THRESHOLD = 1024
+
+
+def blob_digest(value: str | None) -> str | None:
+    """The content address under which a stored value is kept apart, once (a SHA-256 of
+    its UTF-8 text), or None when it is short enough to stay inline."""
+    if value is None or len(value) < BLOB_THRESHOLD:
+        return None
+    return hashlib.sha256(value.encode()).hexdigest()
+
 
 StatusChange = tuple[RunStatus, str | None]
 

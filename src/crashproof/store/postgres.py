@@ -36,11 +36,11 @@ from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.migrate import check_automatic
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
 from crashproof.store.port import (
-    BLOB_THRESHOLD,
     GENESIS,
     Lease,
     RecordSealer,
     StatusChange,
+    blob_digest,
     lease_held,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
@@ -342,9 +342,8 @@ class PostgresStore:
                 return False
             blobs, rows = [], []
             for seq, type_, key, payload, value, created_at, key_id, mac in records:
-                blob = None
-                if value is not None and len(value) >= BLOB_THRESHOLD:
-                    blob = hashlib.sha256(value.encode()).hexdigest()
+                blob = blob_digest(value)
+                if blob is not None:
                     blobs.append((blob, value))
                     value = None
                 stored = (seq, type_, key, payload, value, blob, created_at, key_id, mac)
@@ -406,9 +405,9 @@ class PostgresStore:
                     prev_mac,
                 )
                 prev_mac = mac
-            value, blob = event.value_json, None
-            if value is not None and len(value) >= BLOB_THRESHOLD:
-                blob = hashlib.sha256(value.encode()).hexdigest()
+            value = event.value_json
+            blob = blob_digest(value)
+            if blob is not None:
                 blobs.append((blob, value))
                 value = None
             head = (event.run_id, event.seq, type_, event.key, payload)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import os
 import sqlite3
 import threading
@@ -31,11 +30,11 @@ from crashproof.journal.codec import decode, encode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.migrate import check_automatic
 from crashproof.store.port import (
-    BLOB_THRESHOLD,
     GENESIS,
     Lease,
     RecordSealer,
     StatusChange,
+    blob_digest,
     lease_held,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
@@ -426,9 +425,8 @@ class SQLiteStore:
             if not _insert_run_row(conn, row):
                 return False
             for seq, type_, key, payload, value, created_at, key_id, mac in records:
-                blob = None
-                if value is not None and len(value) >= BLOB_THRESHOLD:
-                    blob = hashlib.sha256(value.encode()).hexdigest()
+                blob = blob_digest(value)
+                if blob is not None:
                     conn.execute(_Q["insert_blob"], (blob, value))
                     value = None
                 conn.execute(
@@ -460,9 +458,9 @@ class SQLiteStore:
                         prev_mac,
                     )
                     prev_mac = mac
-                value, blob = event.value_json, None
-                if value is not None and len(value) >= BLOB_THRESHOLD:
-                    blob = hashlib.sha256(value.encode()).hexdigest()
+                value = event.value_json
+                blob = blob_digest(value)
+                if blob is not None:
                     conn.execute(_Q["insert_blob"], (blob, value))
                     value = None
                 conn.execute(
