@@ -195,7 +195,11 @@ def test_missing_witness_is_refused_until_reanchored(tmp_path: Path) -> None:
     witness.commit()
     resume_fails(tmp_path, target, cp.WitnessMissing)
     ledger = open_ledger(tmp_path)
+    syncs = ledger._store.syncs  # type: ignore[attr-defined]
     assert ledger.reanchor("r", by="ops@example") == 5
+    # The re-anchored generation is made durable first: a power cut never leaves the
+    # witness ahead of the journal on disk.
+    assert ledger._store.syncs == syncs + 1  # type: ignore[attr-defined]
     assert ledger.run(make(target), run_id="r")[-1] == {"id": "rec-1"}
 
 

@@ -144,6 +144,7 @@ class LedgerCare:
         if self._witness is None:
             raise ValueError(f"ledger {self.shown_url} has no generation witness to re-anchor")
         before = self._witness.get(run_id)
+        self._store.sync()  # the witness is never ahead of what a power cut leaves
         self._witness.reset(run_id, len(events))
         log.warning(
             "witness re-anchored",
