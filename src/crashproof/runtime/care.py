@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from crashproof.errors import IntegrityError, LeaseHeld, RunNotFound
-from crashproof.integrity.witness import Witness
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.leasing import Heartbeat, claim, release, stop_driving
 from crashproof.runtime.outbox import deliver
+from crashproof.runtime.parts import LedgerParts
 from crashproof.runtime.reconcile import ActCheck, reconcile_events
-from crashproof.store.port import StatusChange, Store
 from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
@@ -28,27 +27,8 @@ __all__ = ["LedgerCare"]
 log = logging.getLogger("crashproof.runtime.ledger")
 
 
-class LedgerCare:
+class LedgerCare(LedgerParts):
     """Maintenance operations of a Ledger (see the module docstring)."""
-
-    _store: Store
-    _witness: Witness | None
-    url: str
-    shown_url: str
-    worker_id: str
-    lease_seconds: float
-
-    def _journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
-        raise NotImplementedError  # provided by Ledger
-
-    def _commit(
-        self,
-        events: Sequence[Event],
-        status: StatusChange | None,
-        *,
-        fencing_token: int | None = None,
-    ) -> None:
-        raise NotImplementedError  # provided by Ledger
 
     def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
         """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``

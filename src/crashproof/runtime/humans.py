@@ -11,7 +11,7 @@ raises ``ApprovalRefused`` / ``DecisionRefused`` with the reason and writes noth
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from crashproof.errors import ApprovalRefused, DecisionRefused, RunNotFound
 from crashproof.integrity.signing import key_fingerprint, load_private_key
-from crashproof.integrity.witness import Witness
 from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.runtime.approvals import (
@@ -32,6 +31,7 @@ from crashproof.runtime.approvals import (
 from crashproof.runtime.approvers import REGISTRY_RUN, Approver, added_event, registry_of
 from crashproof.runtime.budget import operator
 from crashproof.runtime.leasing import claim, release, stop_driving
+from crashproof.runtime.parts import LedgerParts
 from crashproof.runtime.review import (
     ReviewCase,
     abort_events,
@@ -39,7 +39,7 @@ from crashproof.runtime.review import (
     check_decision,
     sign_decision,
 )
-from crashproof.store.port import StatusChange, Store
+from crashproof.store.port import StatusChange
 
 __all__ = ["LedgerHumans"]
 
@@ -51,26 +51,8 @@ def _key(key: SigningKey) -> Ed25519PrivateKey:
     return key if isinstance(key, Ed25519PrivateKey) else load_private_key(key)
 
 
-class LedgerHumans:
+class LedgerHumans(LedgerParts):
     """Approvers, approvals and review decisions (see the module docstring)."""
-
-    _store: Store
-    _witness: Witness | None
-    shown_url: str
-    worker_id: str
-    lease_seconds: float
-
-    def _journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
-        raise NotImplementedError  # provided by Ledger
-
-    def _commit(
-        self,
-        events: Sequence[Event],
-        status: StatusChange | None,
-        *,
-        fencing_token: int | None = None,
-    ) -> None:
-        raise NotImplementedError  # provided by Ledger
 
     # -- plumbing ------------------------------------------------------------
 
