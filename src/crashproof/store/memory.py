@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from crashproof.errors import RunNotFound, StaleLeaseError
 from crashproof.journal.records import Event, RunRow, RunStatus
-from crashproof.store.port import Lease, StatusChange, blob_digest, lease_held
+from crashproof.store.port import Lease, StatusChange, blob_digest, check_claimable
 from crashproof.store.queue import Claimed, LeaseInfo, runnable_key
 
 __all__ = ["MemoryStore"]
@@ -101,14 +101,7 @@ class MemoryStore:
                 raise RunNotFound(f"no run {run_id!r} in this store")
             held_by, expires_at, token = self._leases.get(run_id, (None, None, 0))
             now = time.time()
-            if (
-                held_by is not None
-                and expires_at is not None
-                and expires_at > now
-                and held_by != owner
-                and not take_over
-            ):
-                raise lease_held(run_id, held_by, expires_at)
+            check_claimable(run_id, held_by, expires_at, now, owner, take_over)
             lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds)
             self._leases[run_id] = (owner, lease.expires_at, lease.token)
             return lease

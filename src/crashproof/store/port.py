@@ -18,6 +18,7 @@ from crashproof.journal.records import Event, RunRow, RunStatus
 __all__ = [
     "BLOB_THRESHOLD",
     "blob_digest",
+    "check_claimable",
     "GENESIS",
     "Lease",
     "RecordSealer",
@@ -52,6 +53,26 @@ class Lease:
     token: int
     expires_at: float
     ttl_seconds: float
+
+
+def check_claimable(
+    run_id: str,
+    held_by: str | None,
+    expires_at: float | None,
+    now: float,
+    owner: str,
+    take_over: bool,
+) -> None:
+    """The claim rule every store applies: a run with no owner, an expired lease, the
+    same owner again, or an explicit take-over may be claimed; else LeaseHeld."""
+    if (
+        held_by is not None
+        and expires_at is not None
+        and expires_at > now
+        and held_by != owner
+        and not take_over
+    ):
+        raise lease_held(run_id, held_by, expires_at)
 
 
 def lease_held(run_id: str, owner: str, expires_at: float) -> LeaseHeld:

@@ -41,7 +41,7 @@ from crashproof.store.port import (
     RecordSealer,
     StatusChange,
     blob_digest,
-    lease_held,
+    check_claimable,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
@@ -282,14 +282,7 @@ class PostgresStore:
             if found is None:
                 raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
             held_by, expires_at, _token, now = found
-            if (
-                held_by is not None
-                and expires_at is not None
-                and expires_at > now
-                and held_by != owner
-                and not take_over
-            ):
-                raise lease_held(run_id, held_by, expires_at)
+            check_claimable(run_id, held_by, expires_at, now, owner, take_over)
             claimed = cur.execute(
                 self._q["claim_lease"], (owner, float(ttl_seconds), run_id)
             ).fetchone()

@@ -35,7 +35,7 @@ from crashproof.store.port import (
     RecordSealer,
     StatusChange,
     blob_digest,
-    lease_held,
+    check_claimable,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
@@ -321,14 +321,7 @@ class SQLiteStore:
                 raise RunNotFound(f"no run {run_id!r} in ledger {self.path}")
             held_by, expires_at, token = found
             now = time.time()  # one host: the local clock
-            if (
-                held_by is not None
-                and expires_at is not None
-                and expires_at > now
-                and held_by != owner
-                and not take_over
-            ):
-                raise lease_held(run_id, held_by, expires_at)
+            check_claimable(run_id, held_by, expires_at, now, owner, take_over)
             lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds)
             conn.execute(_Q["claim_lease"], (owner, lease.expires_at, run_id))
             return lease
