@@ -74,7 +74,7 @@ def index_journal(events: Sequence[Event]) -> Replay:
             replay.done.append(event)
             if event.key is not None:
                 replay.open_acts.pop(event.key, None)
-                if "outbox" in event.payload:
+                if event.mentions("outbox"):
                     replay.undelivered[event.key] = event
         elif kind is EventType.OUTBOX_DELIVERED and event.key is not None:
             replay.undelivered.pop(event.key, None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from crashproof.journal.codec import decode
 
@@ -88,27 +88,163 @@ class EventType(enum.StrEnum):
     REVIEW_CONSUMED = "review_consumed"  # its nonce used, the receipt re-read unchanged
 
 
-class Event(NamedTuple):
-    """One journal record (immutable; build it with keywords).
+class Event:
+    """One journal record (build it with keywords; treat it as immutable).
 
     ``payload`` holds the small, structured facts; ``value_json`` holds the
     (possibly large) recorded value as JSON text — a step's result, a model's
     response, a run's result. Stores keep large values once, content-addressed.
-    A NamedTuple rather than a frozen dataclass: replay builds one per recorded
-    call, and a frozen dataclass costs five times as much to construct.
+
+    A record read back from a store (:meth:`stored`) keeps its payload as the stored
+    JSON text, ``payload_json``, and decodes it on first use: replaying a recorded call
+    only needs its kind, digest and status, which :meth:`replays_as` reads from the
+    text, and decoding every payload was a fifth of a resume's time. A slotted class
+    rather than a dataclass: replay builds one per recorded call.
     """
 
-    run_id: str
-    seq: int
-    type: EventType
-    key: str | None
-    payload: dict[str, Any]
-    created_at: float
-    value_json: str | None = None
+    __slots__ = (
+        "_payload",
+        "created_at",
+        "key",
+        "payload_json",
+        "run_id",
+        "seq",
+        "type",
+        "value_json",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        seq: int,
+        type: EventType,
+        key: str | None,
+        payload: dict[str, Any],
+        created_at: float,
+        value_json: str | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        self.type = type
+        self.key = key
+        self._payload: dict[str, Any] | None = payload
+        self.payload_json: str | None = None
+        self.created_at = created_at
+        self.value_json = value_json
+
+    @classmethod
+    def stored(
+        cls,
+        run_id: str,
+        seq: int,
+        type_: EventType,
+        key: str | None,
+        payload_json: str,
+        created_at: float,
+        value_json: str | None,
+    ) -> Event:
+        """A record as a store returns it (its MAC already verified): the payload stays
+        text until something reads it."""
+        event = cls.__new__(cls)
+        event.run_id = run_id
+        event.seq = seq
+        event.type = type_
+        event.key = key
+        event._payload = None
+        event.payload_json = payload_json
+        event.created_at = created_at
+        event.value_json = value_json
+        return event
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        payload = self._payload
+        if payload is None:
+            try:
+                payload = decode(self.payload_json or "")
+            except ValueError as exc:
+                from crashproof.errors import IntegrityError
+
+                raise IntegrityError(
+                    f"run {self.run_id!r} event {self.seq} is unreadable: {exc}"
+                ) from None
+            if not isinstance(payload, dict):
+                from crashproof.errors import IntegrityError
+
+                raise IntegrityError(
+                    f"run {self.run_id!r} event {self.seq} is unreadable: its payload is "
+                    f"not a JSON object"
+                )
+            self._payload = payload
+        return payload
+
+    def mentions(self, name: str) -> bool:
+        """Whether the payload has the top-level field ``name``; a stored payload whose
+        text holds no ``"name"`` at all is not decoded to say no."""
+        text = self.payload_json
+        if self._payload is None and text is not None and f'"{name}"' not in text:
+            return False
+        return name in self.payload
+
+    def replays_as(self, key: str, kind: str, digest: str) -> bool:
+        """True when this record is the successful call ``key`` of ``kind`` with
+        arguments ``digest``: replay's common case, answered without decoding a stored
+        payload. (Every payload the runtime writes begins with kind, digest and status,
+        in this order; any other text, or False, sends the caller to the full match.)"""
+        if self.key != key:
+            return False
+        text = self.payload_json
+        if text is not None and self._payload is None:
+            return text.startswith(f'{{"kind":"{kind}","digest":"{digest}","status":"succeeded",')
+        payload = self.payload
+        return (
+            payload.get("digest") == digest
+            and payload.get("kind") == kind
+            and payload.get("status") == StepStatus.SUCCEEDED
+        )
 
     @property
     def value(self) -> Any:
         return None if self.value_json is None else decode(self.value_json)
+
+    def _replace(self, **changes: Any) -> Event:
+        """A copy with ``changes`` (the NamedTuple spelling it had before)."""
+        fields: dict[str, Any] = dict(
+            run_id=self.run_id,
+            seq=self.seq,
+            type=self.type,
+            key=self.key,
+            payload=self.payload,
+            created_at=self.created_at,
+            value_json=self.value_json,
+        )
+        fields.update(changes)
+        return Event(**fields)
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (
+            self.run_id,
+            self.seq,
+            self.type,
+            self.key,
+            self.payload,
+            self.created_at,
+            self.value_json,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # its payload is a dict
+
+    def __repr__(self) -> str:
+        return (
+            f"Event(run_id={self.run_id!r}, seq={self.seq!r}, type={self.type!r}, "
+            f"key={self.key!r}, payload={self.payload!r}, created_at={self.created_at!r}, "
+            f"value_json={self.value_json!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

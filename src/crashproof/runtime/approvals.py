@@ -208,7 +208,7 @@ def approval_for(
     for event in reversed(events):
         if event.type is not EventType.APPROVAL_GRANTED or event.key != key:
             continue
-        document = event.payload.get("approval")
+        document: Any = event.payload.get("approval")
         reason = check_approval(document, expect, registry, used, now)
         if reason is None:
             statement = document["statement"]

@@ -239,13 +239,8 @@ class Context:
         )
         if self._cursor < len(self._done):
             recorded = self._done[self._cursor]
-            payload = recorded.payload
-            if (  # the usual replay: an exact match that succeeded (else _replay decides)
-                recorded.key == key
-                and payload["digest"] == digest
-                and payload["kind"] == kind
-                and payload["status"] == _SUCCEEDED
-            ):
+            # The usual replay: an exact match that succeeded (else _replay decides).
+            if recorded.replays_as(key, kind, digest):
                 self._cursor += 1
                 value_json = recorded.value_json
                 return None if value_json is None else decode(value_json)

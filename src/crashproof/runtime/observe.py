@@ -115,6 +115,8 @@ class WorldCheck:
         # instance -> {"observation", "key", "tool", "pending", "expected"}: the latest.
         self.latest: dict[str, dict[str, Any]] = {}
         for event in replay.done:
+            if not event.mentions("observed"):
+                continue
             payload = event.payload
             observed = payload.get("observed")
             if observed and event.key is not None and payload.get("kind") == StepKind.ACT:

@@ -1,0 +1,128 @@
+"""Stored records keep their payload as text until it is read (journal/records.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import crashproof as cp
+from crashproof.journal.codec import args_digest, encode
+from crashproof.journal.records import Event, EventType, StepKind
+from crashproof.store.port import GENESIS
+from crashproof.store.sqlite import SQLiteStore
+
+DIGEST = args_digest((1,), {}, what="test")
+
+
+def stored(payload_json: str, key: str = "plan") -> Event:
+    return Event.stored("r", 3, EventType.STEP_DONE, key, payload_json, 1.5, '"v"')
+
+
+def test_a_stored_payload_decodes_on_first_read_and_equals_the_built_record() -> None:
+    payload = {"kind": "step", "digest": DIGEST, "status": "succeeded", "attempt": 1}
+    built = Event(
+        run_id="r",
+        seq=3,
+        type=EventType.STEP_DONE,
+        key="plan",
+        payload=payload,
+        created_at=1.5,
+        value_json='"v"',
+    )
+    record = stored(encode(payload, what="p"))
+    assert record == built
+    assert record.payload == payload
+    assert record.payload is record.payload  # decoded once
+    assert repr(record) == repr(built)
+    assert record._replace(key="other").key == "other"
+
+
+def test_replays_as_reads_kind_digest_and_status_from_the_text() -> None:
+    text = encode({"kind": "step", "digest": DIGEST, "status": "succeeded", "attempt": 1}, what="p")
+    assert stored(text).replays_as("plan", StepKind.STEP, DIGEST)
+    assert not stored(text).replays_as("plan#2", StepKind.STEP, DIGEST)
+    assert not stored(text).replays_as("plan", StepKind.DECIDE, DIGEST)
+    assert not stored(text).replays_as("plan", StepKind.STEP, "0" * 64)
+    failed = encode({"kind": "step", "digest": DIGEST, "status": "failed"}, what="p")
+    assert not stored(failed).replays_as("plan", StepKind.STEP, DIGEST)
+
+
+def test_another_field_order_is_left_to_the_full_match() -> None:
+    """A payload written in another order (an older release, another writer) does not
+    match the text prefix: False, and the caller's full match (on the decoded payload)
+    decides; the end-to-end test below shows such a run still replays."""
+    text = encode({"status": "succeeded", "digest": DIGEST, "kind": "step"}, what="p")
+    assert not stored(text).replays_as("plan", StepKind.STEP, DIGEST)
+    built = Event("r", 3, EventType.STEP_DONE, "plan", json.loads(text), 1.5)
+    assert built.replays_as("plan", StepKind.STEP, DIGEST)
+
+
+def test_mentions_decodes_only_when_the_text_may_hold_the_field() -> None:
+    record = stored('{"kind":"step","outbox":true}')
+    assert record.mentions("outbox")
+    assert not record.mentions("observed")
+    plain = stored('{"kind":"step"}')
+    assert not plain.mentions("outbox")
+    assert plain._payload is None  # not decoded to say no
+    quoted = stored('{"kind":"step","note":"outbox"}')  # the word, but as a value
+    assert not quoted.mentions("outbox")
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_an_unreadable_stored_payload_is_an_integrity_error(text: str) -> None:
+    with pytest.raises(cp.IntegrityError, match="event 3 is unreadable"):
+        _ = stored(text).payload
+
+
+def test_a_resume_replays_records_whose_payload_has_another_field_order(tmp_path: Path) -> None:
+    """End to end: the run's recorded steps are re-sealed with their payload fields in
+    reverse order; the resume replays them (no step body runs again) instead of calling
+    it non-determinism."""
+    path = tmp_path / "l.db"
+    calls: list[int] = []
+
+    def work(i: int) -> int:
+        calls.append(i)
+        return i * 2
+
+    crash = cp.CrashPoints(match="before_commit[run_succeeded]")
+    with cp.Ledger(f"sqlite:///{path}", crash_points=crash) as ledger:
+
+        @ledger.workflow("wf", version="1")
+        def wf(ctx: cp.Context, n: int) -> int:
+            return sum(ctx.step("s", work, i) for i in range(n))
+
+        with pytest.raises(cp.SimulatedCrash):
+            ledger.run(wf, run_id="r", n=3)
+    assert calls == [0, 1, 2]
+
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        store = ledger._store
+        if not isinstance(store, SQLiteStore):
+            raise TypeError("expected the SQLite store")
+        sealer = store.sealer
+        if sealer is None:
+            raise TypeError("expected a sealing store")
+        prev = GENESIS
+        for seq, type_, key, payload, value, created_at, _kid, _mac in store.raw_events("r"):
+            if type_ == "step_done":
+                reordered = dict(reversed(list(json.loads(payload).items())))
+                payload = encode(reordered, what="a payload")
+                assert not payload.startswith('{"kind"')
+            kid, mac = sealer.seal("r", seq, type_, key, payload, value, created_at, prev)
+            store._conn.execute(
+                "UPDATE events SET payload = ?, key_id = ?, mac = ? WHERE run_id = ? AND seq = ?",
+                (payload, kid, mac, "r", seq),
+            )
+            prev = mac
+
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+
+        @ledger.workflow("wf", version="1")
+        def wf2(ctx: cp.Context, n: int) -> int:
+            return sum(ctx.step("s", work, i) for i in range(n))
+
+        assert ledger.resume("r") == 6
+    assert calls == [0, 1, 2]
