@@ -154,10 +154,8 @@ def test_two_writers_on_one_file_the_second_append_of_a_seq_loses(tmp_path: Path
 
 
 def test_a_store_that_knows_a_runs_end_still_sees_other_writers(tmp_path: Path) -> None:
-    """The store keeps each run's journal end between its own appends, and appends the
-    next record by one statement whose own conditions (the fencing token, the record
-    before it) stand in for the journal-end query; a commit by another connection, or a
-    claim, must still be seen."""
+    """The store keeps each run's journal end between its own appends (no journal-end
+    query per step); a commit by another connection, or a claim, must still be seen."""
     path = tmp_path / "ledger.db"
     first, second = SQLiteStore(path), SQLiteStore(path)
     row = RunRow(

@@ -490,15 +490,7 @@ class Context:
     ) -> None:
         if self.session is not None:  # the drive's first record names it (runtime/audit.py)
             payload, self.session = {**payload, "session": self.session}, None
-        event = Event(
-            run_id=self.run_id,
-            seq=self._next_seq,
-            type=type_,
-            key=key,
-            payload=payload,
-            value_json=value_json,
-            created_at=time.time(),
-        )
+        event = Event(self.run_id, self._next_seq, type_, key, payload, time.time(), value_json)
         self._ledger._commit((event,), status, fencing_token=self.fencing_token)
         self._next_seq += 1
         if type_ is EventType.STEP_DONE:

@@ -471,7 +471,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         new generation is mirrored in the witness (a crash in between is caught up by
         the next resume). ``fencing_token``: the lease the run is driven under; the
         store checks it in the commit's transaction (StaleLeaseError, nothing kept)."""
-        if fencing_token is not None and (events[0].run_id, fencing_token) in self._stale:
+        if self._stale and (events[0].run_id, fencing_token) in self._stale:
             raise StaleLeaseError(
                 f"run {events[0].run_id!r}: this worker's lease (fencing token "
                 f"{fencing_token}) was lost to another worker; nothing more is written"

@@ -256,10 +256,6 @@ class SQLiteStore:
         # _transaction and _errors, inlined (this runs for every journal commit).
         with self._lock:
             conn = self._conn
-            if status is None and len(events) == 1:
-                end = self._ends.get(run_id)
-                if end is not None and self._append_one(conn, events[0], end, fencing_token):
-                    return
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -274,82 +270,6 @@ class SQLiteStore:
                 if translated is None:
                     raise
                 raise translated from None
-
-    def _append_one(
-        self,
-        conn: sqlite3.Connection,
-        event: Event,
-        end: tuple[int, str | None, int],
-        fencing_token: int | None,
-    ) -> bool:
-        """The usual journal commit, one record after the one this connection committed
-        last, as one statement (no BEGIN/COMMIT, no journal-end read): the statement's
-        own conditions refuse it if the run was taken over or its journal moved on
-        meanwhile (see queries.sql ``append_event``). False: not applicable here (a large
-        value goes to the blobs table, a second statement), nothing done."""
-        next_seq, prev_mac, _token = end
-        value = event.value_json
-        if event.seq != next_seq or blob_digest(value) is not None:
-            return False
-        payload = _encode_payload(event.payload)
-        type_ = event.type._value_
-        key_id = mac = None
-        if self._sealer is not None:  # sealed over exactly the bytes stored
-            key_id, mac = self._sealer.seal(
-                event.run_id,
-                next_seq,
-                type_,
-                event.key,
-                payload,
-                value,
-                event.created_at,
-                prev_mac or GENESIS,
-            )
-        params = (
-            event.run_id,
-            next_seq,
-            type_,
-            event.key,
-            payload,
-            value,
-            event.created_at,
-            key_id,
-            mac,
-            fencing_token,
-        )
-        try:
-            inserted = conn.execute(_Q["append_event"], params).rowcount
-        except sqlite3.DatabaseError as exc:
-            self._ends.clear()
-            translated = self._translate(exc)
-            if translated is None:  # the primary key: another writer took this seq
-                raise self._refused(conn, event, fencing_token) from None
-            raise translated from None
-        if inserted != 1:
-            self._ends.clear()
-            raise self._refused(conn, event, fencing_token)
-        self._commits += 1
-        self._ends[event.run_id] = (next_seq + 1, mac, end[2])
-        return True
-
-    def _refused(
-        self, conn: sqlite3.Connection, event: Event, fencing_token: int | None
-    ) -> StaleLeaseError:
-        """Why a one-statement append was refused, from the journal's end as it is now."""
-        with self._errors():
-            found = conn.execute(_Q["journal_end"], (event.run_id,)).fetchone()
-        if found is None:
-            return StaleLeaseError(f"run {event.run_id!r} does not exist in ledger {self.path}")
-        if fencing_token is not None and fencing_token != found[2]:
-            return StaleLeaseError(
-                f"run {event.run_id!r} was taken over (fencing token {fencing_token} is "
-                f"superseded by {found[2]}); nothing of this write was kept"
-            )
-        return StaleLeaseError(
-            f"run {event.run_id!r}: journal sequence {event.seq} is already taken or out "
-            "of order; another writer is appending to this run. Nothing of this write "
-            "was kept."
-        )
 
     def _append_locked(
         self,

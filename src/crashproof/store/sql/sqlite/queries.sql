@@ -34,15 +34,6 @@ UPDATE runs SET status = ?, reason = ?, updated_at = ? WHERE run_id = ?;
 INSERT INTO events (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: append_event
--- One record appended by one statement, its own transaction: inserted only if the run's
--- fencing token is the writer's (?10; NULL: not fenced) and the record before it is the
--- journal's last; the primary key refuses a taken seq. 0 rows: refused, nothing kept.
-INSERT INTO events (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, NULL, ?7, ?8, ?9
-WHERE (?10 IS NULL OR (SELECT fencing_token FROM runs WHERE run_id = ?1) = ?10)
-  AND (SELECT max(seq) FROM events WHERE run_id = ?1) = ?2 - 1;
-
 -- name: insert_blob
 INSERT INTO blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING;
 
