@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 import crashproof as cp
 from crashproof.journal.codec import args_digest, encode
+from crashproof.journal.fold import step_times
 from crashproof.journal.records import Event, EventType, StepKind
 from crashproof.store.port import GENESIS
 from crashproof.store.sqlite import SQLiteStore
@@ -126,3 +128,24 @@ def test_a_resume_replays_records_whose_payload_has_another_field_order(tmp_path
 
         assert ledger.resume("r") == 6
     assert calls == [0, 1, 2]
+
+
+def test_step_times_read_both_payload_forms() -> None:
+    older = Event("r", 1, EventType.STEP_DONE, "s", {"started_at": 5.0, "ended_at": 7.5}, 8.0)
+    assert step_times(older) == (5.0, 7.5)
+    now = Event("r", 1, EventType.STEP_DONE, "s", {"took_us": 2_500_000}, 10.0)
+    assert step_times(now) == (7.5, 10.0)
+
+
+def test_a_live_step_records_how_long_it_took(tmp_path: Path) -> None:
+    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+
+        @ledger.workflow("wf", version="1")
+        def wf(ctx: cp.Context) -> int:
+            return int(ctx.step("nap", lambda: time.sleep(0.05) or 1))
+
+        assert ledger.run(wf, run_id="r") == 1
+        (step,) = ledger.get_run("r").steps
+    assert step.started_at is not None
+    assert step.ended_at is not None
+    assert 0.05 <= step.ended_at - step.started_at < 5

@@ -150,7 +150,7 @@ def encode(value: Any, *, what: str) -> str:
             "Return JSON values (dict, list, str, int, float, bool, None) — crashproof "
             "never pickles."
         ) from None
-    return text if _is_utf8(text) else ascii_json(value)
+    return text if text.isascii() or _is_utf8(text) else ascii_json(value)
 
 
 def ascii_json(value: Any) -> str:

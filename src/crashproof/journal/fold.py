@@ -20,7 +20,7 @@ from crashproof.journal.records import (
     StepStatus,
 )
 
-__all__ = ["Replay", "fold_run", "index_journal", "spend", "tokens_of"]
+__all__ = ["Replay", "fold_run", "index_journal", "spend", "step_times", "tokens_of"]
 
 _TERMINAL = (
     EventType.RUN_SUCCEEDED,
@@ -94,6 +94,17 @@ def index_journal(events: Sequence[Event]) -> Replay:
     return replay
 
 
+def step_times(event: Event) -> tuple[float | None, float | None]:
+    """When a recorded step started and ended: ``started_at``/``ended_at`` in its
+    payload (acts, failures, and successful steps of older journals), or its duration
+    ``took_us`` ending at the record's own ``created_at`` (successful steps now)."""
+    p = event.payload
+    took = p.get("took_us")
+    if isinstance(took, int) and not isinstance(took, bool) and "started_at" not in p:
+        return event.created_at - took / 1e6, event.created_at
+    return p.get("started_at"), p.get("ended_at")
+
+
 def tokens_of(usage: dict[str, Any] | None) -> int:
     """Tokens a decision consumed: ``total_tokens`` if given, else the sum of its counts."""
     if not isinstance(usage, dict) or not usage:  # journals are never unreadable over it
@@ -147,9 +158,10 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
             {"key": event.key, "kind": StepKind(p["kind"]), "attempts": 0, "started_at": None},
         )
         info["attempts"] = max(info["attempts"], int(p.get("attempt", 1)))
+        began, ended = step_times(event)
         if info["started_at"] is None:
-            info["started_at"] = p.get("started_at")
-        info["ended_at"] = p.get("ended_at")
+            info["started_at"] = began
+        info["ended_at"] = ended
         info["error"] = p.get("error")
         if event.type is not EventType.STEP_DONE:
             info["status"] = _OPEN_STATUS[event.type]

@@ -247,9 +247,10 @@ class Context:
             return self._replay(recorded, key, kind, digest)
         if self.world.pending:
             self.world.check(self)
-        self._check_open_acts(key)
-        if kind in _BUDGETED and key not in self._failed_attempts:  # not a retry in progress
-            self.meter.check(self, key, kind)
+        if self._open_acts:
+            self._check_open_acts(key)
+        if self.meter.active and kind in _BUDGETED and key not in self._failed_attempts:
+            self.meter.check(self, key, kind)  # (not for a retry in progress)
         return self._run_live(kind, key, fn, args, kwargs, digest, options)
 
     def _replay(self, recorded: Event, key: str, kind: StepKind, digest: str) -> Any:
@@ -334,14 +335,15 @@ class Context:
                 raise
             finally:
                 self._in_step = None
-            ended = time.time()
+            # The step ended when its record is made (the record's created_at); its
+            # duration as whole microseconds: an int is far cheaper to write than two
+            # float timestamps (journal/fold.py reads both forms).
             payload: dict[str, Any] = {
                 "kind": kind._value_,
                 "digest": digest,
                 "status": _SUCCEEDED,
                 "attempt": attempt,
-                "started_at": started,
-                "ended_at": ended,
+                "took_us": int((time.time() - started) * 1e6),
             }
             if isinstance(out, Decision):
                 if kind is not StepKind.DECIDE:
@@ -447,7 +449,8 @@ class Context:
     def _check_usable(self) -> None:
         if self.frozen is not None:
             raise self.frozen
-        self._ledger._before_step(self.run_id)  # a draining worker stops here
+        if self._ledger.draining:  # a draining worker stops here
+            self._ledger._before_step(self.run_id)
         if self._in_step is not None:
             self._nested_call = True
             raise CrashproofError(
@@ -493,7 +496,7 @@ class Context:
         event = Event(self.run_id, self._next_seq, type_, key, payload, time.time(), value_json)
         self._ledger._commit((event,), status, fencing_token=self.fencing_token)
         self._next_seq += 1
-        if type_ is EventType.STEP_DONE:
+        if type_ is EventType.STEP_DONE and self.meter.active:
             self.meter.count(payload)
 
     def finish(self, type_: EventType, payload: dict[str, Any], value_json: str | None) -> None:
