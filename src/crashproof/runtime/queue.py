@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError
+from crashproof.runtime.leasing import adopt, claim, release
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.workflow import Workflow
-from crashproof.store.port import Store
-from crashproof.store.queue import LeaseInfo, queue_store
+from crashproof.store.port import Lease, Store
+from crashproof.store.queue import Claimed, LeaseInfo, queue_store
 
 __all__ = ["Draining", "LedgerQueue"]
 
@@ -36,8 +37,15 @@ class LedgerQueue:
     """Queue operations of a Ledger (see the module docstring)."""
 
     _store: Store
+    worker_id: str
+    lease_seconds: float
     # Set by a worker that stops: every run this Ledger drives stops at its next step.
     draining: bool = False
+    # Leases a worker claimed from the queue, by run id, until the run's drive takes one.
+    _claimed: dict[str, Lease]
+
+    def resume(self, run_id: str) -> Any:
+        raise NotImplementedError  # provided by Ledger
 
     def _record(
         self, wf: Workflow[R] | str, run_id: str, options: RunOptions | None, input: Any
@@ -62,6 +70,26 @@ class LedgerQueue:
     def leases(self) -> dict[str, LeaseInfo]:
         """Who holds each run (owner, lease expiry, fencing token), by run id."""
         return queue_store(self._store).leases()
+
+    def drive_claimed(self, claimed: Claimed) -> Any:
+        """Resume a run claimed from the queue (``claim_next``) under that claim's lease:
+        one claim per queued run, not a second one by ``resume``. Returns the run's result;
+        raises what ``resume`` raises."""
+        self._claimed[claimed.run_id] = claimed.lease
+        try:
+            return self.resume(claimed.run_id)
+        finally:
+            unused = self._claimed.pop(claimed.run_id, None)
+            if unused is not None:  # resume ended before driving (e.g. the run had ended)
+                release(self._store, claimed.run_id, unused)
+
+    def _lease_for(self, run_id: str, take_over: bool, wait: float) -> Lease:
+        """The lease a drive of ``run_id`` runs under: the queue claim's, when this Ledger's
+        worker claimed the run just now, else a new claim."""
+        held = self._claimed.pop(run_id, None)
+        if held is not None:
+            return adopt(run_id, held)
+        return claim(self._store, run_id, self.worker_id, self.lease_seconds, take_over, wait)
 
     def _before_step(self, run_id: str) -> None:
         """Called by the Context before each step, decision or act starts."""

@@ -177,7 +177,7 @@ class Worker:
         )
         thread = threading.Thread(
             target=self._drive,
-            args=(claimed.run_id,),
+            args=(claimed,),
             name=f"crashproof-worker:{claimed.run_id}",
             daemon=True,
         )
@@ -185,11 +185,10 @@ class Worker:
             self._in_flight[claimed.run_id] = thread
         thread.start()
 
-    def _drive(self, run_id: str) -> None:
-        started = time.monotonic()
+    def _drive(self, claimed: Claimed) -> None:
+        run_id, started = claimed.run_id, time.monotonic()
         try:
-            # This worker holds the lease: resume claims it again as its owner.
-            self.ledger.resume(run_id)
+            self.ledger.drive_claimed(claimed)  # under the queue claim's lease
         except Draining:
             self.emit("released", run_id, reason="draining")
         except RunFailed as exc:
