@@ -71,7 +71,7 @@ class LedgerQueue:
         """Who holds each run (owner, lease expiry, fencing token), by run id."""
         return queue_store(self._store).leases()
 
-    def drive_claimed(self, claimed: Claimed) -> Any:
+    def _drive_claimed(self, claimed: Claimed) -> Any:
         """Resume a run claimed from the queue (``claim_next``) under that claim's lease:
         one claim per queued run, not a second one by ``resume``. Returns the run's result;
         raises what ``resume`` raises."""

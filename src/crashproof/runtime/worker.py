@@ -188,7 +188,7 @@ class Worker:
     def _drive(self, claimed: Claimed) -> None:
         run_id, started = claimed.run_id, time.monotonic()
         try:
-            self.ledger.drive_claimed(claimed)  # under the queue claim's lease
+            self.ledger._drive_claimed(claimed)  # under the queue claim's lease
         except Draining:
             self.emit("released", run_id, reason="draining")
         except RunFailed as exc:
