@@ -44,7 +44,12 @@ class LedgerQueue:
     # Leases a worker claimed from the queue, by run id, until the run's drive takes one.
     _claimed: dict[str, Lease]
 
+    _workflows: dict[str, Workflow[Any]]
+
     def resume(self, run_id: str) -> Any:
+        raise NotImplementedError  # provided by Ledger
+
+    def _drive(self, workflow: Workflow[Any], run_id: str, options: RunOptions | None) -> Any:
         raise NotImplementedError  # provided by Ledger
 
     def _record(
@@ -71,17 +76,24 @@ class LedgerQueue:
         """Who holds each run (owner, lease expiry, fencing token), by run id."""
         return queue_store(self._store).leases()
 
-    def _drive_claimed(self, claimed: Claimed) -> Any:
-        """Resume a run claimed from the queue (``claim_next``) under that claim's lease:
-        one claim per queued run, not a second one by ``resume``. Returns the run's result;
-        raises what ``resume`` raises."""
-        self._claimed[claimed.run_id] = claimed.lease
+    def _drive_claimed(self, claimed: Claimed, options: RunOptions | None = None) -> Any:
+        """Drive a run claimed from the queue (``claim_next``) under that claim's lease:
+        one claim per queued run, not a second one by ``resume``. ``options``: the limits
+        and policy the run must be bound to, checked as ``Ledger.run`` checks them for an
+        existing run (else PolicyMismatch or CrashproofError, nothing executed). Returns
+        the run's result; raises what ``resume`` raises."""
+        run_id = claimed.run_id
+        self._claimed[run_id] = claimed.lease
         try:
-            return self.resume(claimed.run_id)
+            row = self._store.get_run(run_id)
+            workflow = None if row is None else self._workflows.get(row.workflow)
+            if workflow is None or row is None or row.status.terminal:
+                return self.resume(run_id)  # says why it cannot, or answers an ended run
+            return self._drive(workflow, run_id, options)
         finally:
-            unused = self._claimed.pop(claimed.run_id, None)
-            if unused is not None:  # resume ended before driving (e.g. the run had ended)
-                release(self._store, claimed.run_id, unused)
+            unused = self._claimed.pop(run_id, None)
+            if unused is not None:  # the drive never started (e.g. the run had ended)
+                release(self._store, run_id, unused)
 
     def _lease_for(self, run_id: str, take_over: bool, wait: float) -> Lease:
         """The lease a drive of ``run_id`` runs under: the queue claim's, when this Ledger's
