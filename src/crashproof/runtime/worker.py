@@ -5,7 +5,8 @@ runnable run (enqueued and never claimed, released, or whose driver's lease expi
 the workflow versions it registers, with ``SELECT ... FOR UPDATE SKIP LOCKED`` on
 PostgreSQL and one ``BEGIN IMMEDIATE`` on SQLite. A dead worker's runs are taken over by
 whichever live worker claims them after their lease runs out; the claim bumps the fencing
-token, so a stalled old driver that wakes up can write nothing more.
+token, so a stalled old driver that wakes up can write nothing more. The claim is also the
+lease the run is then driven under (``Ledger._drive_claimed``): one claim per pickup.
 
 ``stop()`` (SIGTERM/SIGINT in ``crashproof worker``) drains: nothing new is claimed, each
 run in flight finishes its current step and stops before the next one (``Draining``),
