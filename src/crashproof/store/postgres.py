@@ -8,7 +8,8 @@ application. Opening never writes before the schema has been recognised as absen
 empty, or a crashproof ledger this version can read; migrations run in one transaction
 under an advisory lock, so processes opening a new ledger at once do not race.
 
-Only this module imports psycopg: ``import crashproof`` works without it.
+Journal appends (one round trip each in the common case) are in store/pg_append.py.
+Only the PostgreSQL modules import psycopg: ``import crashproof`` works without it.
 """
 
 from __future__ import annotations
