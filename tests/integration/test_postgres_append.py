@@ -144,6 +144,9 @@ def test_a_superseded_token_is_refused_and_nothing_is_kept(store: PostgresStore)
     big = '"' + "z" * BLOB_THRESHOLD + '"'
     with pytest.raises(cp.StaleLeaseError, match=rf"superseded by {new.token}\)"):
         store.append([event(2, big)], (RunStatus.SUCCEEDED, None), fencing_token=old.token)
+    store.load_events("r")  # the end is known again: the one-statement path refuses too
+    with pytest.raises(cp.StaleLeaseError, match=rf"superseded by {new.token}\)"):
+        store.append([event(2, big), event(3)], fencing_token=old.token)  # a batch
     assert [e.seq for e in store.load_events("r")] == [0, 1]
     found = store.get_run("r")
     assert found is not None
