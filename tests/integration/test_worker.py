@@ -15,6 +15,7 @@ import pytest
 
 import crashproof as cp
 from crashproof.runtime.worker import Worker
+from crashproof.store.queue import LeaseInfo
 
 LedgerFactory = Callable[..., cp.Ledger]
 WAIT = 10.0
@@ -183,3 +184,55 @@ def test_a_worker_needs_workflows_and_sane_settings(open_ledger: LedgerFactory) 
         Worker(ledger, poll=0)
     with pytest.raises(ValueError, match="registers no workflows"):
         Worker(ledger, log=io.StringIO()).serve()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, db_path: Any) -> str:
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return f"sqlite:///{db_path}"
+
+
+def test_each_worker_pickup_claims_the_run_once(open_ledger: LedgerFactory, store_url: str) -> None:
+    """The queue's claim is the drive's lease: the fencing token grows by exactly one per
+    worker that picks a run up (resume does not claim it a second time)."""
+    entered, opened = threading.Event(), threading.Event()
+
+    def gate() -> None:
+        entered.set()
+        opened.wait(WAIT)
+
+    @cp.workflow("tokens")
+    def tokens(ctx: cp.Context, gated: bool) -> list[Any]:
+        # Each step records the fencing token its run was driven under at the time.
+        first = ctx.step("first", lambda: (gate() if gated else None, ctx.fencing_token)[1])
+        return [first, ctx.step("second", lambda: ctx.fencing_token)]
+
+    ledger = open_ledger(store_url)
+    for i in range(3):
+        ledger.enqueue(tokens, run_id=f"p{i}", gated=False)
+    log = io.StringIO()
+    assert Worker(ledger, concurrency=2, poll=0.05, until_idle=True, log=log).serve() == 0
+    claims = [e for e in events(log) if e["event"] == "claimed"]
+    assert sorted((e["run_id"], e["token"]) for e in claims) == [("p0", 1), ("p1", 1), ("p2", 1)]
+    for i in range(3):
+        assert ledger.get_run(f"p{i}").result == [1, 1]
+        assert ledger.leases()[f"p{i}"] == LeaseInfo(None, None, 1)  # one claim, released
+
+    # Picked up twice (a worker drains mid-run, another finishes it): two claims.
+    ledger.enqueue(tokens, run_id="d", gated=True)
+    draining = Worker(ledger, poll=0.05, log=io.StringIO())
+    thread = threading.Thread(target=draining.serve)
+    thread.start()
+    assert entered.wait(WAIT)
+    draining.stop()
+    opened.set()
+    thread.join(WAIT)
+    assert ledger.leases()["d"].token == 1
+    other = open_ledger(store_url)
+    other.register(tokens)
+    log = io.StringIO()
+    assert Worker(other, poll=0.05, until_idle=True, log=log).serve() == 0
+    assert [e["token"] for e in events(log) if e["event"] == "claimed"] == [2]
+    assert other.get_run("d").result == [1, 2]
+    assert other.leases()["d"].token == 2

@@ -11,8 +11,10 @@ import typer
 
 from crashproof.cli.app import DbOption, VerboseOption, _app_policies, _settings, app
 from crashproof.cli.exitcodes import CliError, ExitCode
-from crashproof.cli.loading import app_workflows
+from crashproof.cli.limits import MaxCost, MaxDecisions, MaxSteps, MaxTokens, MaxWall, run_options
+from crashproof.cli.loading import app_workflows, load_policy
 from crashproof.cli.settings import open_ledger
+from crashproof.runtime.options import RunOptions
 from crashproof.runtime.worker import Worker
 
 
@@ -50,6 +52,23 @@ def worker_command(
         bool,
         typer.Option("--until-idle", help="Exit once nothing is runnable or in flight."),
     ] = False,
+    max_steps: MaxSteps = None,
+    max_decisions: MaxDecisions = None,
+    max_tokens: MaxTokens = None,
+    max_cost: MaxCost = None,
+    max_wall: MaxWall = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            metavar="MODULE:ATTRIBUTE",
+            show_default=False,
+            help="A cp.Policy every run this worker drives must be bound to (enqueued "
+            "with it); a run bound to another policy, or to none, is refused before "
+            "anything executes and left to other workers. The --max-* limits likewise "
+            "must be the ones each run was enqueued with.",
+        ),
+    ] = None,
     db: DbOption = None,
     verbose: VerboseOption = False,
 ) -> int:
@@ -58,7 +77,8 @@ def worker_command(
 
     Logs one JSON line per event on stderr. SIGTERM or SIGINT drains: nothing new is
     claimed, each run finishes its current step, its lease is released, and the worker
-    exits 0.
+    exits 0. With --policy/--max-*, only runs bound to that policy and those limits are
+    driven (others are refused, logged as "refused" or "error", and left alone).
     """
     settings = _settings(ctx, db, False, verbose)
     if concurrency < 1 or not poll > 0 or not lease > 0:
@@ -68,16 +88,25 @@ def worker_command(
             f"{poll}, {lease}); nothing was started",
             "e.g. crashproof worker --app flows --concurrency 4 --poll 1 --lease 15",
         )
+    options = run_options(max_steps, max_decisions, max_tokens, max_cost, max_wall)
+    if policy is not None:
+        limits = options.limits if options is not None else None
+        options = RunOptions(limits=limits, policy=load_policy(policy))
     workflows = app_workflows(app_modules)
     policies = _app_policies(app_modules)
     with open_ledger(settings, create=False) as ledger:
         ledger.lease_seconds = lease
         for workflow in workflows:
             ledger.register(workflow)
-        for policy in policies:  # runs enqueued with a policy find it on resume
-            ledger.register_policy(policy)
+        for found in policies:  # runs enqueued with a policy find it on resume
+            ledger.register_policy(found)
         worker = Worker(
-            ledger, concurrency=concurrency, poll=poll, until_idle=until_idle, log=sys.stderr
+            ledger,
+            concurrency=concurrency,
+            poll=poll,
+            until_idle=until_idle,
+            log=sys.stderr,
+            options=options,
         )
 
         def drain(signum: int, _frame: FrameType | None) -> None:

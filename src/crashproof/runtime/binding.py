@@ -32,9 +32,13 @@ from crashproof.runtime.options import RunOptions
 from crashproof.runtime.policy import Policy
 from crashproof.store.port import StatusChange
 
-__all__ = ["OperatorChanges", "bind_run", "ended_run", "start_fields"]
+__all__ = ["LimitsMismatch", "OperatorChanges", "bind_run", "ended_run", "start_fields"]
 
 Commit = Callable[[Sequence[Event], StatusChange | None], None]
+
+
+class LimitsMismatch(CrashproofError):
+    """The limits a drive passes are not the ones the run started with; nothing ran."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,7 +116,7 @@ def _check_limits(run_id: str, replay: Replay, options: RunOptions | None) -> No
         return
     started = Limits.from_json(replay.started.payload.get("limits"))
     if options.limits != started:
-        raise CrashproofError(
+        raise LimitsMismatch(
             f"run {run_id!r} started with limits {started.to_json()}, this call passes "
             f"{options.limits.to_json()}; nothing was changed. Limits are fixed when a run "
             "starts: raise them with Ledger.resume(run_id, raise_budget=...) "

@@ -15,7 +15,7 @@ from pathlib import Path
 from crashproof.errors import CrashproofError, LeaseHeld, StaleLeaseError
 from crashproof.store.port import Lease, Store
 
-__all__ = ["HOST", "Heartbeat", "abandoned", "claim", "release", "stop_driving"]
+__all__ = ["HOST", "Heartbeat", "abandoned", "adopt", "claim", "release", "stop_driving"]
 
 log = logging.getLogger("crashproof.runtime.ledger")
 
@@ -98,16 +98,7 @@ def claim(
     ``wait``: seconds to keep trying while another worker holds it (then LeaseHeld)."""
     # Listed before the claim, so that no other Ledger of this process ever sees
     # this lease in the store and takes it for abandoned.
-    with DRIVING_LOCK:
-        if (owner, run_id) in DRIVING:
-            # Another thread of this Ledger drives the run right now: a second driver
-            # would look an in-flight act up, find nothing yet, and execute it again.
-            raise LeaseHeld(
-                f"run {run_id!r} is being driven by this ledger in another thread "
-                f"(worker {owner}); wait for it to finish",
-                owner=owner,
-            )
-        DRIVING.add((owner, run_id))
+    _start_driving(owner, run_id)
     try:
         deadline = time.monotonic() + max(0.0, wait)
         while True:
@@ -124,6 +115,27 @@ def claim(
         with DRIVING_LOCK:
             DRIVING.discard((owner, run_id))
         raise
+
+
+def adopt(run_id: str, lease: Lease) -> Lease:
+    """Drive ``run_id`` under a lease its owner claimed already (a worker's claim from the
+    queue, which bumped the fencing token): listed as driving, as ``claim`` does, with no
+    second claim (a durable transaction and a token increment saved per queued run)."""
+    _start_driving(lease.owner, run_id)
+    return lease
+
+
+def _start_driving(owner: str, run_id: str) -> None:
+    with DRIVING_LOCK:
+        if (owner, run_id) in DRIVING:
+            # Another thread of this Ledger drives the run right now: a second driver
+            # would look an in-flight act up, find nothing yet, and execute it again.
+            raise LeaseHeld(
+                f"run {run_id!r} is being driven by this ledger in another thread "
+                f"(worker {owner}); wait for it to finish",
+                owner=owner,
+            )
+        DRIVING.add((owner, run_id))
 
 
 def _claim_once(store: Store, run_id: str, owner: str, ttl: float, take_over: bool) -> Lease:

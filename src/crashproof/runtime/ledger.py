@@ -46,7 +46,7 @@ from crashproof.runtime.care import LedgerCare
 from crashproof.runtime.context import Context
 from crashproof.runtime.durable import output_point
 from crashproof.runtime.humans import LedgerHumans
-from crashproof.runtime.leasing import HOST, Heartbeat, claim, release, stop_driving
+from crashproof.runtime.leasing import HOST, Heartbeat, release, stop_driving
 from crashproof.runtime.opening import (
     DURABILITY_MODES,
     default_witness,
@@ -106,6 +106,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         # Who holds the leases this Ledger takes: host, process and a per-Ledger nonce.
         self.worker_id = f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
         self._stale: set[tuple[str, int]] = set()  # (run id, token) whose lease was lost
+        self._claimed = {}  # runtime/queue.py: leases claimed from the queue, not yet driven
         self.url = url
         self.shown_url = without_password(url)  # what messages and logs may show
         self.durability = durability
@@ -339,7 +340,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         """Claim the run's lease, drive the run under it, release it. A crash
         (SimulatedCrash, or any BaseException that is not an Exception) leaves the lease
         to expire, as a dead process would."""
-        lease = claim(self._store, run_id, self.worker_id, self.lease_seconds, take_over, wait)
+        lease = self._lease_for(run_id, take_over, wait)  # a new claim, or the queue's
         heartbeat = Heartbeat(
             self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token))
         )

@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError
+from crashproof.runtime.leasing import adopt, claim, release
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.workflow import Workflow
-from crashproof.store.port import Store
-from crashproof.store.queue import LeaseInfo, queue_store
+from crashproof.store.port import Lease, Store
+from crashproof.store.queue import Claimed, LeaseInfo, queue_store
 
 __all__ = ["Draining", "LedgerQueue"]
 
@@ -36,8 +37,20 @@ class LedgerQueue:
     """Queue operations of a Ledger (see the module docstring)."""
 
     _store: Store
+    worker_id: str
+    lease_seconds: float
     # Set by a worker that stops: every run this Ledger drives stops at its next step.
     draining: bool = False
+    # Leases a worker claimed from the queue, by run id, until the run's drive takes one.
+    _claimed: dict[str, Lease]
+
+    _workflows: dict[str, Workflow[Any]]
+
+    def resume(self, run_id: str) -> Any:
+        raise NotImplementedError  # provided by Ledger
+
+    def _drive(self, workflow: Workflow[Any], run_id: str, options: RunOptions | None) -> Any:
+        raise NotImplementedError  # provided by Ledger
 
     def _record(
         self, wf: Workflow[R] | str, run_id: str, options: RunOptions | None, input: Any
@@ -62,6 +75,33 @@ class LedgerQueue:
     def leases(self) -> dict[str, LeaseInfo]:
         """Who holds each run (owner, lease expiry, fencing token), by run id."""
         return queue_store(self._store).leases()
+
+    def _drive_claimed(self, claimed: Claimed, options: RunOptions | None = None) -> Any:
+        """Drive a run claimed from the queue (``claim_next``) under that claim's lease:
+        one claim per queued run, not a second one by ``resume``. ``options``: the limits
+        and policy the run must be bound to, checked as ``Ledger.run`` checks them for an
+        existing run (else PolicyMismatch or CrashproofError, nothing executed). Returns
+        the run's result; raises what ``resume`` raises."""
+        run_id = claimed.run_id
+        self._claimed[run_id] = claimed.lease
+        try:
+            row = self._store.get_run(run_id)
+            workflow = None if row is None else self._workflows.get(row.workflow)
+            if workflow is None or row is None or row.status.terminal:
+                return self.resume(run_id)  # says why it cannot, or answers an ended run
+            return self._drive(workflow, run_id, options)
+        finally:
+            unused = self._claimed.pop(run_id, None)
+            if unused is not None:  # the drive never started (e.g. the run had ended)
+                release(self._store, run_id, unused)
+
+    def _lease_for(self, run_id: str, take_over: bool, wait: float) -> Lease:
+        """The lease a drive of ``run_id`` runs under: the queue claim's, when this Ledger's
+        worker claimed the run just now, else a new claim."""
+        held = self._claimed.pop(run_id, None)
+        if held is not None:
+            return adopt(run_id, held)
+        return claim(self._store, run_id, self.worker_id, self.lease_seconds, take_over, wait)
 
     def _before_step(self, run_id: str) -> None:
         """Called by the Context before each step, decision or act starts."""

@@ -5,7 +5,8 @@ runnable run (enqueued and never claimed, released, or whose driver's lease expi
 the workflow versions it registers, with ``SELECT ... FOR UPDATE SKIP LOCKED`` on
 PostgreSQL and one ``BEGIN IMMEDIATE`` on SQLite. A dead worker's runs are taken over by
 whichever live worker claims them after their lease runs out; the claim bumps the fencing
-token, so a stalled old driver that wakes up can write nothing more.
+token, so a stalled old driver that wakes up can write nothing more. The claim is also the
+lease the run is then driven under (``Ledger._drive_claimed``): one claim per pickup.
 
 ``stop()`` (SIGTERM/SIGINT in ``crashproof worker``) drains: nothing new is claimed, each
 run in flight finishes its current step and stops before the next one (``Draining``),
@@ -13,8 +14,8 @@ its lease is released for another worker, and ``serve`` returns.
 
 Each event is one JSON line (``ts``, ``event``, ``worker``, ``run_id``, details) on the
 given stream: ``worker_started``, ``claimed``, ``succeeded``, ``failed``, ``frozen``,
-``stopped``, ``released``, ``lease_lost``, ``lease_held``, ``error``, ``claim_failed``,
-``draining``, ``worker_stopped``.
+``stopped``, ``released``, ``lease_lost``, ``lease_held``, ``refused``, ``error``,
+``claim_failed``, ``draining``, ``worker_stopped``.
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from crashproof.errors import (
     LeaseHeld,
+    PolicyMismatch,
     RunFailed,
     RunFrozen,
     RunStopped,
     StaleLeaseError,
 )
+from crashproof.runtime.binding import LimitsMismatch
+from crashproof.runtime.options import RunOptions
 from crashproof.runtime.queue import Draining
 from crashproof.store.queue import Claimed, queue_store, runnable_keys
 
@@ -55,6 +59,11 @@ class Worker:
     models and tools). ``poll``: seconds between claims while the queue is empty.
     ``until_idle``: return once nothing is runnable and nothing is in flight (batch
     jobs, benchmarks). ``log``: where the JSON-lines events go (default: stderr).
+    ``options``: the limits and policy every run it drives must be bound to (recorded
+    when the run was enqueued, ``ledger.enqueue(..., options=...)``), checked as
+    ``Ledger.run`` checks them for an existing run: a run bound to anything else is
+    refused before anything executes (event ``refused``), left to other workers, and
+    tried again after a back-off; the policy is registered with the ledger.
     """
 
     def __init__(
@@ -65,11 +74,17 @@ class Worker:
         poll: float = 1.0,
         until_idle: bool = False,
         log: TextIO | None = None,
+        options: RunOptions | None = None,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
         if not poll > 0:
             raise ValueError(f"poll must be a positive number of seconds, not {poll!r}")
+        if options is not None and not isinstance(options, RunOptions):
+            raise TypeError(f"options must be a cp.RunOptions, not {type(options).__name__}")
+        if options is not None and options.policy is not None:
+            ledger.register_policy(options.policy)  # runs bound to it find it
+        self.options = options
         self.ledger = ledger
         self.concurrency = concurrency
         self.poll = float(poll)
@@ -107,6 +122,7 @@ class Worker:
             poll=self.poll,
             lease_seconds=self.ledger.lease_seconds,
             workflows=sorted(workflows),
+            **_bound_to(self.options),
         )
         while True:
             with self._changed:
@@ -177,7 +193,7 @@ class Worker:
         )
         thread = threading.Thread(
             target=self._drive,
-            args=(claimed.run_id,),
+            args=(claimed,),
             name=f"crashproof-worker:{claimed.run_id}",
             daemon=True,
         )
@@ -185,11 +201,10 @@ class Worker:
             self._in_flight[claimed.run_id] = thread
         thread.start()
 
-    def _drive(self, run_id: str) -> None:
-        started = time.monotonic()
+    def _drive(self, claimed: Claimed) -> None:
+        run_id, started = claimed.run_id, time.monotonic()
         try:
-            # This worker holds the lease: resume claims it again as its owner.
-            self.ledger.resume(run_id)
+            self.ledger._drive_claimed(claimed, self.options)  # under the claim's lease
         except Draining:
             self.emit("released", run_id, reason="draining")
         except RunFailed as exc:
@@ -202,17 +217,24 @@ class Worker:
             self.emit("lease_lost", run_id, error=str(exc))
         except LeaseHeld as exc:
             self.emit("lease_held", run_id, owner=exc.owner, until=exc.expires_at)
+        except (PolicyMismatch, LimitsMismatch) as exc:  # bound to others than this worker's
+            self.emit("refused", run_id, error=str(exc), retry_in=self._back_off(run_id))
         except Exception as exc:
-            with self._changed:
-                delay = min(BACKOFF_MAX, 2 * self._backoff.get(run_id, (0.0, BACKOFF_FIRST / 2))[1])
-                self._backoff[run_id] = (time.monotonic() + delay, delay)
-            self.emit("error", run_id, error=f"{type(exc).__name__}: {exc}", retry_in=delay)
+            error = f"{type(exc).__name__}: {exc}"
+            self.emit("error", run_id, error=error, retry_in=self._back_off(run_id))
         else:
             self._ended("succeeded", run_id, started)
         finally:
             with self._changed:
                 self._in_flight.pop(run_id, None)
                 self._changed.notify_all()
+
+    def _back_off(self, run_id: str) -> float:
+        """Leave the run alone for a while (doubling each time, up to a limit)."""
+        with self._changed:
+            delay = min(BACKOFF_MAX, 2 * self._backoff.get(run_id, (0.0, BACKOFF_FIRST / 2))[1])
+            self._backoff[run_id] = (time.monotonic() + delay, delay)
+        return delay
 
     def _ended(self, event: str, run_id: str, started: float, **details: Any) -> None:
         with self._changed:
@@ -224,3 +246,15 @@ class Worker:
         with self._changed:
             while self._in_flight:
                 self._changed.wait(self.poll)
+
+
+def _bound_to(options: RunOptions | None) -> dict[str, Any]:
+    """What ``worker_started`` reports of the worker's options."""
+    if options is None:
+        return {}
+    found: dict[str, Any] = {}
+    if options.policy is not None:
+        found["policy"] = options.policy.version
+    if options.limits is not None:
+        found["limits"] = options.limits.to_json()
+    return found

@@ -8,7 +8,8 @@ application. Opening never writes before the schema has been recognised as absen
 empty, or a crashproof ledger this version can read; migrations run in one transaction
 under an advisory lock, so processes opening a new ledger at once do not race.
 
-Only this module imports psycopg: ``import crashproof`` works without it.
+Journal appends (one round trip each in the common case) are in store/pg_append.py.
+Only the PostgreSQL modules import psycopg: ``import crashproof`` works without it.
 """
 
 from __future__ import annotations
@@ -31,15 +32,15 @@ from crashproof.errors import (
     SchemaTooNew,
     StaleLeaseError,
 )
-from crashproof.journal.codec import decode, encode
+from crashproof.journal.codec import decode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.migrate import check_automatic
+from crashproof.store.pg_append import PostgresAppend, reason_in
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
 from crashproof.store.port import (
     GENESIS,
     Lease,
     RecordSealer,
-    StatusChange,
     blob_digest,
     check_claimable,
 )
@@ -64,7 +65,7 @@ Cursor = psycopg.Cursor[tuple[Any, ...]]
 RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
 
 
-class PostgresStore:
+class PostgresStore(PostgresAppend):
     """A ledger in one schema of a PostgreSQL database. Thread-safe (a connection pool).
 
     ``url``: ``postgresql://user:password@host:port/dbname`` (or ``postgres://``), with
@@ -102,6 +103,7 @@ class PostgresStore:
         self._synchronous = _SYNCHRONOUS[durability]
         self.durability = durability
         self._sealer = sealer
+        self._init_ends()  # where each run's journal ends, as last read or written
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout)),
@@ -193,13 +195,14 @@ class PostgresStore:
 
     def create_run(self, row: RunRow, first: Event) -> RunRow | None:
         with self._transaction() as cur:
-            head = (row.run_id, row.workflow, row.version, row.status.value, _reason_in(row.reason))
+            head = (row.run_id, row.workflow, row.version, row.status.value, reason_in(row.reason))
             tail = (row.input_digest, row.created_at, row.updated_at)
             cur.execute(self._q["insert_run"], (*head, *tail))
             if cur.rowcount == 0:
                 return _row(cur.execute(self._q["get_run"], (row.run_id,)).fetchone())
-            self._insert_events(cur, (first,), GENESIS)
-            return None
+            mac = self._insert_events(cur, (first,), GENESIS)
+        self._remember(row.run_id, first.seq + 1, mac)
+        return None
 
     def get_run(self, run_id: str) -> RunRow | None:
         with self._read() as cur:
@@ -235,43 +238,6 @@ class PostgresStore:
             except (KeyError, ValueError) as exc:
                 raise IntegrityError(f"run {run_id!r} event {seq} is unreadable: {exc}") from None
         return events
-
-    def append(
-        self,
-        events: Sequence[Event],
-        status: StatusChange | None = None,
-        *,
-        fencing_token: int | None = None,
-        durable: bool = False,
-    ) -> None:
-        if not events:
-            return
-        run_id = events[0].run_id
-        with self._pipelined(durable=durable) as cur:
-            # The primary key only refuses a taken seq; a gap, a reorder or a missing run
-            # would slip through it, so check the batch against the journal's end first.
-            # journal_end locks the run's row: a claim cannot slip in before the commit.
-            found = cur.execute(self._q["journal_end"], (run_id,)).fetchone()
-            if found is None:
-                raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {self.display}")
-            if fencing_token is not None and fencing_token != found[2]:
-                raise StaleLeaseError(
-                    f"run {run_id!r} was taken over (fencing token {fencing_token} is "
-                    f"superseded by {found[2]}); nothing of this write was kept"
-                )
-            for offset, event in enumerate(events):
-                if event.run_id != run_id or event.seq != found[0] + offset:
-                    raise StaleLeaseError(
-                        f"run {run_id!r}: journal sequence {event.seq} is already taken or out "
-                        "of order; another writer is appending to this run. Nothing of this "
-                        "write was kept."
-                    )
-            self._insert_events(cur, events, found[1] or GENESIS)
-            if status is not None:
-                cur.execute(
-                    self._q["set_status"],
-                    (status[0].value, _reason_in(status[1]), time.time(), run_id),
-                )
 
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
@@ -322,13 +288,15 @@ class PostgresStore:
             if blob is not None and value is None:
                 raise IntegrityError(f"run {run_id!r} event {seq}: blob {blob} is missing")
             records.append((seq, type_, key, payload, value, created_at, key_id, mac))
+        if records:  # committed records: the next append goes on from the last one
+            self._remember(run_id, records[-1][0] + 1, records[-1][7])
         return records
 
     def install_run(self, row: RunRow, records: Sequence[RawRecord]) -> bool:
         """Insert ``row`` and its already-sealed records in one transaction, unless the
         run exists (then nothing is written and False is returned)."""
         with self._transaction() as cur:
-            head = (row.run_id, row.workflow, row.version, row.status.value, _reason_in(row.reason))
+            head = (row.run_id, row.workflow, row.version, row.status.value, reason_in(row.reason))
             tail = (row.input_digest, row.created_at, row.updated_at)
             cur.execute(self._q["insert_run"], (*head, *tail))
             if cur.rowcount == 0:
@@ -381,45 +349,6 @@ class PostgresStore:
 
     # -- internals ---------------------------------------------------------
 
-    def _insert_events(self, cur: Cursor, events: Sequence[Event], prev_mac: str) -> None:
-        blobs, rows = [], []
-        for event in events:
-            payload, type_ = _encode_payload(event.payload), event.type.value
-            key_id = mac = None
-            if self._sealer is not None:  # sealed over exactly the bytes stored
-                key_id, mac = self._sealer.seal(
-                    event.run_id,
-                    event.seq,
-                    type_,
-                    event.key,
-                    payload,
-                    event.value_json,
-                    event.created_at,
-                    prev_mac,
-                )
-                prev_mac = mac
-            value = event.value_json
-            blob = blob_digest(value)
-            if blob is not None:
-                blobs.append((blob, value))
-                value = None
-            head = (event.run_id, event.seq, type_, event.key, payload)
-            rows.append((*head, value, blob, event.created_at, key_id, mac))
-        try:
-            # One row (the common case): execute, one round trip; executemany would
-            # enter pipeline mode and wait for its syncs.
-            for query, params in ((self._q["insert_blob"], blobs), (self._q["insert_event"], rows)):
-                if len(params) == 1:
-                    cur.execute(query, params[0])
-                elif params:
-                    cur.executemany(query, params)
-        except psycopg.errors.UniqueViolation:
-            first = events[0]
-            raise StaleLeaseError(
-                f"run {first.run_id!r}: journal sequence {first.seq} is already taken; "
-                "another writer is appending to this run. Nothing of this write was kept."
-            ) from None
-
     def sync(self) -> None:
         if self.durability != "output":
             return  # "full" waited for every commit already; "normal" never forces
@@ -427,11 +356,15 @@ class PostgresStore:
             # A transaction id makes the commit write (and, synchronous, flush) a record.
             cur.execute("SELECT txid_current()")
 
-    def _synchronous_for(self, durable: bool) -> str | None:
+    def _wanted_synchronous(self, durable: bool) -> str:
         """The ``synchronous_commit`` a transaction needs ("on" for an output point in
-        "output" mode), or None when the server's default already is it: a SET LOCAL
-        costs a round trip per transaction."""
-        wanted = "on" if durable and self.durability == "output" else self._synchronous
+        "output" mode)."""
+        return "on" if durable and self.durability == "output" else self._synchronous
+
+    def _synchronous_for(self, durable: bool) -> str | None:
+        """The setting a transaction must SET LOCAL, or None when the server's default
+        already is it: a SET LOCAL costs a round trip per transaction."""
+        wanted = self._wanted_synchronous(durable)
         return None if wanted == self._server_synchronous else wanted
 
     @contextlib.contextmanager
@@ -442,36 +375,6 @@ class PostgresStore:
             if setting is not None:
                 cur.execute(f"SET LOCAL synchronous_commit TO {setting}")
             yield cur
-
-    @contextlib.contextmanager
-    def _pipelined(self, *, durable: bool = False) -> Iterator[Cursor]:
-        """One transaction in pipeline mode: BEGIN travels with the first query whose
-        result is fetched, the writes that follow travel with COMMIT. A journal append
-        is two round trips (psycopg's transaction() would add a sync of its own)."""
-        with self._errors(), self._pool.connection() as conn:
-            try:
-                with conn.pipeline():
-                    cur = conn.cursor()
-                    cur.execute("BEGIN")
-                    setting = self._synchronous_for(durable)
-                    if setting is not None:
-                        cur.execute(f"SET LOCAL synchronous_commit TO {setting}")
-                    try:
-                        yield cur
-                    except BaseException:
-                        with contextlib.suppress(psycopg.Error):  # keep the first error
-                            cur.execute("ROLLBACK")
-                        raise
-                    cur.execute("COMMIT")
-            except psycopg.errors.UniqueViolation:  # a queued insert, raised at the sync
-                raise StaleLeaseError(
-                    "a journal sequence is already taken; another writer is appending to "
-                    "this run. Nothing of this write was kept."
-                ) from None
-            finally:  # a statement failed inside the pipeline: never pool an open transaction
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    with contextlib.suppress(psycopg.Error):  # a broken one is discarded
-                        conn.rollback()
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Cursor]:
@@ -502,16 +405,3 @@ def _row(found: Any) -> RunRow:
         created_at=created_at,
         updated_at=updated_at,
     )
-
-
-def _reason_in(reason: str | None) -> str | None:
-    # A JSON string, so that NUL and lone surrogates (which a text column refuses) come
-    # back exactly; everything else stays readable in psql.
-    return None if reason is None else _encode_payload(reason)
-
-
-def _encode_payload(payload: Any) -> str:
-    # The runtime validated every value as JSON already. codec.encode is the one encoder
-    # of stored JSON: a prebuilt C encoder (this runs on every journal commit), and text
-    # with a lone surrogate (not UTF-8) falls back to ASCII escapes that decode the same.
-    return encode(payload, what="a journal record")

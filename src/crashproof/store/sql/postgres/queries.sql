@@ -84,3 +84,72 @@ RETURNING lease_expires_at;
 -- name: release_lease
 UPDATE {schema}.runs SET owner = NULL, lease_expires_at = NULL
 WHERE run_id = %s AND owner = %s AND fencing_token = %s;
+
+-- name: append_events
+-- A journal append in one statement and one round trip (store/pg_append.py), sent in
+-- autocommit: its own transaction. It writes only if the run's row, locked until the
+-- commit, still carries the writer's fencing token (NULL: an unfenced write) and the
+-- record before the first new one is there with the MAC the writer chained to; the
+-- primary key refuses a taken seq. Blobs, records and the status change land together
+-- or not at all. set_config(..., true) sets synchronous_commit for this transaction
+-- only: "on" makes the commit wait for the server's disk (an output point, or
+-- durability "full"). Its row count is the number of records written; 0: refused.
+WITH fence AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE run_id = %(run_id)s
+      AND (%(token)s::bigint IS NULL OR fencing_token = %(token)s::bigint)
+    FOR UPDATE
+), ok AS (
+    SELECT set_config('synchronous_commit', %(synchronous)s::text, true) AS synchronous
+    WHERE EXISTS (SELECT FROM fence)
+      AND EXISTS (SELECT FROM {schema}.events
+                  WHERE run_id = %(run_id)s AND seq = %(first)s::bigint - 1
+                    AND mac IS NOT DISTINCT FROM %(prev_mac)s::text)
+), new_blobs AS (
+    INSERT INTO {schema}.blobs (digest, data)
+    SELECT b.digest, b.data
+    FROM unnest(%(digests)s::text[], %(datas)s::text[]) AS b (digest, data), ok
+    ON CONFLICT (digest) DO NOTHING
+), new_status AS (
+    UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
+                             updated_at = %(now)s::float8
+    FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
+)
+INSERT INTO {schema}.events
+    (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+SELECT %(run_id)s, e.seq, e.type, e.key, e.payload, e.value, e.blob, e.created_at,
+       e.key_id, e.mac
+FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(keys)s::text[], %(payloads)s::text[],
+            %(values)s::text[], %(blobs)s::text[], %(created_ats)s::float8[],
+            %(key_ids)s::text[], %(macs)s::text[])
+     AS e (seq, type, key, payload, value, blob, created_at, key_id, mac), ok;
+
+-- name: append_event
+-- append_events for one record (nearly every append): the same checks and writes, with
+-- plain parameters instead of arrays, which the driver encodes much faster.
+WITH fence AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE run_id = %(run_id)s
+      AND (%(token)s::bigint IS NULL OR fencing_token = %(token)s::bigint)
+    FOR UPDATE
+), ok AS (
+    SELECT set_config('synchronous_commit', %(synchronous)s::text, true) AS synchronous
+    WHERE EXISTS (SELECT FROM fence)
+      AND EXISTS (SELECT FROM {schema}.events
+                  WHERE run_id = %(run_id)s AND seq = %(seq)s::bigint - 1
+                    AND mac IS NOT DISTINCT FROM %(prev_mac)s::text)
+), new_blob AS (
+    INSERT INTO {schema}.blobs (digest, data)
+    SELECT %(blob)s::text, %(data)s::text FROM ok WHERE %(blob)s::text IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING
+), new_status AS (
+    UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
+                             updated_at = %(now)s::float8
+    FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
+)
+INSERT INTO {schema}.events
+    (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::text,
+       %(value)s::text, %(blob)s::text, %(created_at)s::float8, %(key_id)s::text,
+       %(mac)s::text
+FROM ok;

@@ -1,0 +1,276 @@
+"""Journal appends of the PostgreSQL store: one round trip in the common case.
+
+A mixin of ``PostgresStore``. The store remembers, per run, where the journal ends (the
+next seq and the last record's MAC) from what it read or wrote itself. With that, an
+append is one statement, ``append_events`` in queries.sql, sent in autocommit (its own
+transaction, one round trip) and enforcing in SQL everything the read-then-write used to
+check in Python: the run's row is locked and its fencing token must be the writer's
+(a claim waits for the commit, or the append is refused), the previous record must be
+there with the remembered MAC, and the primary key (run_id, seq) refuses a taken seq.
+Blobs and the run's status change go in the same statement (data-modifying CTEs), so
+they land with the records or not at all; the statement also sets its own transaction's
+``synchronous_commit`` (``set_config(..., true)``), so an output point waits for the
+disk and other commits do not, without a BEGIN/SET LOCAL round trip.
+
+Whenever the statement refuses (no row written, or a taken seq) or nothing is known
+about the run, the append falls back to the checked path: lock the run's row, read the
+journal's end, compare, write, in two round trips. That path raises the same clear
+errors as always (StaleLeaseError: taken over, seq taken, no such run) or succeeds
+when only the remembered end was out of date. Nothing of a refused write is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg_pool import ConnectionPool
+
+from crashproof.errors import StaleLeaseError
+from crashproof.journal.codec import encode
+from crashproof.journal.records import Event
+from crashproof.store.port import GENESIS, RecordSealer, StatusChange, blob_digest
+
+__all__ = ["PostgresAppend", "encode_payload", "reason_in"]
+
+Cursor = psycopg.Cursor[tuple[Any, ...]]
+# Journal ends remembered at most: a worker drives a few runs at a time; the oldest entry
+# goes first (forgetting one only costs its next append the checked path).
+_MAX_ENDS = 4096
+
+
+class PostgresAppend:
+    """The journal-append half of PostgresStore (see the module docstring)."""
+
+    _q: dict[str, str]
+    _pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]]
+    _sealer: RecordSealer | None
+    display: str
+
+    def _errors(self, *, opening: bool = False) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError  # provided by PostgresStore
+
+    def _synchronous_for(self, durable: bool) -> str | None:
+        raise NotImplementedError  # provided by PostgresStore
+
+    def _wanted_synchronous(self, durable: bool) -> str:
+        raise NotImplementedError  # provided by PostgresStore
+
+    # run id -> (next seq, the last record's stored MAC): facts about committed records,
+    # which never change; a wrong entry only makes the statement refuse.
+    _ends: dict[str, tuple[int, str | None]]
+    _ends_lock: threading.Lock
+
+    def _init_ends(self) -> None:
+        self._ends = {}
+        self._ends_lock = threading.Lock()
+
+    def append(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None = None,
+        *,
+        fencing_token: int | None = None,
+        durable: bool = False,
+    ) -> None:
+        if not events:
+            return
+        run_id = events[0].run_id
+        with self._ends_lock:
+            known = self._ends.pop(run_id, None)  # back in only once this append landed
+        if (
+            known is not None
+            and known[0] == events[0].seq
+            and self._append_one_trip(events, status, fencing_token, durable, known[1])
+        ):
+            return
+        self._append_checked(events, status, fencing_token, durable)
+
+    def _remember(self, run_id: str, next_seq: int, mac: str | None) -> None:
+        with self._ends_lock:
+            self._ends.pop(run_id, None)
+            self._ends[run_id] = (next_seq, mac)
+            if len(self._ends) > _MAX_ENDS:
+                del self._ends[next(iter(self._ends))]
+
+    def _append_one_trip(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None,
+        fencing_token: int | None,
+        durable: bool,
+        prev_mac: str | None,
+    ) -> bool:
+        """The one-statement append; False when the statement refused it (nothing was
+        written: the caller takes the checked path, which says why)."""
+        run_id, first = events[0].run_id, events[0].seq
+        if any(e.run_id != run_id or e.seq != first + i for i, e in enumerate(events)):
+            return False  # the checked path refuses it with the usual message
+        blobs, rows, mac = self._rows(events, prev_mac or GENESIS)
+        params: dict[str, Any] = {
+            "run_id": run_id,
+            "token": fencing_token,
+            "prev_mac": prev_mac,
+            "synchronous": self._wanted_synchronous(durable),
+            "status": None if status is None else status[0].value,
+            "reason": None if status is None else reason_in(status[1]),
+            "now": time.time(),
+        }
+        if len(rows) == 1:  # nearly every append: plain parameters, encoded fast
+            query = self._q["append_event"]
+            params.update(zip(_EVENT_COLUMNS, rows[0][1:], strict=True))
+            params["data"] = blobs[0][1] if blobs else None
+        else:
+            query = self._q["append_events"]
+            params["first"] = first
+            params["digests"] = [b[0] for b in blobs]
+            params["datas"] = [b[1] for b in blobs]
+            for i, column in enumerate(_EVENT_COLUMNS, start=1):  # [0] is the run id
+                params[f"{column}s"] = [row[i] for row in rows]
+        with self._errors(), self._pool.connection() as conn:
+            try:
+                written = conn.execute(query, params, prepare=True).rowcount
+            except psycopg.errors.UniqueViolation:
+                return False  # a taken seq (another writer): the checked path raises it
+        if written != len(events):
+            return False
+        self._remember(run_id, events[-1].seq + 1, mac)
+        return True
+
+    def _append_checked(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None,
+        fencing_token: int | None,
+        durable: bool,
+    ) -> None:
+        run_id = events[0].run_id
+        with self._pipelined(durable=durable) as cur:
+            # The primary key only refuses a taken seq; a gap, a reorder or a missing run
+            # would slip through it, so check the batch against the journal's end first.
+            # journal_end locks the run's row: a claim cannot slip in before the commit.
+            found = cur.execute(self._q["journal_end"], (run_id,)).fetchone()
+            if found is None:
+                raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {self.display}")
+            if fencing_token is not None and fencing_token != found[2]:
+                raise StaleLeaseError(
+                    f"run {run_id!r} was taken over (fencing token {fencing_token} is "
+                    f"superseded by {found[2]}); nothing of this write was kept"
+                )
+            for offset, event in enumerate(events):
+                if event.run_id != run_id or event.seq != found[0] + offset:
+                    raise StaleLeaseError(
+                        f"run {run_id!r}: journal sequence {event.seq} is already taken or out "
+                        "of order; another writer is appending to this run. Nothing of this "
+                        "write was kept."
+                    )
+            mac = self._insert_events(cur, events, found[1] or GENESIS)
+            if status is not None:
+                cur.execute(
+                    self._q["set_status"],
+                    (status[0].value, reason_in(status[1]), time.time(), run_id),
+                )
+        self._remember(run_id, events[-1].seq + 1, mac)
+
+    def _rows(
+        self, events: Sequence[Event], prev_mac: str
+    ) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]], str | None]:
+        """(blobs, event rows as stored, the last record's MAC): sealed over exactly the
+        bytes stored, each record chained to the one before."""
+        blobs, rows = [], []
+        mac: str | None = None
+        for event in events:
+            payload, type_ = encode_payload(event.payload), event.type.value
+            key_id = mac = None
+            if self._sealer is not None:
+                key_id, mac = self._sealer.seal(
+                    event.run_id,
+                    event.seq,
+                    type_,
+                    event.key,
+                    payload,
+                    event.value_json,
+                    event.created_at,
+                    prev_mac,
+                )
+                prev_mac = mac
+            value = event.value_json
+            blob = blob_digest(value)
+            if blob is not None and value is not None:
+                blobs.append((blob, value))
+                value = None
+            head = (event.run_id, event.seq, type_, event.key, payload)
+            rows.append((*head, value, blob, event.created_at, key_id, mac))
+        return blobs, rows, mac
+
+    def _insert_events(self, cur: Cursor, events: Sequence[Event], prev_mac: str) -> str | None:
+        """Insert the sealed records; returns the last one's MAC."""
+        blobs, rows, mac = self._rows(events, prev_mac)
+        try:
+            # One row (the common case): execute, one round trip; executemany would
+            # enter pipeline mode and wait for its syncs.
+            for query, params in ((self._q["insert_blob"], blobs), (self._q["insert_event"], rows)):
+                if len(params) == 1:
+                    cur.execute(query, params[0])
+                elif params:
+                    cur.executemany(query, params)
+        except psycopg.errors.UniqueViolation:
+            first = events[0]
+            raise StaleLeaseError(
+                f"run {first.run_id!r}: journal sequence {first.seq} is already taken; "
+                "another writer is appending to this run. Nothing of this write was kept."
+            ) from None
+        return mac
+
+    @contextlib.contextmanager
+    def _pipelined(self, *, durable: bool = False) -> Iterator[Cursor]:
+        """One transaction in pipeline mode: BEGIN travels with the first query whose
+        result is fetched, the writes that follow travel with COMMIT (two round trips;
+        psycopg's transaction() would add a sync of its own)."""
+        with self._errors(), self._pool.connection() as conn:
+            try:
+                with conn.pipeline():
+                    cur = conn.cursor()
+                    cur.execute("BEGIN")
+                    setting = self._synchronous_for(durable)
+                    if setting is not None:
+                        cur.execute(f"SET LOCAL synchronous_commit TO {setting}")
+                    try:
+                        yield cur
+                    except BaseException:
+                        with contextlib.suppress(psycopg.Error):  # keep the first error
+                            cur.execute("ROLLBACK")
+                        raise
+                    cur.execute("COMMIT")
+            except psycopg.errors.UniqueViolation:  # a queued insert, raised at the sync
+                raise StaleLeaseError(
+                    "a journal sequence is already taken; another writer is appending to "
+                    "this run. Nothing of this write was kept."
+                ) from None
+            finally:  # a statement failed inside the pipeline: never pool an open transaction
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):  # a broken one is discarded
+                        conn.rollback()
+
+
+# The event columns after the run id, in the order of _rows: the parameters of
+# append_event, and (plural, as unnest() arrays) of append_events.
+_EVENT_COLUMNS = ("seq", "type", "key", "payload", "value", "blob", "created_at", "key_id", "mac")
+
+
+def reason_in(reason: str | None) -> str | None:
+    # A JSON string, so that NUL and lone surrogates (which a text column refuses) come
+    # back exactly; everything else stays readable in psql.
+    return None if reason is None else encode_payload(reason)
+
+
+def encode_payload(payload: Any) -> str:
+    # The runtime validated every value as JSON already. codec.encode is the one encoder
+    # of stored JSON: a prebuilt C encoder (this runs on every journal commit), and text
+    # with a lone surrogate (not UTF-8) falls back to ASCII escapes that decode the same.
+    return encode(payload, what="a journal record")
