@@ -437,7 +437,8 @@ class SQLiteStore:
         mac = None
         try:
             for event in events:
-                payload = _encode_payload(event.payload)
+                # codec.encode: the one encoder of stored JSON (module docstring there).
+                payload = encode(event.payload, what="a journal record")
                 key_id = None
                 if self._sealer is not None:  # sealed over exactly the bytes stored
                     key_id, mac = self._sealer.seal(
@@ -562,13 +563,6 @@ def _row(found: Any) -> RunRow:
         created_at=created_at,
         updated_at=updated_at,
     )
-
-
-def _encode_payload(payload: Any) -> str:
-    # The runtime validated every value as JSON already. codec.encode is the one encoder
-    # of stored JSON: a prebuilt C encoder (this runs on every journal commit), and text
-    # with a lone surrogate (not UTF-8) falls back to ASCII escapes that decode the same.
-    return encode(payload, what="a journal record")
 
 
 def _utf8(text: str | None) -> str | None:
