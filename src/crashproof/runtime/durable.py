@@ -34,6 +34,7 @@ OUTCOMES = frozenset(
         EventType.RUN_FAILED,
         EventType.RUN_FROZEN,
         EventType.RUN_STOPPED,
+        EventType.RUN_MOVED,  # the checkpoint document leaves the process next
     }
 )
 
