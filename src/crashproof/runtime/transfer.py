@@ -62,6 +62,10 @@ COPY_REASON = (
 
 log = logging.getLogger(__name__)
 
+# A deliberately WRONG variant, for the stale-checkpoint verifier's own test only: a copy
+# is installed runnable (as before moves existed). Never set it outside that test.
+_UNSAFE_COPY_RUNNABLE = False
+
 RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
 
 
@@ -247,7 +251,7 @@ def arrival_events(found: checkpoint.Checkpoint, by: str, seq: int) -> list[Even
             created_at=now,
         )
     ]
-    if found.move or _status(run_id, found.records, events)[0].terminal:
+    if found.move or _UNSAFE_COPY_RUNNABLE or _status(run_id, found.records, events)[0].terminal:
         return events  # a move is the one continuation; an ended run does nothing more
     freeze = {
         "status": RunStatus.NEEDS_REVIEW.value,
