@@ -3,6 +3,7 @@ tool without dedupe is caught where only these cases can catch it."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from examples import code_agent, patch_task
 from crashproof.cli import main
 from crashproof.runtime import transfer
 from crashproof.verify import Case, CaseKind, Report, Verdict, run_case, verify
+from crashproof.verify.report import DEFAULT_CONTENTION_POINTS
 from crashproof.verify.runner import recovery_candidates
 
 NEW_KINDS = (CaseKind.TWO_RECOVERERS, CaseKind.STALE_CHECKPOINT)
@@ -29,10 +31,11 @@ def variants(report: Report) -> list[str | None]:
     return [r.case.variant for r in report.of_kind(CaseKind.TWO_RECOVERERS)]
 
 
-@pytest.mark.parametrize("scenario", [patch_task.SCENARIO, code_agent.SCENARIO])
-def test_examples_with_two_recoverers_and_a_stale_checkpoint(scenario: object) -> None:
+def test_code_agent_with_two_recoverers_and_a_stale_checkpoint() -> None:
+    """(Both examples also run DEFAULT_CONTENTION_POINTS of these in
+    test_verify_examples.py, where every crash point is verified.)"""
     report = verify(
-        scenario,  # type: ignore[arg-type]
+        code_agent.SCENARIO,
         seed=5,
         max_points=8,
         recovery_points=0,
@@ -57,17 +60,6 @@ def test_examples_with_two_recoverers_and_a_stale_checkpoint(scenario: object) -
     counts = report.kind_counts()
     assert sum(counts["two-recoverers"].values()) == 6
     assert sum(counts["stale-checkpoint"].values()) == 3
-
-
-def test_code_agent_stale_checkpoints_never_diverge() -> None:
-    """Its tools find their effects by operation id (the commit's trailer, the PR's key)
-    and its edits write whole files: a stale checkpoint resumes SAME or is REFUSED."""
-    report = verify(
-        code_agent.SCENARIO, seed=2, max_points=10, recovery_points=0, contention_points=3
-    )
-    stale = report.of_kind(CaseKind.STALE_CHECKPOINT)
-    assert len(stale) == 3
-    assert_not_diverged(report)
 
 
 def test_patch_task_stale_checkpoint_before_the_first_act(tmp_path: Path) -> None:
@@ -193,6 +185,19 @@ def test_cli_prints_counts_per_kind(
     assert sum(report["kind_counts"]["stale-checkpoint"].values()) == 1
     assert report["repro"].endswith("--recovery-points 0 --contention-points 1")
     assert main([*argv, "--contention-points", "some"]) != 0
+
+
+def test_contention_is_on_by_default_and_bounded() -> None:
+    """``crashproof verify`` runs the new kinds unless told not to; the CLI's default
+    (spelled out there, so plain commands never import the verifier) is the library's."""
+    from crashproof.cli.proof_commands import verify_command
+
+    report = verify(sc.TINY, seed=1, recovery_points=0)
+    assert report.contention_points == DEFAULT_CONTENTION_POINTS == 2
+    assert len(report.of_kind(CaseKind.STALE_CHECKPOINT)) == DEFAULT_CONTENTION_POINTS
+    assert "--contention-points" not in report.repro()
+    default = inspect.signature(verify_command).parameters["contention_points"].default
+    assert default == str(DEFAULT_CONTENTION_POINTS)
 
 
 def test_options_bound_and_disable_the_new_kinds() -> None:
