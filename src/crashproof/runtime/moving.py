@@ -127,6 +127,9 @@ def move_back(ledger: LedgerParts, found: checkpoint.Checkpoint, by: str) -> str
             arrival = arrival_events(found, by, len(events))
             status = folded_status(run_id, [*events, *arrival])
             ledger._commit(arrival, status, fencing_token=lease.token)
+            store.sync()  # as an install: durable, then witnessed
+            if ledger._witness is not None:
+                ledger._witness.advance(run_id, len(events) + len(arrival))
             log.warning("moved run returned", extra={"run_id": run_id, "by": by})
     except BaseException as exc:
         stop_driving(lease.owner, run_id)
