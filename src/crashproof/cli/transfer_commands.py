@@ -60,9 +60,12 @@ def export_command(
     continues where the checkpoint is imported (`crashproof import`). Exporting a moved
     run again writes the same checkpoint. --copy writes nothing."""
     settings = _settings(ctx, db, False, verbose)
-    if out is not None and out.exists():
+    if out is not None and out.exists():  # checked before the run is moved
         raise CliError(
-            ExitCode.USAGE, f"{out} already exists", "choose a new path; nothing was written"
+            ExitCode.USAGE,
+            f"{out} already exists",
+            "choose a new path; nothing was written (exporting a moved run again writes "
+            "the same checkpoint)",
         )
     with open_ledger(settings, create=False) as ledger:
         document = ledger.export_run(run_id, copy=copy, by=by)
