@@ -293,3 +293,19 @@ def test_importing_the_same_move_twice_installs_one_arrival(tmp_path: Path) -> N
         records = target.export_run(RUN, copy=True)["records"]
     assert [r["type"] for r in records].count("run_imported") == 1
     assert records[-1]["type"] == "run_succeeded"
+
+
+def test_the_timeline_names_who_moved_and_who_imported(tmp_path: Path) -> None:
+    from crashproof.runtime.audit import run_timeline
+
+    with ledger_at(crashed(tmp_path)) as source:
+        document = source.export_run(RUN, by="alice")
+        moved = run_timeline(source, RUN)[-1]
+    assert moved["type"] == "run_moved"
+    assert moved["operator"]["by"] == "alice"
+    assert "moved out of this ledger" in moved["summary"]
+    with ledger_at(tmp_path / "b.db") as target:
+        target.import_run(document, by="bob")
+        arrived = run_timeline(target, RUN)[-1]
+    assert arrived["operator"]["by"] == "bob"
+    assert f"imported a move, checkpoint {checkpoint.digest(document)}" in arrived["summary"]
