@@ -309,3 +309,16 @@ def test_the_timeline_names_who_moved_and_who_imported(tmp_path: Path) -> None:
         arrived = run_timeline(target, RUN)[-1]
     assert arrived["operator"]["by"] == "bob"
     assert f"imported a move, checkpoint {checkpoint.digest(document)}" in arrived["summary"]
+
+
+def test_a_ledger_that_cannot_export_moves_nothing() -> None:
+    with cp.Ledger("memory://") as ledger:
+
+        @cp.workflow("one", version="1")
+        def one(ctx: cp.Context) -> int:
+            return ctx.step("a", lambda: 1)
+
+        ledger.run(one, run_id="m")
+        with pytest.raises(cp.LedgerError, match="not supported"):
+            ledger.export_run("m")
+        assert ledger.get_run("m").status is cp.RunStatus.SUCCEEDED

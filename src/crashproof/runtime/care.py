@@ -150,6 +150,7 @@ class LedgerCare(LedgerParts):
 
         if self._store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+        transfer.capable(self._store)  # a ledger that cannot export moves nothing
         events = self._journal(run_id)  # MACs, chain and generation checked before export
         if not copy and events[-1].type is not EventType.RUN_MOVED:
             moving.move_out(self, run_id, by)

@@ -45,6 +45,7 @@ __all__ = [
     "COPY_REASON",
     "ImportPlan",
     "arrival_events",
+    "capable",
     "checkpoint_digest",
     "export_run",
     "folded_status",
@@ -129,7 +130,8 @@ def verify_document(document: Mapping[str, Any], sealer: Sealer) -> checkpoint.C
     return checkpoint.verify(document, sealer, derive_fields)
 
 
-def _capable(store: Store) -> tuple[_Transferable, Sealer]:
+def capable(store: Store) -> tuple[_Transferable, Sealer]:
+    """The store and sealer checkpoints need, or LedgerError (nothing written)."""
     if not isinstance(store, _Transferable):
         raise LedgerError(
             f"checkpoint export/import is not supported by {type(store).__name__}; "
@@ -143,7 +145,7 @@ def _capable(store: Store) -> tuple[_Transferable, Sealer]:
 
 def export_run(store: Store, run_id: str) -> dict[str, Any]:
     """The run as one signed checkpoint document; its records are verified first."""
-    _, sealer = _capable(store)
+    _, sealer = capable(store)
     document = checkpoint.sign(_document(store, run_id), sealer.keyring)
     verify_document(document, sealer)  # never hand out what import would refuse
     return document
@@ -156,7 +158,7 @@ def checkpoint_digest(store: Store, run_id: str) -> str:
 
 def _document(store: Store, run_id: str) -> dict[str, Any]:
     """The run's unsigned checkpoint document."""
-    raw_store, _ = _capable(store)
+    raw_store, _ = capable(store)
     row = store.get_run(run_id)
     records = [checkpoint.Record(*r) for r in raw_store.raw_events(run_id)]
     if row is None or not records:
@@ -185,7 +187,7 @@ def plan_import(
     store: Store, witness: Witness | None, document: Mapping[str, Any]
 ) -> tuple[ImportPlan, checkpoint.Checkpoint]:
     """The plan of importing ``document`` and the verified checkpoint; writes nothing."""
-    raw_store, sealer = _capable(store)
+    raw_store, sealer = capable(store)
     found = verify_document(document, sealer)
     run, records = found.run, found.records
     action = "install"
@@ -329,7 +331,7 @@ def import_run(
     the run's lease, see ``LedgerCare.import_run``.)"""
     if not by:
         raise ValueError("import_run needs by=NAME: who takes responsibility")
-    raw_store, sealer = _capable(store)
+    raw_store, sealer = capable(store)
     plan, found = plan_import(store, witness, document)
     run, records = found.run, found.records
     if plan.action == "return":
