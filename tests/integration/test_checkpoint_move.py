@@ -4,6 +4,7 @@ decision. Real SQLite ledgers, the patch task's real workspace and scripted mode
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -322,3 +323,22 @@ def test_a_ledger_that_cannot_export_moves_nothing() -> None:
         with pytest.raises(cp.LedgerError, match="not supported"):
             ledger.export_run("m")
         assert ledger.get_run("m").status is cp.RunStatus.SUCCEEDED
+
+
+def test_a_worker_never_drives_a_run_that_moved_out(tmp_path: Path) -> None:
+    import io
+
+    env = patch_task.make_env(tmp_path / "env")
+    workflow = patch_task.make_workflow(env)
+    with ledger_at(tmp_path / "a.db") as ledger:
+        ledger.enqueue(workflow, run_id="queued", steps=2)
+        ledger.enqueue(workflow, run_id="stays", steps=1)
+        ledger.export_run("queued")
+        log = io.StringIO()
+        assert cp.Worker(ledger, poll=0.05, until_idle=True, log=log).serve() == 0
+        assert ledger.get_run("queued").status is cp.RunStatus.MOVED
+        assert ledger.get_run("stays").status is cp.RunStatus.SUCCEEDED
+    driven = {json.loads(line).get("run_id") for line in log.getvalue().splitlines()}
+    assert "stays" in driven
+    assert "queued" not in driven
+    assert effects(env) == {"+line-0": 1}  # only the run that stayed ran
