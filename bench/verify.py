@@ -101,13 +101,17 @@ def measure(
         runs.append(statistics.mean(run for run, _ in pairs))
         trials.append(statistics.mean(trial for _, trial in pairs))
     run, trial = common.median(runs), common.median(trials)
-    inproc = verify(scenario, mode="inproc", seed=0, recovery_points=0, workdir=root)
+    # Crash trials only: the contention cases (on by default) are measured below.
+    inproc = verify(
+        scenario, mode="inproc", seed=0, recovery_points=0, contention_points=0, workdir=root
+    )
     sub = verify(
         scenario,
         mode="subprocess",
         seed=0,
         max_points=sub_points,
         recovery_points=0,
+        contention_points=0,
         target=target,
         workdir=root,
     )

@@ -19,6 +19,7 @@
     ├── RunConflict                  a run id reused with another input
     ├── RunFrozen                    the run waits for a human (needs_review, ...)
     ├── RunStopped                   the run stopped cleanly (a budget reached); resumable
+    ├── RunMoved                     the run was exported as a move: it continues elsewhere
     ├── PolicyMismatch               resumed under another policy than the run recorded
     ├── ApprovalRequired             an act's risk level needs an approval first
     ├── ApprovalRefused              a signed approval does not release the act; not journaled
@@ -70,6 +71,7 @@ __all__ = [
     "RunFailed",
     "RunFrozen",
     "RunNotFound",
+    "RunMoved",
     "RunStopped",
     "SchemaTooNew",
     "SerializationError",
@@ -235,6 +237,29 @@ class LeaseHeld(CrashproofError):
         super().__init__(message)
         self.owner = owner
         self.expires_at = expires_at
+
+
+class RunMoved(CrashproofError):
+    """The run was exported as a move (``crashproof export``): its one continuation is
+    wherever that checkpoint is imported, so this ledger drives or changes it no more.
+
+    ``generation``: the journal's generation with the move record; ``checkpoint``: the
+    exported document's digest (``sha256:...``); ``by``, ``moved_at``: who, when."""
+
+    def __init__(
+        self, run_id: str, *, generation: int, checkpoint: str, by: str, moved_at: str
+    ) -> None:
+        self.run_id = run_id
+        self.generation = generation
+        self.checkpoint = checkpoint
+        self.by = by
+        self.moved_at = moved_at
+        super().__init__(
+            f"run {run_id!r} was exported at generation {generation} (checkpoint "
+            f"{checkpoint}) on {moved_at} by {by}; nothing was executed or written. Resume "
+            "it where that checkpoint was imported (or import the checkpoint back here to "
+            "continue it here)"
+        )
 
 
 class OutcomeUnknown(CrashproofError):

@@ -151,8 +151,11 @@ def test_the_format_1_checkpoint_is_previewed_then_migrated_on_import(
     assert cli("import", str(document), "--preview", "--json", "--db", url) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["run_id"] == "g-done"
-    assert plan["format"] == {"from": 1, "to": 2}
+    assert plan["format"] == {"from": 1, "to": 3}
     assert plan["action"] == "install"
+    # Format 1 knew no moves: a copy. The run ended, so it can do nothing more: it is
+    # installed as it was (a copy of a run still going would be installed frozen).
+    assert (plan["transfer"], plan["installs_as"]) == ("copy", "succeeded")
     assert plan["derived"] == {
         "policy": None,
         "limits": None,
@@ -162,10 +165,12 @@ def test_the_format_1_checkpoint_is_previewed_then_migrated_on_import(
     }
     assert sha(tmp_path / "fresh.db") == before  # the preview wrote nothing
     assert cli("import", str(document), "--by", "golden-test", "--db", url) == 0
-    assert "format 1 migrated to 2" in capsys.readouterr().err
+    assert "format 1 migrated to 3" in capsys.readouterr().err
     with cp.Ledger(url) as ledger:
-        again = ledger.export_run("g-done")
-    assert again["schema_version"] == 2
+        again = ledger.export_run("g-done", copy=True)
+        assert ledger.get_run("g-done").status is cp.RunStatus.SUCCEEDED
+    assert again["schema_version"] == 3
+    assert again["records"][-1]["type"] == "run_imported"
     assert {k: again["run"][k] for k in plan["derived"]} == plan["derived"]
 
 
@@ -190,10 +195,14 @@ def test_the_format_2_checkpoint_imports_with_its_policy_approval_and_open_case(
     assert cli("import", str(document), "--by", "golden-test", "--db", url) == 0
     assert cli("import", str(document), "--preview", "--db", url) == 0
     out = capsys.readouterr().out
-    assert "format 2 (current)" in out
+    assert "format migration 2 -> 3" in out
     assert f"{case['case_id']} (open) fingerprint {case['fingerprint'][:16]}" in out
     assert "would do: nothing" in out
     with cp.Ledger(url) as ledger:
+        # Format 2 knew no moves: a copy, frozen on arrival (a new case supersedes the
+        # one it held, whose evidence stays in the journal).
         [open_case] = ledger.review_cases("g-review", state="open")
-        assert (open_case.case_id, open_case.fingerprint) == (case["case_id"], case["fingerprint"])
+        assert "imported from a copy" in open_case.reason
+        [held] = [c for c in ledger.review_cases("g-review") if c.case_id == case["case_id"]]
+        assert (held.fingerprint, held.state) == (case["fingerprint"], "superseded")
         assert ledger.get_run("g-review").policy == header["policy"]

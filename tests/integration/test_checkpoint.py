@@ -60,7 +60,7 @@ def exported(tmp_path: Path) -> dict[str, Any]:
     calls = Calls()
     db = crashed_run(tmp_path, calls)
     with ledger_at(db) as ledger:
-        return ledger.export_run("r")
+        return ledger.export_run("r", copy=True)
 
 
 def resign(document: dict[str, Any], key: str = KEY) -> dict[str, Any]:
@@ -86,8 +86,9 @@ def test_export_import_resume_replays_without_executing(tmp_path: Path) -> None:
     db = crashed_run(tmp_path, calls)
     assert calls.made == ["s0", "s1", "s2", "s3"]  # s3 ran, its commit crashed
     with ledger_at(db) as source:
-        document = source.export_run("r")
-    assert document["run"]["generation"] == len(document["records"]) == 4
+        document = source.export_run("r")  # a move: the source journals it left
+    assert document["run"]["generation"] == len(document["records"]) == 5
+    assert document["records"][-1]["type"] == "run_moved"
     text = checkpoint.serialize(document)
     with ledger_at(tmp_path / "b.db") as target:
         assert target.import_run(checkpoint.parse(text + b"\n"), by="alice") == "r"
@@ -105,7 +106,8 @@ def test_reimporting_the_same_checkpoint_is_a_no_op(tmp_path: Path) -> None:
     with ledger_at(tmp_path / "b.db") as target:
         target.import_run(document, by="alice")
         assert target.import_run(document, by="alice") == "r"
-        assert len(target.export_run("r")["records"]) == 4
+        kept = target.export_run("r", copy=True)["records"]
+        assert [r["type"] for r in kept[4:]] == ["run_imported", "run_frozen"]  # once
 
 
 def test_an_existing_run_with_another_journal_is_refused(tmp_path: Path) -> None:

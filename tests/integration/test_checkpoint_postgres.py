@@ -21,8 +21,12 @@ def test_sqlite_to_postgres_and_back(tmp_path: Path, pg_url: str) -> None:
         assert pg.import_run(checkpoint.parse(checkpoint.serialize(document)), by="alice") == "r"
         assert pg.check() == [("r", None)]
         assert pg.import_run(document, by="alice") == "r"  # the same checkpoint: a no-op
-        again = pg.export_run("r")
-    assert again["records"] == document["records"]  # the very bytes, blob included
+        again = pg.export_run("r")  # moved on again: PostgreSQL refuses it from now on
+        with pytest.raises(cp.RunMoved, match="was exported at generation 7"):
+            pg.run(make(calls), run_id="r")
+    n = len(document["records"])
+    assert again["records"][:n] == document["records"]  # the very bytes, blob included
+    assert [r["type"] for r in again["records"][n:]] == ["run_imported", "run_moved"]
     with ledger_at(tmp_path / "c.db") as target:
         target.import_run(again, by="bob")
         calls.made.clear()

@@ -99,7 +99,7 @@ def rich_run(tmp_path: Path) -> Path:
 @pytest.fixture
 def rich(tmp_path: Path) -> dict[str, Any]:
     with ledger_at(rich_run(tmp_path)) as ledger:
-        document = ledger.export_run(RUN)
+        document = ledger.export_run(RUN, copy=True)
         document["_cases"] = [c.to_json() for c in ledger.review_cases(RUN)]
     return document
 
@@ -133,7 +133,7 @@ def test_export_writes_format_2_with_fields_derived_from_the_records(
     rich: dict[str, Any],
 ) -> None:
     run = rich["run"]
-    assert rich["schema_version"] == checkpoint.SCHEMA_VERSION == 2
+    assert rich["schema_version"] == checkpoint.SCHEMA_VERSION == 3
     assert run["status"] == "needs_review"
     assert run["policy"] == POLICY.record()
     assert run["policy"]["identity"] == "bot@example.com"
@@ -168,9 +168,9 @@ def test_a_rebind_is_what_the_header_shows(tmp_path: Path) -> None:
     crashing.close()
     with ledger_at(db) as ledger:
         ledger.register(flow)
-        assert ledger.export_run("p")["run"]["policy"]["version"] == "ops-7"
+        assert ledger.export_run("p", copy=True)["run"]["policy"]["version"] == "ops-7"
         ledger.resume("p", rebind_policy=newer, by="carol")
-        assert ledger.export_run("p")["run"]["policy"] == newer.record()
+        assert ledger.export_run("p", copy=True)["run"]["policy"] == newer.record()
 
 
 @pytest.mark.parametrize(
@@ -234,19 +234,25 @@ def test_a_version_1_checkpoint_is_migrated_on_import(tmp_path: Path, rich: dict
     with ledger_at(tmp_path / "b.db") as target:
         plan = target.preview_import(old)
         assert isinstance(plan, cp.ImportPlan)
-        assert (plan.from_format, plan.to_format, plan.action) == (1, 2, "install")
+        assert (plan.from_format, plan.to_format, plan.action) == (1, 3, "install")
+        assert (plan.transfer, plan.installs_as) == ("copy", "needs_review")  # fail closed
         assert {k: plan.derived[k] for k in checkpoint.DERIVED} == {
             k: rich["run"][k] for k in checkpoint.DERIVED
         }
         assert target.runs() == []  # the preview wrote nothing
         assert target.import_run(old, by="alice") == RUN
-        again = target.export_run(RUN)  # exported again: format 2, same records
-        assert again["schema_version"] == 2
-        assert again["records"] == rich["records"]
-        assert again["run"] == rich["run"]
-        assert [c.case_id for c in target.review_cases(RUN, state="open")] == [
-            rich["run"]["open_review_cases"][0]["case_id"]
-        ]
+        again = target.export_run(RUN, copy=True)  # exported again: format 3, same records
+        assert again["schema_version"] == 3
+        n = len(rich["records"])
+        assert again["records"][:n] == rich["records"]
+        # A format-1 document knew no moves: a copy, frozen on arrival until a decision.
+        assert [r["type"] for r in again["records"][n:]] == ["run_imported", "run_frozen"]
+        assert {k: again["run"][k] for k in ("policy", "limits", "budget_used")} == {
+            k: rich["run"][k] for k in ("policy", "limits", "budget_used")
+        }
+        (case,) = target.review_cases(RUN, state="open")
+        assert case.case_id == f"{RUN}#{n + 1}"
+        assert "imported from a copy" in case.reason
         assert target.preview_import(old).action == "nothing"
         assert target.preview_import(again).action == "nothing"
 
@@ -274,7 +280,7 @@ def test_cli_import_preview_shows_the_migration_and_writes_nothing(
     case = rich["run"]["open_review_cases"][0]
     assert f"checkpoint of run {RUN!r}" in out
     assert f"generation {rich['run']['generation']}" in out
-    assert "format migration 1 -> 2" in out
+    assert "format migration 1 -> 3" in out
     assert "policy: ops-7" in out
     assert "budget used: 3 step(s), 1 decision(s), 7 token(s), cost 0.25" in out
     assert "approvals: 1 granted, 1 consumed" in out
@@ -285,12 +291,12 @@ def test_cli_import_preview_shows_the_migration_and_writes_nothing(
 
     assert main(["import", str(path), "--preview", "--json", "--db", url]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["format"] == {"from": 1, "to": 2}
+    assert plan["format"] == {"from": 1, "to": 3}
     assert plan["derived"]["open_review_cases"] == rich["run"]["open_review_cases"]
 
     assert main(["import", str(path), "--db", url]) != 0  # --by is required to apply
     assert "--by" in capsys.readouterr().err
     assert main(["import", str(path), "--by", "alice", "--db", url]) == 0
-    assert "format 1 migrated to 2" in capsys.readouterr().err
+    assert "format 1 migrated to 3" in capsys.readouterr().err
     assert main(["import", str(path), "--preview", "--db", url]) == 0
     assert "would do: nothing" in capsys.readouterr().out

@@ -49,6 +49,7 @@ PUBLIC = [
     "RunFailed",
     "RunFrozen",
     "RunInfo",
+    "RunMoved",
     "RunNotFound",
     "RunOptions",
     "RunStatus",

@@ -34,7 +34,16 @@ def test_json_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["counts"]["DIVERGED"] == 0
     assert len(report["reference"]["fingerprint"]) == 64
     kinds = {r["case"]["kind"] for r in report["results"]}
-    assert kinds == {"reference", "redelivery", "crash", "double-crash"}
+    # Two recoverers and a stale checkpoint are on by default (at 2 crash points).
+    assert kinds == {
+        "reference",
+        "redelivery",
+        "crash",
+        "double-crash",
+        "two-recoverers",
+        "stale-checkpoint",
+    }
+    assert report["kind_counts"]["stale-checkpoint"] == {"SAME": 2, "REFUSED": 0, "DIVERGED": 0}
     assert report["repro"] == (
         "crashproof verify verify_scenarios:TINY --mode inproc --seed 3 --recovery-points 1"
     )
@@ -70,6 +79,8 @@ def test_subprocess_mode(capsys: pytest.CaptureFixture[str]) -> None:
         "verify_scenarios:TINY",
         "--mode",
         "subprocess",
+        "--seed",
+        "3",
         "--max-points",
         "2",
         "--recovery-points",
@@ -81,7 +92,11 @@ def test_subprocess_mode(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, out
     report = json.loads(out)
     assert report["mode"] == "subprocess"
-    assert report["counts"] == {"SAME": 4, "REFUSED": 0, "DIVERGED": 0}
+    # 2 crashes, 1 reference, 1 redelivery, and by default at (up to) 2 of the crash
+    # points tried: a race, a take-over and a stale checkpoint each.
+    stale = sum(report["kind_counts"]["stale-checkpoint"].values())
+    assert stale >= 1
+    assert report["counts"] == {"SAME": 4 + 3 * stale, "REFUSED": 0, "DIVERGED": 0}
 
 
 @pytest.mark.parametrize(

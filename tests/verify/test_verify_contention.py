@@ -3,7 +3,7 @@ tool without dedupe is caught where only these cases can catch it."""
 
 from __future__ import annotations
 
-import dataclasses
+import inspect
 import json
 from pathlib import Path
 
@@ -12,7 +12,9 @@ import verify_scenarios as sc
 from examples import code_agent, patch_task
 
 from crashproof.cli import main
+from crashproof.runtime import transfer
 from crashproof.verify import Case, CaseKind, Report, Verdict, run_case, verify
+from crashproof.verify.report import DEFAULT_CONTENTION_POINTS
 from crashproof.verify.runner import recovery_candidates
 
 NEW_KINDS = (CaseKind.TWO_RECOVERERS, CaseKind.STALE_CHECKPOINT)
@@ -29,17 +31,17 @@ def variants(report: Report) -> list[str | None]:
     return [r.case.variant for r in report.of_kind(CaseKind.TWO_RECOVERERS)]
 
 
-@pytest.mark.parametrize("scenario", [patch_task.SCENARIO, code_agent.SCENARIO])
-def test_examples_with_two_recoverers_and_a_stale_checkpoint(scenario: object) -> None:
+def test_code_agent_with_two_recoverers_and_a_stale_checkpoint() -> None:
+    """(Both examples also run DEFAULT_CONTENTION_POINTS of these in
+    test_verify_examples.py, where every crash point is verified.)"""
     report = verify(
-        scenario,  # type: ignore[arg-type]
+        code_agent.SCENARIO,
         seed=5,
         max_points=8,
         recovery_points=0,
         contention_points=3,
     )
-    checked = [r for r in report.results if r.case.kind is not CaseKind.STALE_CHECKPOINT]
-    assert_not_diverged(dataclasses.replace(report, results=tuple(checked)))
+    assert_not_diverged(report)
     assert sorted(variants(report), key=str) == ["race"] * 3 + ["take-over"] * 3
     stale = report.of_kind(CaseKind.STALE_CHECKPOINT)
     assert len(stale) == 3
@@ -49,39 +51,34 @@ def test_examples_with_two_recoverers_and_a_stale_checkpoint(scenario: object) -
     assert any("fenced out (StaleLeaseError)" in r.reason for r in take_overs)
     for r in report.of_kind(CaseKind.TWO_RECOVERERS):
         assert r.extra_effects == {}, r.case.label
-    for r in stale:  # the run went on after every sampled crash: no rollback accepted
-        assert "(a) same ledger" not in r.reason or "(a) same ledger refused it" in r.reason
+    for r in stale:  # a move continues SAME; the stale copy is refused every way
+        assert r.verdict is Verdict.SAME, r.reason
+        assert "(a) same ledger refused it" in r.reason
         assert "accepted a checkpoint" not in r.reason, r.reason
-        assert "(b) witnessed ledger refused it" in r.reason or r.verdict is Verdict.DIVERGED
+        assert "(b) witnessed ledger refused it" in r.reason
+        assert "(c) copy REFUSED" in r.reason or "(c) the copy of an ended run" in r.reason
     counts = report.kind_counts()
     assert sum(counts["two-recoverers"].values()) == 6
     assert sum(counts["stale-checkpoint"].values()) == 3
 
 
-def test_code_agent_stale_checkpoints_never_diverge() -> None:
-    """Its tools find their effects by operation id (the commit's trailer, the PR's key)
-    and its edits write whole files: a stale checkpoint resumes SAME or is REFUSED."""
-    report = verify(
-        code_agent.SCENARIO, seed=2, max_points=10, recovery_points=0, contention_points=3
-    )
-    stale = report.of_kind(CaseKind.STALE_CHECKPOINT)
-    assert len(stale) == 3
-    assert_not_diverged(report)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: a checkpoint exported before the run's first act holds no observation "
-    "of the workspace; imported into a fresh ledger (fresh witness) and resumed, the run "
-    "appends every line again (Workspace 'append' does not dedupe by operation id)",
-)
 def test_patch_task_stale_checkpoint_before_the_first_act(tmp_path: Path) -> None:
+    """The gap this closes: a checkpoint taken before the first act holds no observation
+    of the workspace, and the workspace's append does not dedupe by operation id. As a
+    move, the source can no longer go on (so the checkpoint cannot go stale) and the
+    continuation ends SAME; as a copy, taken stale, it is imported frozen."""
     report = verify(patch_task.SCENARIO, seed=0, max_points=1, contention_points=0)
     point = "after_commit[step_done:s0:plan]"
     at = report.reference.points.index(point) + 1
     case = Case(kind=CaseKind.STALE_CHECKPOINT, at=at, point=point)
     result = run_case(patch_task.SCENARIO, report.reference, case, tmp_path)
-    assert result.verdict is not Verdict.DIVERGED, result.reason
+    assert result.verdict is Verdict.SAME, result.reason
+    assert result.fingerprint == report.reference.fingerprint
+    assert result.extra_effects == {}
+    assert "(move) the source refused to resume" in result.reason
+    assert "(a) same ledger refused it" in result.reason
+    assert "(b) witnessed ledger refused it" in result.reason
+    assert "(c) copy REFUSED: needs_review: imported from a copy" in result.reason
 
 
 def test_patch_task_two_recoverers_as_child_processes() -> None:
@@ -144,15 +141,32 @@ def test_a_tool_without_dedupe_is_caught_only_by_the_take_over(tmp_path: Path) -
     assert "fenced out (StaleLeaseError)" in fine.reason
 
 
-def test_a_stale_checkpoint_resumed_on_a_tool_without_lookup_diverges() -> None:
-    """The effect done after the export is redone by the ledger the stale checkpoint went
-    to: the tool can neither look it up nor observe the environment changed."""
+def test_a_stale_checkpoint_on_a_tool_without_lookup_is_refused_not_redone() -> None:
+    """The tool can neither look its effect up nor observe the environment changed. A
+    move cannot go stale (its source refuses to go on): the continuation is SAME; the
+    stale copy is installed frozen: REFUSED, nothing done twice."""
     report = verify(sc.NO_LOOKUP, seed=0, recovery_points=0, contention_points=None)
-    assert not any(r.verdict is Verdict.DIVERGED for r in report.of_kind(CaseKind.CRASH))
     stale = report.of_kind(CaseKind.STALE_CHECKPOINT)
-    diverged = [r for r in stale if r.verdict is Verdict.DIVERGED]
+    assert stale
+    assert_not_diverged(report)
+    # Nothing done twice (a REFUSED case may stop short of an effect: -1).
+    assert all(n < 1 for r in stale for n in r.extra_effects.values())
+    assert any("(c) copy REFUSED: needs_review" in r.reason for r in stale)
+
+
+def test_a_copy_imported_runnable_is_caught_as_diverged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime fault switched on: copies installed runnable, as before moves. The
+    verifier catches the stale copy redoing the effect the run did after the export."""
+    monkeypatch.setattr(transfer, "_UNSAFE_COPY_RUNNABLE", True)
+    report = verify(sc.NO_LOOKUP, seed=0, recovery_points=0, contention_points=None)
+    diverged = [
+        r for r in report.of_kind(CaseKind.STALE_CHECKPOINT) if r.verdict is Verdict.DIVERGED
+    ]
     assert diverged
-    assert all("(c) duplicated effect: verify:no-lookup/send" in r.reason for r in diverged)
+    assert all("not frozen as a copy" in r.reason for r in diverged)
+    assert any(
+        "(c) resuming the imported copy changed the environment" in r.reason for r in diverged
+    )
 
 
 def test_cli_prints_counts_per_kind(
@@ -171,6 +185,19 @@ def test_cli_prints_counts_per_kind(
     assert sum(report["kind_counts"]["stale-checkpoint"].values()) == 1
     assert report["repro"].endswith("--recovery-points 0 --contention-points 1")
     assert main([*argv, "--contention-points", "some"]) != 0
+
+
+def test_contention_is_on_by_default_and_bounded() -> None:
+    """``crashproof verify`` runs the new kinds unless told not to; the CLI's default
+    (spelled out there, so plain commands never import the verifier) is the library's."""
+    from crashproof.cli.proof_commands import verify_command
+
+    report = verify(sc.TINY, seed=1, recovery_points=0)
+    assert report.contention_points == DEFAULT_CONTENTION_POINTS == 2
+    assert len(report.of_kind(CaseKind.STALE_CHECKPOINT)) == DEFAULT_CONTENTION_POINTS
+    assert "--contention-points" not in report.repro()
+    default = inspect.signature(verify_command).parameters["contention_points"].default
+    assert default == str(DEFAULT_CONTENTION_POINTS)
 
 
 def test_options_bound_and_disable_the_new_kinds() -> None:

@@ -17,6 +17,7 @@ from crashproof.verify import (
     verify,
 )
 from crashproof.verify.patch_scenario import PATCH_TASK
+from crashproof.verify.report import DEFAULT_CONTENTION_POINTS
 from crashproof.verify.runner import recovery_candidates
 
 
@@ -43,6 +44,10 @@ def test_patch_task_every_crash_point(patch_report: Report) -> None:
     assert len(patch_report.of_kind(CaseKind.CRASH)) == len(points)
     assert len(patch_report.of_kind(CaseKind.DOUBLE_CRASH)) == len(points) - 1
     assert [r.verdict for r in patch_report.of_kind(CaseKind.REDELIVERY)] == [Verdict.SAME]
+    # On by default, bounded: two recoverers (racing, taking over) and a stale checkpoint
+    # at DEFAULT_CONTENTION_POINTS crash points.
+    assert len(patch_report.of_kind(CaseKind.TWO_RECOVERERS)) == 2 * DEFAULT_CONTENTION_POINTS
+    assert len(patch_report.of_kind(CaseKind.STALE_CHECKPOINT)) == DEFAULT_CONTENTION_POINTS
     assert_equivalent(patch_report)
     assert patch_report.counts() == {"SAME": len(patch_report.results), "REFUSED": 0, "DIVERGED": 0}
 
@@ -69,6 +74,7 @@ def test_code_agent_every_crash_point(agent_report: Report) -> None:
         assert f"inside[act:{inside}]" in points
     assert "inside[act:open-pr:responded]" in points
     assert len(agent_report.of_kind(CaseKind.CRASH)) == len(points)
+    assert len(agent_report.of_kind(CaseKind.STALE_CHECKPOINT)) == DEFAULT_CONTENTION_POINTS
     assert_equivalent(agent_report)
     effects = agent_report.reference.effects or {}
     assert set(effects) == {
@@ -96,7 +102,14 @@ def test_code_agent_crash_during_recovery(point: str, agent_report: Report, tmp_
 
 
 def test_patch_task_with_real_sigkills() -> None:
-    report = verify(patch_task.SCENARIO, mode="subprocess", seed=7, max_points=5, recovery_points=1)
+    report = verify(
+        patch_task.SCENARIO,
+        mode="subprocess",
+        seed=7,
+        max_points=5,
+        recovery_points=1,
+        contention_points=0,  # child-process contention: test_verify_contention.py
+    )
     assert report.mode == "subprocess"
     assert report.target == "examples.patch_task:SCENARIO"
     assert len(report.of_kind(CaseKind.CRASH)) == 5

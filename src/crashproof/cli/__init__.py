@@ -26,8 +26,8 @@ code  meaning
       run id); nothing was changed
 3     the run is frozen (needs_review / awaiting_approval): it waits for a
       human
-4     conflict: the run id exists with another input, or another worker
-      owns the run
+4     conflict: the run id exists with another input, another worker
+      owns the run, or the run was exported (moved) to another ledger
 5     the ledger is unusable (missing, not a ledger, corrupt, newer
       schema, locked); nothing was changed
 6     the run stopped on an error before finishing and stays resumable:

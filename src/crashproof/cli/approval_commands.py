@@ -21,7 +21,7 @@ approvers_app = typer.Typer(
     no_args_is_help=True,
 )
 review_app = typer.Typer(
-    help="Review cases of runs in needs_review, and signed replan/abort decisions.",
+    help="Review cases of runs in needs_review, and signed replan/abort/continue decisions.",
     no_args_is_help=True,
 )
 app.add_typer(approvers_app, name="approvers")
@@ -215,7 +215,11 @@ def review_decide_command(
     ctx: typer.Context,
     case_id: Annotated[str, typer.Argument(metavar="CASE", help="The case id (RUN_ID#SEQ).")],
     decision: Annotated[
-        str, typer.Argument(metavar="replan|abort", help="replan: new epoch; abort: fail it.")
+        str,
+        typer.Argument(
+            metavar="replan|abort|continue",
+            help="replan: new epoch; abort: fail it; continue: lift an imported copy.",
+        ),
     ],
     key: KeyOption = Path("reviewer.pem"),
     by: ByOption = None,
@@ -225,7 +229,8 @@ def review_decide_command(
     """Sign a decision on a review case (bound to its fingerprint and a nonce) and journal
     it. replan: the conflicting operation id is quarantined and the act runs under a new
     epoch on resume; abort: the run fails, evidence kept. The receipt is re-read before
-    the decision is consumed: if it changed, the case stays open."""
+    the decision is consumed: if it changed, the case stays open. continue (only for a run
+    imported from a copy): you vouch that the source did not go on; the run resumes."""
     settings = _settings(ctx, db, False, verbose)
     with open_ledger(settings, create=False) as ledger:
         ledger.decide(case_id, decision, key=key, by=by)

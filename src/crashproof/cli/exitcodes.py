@@ -22,6 +22,7 @@ from crashproof.errors import (
     RunConflict,
     RunFailed,
     RunFrozen,
+    RunMoved,
     RunNotFound,
     SchemaTooNew,
     StaleLeaseError,
@@ -53,7 +54,8 @@ EXIT_CODES_TEXT: dict[ExitCode, str] = {
     ExitCode.RUN_FAILED: "the run failed; recorded, so re-running returns the same failure",
     ExitCode.USAGE: "usage or input error (option, module, --arg, URL, run id); nothing changed",
     ExitCode.RUN_FROZEN: "the run is frozen (needs_review, awaiting_approval): waits for a human",
-    ExitCode.CONFLICT: "conflict: run id reused with another input, or run owned by another worker",
+    ExitCode.CONFLICT: "conflict: run id reused with another input, run owned by another worker "
+    "or moved to another ledger",
     ExitCode.LEDGER_UNUSABLE: "ledger unusable (missing, not a ledger, corrupt, newer, locked)",
     ExitCode.RUN_INTERRUPTED: "the run stopped on an error, stays resumable: fix it, then resume",
     ExitCode.INTERNAL: "internal error (a bug): rerun with --verbose for the traceback",
@@ -135,6 +137,12 @@ _RULES: tuple[_Rule, ...] = (
         "another worker owns the run: wait until its lease expires and resume, or take it "
         "over with `crashproof resume RUN_ID --app MODULE --take-over` (fences the other "
         "worker out)",
+    ),
+    (
+        RunMoved,
+        ExitCode.CONFLICT,
+        "the run continues where its checkpoint was imported: `crashproof resume` it there; "
+        "to continue it here instead, `crashproof import` that checkpoint back into this ledger",
     ),
     (
         StaleLeaseError,

@@ -124,9 +124,12 @@ def verify_command(
             metavar="N|all",
             help="At N crash points (drawn with the seed; 'all': every one, 0: none), also "
             "run two recoverers at once (racing, and one taking over from the other) and a "
-            "stale checkpoint imported after the run went on (inproc and subprocess modes).",
+            "stale checkpoint (the run moved out there and continued elsewhere; a copy "
+            "taken there imported after the run went on) (inproc and subprocess modes).",
         ),
-    ] = "0",
+        # crashproof.verify.report.DEFAULT_CONTENTION_POINTS, spelled out: plain commands never
+        # import the verifier (a test pins the two equal).
+    ] = "2",
     workers: Annotated[
         int,
         typer.Option(

@@ -46,6 +46,7 @@ _STATUS_STYLE = {
     RunStatus.NEEDS_REVIEW.value: "bold yellow",
     RunStatus.STOPPED.value: "yellow",
     RunStatus.CANCELLED.value: "dim",
+    RunStatus.MOVED.value: "blue",
     StepStatus.PLANNED.value: "dim",
     StepStatus.UNKNOWN.value: "bold magenta",
 }

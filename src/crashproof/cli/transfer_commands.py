@@ -34,31 +34,69 @@ def export_command(
             help="Write the checkpoint to this new file instead of standard output.",
         ),
     ] = None,
+    copy: Annotated[
+        bool,
+        typer.Option(
+            "--copy",
+            help="Export a read-only copy and write nothing (backups, inspection, replay "
+            "--from). Imported, a copy stays frozen until a signed decision.",
+        ),
+    ] = False,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            show_default=False,
+            help="Who moves the run (default: the OS user); recorded in its journal.",
+        ),
+    ] = None,
     db: DbOption = None,
     verbose: VerboseOption = False,
 ) -> int:
     """Export a run as one signed checkpoint (canonical JSON): its journal records with
-    their MACs, verified first. Import it elsewhere with `crashproof import`."""
+    their MACs, verified first. A move by default: the run's journal records that it left
+    with this checkpoint, and this ledger refuses to run or resume it from then on; it
+    continues where the checkpoint is imported (`crashproof import`). Exporting a moved
+    run again writes the same checkpoint. --copy writes nothing."""
     settings = _settings(ctx, db, False, verbose)
+    if out is not None and out.exists():  # checked before the run is moved
+        raise CliError(
+            ExitCode.USAGE,
+            f"{out} already exists",
+            "choose a new path; nothing was written (exporting a moved run again writes "
+            "the same checkpoint)",
+        )
     with open_ledger(settings, create=False) as ledger:
-        document = ledger.export_run(run_id)
+        document = ledger.export_run(run_id, copy=copy, by=by)
     data = checkpoint.serialize(document) + b"\n"
+    digest = checkpoint.digest(document)
+    generation = document["run"]["generation"]
+    moved = document["records"][-1]["type"] == "run_moved"
+    note = (
+        f"run {run_id!r} moved out at generation {generation} (checkpoint {digest}): this "
+        "ledger no longer runs it; import the checkpoint where it continues\n"
+        if moved
+        else f"run {run_id!r}: a copy at generation {generation} (checkpoint {digest}); "
+        "nothing was written, and an import of it stays frozen until a signed decision\n"
+    )
     if out is None:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
+        sys.stderr.write(note)
         return int(ExitCode.OK)
     try:
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         raise CliError(
-            ExitCode.USAGE, f"{out} already exists", "choose a new path; nothing was written"
+            ExitCode.USAGE,
+            f"{out} already exists",
+            f"choose a new path; `crashproof export {run_id}` again writes the same checkpoint",
         ) from None
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-    sys.stderr.write(
-        f"run {run_id!r} exported to {out} (generation {document['run']['generation']})\n"
-    )
+    sys.stderr.write(f"exported to {out}: {note}")
     return int(ExitCode.OK)
 
 
@@ -120,6 +158,7 @@ def import_command(
         return int(ExitCode.OK)
     with open_ledger(settings, create=True) as ledger:
         run_id = ledger.import_run(document, by=by or "")
+        info = ledger.get_run(run_id)
     sys.stderr.write(
         f"run {run_id!r} imported at generation {document['run']['generation']} by {by}"
         + (
@@ -127,8 +166,13 @@ def import_command(
             if document["schema_version"] != checkpoint.SCHEMA_VERSION
             else ""
         )
-        + "\n"
+        + f": {info.status.value}\n"
     )
+    if info.reason and "imported from a copy" in info.reason:
+        sys.stderr.write(
+            f"frozen: {info.reason}\n  see `crashproof review list {run_id}`, then "
+            "`crashproof review decide CASE continue --key KEY.pem` or `... abort`\n"
+        )
     return int(ExitCode.OK)
 
 
@@ -147,7 +191,9 @@ def _preview(settings: Settings, document: dict[str, Any]) -> tuple[ImportPlan, 
 
 _ACTIONS = {
     "install": "install the run (a new run in this ledger)",
-    "nothing": "nothing: this ledger already holds the same journal",
+    "nothing": "nothing: this ledger already holds this journal (or its import)",
+    "return": "bring the moved run back: this is the ledger it left, its journal ends "
+    "with this very move",
     "repair-witness": "set the witness to the generation (the run is here, its witness "
     "missing or behind)",
 }
@@ -192,6 +238,13 @@ def render_plan(plan: ImportPlan) -> str:
         f"    {c['case_id']} ({c['state']}) fingerprint {c['fingerprint'][:16]}: {c['reason']}"
         for c in cases
     )
+    lines.append(
+        f"checkpoint {plan.checkpoint}: a move (the run's one continuation)"
+        if plan.transfer == "move"
+        else f"checkpoint {plan.checkpoint}: a copy (the source may have gone on)"
+    )
     lines.append(f"would do: {_ACTIONS[plan.action]}")
+    if plan.installs_as:
+        lines.append(f"  the run would be {plan.installs_as} here")
     lines.append("preview only: nothing was written")
     return "\n".join(lines) + "\n"

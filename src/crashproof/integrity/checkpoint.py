@@ -2,7 +2,7 @@
 
 ::
 
-    {"format": "crashproof-checkpoint", "schema_version": 2,
+    {"format": "crashproof-checkpoint", "schema_version": 3,
      "run": {"run_id", "workflow", "version", "input_digest", "status", "generation",
              "policy", "limits", "budget_used", "approvals", "open_review_cases"},
      "records": [{"seq", "type", "key", "payload", "value", "created_at", "key_id", "mac"}],
@@ -14,6 +14,14 @@ exactly as reading a ledger does. The run header's last five fields (format 2) a
 derived from the records (``crashproof.runtime.checkpoint_fields``): the records stay
 the source of truth, and a header that disagrees with them is refused naming the field.
 A format-1 document (no derived fields) is migrated on import: the fields are derived.
+
+Format 3 (the header is format 2's) says what the document is: a **move** when its last
+record is ``run_moved`` (the source journaled that the run left with this document: the
+importer holds its one continuation), else a **copy** (read-only: the source may have
+gone on). Formats 1 and 2 knew no moves: they are copies. Older readers refuse format 3
+(a newer schema), so no crashproof that ignores moves ever installs one.
+A checkpoint's identity (``digest``) is the SHA-256 of its canonical bytes without
+``key_id`` and ``signature``: the same journal gives the same digest whichever key signs.
 The document as a whole is signed with an HMAC over its RFC 8785 canonical bytes
 without the ``signature`` field. A checkpoint file is those canonical bytes (plus an
 optional final newline) and nothing else: any other spelling of the same JSON is
@@ -50,6 +58,7 @@ __all__ = [
     "Record",
     "RunHeader",
     "build",
+    "digest",
     "parse",
     "serialize",
     "sign",
@@ -57,7 +66,7 @@ __all__ = [
 ]
 
 FORMAT = "crashproof-checkpoint"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _TOP = ("format", "schema_version", "run", "records", "key_id", "signature")
 _RUN_V1 = ("run_id", "workflow", "version", "input_digest", "status", "generation")
@@ -96,13 +105,16 @@ Derive = Callable[[str, Sequence[Record]], Mapping[str, Any]]
 
 class Checkpoint(NamedTuple):
     """A verified document. ``derived``: the header fields its records fold to (for a
-    format-1 document: derived now, the migration to format 2)."""
+    format-1 document: derived now, the migration to format 2). ``move``: a format-3
+    document whose last record is ``run_moved`` (else a copy); ``digest``: its identity."""
 
     run: RunHeader
     records: tuple[Record, ...]
     key_id: str
     schema_version: int
     derived: Mapping[str, Any]
+    move: bool = False
+    digest: str = ""
 
 
 def build(run: RunHeader, records: Sequence[Record], derived: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,6 +133,13 @@ def sign(document: Mapping[str, Any], keyring: Keyring) -> dict[str, Any]:
     signed["key_id"] = keyring.current_id
     signed["signature"] = _signature(keyring.current, _canonical(signed))
     return signed
+
+
+def digest(document: Mapping[str, Any]) -> str:
+    """The checkpoint's identity: ``sha256:`` + the SHA-256 of its canonical bytes without
+    ``key_id`` and ``signature`` (a re-export of the same journal has the same digest)."""
+    body = {k: v for k, v in document.items() if k not in ("key_id", "signature")}
+    return "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
 
 
 def serialize(document: Mapping[str, Any]) -> bytes:
@@ -187,7 +206,8 @@ def verify(document: Mapping[str, Any], sealer: Sealer, derive: Derive) -> Check
     derived = _derived(run.run_id, records, derive)
     if version >= 2:
         _check_derived(run.run_id, document["run"], derived)
-    return Checkpoint(run, records, kid, version, derived)
+    move = version >= 3 and records[-1].type == EventType.RUN_MOVED.value
+    return Checkpoint(run, records, kid, version, derived, move, digest(document))
 
 
 # -- internals ---------------------------------------------------------------

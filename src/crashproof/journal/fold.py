@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,15 @@ from crashproof.journal.records import (
     StepStatus,
 )
 
-__all__ = ["Replay", "fold_run", "index_journal", "spend", "step_times", "tokens_of"]
+__all__ = [
+    "Replay",
+    "fold_run",
+    "index_journal",
+    "moved_reason",
+    "spend",
+    "step_times",
+    "tokens_of",
+]
 
 _TERMINAL = (
     EventType.RUN_SUCCEEDED,
@@ -54,6 +63,7 @@ class Replay:
     # latest budget_raised / policy_rebound); None when the run never had any.
     limits: dict[str, Any] | None = None
     policy: dict[str, Any] | None = None
+    moved: Event | None = None  # a run_moved no run_imported followed: exported as a move
 
 
 def index_journal(events: Sequence[Event]) -> Replay:
@@ -90,6 +100,10 @@ def index_journal(events: Sequence[Event]) -> Replay:
             replay.limits = event.payload["new"]
         elif kind is EventType.POLICY_REBOUND:
             replay.policy = event.payload["new"]
+        elif kind is EventType.RUN_MOVED:
+            replay.moved = event
+        elif kind is EventType.RUN_IMPORTED:
+            replay.moved = None
     replay.next_seq = len(events)
     return replay
 
@@ -190,6 +204,8 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
             status = RunStatus(outcome.payload.get("status", RunStatus.NEEDS_REVIEW.value))
             reason = outcome.payload.get("reason")
             evidence = outcome.payload.get("evidence")
+    if replay.moved is not None:  # its continuation lives where the checkpoint went
+        status, reason = RunStatus.MOVED, moved_reason(replay.moved)
     started = replay.started.payload
     return RunInfo(
         run_id=row.run_id,
@@ -209,6 +225,16 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
         limits=None if replay.limits is None else Limits.from_json(replay.limits),
         policy=replay.policy,
         humans=_humans(events),
+    )
+
+
+def moved_reason(event: Event) -> str:
+    """What a ``run_moved`` record says, for people: when, by whom, at which generation."""
+    p = event.payload
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(p.get("time", 0.0))))
+    return (
+        f"exported as a move at generation {event.seq + 1} on {when} by {p.get('by')}; "
+        "it continues where that checkpoint is imported"
     )
 
 

@@ -37,6 +37,7 @@ class RunStatus(enum.StrEnum):
     NEEDS_REVIEW = "needs_review"
     STOPPED = "stopped"
     CANCELLED = "cancelled"
+    MOVED = "moved"  # exported as a move: it continues where the checkpoint is imported
 
     @property
     def terminal(self) -> bool:
@@ -86,6 +87,8 @@ class EventType(enum.StrEnum):
     APPROVAL_CONSUMED = "approval_consumed"  # its nonce used, just before the act's intent
     REVIEW_DECIDED = "review_decided"  # a signed replan/abort decision on a review case
     REVIEW_CONSUMED = "review_consumed"  # its nonce used, the receipt re-read unchanged
+    RUN_MOVED = "run_moved"  # exported as a move: this journal ends here (runtime/moving.py)
+    RUN_IMPORTED = "run_imported"  # installed from a checkpoint (who, which, move or copy)
 
 
 class Event:

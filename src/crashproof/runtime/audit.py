@@ -45,6 +45,8 @@ _OPERATOR = (
     EventType.APPROVER_ADDED,
     EventType.APPROVAL_GRANTED,
     EventType.REVIEW_DECIDED,
+    EventType.RUN_MOVED,
+    EventType.RUN_IMPORTED,
 )
 
 
@@ -139,6 +141,13 @@ def _summary(event: Event) -> str:
         if p.get("model"):
             return f"{p.get('kind')} {status} ({p.get('model')})"
         return f"{p.get('kind')} {status}"
+    if kind is EventType.RUN_MOVED:
+        return f"operator {p.get('by')}@{p.get('host')}: exported, moved out of this ledger"
+    if kind is EventType.RUN_IMPORTED:
+        return (
+            f"operator {p.get('by')}@{p.get('host')}: imported a {p.get('transfer')}, "
+            f"checkpoint {p.get('checkpoint')}"
+        )
     if kind in _OPERATOR:
         return f"operator {p.get('by')}@{p.get('host')}: {_change(p)}"
     if kind in (EventType.RUN_FROZEN, EventType.RUN_STOPPED):

@@ -44,7 +44,7 @@ class LedgerCare(LedgerParts):
         by_name = {tool.name: tool for tool in tools}
         delivered = 0
         for row in self._store.list_runs():
-            if row.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
+            if row.status not in (RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.MOVED):
                 delivered += self._dispatch_run(row.run_id, by_name)
         return delivered
 
@@ -132,15 +132,28 @@ class LedgerCare(LedgerParts):
         )
         return len(events)
 
-    def export_run(self, run_id: str) -> dict[str, Any]:
+    def export_run(
+        self, run_id: str, *, copy: bool = False, by: str | None = None
+    ) -> dict[str, Any]:
         """The run as one signed checkpoint document (``crashproof.integrity.checkpoint``):
-        its journal records exactly as stored, each with its chain MAC. The journal and
-        its witness are verified first; nothing is written."""
-        from crashproof.runtime import transfer
+        its journal records exactly as stored, each with its chain MAC; the journal and
+        its witness are verified first.
+
+        A **move** by default (``crashproof.runtime.moving``): under the run's lease
+        (``LeaseHeld`` while a live worker drives it) the journal records that the run
+        left with this document (``by``: who; default the OS user), and this ledger
+        refuses to drive it from then on (``RunMoved``); the importing ledger holds its
+        one continuation. Exporting a moved run again returns the same document.
+        ``copy=True``: nothing is written (backups, inspection, ``replay --from``); an
+        imported copy stays frozen until a human decides."""
+        from crashproof.runtime import moving, transfer
 
         if self._store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
-        self._journal(run_id)  # MACs, chain and generation checked before export
+        transfer.capable(self._store)  # a ledger that cannot export moves nothing
+        events = self._journal(run_id)  # MACs, chain and generation checked before export
+        if not copy and events[-1].type is not EventType.RUN_MOVED:
+            moving.move_out(self, run_id, by)
         return transfer.export_run(self._store, run_id)
 
     def import_run(self, document: dict[str, Any], *, by: str) -> str:
@@ -148,10 +161,19 @@ class LedgerCare(LedgerParts):
         signature first, then format, schema version, fields, every record's MAC and the
         chain, and the generation; any mismatch raises a ``CheckpointRejected`` (or
         ``UnknownKeyId``) naming it, with nothing written. A run that already exists is
-        refused unless its journal equals the checkpoint's (then: nothing to do). Logged
-        with ``by``; the witness is set to the imported generation."""
-        from crashproof.runtime import transfer
+        refused unless its journal equals the checkpoint's (then: nothing to do) or
+        holds its import. The arrival is journaled (``run_imported``: ``by``, the
+        checkpoint's digest, move or copy); a copy of a run that has not ended is
+        installed frozen (``needs_review``) until a signed ``continue`` or ``abort``; a
+        move returning to the ledger it left makes the run runnable here again. The
+        witness is set to the new generation."""
+        from crashproof.runtime import moving, transfer
 
+        plan, found = transfer.plan_import(self._store, self._witness, document)
+        if plan.action == "return":
+            if not by:
+                raise ValueError("import_run needs by=NAME: who takes responsibility")
+            return moving.move_back(self, found, by)
         return transfer.import_run(self._store, self._witness, document, by=by)
 
     def preview_import(self, document: dict[str, Any]) -> ImportPlan:

@@ -10,7 +10,8 @@ on it is externalised, not before. For a run the outputs are known exactly:
   would do it again;
 - a run's outcome (``run_succeeded``, ``run_failed``, ``run_frozen`` — including an
   approval request — and ``run_stopped``): ``run``/``resume`` hand it back right after;
-- an outbox message (a ``step_done`` carrying ``outbox``): its delivery follows.
+- an outbox message (a ``step_done`` carrying ``outbox``): its delivery follows;
+- a move (``run_moved``): the checkpoint document leaves the process next (an export).
 
 Every other record (a local step, a model's decision, a receipt, a failed attempt) rides
 in the write-ahead log unsynced. Losing it in a power cut is indistinguishable from a
@@ -34,6 +35,7 @@ OUTCOMES = frozenset(
         EventType.RUN_FAILED,
         EventType.RUN_FROZEN,
         EventType.RUN_STOPPED,
+        EventType.RUN_MOVED,  # the checkpoint document leaves the process next
     }
 )
 

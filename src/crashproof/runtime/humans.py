@@ -37,6 +37,7 @@ from crashproof.runtime.review import (
     abort_events,
     cases_of,
     check_decision,
+    continue_events,
     sign_decision,
 )
 from crashproof.store.port import StatusChange
@@ -275,6 +276,9 @@ class LedgerHumans(LedgerParts):
                 payload={**who, "time": now, "case_id": case_id, "decision": document},
                 created_at=now,
             )
+            if case.imported_copy and document["statement"]["decision"] == "continue":
+                added = continue_events(run_id, len(events), case, document)
+                return [decided, *added], (RunStatus.RUNNING, None)
             if not case.replannable:  # abort (a replan was refused): nothing to re-read
                 added = abort_events(run_id, len(events), case, document)
                 failure = added[-1].payload["error"]

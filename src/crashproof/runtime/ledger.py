@@ -47,6 +47,7 @@ from crashproof.runtime.context import Context
 from crashproof.runtime.durable import output_point
 from crashproof.runtime.humans import LedgerHumans
 from crashproof.runtime.leasing import HOST, Heartbeat, release, stop_driving
+from crashproof.runtime.moving import refuse_moved
 from crashproof.runtime.opening import (
     DURABILITY_MODES,
     default_witness,
@@ -265,6 +266,8 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         row = self._store.get_run(run_id)
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+        if row.status is RunStatus.MOVED:  # before anything else: the run is elsewhere
+            refuse_moved(self._store, run_id, self._journal(run_id))
         if changes and row.status.terminal:
             raise ended_run(run_id, row.status.value)
         workflow = self._workflows.get(row.workflow)
@@ -500,6 +503,8 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         # of what a power cut leaves (records past it may still be unsynced).
         if witness is not None and ahead and owner and self.durability != "output":
             witness.advance(run_id, len(events))
+        if owner:  # a run exported as a move is driven where it was imported, not here
+            refuse_moved(self._store, run_id, events)
         return events
 
     def _hit(self, side: str, event: Event) -> None:

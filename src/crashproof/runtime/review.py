@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 DECISION_TYPE = "crashproof.review-decision/1"
-DECISIONS = ("replan", "abort")
+DECISIONS = ("replan", "abort", "continue")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +94,19 @@ class ReviewCase:
             and "operation_id" in frozen
         )
 
+    @property
+    def imported_copy(self) -> bool:
+        """Opened by importing a copy (``crashproof.runtime.transfer``): a ``continue``
+        decision (the reviewer knows the source did not go on) lifts it, consumed at once."""
+        return "imported_copy" in (self.evidence.get("frozen") or {})
+
+    @property
+    def decisions(self) -> list[str]:
+        """The decisions this case accepts."""
+        if self.imported_copy:
+            return ["continue", "abort"]
+        return ["replan", "abort"] if self.replannable else ["abort"]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "case_id": self.case_id,
@@ -103,7 +116,7 @@ class ReviewCase:
             "state": self.state,
             "reason": self.reason,
             "fingerprint": self.fingerprint,
-            "decisions": list(DECISIONS) if self.replannable else ["abort"],
+            "decisions": self.decisions,
             "decision": self.decision,
             "evidence": self.evidence,
         }
@@ -286,6 +299,10 @@ def verify_decision(document: Any, case: ReviewCase, registry: dict[str, Approve
             "replan needs a case raised by an act in flight (an operation id to quarantine, "
             f"an act the code reaches again); case {case.case_id} is not: abort it, or "
             "deploy code that replays the run"
+        )
+    if decision not in case.decisions:
+        return f"case {case.case_id} accepts {' or '.join(case.decisions)}, not {decision!r}" + (
+            ": continue lifts only a run imported from a copy" if decision == "continue" else ""
         )
     nonce = statement.get("nonce")
     if not isinstance(nonce, str) or not nonce:
@@ -488,6 +505,43 @@ def abort_events(run_id: str, seq: int, case: ReviewCase, document: dict[str, An
             type=EventType.RUN_FAILED,
             key=None,
             payload={"error": error, "review": consumed},
+            created_at=now,
+        ),
+    ]
+
+
+def continue_events(
+    run_id: str, seq: int, case: ReviewCase, document: dict[str, Any]
+) -> list[Event]:
+    """A decided ``continue`` of an imported copy: consumed at once (nothing to re-read:
+    the reviewer vouches that the source did not go on), and the run thawed."""
+    statement = document["statement"]
+    now = time.time()
+    consumed = {
+        "case_id": case.case_id,
+        "case_fingerprint": case.fingerprint,
+        "decision": "continue",
+        "nonce": statement["nonce"],
+        "reviewer": statement["reviewer"],
+        "epoch": 1,
+        "quarantined": [],
+        "time": now,
+    }
+    return [
+        Event(
+            run_id=run_id,
+            seq=seq + 1,
+            type=EventType.REVIEW_CONSUMED,
+            key=case.key,
+            payload=consumed,
+            created_at=now,
+        ),
+        Event(
+            run_id=run_id,
+            seq=seq + 2,
+            type=EventType.RUN_THAWED,
+            key=None,
+            payload={"status": "running", "by": statement["reviewer"], "decision_seq": seq},
             created_at=now,
         ),
     ]

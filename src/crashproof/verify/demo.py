@@ -99,6 +99,7 @@ def run_demo(console: Console, *, workdir: Path | None = None) -> int:
         mode="subprocess",
         seed=0,
         recovery_points=0,
+        contention_points=0,  # kept to the seconds the demo promises; verify runs them
         target=TARGET,
         workdir=workdir,
         workers=workers,
@@ -143,6 +144,8 @@ def run_demo(console: Console, *, workdir: Path | None = None) -> int:
         f"[green bold]all SAME[/]: the same fingerprint after every crash, one effect per "
         f"operation id, no recorded decision asked again. {elapsed:.1f} s.\n"
         "Prove your own workflow the same way: define a crashproof.verify.Scenario and run "
-        "`crashproof verify MODULE:SCENARIO` (see examples/ for a patch task and a code agent)."
+        "`crashproof verify MODULE:SCENARIO` (see examples/ for a patch task and a code agent);"
+        " it also runs two recoverers at once and stale checkpoints (a run moved to another "
+        "ledger, a stale copy imported) at a few crash points."
     )
     return 0

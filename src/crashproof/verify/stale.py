@@ -1,21 +1,26 @@
-"""A stale checkpoint: exported at a crash, imported after the run went further.
+"""A stale checkpoint: a run exported at a crash, as a move and as a copy.
 
-After the case's crash (``crash_once``) the run is exported as a checkpoint; then it is
-resumed to its end. The checkpoint is now stale, and is imported
+After the case's crash (``crash_once``) the run is exported twice: as a read-only copy
+(``export --copy``, nothing written), then as a move (the default: the source journals
+``run_moved``). Then:
 
-- (a) into the same ledger: refused (another journal: a rollback), unless the run wrote
-  nothing more after the crash (then it is the same journal: a no-op);
-- (b) into a fresh ledger whose witness (a copy of the original's) saw a later
-  generation: refused (it would roll the run back), unless the witness saw nothing later;
-- (c) into a fresh ledger with a fresh witness: accepted; the run is resumed there, on the
-  same environment, where the effects done after the export already are. The tools must
-  reconcile by lookup (no effect done twice) and the artifacts must equal the reference's —
-  or the resume stops in an explicit state (needs_review...), or fails because a tool
-  refuses an act whose effect is already there (the artifacts still the reference's):
-  REFUSED with its reason.
+- (move) exporting the moved run again gives the same checkpoint; resuming the source
+  is refused (``RunMoved``) with nothing executed and nothing changed in the environment;
+  the move imported into a fresh ledger (fresh witness) is the run's one continuation:
+  resumed on the same environment it must end with the reference's artifacts, one
+  effect per operation, no recorded decision asked again — or stop in an explicit
+  state (REFUSED with its reason);
+- (copy) the copy is now stale: the run went on (in the ledger the move went to, on the
+  same environment). Imported
+  (a) into the ledger it came from: refused (another journal: a rollback of the move);
+  (b) into a fresh ledger with a copy of the source's witness: refused (a rollback);
+  (c) into a fresh ledger with a fresh witness: installed frozen (``needs_review``:
+  "imported from a copy ..."), and a resume executes nothing (a copy of a run that had
+  already ended is installed as it was: a resume only returns its outcome).
 
-Decisions the checkpoint holds must not be asked again in (c); those recorded after the
-export are lost with it and may be asked again (once each).
+The case's verdict is the continuation's; anything the copy did wrong makes it DIVERGED.
+A checkpoint taken before the first act holds no observation of the environment: a
+stale *runnable* import of it would repeat every effect (the gap moves close).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from crashproof.errors import CheckpointRejected, RunFailed, RunFrozen
+from crashproof.errors import CheckpointRejected, RunFailed, RunFrozen, RunMoved
+from crashproof.integrity import checkpoint
 from crashproof.integrity.witness import SQLiteWitness
 from crashproof.runtime.ledger import Ledger
 from crashproof.verify.history import (
@@ -57,34 +63,107 @@ def stale_case(
 ) -> CaseResult:
     run_id = scenario.resolved_run_id
     crash_once(scenario, directory, case, mode, target)
+    problems: list[str] = []
     with _ledger(directory) as ledger:
-        document = ledger.export_run(run_id)
+        copy = ledger.export_run(run_id, copy=True)
         held = recorded_decisions(read_run(ledger, run_id))
-    generation = _generation(document)
-
-    env = scenario.env_factory(env_dir(directory))  # the run goes on to its end
-    try:
-        with _ledger(directory) as ledger:
-            try:
-                _run(scenario, ledger, env)
-            except RunFrozen as exc:
-                return _result(case, Verdict.REFUSED, f"the resume after the crash: {exc}")
-            later = _generation(ledger.export_run(run_id))
-            original = intents(read_run(ledger, run_id))
-            problems, same = _import_same(ledger, document, generation, later)
-    finally:
-        close_env(env)
-    found, witnessed = _import_witnessed(directory, document, generation, run_id)
-    problems += found
+        original = intents(read_run(ledger, run_id))
+        moved = ledger.export_run(run_id, by=_BY)
+        if checkpoint.digest(ledger.export_run(run_id)) != checkpoint.digest(moved):
+            problems.append("(move) exporting the moved run again gave another checkpoint")
+    problems += _source_refuses(scenario, directory)
     fresh = directory / "fresh"
     fresh.mkdir(exist_ok=True)
     result = _resume_fresh(
-        scenario, reference, case, directory, fresh, document, (held, original), problems
+        scenario, reference, case, directory, fresh, moved, (held, original), problems
     )
-    notes = "; ".join(n for n in (same, witnessed) if n)
-    if result.verdict is Verdict.DIVERGED or not notes:
-        return result
+    generation = _generation(copy)
+    with _ledger(directory) as ledger:
+        found, same = _import_same(ledger, copy, generation, generation + 1)
+    problems += found
+    found, witnessed = _import_witnessed(directory, copy, generation, run_id)
+    problems += found
+    found, frozen = _import_copy(scenario, directory, copy)
+    problems += found
+    notes = "; ".join(
+        n for n in ("(move) the source refused to resume", same, witnessed, frozen) if n
+    )
+    if problems:
+        reason = "; ".join(
+            p for p in (result.reason if result.verdict is Verdict.DIVERGED else "", *problems) if p
+        )
+        return dataclasses.replace(result, verdict=Verdict.DIVERGED, reason=reason)
     return dataclasses.replace(result, reason="; ".join(r for r in (result.reason, notes) if r))
+
+
+def _source_refuses(scenario: Scenario[Any], directory: Path) -> list[str]:
+    """(move) The source, asked to resume the run it moved out, refuses and changes
+    nothing: no effect, no model call, the same artifacts."""
+    env = scenario.env_factory(env_dir(directory))
+    problems = []
+    try:
+        with _ledger(directory) as ledger:
+            before = observe(scenario, env, ledger)
+            try:
+                _run(scenario, ledger, env)
+            except RunMoved:
+                pass
+            except Exception as exc:
+                problems.append(
+                    f"(move) resuming the source raised {type(exc).__name__}: {exc}, not RunMoved"
+                )
+            else:
+                problems.append("(move) the source ran the run on after moving it out")
+            after = observe(scenario, env, ledger)
+    finally:
+        close_env(env)
+    if (after.fingerprint, after.effects, after.model_calls) != (
+        before.fingerprint,
+        before.effects,
+        before.model_calls,
+    ):
+        problems.append("(move) the refused resume of the source changed the environment")
+    return problems
+
+
+def _import_copy(scenario: Scenario[Any], directory: Path, copy: Any) -> tuple[list[str], str]:
+    """(c) The stale copy into a fresh ledger: installed frozen; a resume does nothing."""
+    there = directory / "copy"
+    there.mkdir(exist_ok=True)
+    env = scenario.env_factory(env_dir(directory))
+    try:
+        with _ledger(there) as ledger:
+            before = observe(scenario, env, ledger, fingerprint=True)
+            try:
+                ledger.import_run(copy, by=_BY)
+            except CheckpointRejected as exc:
+                return [f"(c) a fresh ledger refused the copy: {exc}"], ""
+            status = ledger.get_run(scenario.resolved_run_id).status
+            stop: Exception | None = None
+            try:
+                _run(scenario, ledger, env)
+            except Exception as exc:
+                stop = exc
+            after = observe(scenario, env, ledger)
+    finally:
+        close_env(env)
+    problems = []
+    if (after.fingerprint, after.effects, after.model_calls) != (
+        before.fingerprint,
+        before.effects,
+        before.model_calls,
+    ):
+        problems.append("(c) resuming the imported copy changed the environment")
+    if status.terminal:
+        return problems, f"(c) the copy of an ended run was installed {status.value}"
+    if not isinstance(stop, RunFrozen) or "imported from a copy" not in stop.reason:
+        problems.append(
+            f"(c) the imported copy was installed {status.value} and its resume "
+            f"{'returned' if stop is None else f'raised {type(stop).__name__}: {stop}'}, "
+            "not frozen as a copy"
+        )
+        return problems, ""
+    return problems, f"(c) copy REFUSED: {stop.status}: {stop.reason}"
 
 
 def _generation(document: Any) -> int:
@@ -155,7 +234,7 @@ def _resume_fresh(
     known: tuple[frozenset[str], frozenset[str]],
     problems: list[str],
 ) -> CaseResult:
-    """(c) The stale checkpoint into a fresh ledger, resumed on the same environment.
+    """(move) The stale checkpoint into a fresh ledger, resumed on the same environment.
     ``known``: the decisions the checkpoint holds, the operation ids of the run's acts in
     the original journal."""
     held, original = known
@@ -165,7 +244,7 @@ def _resume_fresh(
             try:
                 ledger.import_run(document, by=_BY)
             except CheckpointRejected as exc:
-                problems.append(f"(c) a fresh ledger refused the checkpoint: {exc}")
+                problems.append(f"(move) a fresh ledger refused the checkpoint: {exc}")
                 return _result(case, Verdict.DIVERGED, "; ".join(problems))
             before = Counter(scenario.model_calls(env)) if scenario.model_calls else Counter()
             stop: Exception | None = None
@@ -179,23 +258,23 @@ def _resume_fresh(
     asked = Counter(obs.model_calls or {}) - before
     again = sorted(k for k in asked if k in held)
     if again:
-        problems.append(f"(c) decisions the checkpoint holds were asked again: {again}")
+        problems.append(f"(move) decisions the checkpoint holds were asked again: {again}")
     finished = stop is None
     found, extra = check_effects(reference, obs, finished=finished, other_intents=original)
-    problems += [f"(c) {p}" for p in found]
+    problems += [f"(move) {p}" for p in found]
     verdict, reason = Verdict.SAME, ""
     if finished:
         if obs.fingerprint != reference.fingerprint:
-            problems.insert(0, f"(c) fingerprint {obs.fingerprint} is not the reference's")
-        problems += [f"(c) {p}" for p in check_journal(reference, obs.info)]
+            problems.insert(0, f"(move) fingerprint {obs.fingerprint} is not the reference's")
+        problems += [f"(move) {p}" for p in check_journal(reference, obs.info)]
     elif isinstance(stop, RunFrozen):
-        verdict, reason = Verdict.REFUSED, f"(c) {stop.status}: {stop.reason}"
+        verdict, reason = Verdict.REFUSED, f"(move) {stop.status}: {stop.reason}"
     elif isinstance(stop, RunFailed):  # a tool refused an act the artifacts already show
         if obs.fingerprint != reference.fingerprint:
-            problems.insert(0, f"(c) fingerprint {obs.fingerprint} is not the reference's")
-        verdict, reason = Verdict.REFUSED, f"(c) the run failed, nothing redone: {stop}"
+            problems.insert(0, f"(move) fingerprint {obs.fingerprint} is not the reference's")
+        verdict, reason = Verdict.REFUSED, f"(move) the run failed, nothing redone: {stop}"
     else:
-        problems.insert(0, f"(c) the resume raised {type(stop).__name__}: {stop}")
+        problems.insert(0, f"(move) the resume raised {type(stop).__name__}: {stop}")
     if problems:
         verdict, reason = Verdict.DIVERGED, "; ".join(problems)
     result = CaseResult(
