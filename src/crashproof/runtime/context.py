@@ -225,8 +225,9 @@ class Context:
         kwargs: dict[str, Any],
         options: StepOptions | None,
     ) -> Any:
-        self._check_usable()
-        n = self._counts.get(name)  # _take_key, inlined: every replayed call comes here
+        if self.frozen is not None or self._in_step is not None or self._ledger.draining:
+            self._check_usable()  # raises (every replayed call comes here: checked inline)
+        n = self._counts.get(name)  # _take_key, inlined
         if n is None:
             key = self._take_key(name)  # a new name: validated
         else:
