@@ -20,6 +20,10 @@ key of tests/conftest.py (never a real key).
   limits, its decision recorded, then resumed by golden_changed: frozen on the
   non-determinism, one open review case. Written alone by
   ``make_golden.py checkpoint_v2`` (the other files are left as they are).
+- checkpoint_v3.json: checkpoint format 3, a **move** of run g-moved: crashed after its
+  decision (the successful steps' records carry ``took_us``), then exported, so its last
+  record is ``run_moved``. Imported elsewhere it is the run's one continuation: runnable,
+  and its resume asks no decision again. Written alone by ``make_golden.py checkpoint_v3``.
 """
 
 from __future__ import annotations
@@ -169,7 +173,31 @@ def checkpoint_v2(path: Path) -> None:
     path.write_bytes(serialize(document))
 
 
+def checkpoint_v3(path: Path) -> None:
+    """Run g-moved until a crash after its decision, then export it as a move."""
+    with tempfile.TemporaryDirectory() as scratch:
+        url = f"sqlite:///{scratch}/move.db"
+        crashing = cp.Ledger(url, crash_points=cp.CrashPoints(match=CRASH))
+        try:
+            crashing.run(golden, run_id="g-moved", topic="moves")
+        except cp.SimulatedCrash:
+            pass
+        else:
+            raise SystemExit("the crash point was not reached")
+        finally:
+            crashing.close()
+        with cp.Ledger(url) as ledger:
+            document = ledger.export_run("g-moved", by="make_golden")
+    if document["records"][-1]["type"] != "run_moved":
+        raise SystemExit("g-moved was not exported as a move")
+    path.write_bytes(serialize(document))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["checkpoint_v3"]:
+        checkpoint_v3(HERE / "checkpoint_v3.json")
+        print("checkpoint_v3.json written to", HERE)
+        raise SystemExit(0)
     if sys.argv[1:] == ["checkpoint_v2"]:
         checkpoint_v2(HERE / "checkpoint_v2.json")
         print("checkpoint_v2.json written to", HERE)

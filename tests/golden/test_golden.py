@@ -206,3 +206,33 @@ def test_the_format_2_checkpoint_imports_with_its_policy_approval_and_open_case(
         [held] = [c for c in ledger.review_cases("g-review") if c.case_id == case["case_id"]]
         assert (held.fingerprint, held.state) == (case["fingerprint"], "superseded")
         assert ledger.get_run("g-review").policy == header["policy"]
+
+
+def test_the_format_3_move_imports_runnable_and_resumes_without_asking_again(
+    tmp_path: Path, flows: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    document = HERE / "checkpoint_v3.json"
+    data = json.loads(document.read_bytes())
+    assert data["schema_version"] == 3
+    assert data["records"][-1]["type"] == "run_moved"
+    verdicts = cp.replay_check([flows["flows"].golden], document)
+    assert [(v.run_id, v.status) for v in verdicts] == [("g-moved", "compatible")]
+    asked: list[str] = []
+    original = flows["flows"].plan
+    monkeypatch.setattr(
+        flows["flows"], "plan", lambda topic: asked.append(topic) or original(topic)
+    )
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    assert cli("import", str(document), "--by", "golden-test", "--db", url) == 0
+    with cp.Ledger(url) as ledger:
+        ledger.register(flows["flows"].golden)
+        assert ledger.get_run("g-moved").status is cp.RunStatus.RUNNING
+        assert ledger.resume("g-moved") == {"summary": "MOVES", "note": {"title": "about moves"}}
+        steps = {s.key: s for s in ledger.get_run("g-moved").steps}
+    assert asked == []  # the recorded decision travelled with the move
+    assert flows["flows"].Notes.sent == {"g-moved/note": {"title": "about moves", "body": "MOVES"}}
+    # took_us (this format's successful steps) reads back as start and end times.
+    summarize = steps["summarize"]
+    assert summarize.started_at is not None
+    assert summarize.ended_at is not None
+    assert summarize.started_at <= summarize.ended_at

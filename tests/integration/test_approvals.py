@@ -349,3 +349,22 @@ def test_an_approval_binds_the_environment_the_approver_saw(
     ledger.approve("ws", "w", key=keys["alice"], by="alice")  # approve what is there now
     ledger.resume("ws")
     assert (root / "out.txt").read_text() == "new\n"
+
+
+def test_an_approval_for_a_run_that_moved_out_is_refused_and_nothing_is_written(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    """The run left this ledger (exported as a move) while it waited: approving it here
+    is refused, journals nothing and sends nothing; the move's continuation is elsewhere."""
+    flow = deploy(tool)
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    ledger.export_run(RUN, by="operator")
+    before = types(ledger)
+    assert before[-1] == "run_moved"
+    with pytest.raises(cp.RunMoved, match="was exported at generation"):
+        ledger.approve(RUN, "create", key=keys["alice"], ttl=600, by="alice")
+    assert types(ledger) == before
+    assert ledger.get_run(RUN).status is cp.RunStatus.MOVED
+    assert server.total_requests() == 0
