@@ -100,7 +100,7 @@ def move_out(ledger: LedgerParts, run_id: str, by: str | None) -> bool:
     stop_driving(lease.owner, run_id)
     release(store, run_id, lease)
     if moved:
-        log.warning("run moved out", extra={"run_id": run_id, "by": who["by"]})
+        log.info("run moved out", extra={"run_id": run_id, "by": who["by"]})
     return moved
 
 
@@ -130,7 +130,7 @@ def move_back(ledger: LedgerParts, found: checkpoint.Checkpoint, by: str) -> str
             store.sync()  # as an install: durable, then witnessed
             if ledger._witness is not None:
                 ledger._witness.advance(run_id, len(events) + len(arrival))
-            log.warning("moved run returned", extra={"run_id": run_id, "by": by})
+            log.info("moved run returned", extra={"run_id": run_id, "by": by})
     except BaseException as exc:
         stop_driving(lease.owner, run_id)
         if isinstance(exc, Exception):

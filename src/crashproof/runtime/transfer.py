@@ -366,7 +366,9 @@ def import_run(
     if witness is not None:
         store.sync()  # the witness must never be ahead of what a power cut leaves
         witness.reset(run.run_id, len(sealed))
-    log.warning(
+    # INFO: a routine operator act, journaled (run_imported) with who did it; WARNING
+    # printed it on stderr of every program without logging set up (replay --from...).
+    log.info(
         "checkpoint imported",
         extra={
             "run_id": run.run_id,
