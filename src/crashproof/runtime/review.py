@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -476,38 +477,18 @@ def _abort(ctx: Context, consumed: dict[str, Any]) -> NoReturn:
 def abort_events(run_id: str, seq: int, case: ReviewCase, document: dict[str, Any]) -> list[Event]:
     """A decided abort of a case that is not at an act: decision, consumption and the
     run's failure, to commit at once (nothing to re-read)."""
-    statement = document["statement"]
-    now = time.time()
-    consumed = {
-        "case_id": case.case_id,
-        "case_fingerprint": case.fingerprint,
-        "decision": "abort",
-        "nonce": statement["nonce"],
-        "reviewer": statement["reviewer"],
-        "epoch": 1,
-        "quarantined": [],
-        "time": now,
-    }
-    message = f"aborted by {statement['reviewer']} on review case {case.case_id}"
+    reviewer = document["statement"]["reviewer"]
+    message = f"aborted by {reviewer} on review case {case.case_id}"
     error = {"type": "ReviewAborted", "message": message}
-    return [
-        Event(
-            run_id=run_id,
-            seq=seq + 1,
-            type=EventType.REVIEW_CONSUMED,
-            key=case.key,
-            payload=consumed,
-            created_at=now,
-        ),
-        Event(
-            run_id=run_id,
-            seq=seq + 2,
-            type=EventType.RUN_FAILED,
-            key=None,
-            payload={"error": error, "review": consumed},
-            created_at=now,
-        ),
-    ]
+    return _consumed_then(
+        run_id,
+        seq,
+        case,
+        document,
+        "abort",
+        EventType.RUN_FAILED,
+        lambda consumed: {"error": error, "review": consumed},
+    )
 
 
 def continue_events(
@@ -515,12 +496,36 @@ def continue_events(
 ) -> list[Event]:
     """A decided ``continue`` of an imported copy: consumed at once (nothing to re-read:
     the reviewer vouches that the source did not go on), and the run thawed."""
+    reviewer = document["statement"]["reviewer"]
+    return _consumed_then(
+        run_id,
+        seq,
+        case,
+        document,
+        "continue",
+        EventType.RUN_THAWED,
+        lambda _consumed: {"status": "running", "by": reviewer, "decision_seq": seq},
+    )
+
+
+def _consumed_then(
+    run_id: str,
+    seq: int,
+    case: ReviewCase,
+    document: dict[str, Any],
+    decision: str,
+    then: EventType,
+    then_payload: Callable[[dict[str, Any]], dict[str, Any]],
+) -> list[Event]:
+    """A decision consumed at once (``review_consumed`` at ``seq + 1``), followed by the
+    record that carries it out (``then`` at ``seq + 2``, its payload built from the
+    consumption)."""
     statement = document["statement"]
     now = time.time()
     consumed = {
         "case_id": case.case_id,
         "case_fingerprint": case.fingerprint,
-        "decision": "continue",
+        "decision": decision,
         "nonce": statement["nonce"],
         "reviewer": statement["reviewer"],
         "epoch": 1,
@@ -528,22 +533,8 @@ def continue_events(
         "time": now,
     }
     return [
-        Event(
-            run_id=run_id,
-            seq=seq + 1,
-            type=EventType.REVIEW_CONSUMED,
-            key=case.key,
-            payload=consumed,
-            created_at=now,
-        ),
-        Event(
-            run_id=run_id,
-            seq=seq + 2,
-            type=EventType.RUN_THAWED,
-            key=None,
-            payload={"status": "running", "by": statement["reviewer"], "decision_seq": seq},
-            created_at=now,
-        ),
+        Event(run_id, seq + 1, EventType.REVIEW_CONSUMED, case.key, consumed, now),
+        Event(run_id, seq + 2, then, None, then_payload(consumed), now),
     ]
 
 

@@ -34,7 +34,13 @@ from psycopg_pool import ConnectionPool
 from crashproof.errors import StaleLeaseError
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event
-from crashproof.store.port import GENESIS, RecordSealer, StatusChange, blob_digest
+from crashproof.store.port import (
+    GENESIS,
+    RecordSealer,
+    StatusChange,
+    blob_digest,
+    check_append,
+)
 
 __all__ = ["PostgresAppend", "encode_payload", "reason_in"]
 
@@ -155,20 +161,7 @@ class PostgresAppend:
             # would slip through it, so check the batch against the journal's end first.
             # journal_end locks the run's row: a claim cannot slip in before the commit.
             found = cur.execute(self._q["journal_end"], (run_id,)).fetchone()
-            if found is None:
-                raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {self.display}")
-            if fencing_token is not None and fencing_token != found[2]:
-                raise StaleLeaseError(
-                    f"run {run_id!r} was taken over (fencing token {fencing_token} is "
-                    f"superseded by {found[2]}); nothing of this write was kept"
-                )
-            for offset, event in enumerate(events):
-                if event.run_id != run_id or event.seq != found[0] + offset:
-                    raise StaleLeaseError(
-                        f"run {run_id!r}: journal sequence {event.seq} is already taken or out "
-                        "of order; another writer is appending to this run. Nothing of this "
-                        "write was kept."
-                    )
+            found = check_append(run_id, self.display, found, fencing_token, events)
             mac = self._insert_events(cur, events, found[1] or GENESIS)
             if status is not None:
                 cur.execute(

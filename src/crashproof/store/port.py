@@ -12,12 +12,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from crashproof.errors import LeaseHeld
+from crashproof.errors import LeaseHeld, StaleLeaseError
 from crashproof.journal.records import Event, RunRow, RunStatus
 
 __all__ = [
     "BLOB_THRESHOLD",
     "blob_digest",
+    "check_append",
     "check_claimable",
     "GENESIS",
     "Lease",
@@ -73,6 +74,36 @@ def check_claimable(
         and not take_over
     ):
         raise lease_held(run_id, held_by, expires_at)
+
+
+def check_append(
+    run_id: str,
+    where: str,
+    end: tuple[int, Any, int] | None,
+    fencing_token: int | None,
+    events: Sequence[Event],
+) -> tuple[int, Any, int]:
+    """The append rule every store applies, against the journal's end as read in the
+    append's transaction, ``end`` = (next seq, last MAC, the run's fencing token), None
+    when the run does not exist: the writer's lease must be current and ``events`` must
+    continue the journal exactly. (The primary key only refuses a taken seq; a gap, a
+    reorder or a missing run would slip through it.) Else StaleLeaseError; returns
+    ``end``, known to exist."""
+    if end is None:
+        raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {where}")
+    if fencing_token is not None and fencing_token != end[2]:
+        raise StaleLeaseError(
+            f"run {run_id!r} was taken over (fencing token {fencing_token} is "
+            f"superseded by {end[2]}); nothing of this write was kept"
+        )
+    for offset, event in enumerate(events):
+        if event.run_id != run_id or event.seq != end[0] + offset:
+            raise StaleLeaseError(
+                f"run {run_id!r}: journal sequence {event.seq} is already taken or out "
+                "of order; another writer is appending to this run. Nothing of this "
+                "write was kept."
+            )
+    return end
 
 
 def lease_held(run_id: str, owner: str, expires_at: float) -> LeaseHeld:

@@ -35,6 +35,7 @@ from crashproof.store.port import (
     RecordSealer,
     StatusChange,
     blob_digest,
+    check_append,
     check_claimable,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
@@ -286,20 +287,7 @@ class SQLiteStore:
         found = self._ends.get(run_id) if version == self._ends_version else None
         if found is None:
             found = conn.execute(_Q["journal_end"], (run_id,)).fetchone()
-        if found is None:
-            raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {self.path}")
-        if fencing_token is not None and fencing_token != found[2]:
-            raise StaleLeaseError(
-                f"run {run_id!r} was taken over (fencing token {fencing_token} is "
-                f"superseded by {found[2]}); nothing of this write was kept"
-            )
-        for offset, event in enumerate(events):
-            if event.run_id != run_id or event.seq != found[0] + offset:
-                raise StaleLeaseError(
-                    f"run {run_id!r}: journal sequence {event.seq} is already taken or out "
-                    "of order; another writer is appending to this run. Nothing of this "
-                    "write was kept."
-                )
+        found = check_append(run_id, str(self.path), found, fencing_token, events)
         mac = self._insert_events(conn, events, found[1] or GENESIS)
         if status is not None:
             conn.execute(
