@@ -14,12 +14,25 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import crashproof as cp
 
 # A row about the size of one crashproof step_done event (payload + value).
 RAW_PAYLOAD = "x" * 200
+
+
+class NoOp(cp.Tool):
+    """A tool whose effect is free: what is left is the protocol's own cost."""
+
+    name: ClassVar[str] = "noop"
+    version: ClassVar[str] = "1"
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        return cp.Receipt(call.operation_id, {"ok": True}, call.intent_digest)
+
+    def lookup(self, call: cp.Call) -> cp.Receipt | None:
+        return None
 
 
 def work(i: int) -> dict[str, Any]:

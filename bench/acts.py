@@ -14,30 +14,17 @@ import argparse
 import shutil
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import _common as common
 
 import crashproof as cp
 
 
-class NoOp(cp.Tool):
-    """A tool whose effect is free: what is left is the protocol's own cost."""
-
-    name: ClassVar[str] = "noop"
-    version: ClassVar[str] = "1"
-
-    def execute(self, call: cp.Call) -> cp.Receipt:
-        return cp.Receipt(call.operation_id, {"ok": True}, call.intent_digest)
-
-    def lookup(self, call: cp.Call) -> cp.Receipt | None:
-        return None
-
-
 def crashproof_acts(directory: Path, n: int, tag: str) -> float:
     path = directory / f"acts-{tag}.db"
     ledger = cp.Ledger(f"sqlite:///{path}")
-    tool = NoOp()
+    tool = common.NoOp()
 
     @ledger.workflow("bench-acts", version="1")
     def acts(ctx: cp.Context, n: int) -> int:

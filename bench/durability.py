@@ -18,26 +18,13 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import _common as common
 
 import crashproof as cp
 
 CONCURRENCY = 8
-
-
-class NoOp(cp.Tool):
-    """A tool whose effect is free: what is left is the protocol's own cost."""
-
-    name: ClassVar[str] = "noop"
-    version: ClassVar[str] = "1"
-
-    def execute(self, call: cp.Call) -> cp.Receipt:
-        return cp.Receipt(call.operation_id, {"ok": True}, call.intent_digest)
-
-    def lookup(self, call: cp.Call) -> cp.Receipt | None:
-        return None
 
 
 def _answer(i: int) -> cp.Decision:
@@ -74,7 +61,7 @@ def acts(directory: Path, n: int, tag: str, runs: int = 1) -> tuple[float, float
     """Acts/s of ``runs`` concurrent runs of ``n`` acts each on one Ledger, and the forced
     syncs per act the store counted (the runs' outcomes included)."""
     ledger, path = _ledger(directory, tag)
-    tool = NoOp()
+    tool = common.NoOp()
 
     @ledger.workflow("bench-acts", version="1")
     def flow(ctx: cp.Context, n: int) -> int:

@@ -27,7 +27,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
+
+import _common as common
 
 import crashproof as cp
 
@@ -42,21 +44,8 @@ def _answer(i: int) -> cp.Decision:
     return cp.Decision({"i": i}, model="stub")
 
 
-class NoOp(cp.Tool):
-    """A tool whose effect is free."""
-
-    name: ClassVar[str] = "noop"
-    version: ClassVar[str] = "1"
-
-    def execute(self, call: cp.Call) -> cp.Receipt:
-        return cp.Receipt(call.operation_id, {"ok": True}, call.intent_digest)
-
-    def lookup(self, call: cp.Call) -> cp.Receipt | None:
-        return None
-
-
 def _register(ledger: cp.Ledger, kind: str) -> cp.Workflow[int]:
-    tool = NoOp()
+    tool = common.NoOp()
 
     @ledger.workflow("bench-instructions", version="1")
     def flow(ctx: cp.Context, n: int) -> int:

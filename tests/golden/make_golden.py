@@ -56,9 +56,14 @@ def record(ledger_url: str) -> None:
     """Run g-done to the end and g-inflight until a crash after its decision."""
     with cp.Ledger(ledger_url) as ledger:
         ledger.run(golden, run_id="g-done", topic=RUNS["g-done"])
+    crash_after_decision(ledger_url, "g-inflight", RUNS["g-inflight"])
+
+
+def crash_after_decision(ledger_url: str, run_id: str, topic: str) -> None:
+    """Run ``run_id`` of the golden workflow until the crash after its decision."""
     crashing = cp.Ledger(ledger_url, crash_points=cp.CrashPoints(match=CRASH))
     try:
-        crashing.run(golden, run_id="g-inflight", topic=RUNS["g-inflight"])
+        crashing.run(golden, run_id=run_id, topic=topic)
     except cp.SimulatedCrash:
         pass
     else:
@@ -177,15 +182,7 @@ def checkpoint_v3(path: Path) -> None:
     """Run g-moved until a crash after its decision, then export it as a move."""
     with tempfile.TemporaryDirectory() as scratch:
         url = f"sqlite:///{scratch}/move.db"
-        crashing = cp.Ledger(url, crash_points=cp.CrashPoints(match=CRASH))
-        try:
-            crashing.run(golden, run_id="g-moved", topic="moves")
-        except cp.SimulatedCrash:
-            pass
-        else:
-            raise SystemExit("the crash point was not reached")
-        finally:
-            crashing.close()
+        crash_after_decision(url, "g-moved", "moves")
         with cp.Ledger(url) as ledger:
             document = ledger.export_run("g-moved", by="make_golden")
     if document["records"][-1]["type"] != "run_moved":

@@ -28,14 +28,15 @@ from crashproof.journal.fold import index_journal, spend
 from crashproof.journal.records import Budget, Event, EventType
 from crashproof.runtime.review import cases_of
 
-__all__ = ["WAITING_STATES", "derive_fields"]
+__all__ = ["WAITING_STATES", "derive_fields", "records_as_events"]
 
 WAITING_STATES = ("open", "decided")
 
 
-def derive_fields(run_id: str, records: Sequence[Record]) -> dict[str, Any]:
-    """The derived header fields of ``records`` (already verified: MACs and chain)."""
-    events = [
+def records_as_events(run_id: str, records: Sequence[Record]) -> list[Event]:
+    """A checkpoint's records (verified: MACs and chain) as journal events, their payloads
+    decoded now (a document's unreadable record fails its import, not a later read)."""
+    return [
         Event(
             run_id=run_id,
             seq=r.seq,
@@ -47,6 +48,11 @@ def derive_fields(run_id: str, records: Sequence[Record]) -> dict[str, Any]:
         )
         for r in records
     ]
+
+
+def derive_fields(run_id: str, records: Sequence[Record]) -> dict[str, Any]:
+    """The derived header fields of ``records`` (already verified: MACs and chain)."""
+    events = records_as_events(run_id, records)
     replay = index_journal(events)
     budget = Budget()
     granted = consumed = 0

@@ -22,8 +22,10 @@ two continuations. A move is only as single as the file that carries it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from crashproof.errors import RunMoved
@@ -33,7 +35,7 @@ from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.budget import operator
 from crashproof.runtime.leasing import claim, release, stop_driving
 from crashproof.runtime.transfer import arrival_events, checkpoint_digest, folded_status
-from crashproof.store.port import Store
+from crashproof.store.port import Lease, Store
 
 if TYPE_CHECKING:
     from crashproof.runtime.parts import LedgerParts
@@ -67,9 +69,7 @@ def move_out(ledger: LedgerParts, run_id: str, by: str | None) -> bool:
     a holder that is provably gone is taken over and fenced out). Returns False when the
     run had already moved (nothing written)."""
     who = operator(by)
-    store = ledger._store
-    lease = claim(store, run_id, ledger.worker_id, ledger.lease_seconds, False)
-    try:
+    with _leased(ledger, run_id) as lease:
         events = ledger._journal(run_id)
         if events[-1].type is EventType.RUN_MOVED:  # moved meanwhile: the same document
             moved = False
@@ -92,13 +92,6 @@ def move_out(ledger: LedgerParts, run_id: str, by: str | None) -> bool:
             reason = f"exported as a move at generation {len(events) + 1} by {who['by']}"
             ledger._commit([event], (RunStatus.MOVED, reason), fencing_token=lease.token)
             moved = True
-    except BaseException as exc:
-        stop_driving(lease.owner, run_id)
-        if isinstance(exc, Exception):
-            release(store, run_id, lease)
-        raise
-    stop_driving(lease.owner, run_id)
-    release(store, run_id, lease)
     if moved:
         log.info("run moved out", extra={"run_id": run_id, "by": who["by"]})
     return moved
@@ -119,18 +112,27 @@ def move_back(ledger: LedgerParts, found: checkpoint.Checkpoint, by: str) -> str
     """A move imported into the ledger it left (its journal is exactly the document's):
     journal the arrival under the run's lease; the run is driven here again."""
     run_id = found.run.run_id
-    store = ledger._store
-    lease = claim(store, run_id, ledger.worker_id, ledger.lease_seconds, False)
-    try:
+    with _leased(ledger, run_id) as lease:
         events = ledger._journal(run_id)
         if events[-1].type is EventType.RUN_MOVED and len(events) == len(found.records):
             arrival = arrival_events(found, by, len(events))
             status = folded_status(run_id, [*events, *arrival])
             ledger._commit(arrival, status, fencing_token=lease.token)
-            store.sync()  # as an install: durable, then witnessed
+            ledger._store.sync()  # as an install: durable, then witnessed
             if ledger._witness is not None:
                 ledger._witness.advance(run_id, len(events) + len(arrival))
             log.info("moved run returned", extra={"run_id": run_id, "by": by})
+    return run_id
+
+
+@contextlib.contextmanager
+def _leased(ledger: LedgerParts, run_id: str) -> Iterator[Lease]:
+    """The run's lease for one move (LeaseHeld if a live worker holds it), released
+    after; on a crash-like BaseException it is left to expire, as a driver's is."""
+    store = ledger._store
+    lease = claim(store, run_id, ledger.worker_id, ledger.lease_seconds, False)
+    try:
+        yield lease
     except BaseException as exc:
         stop_driving(lease.owner, run_id)
         if isinstance(exc, Exception):
@@ -138,4 +140,3 @@ def move_back(ledger: LedgerParts, found: checkpoint.Checkpoint, by: str) -> str
         raise
     stop_driving(lease.owner, run_id)
     release(store, run_id, lease)
-    return run_id

@@ -38,7 +38,7 @@ from crashproof.journal.codec import decode, encode
 from crashproof.journal.fold import fold_run
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.runtime.budget import operator
-from crashproof.runtime.checkpoint_fields import derive_fields
+from crashproof.runtime.checkpoint_fields import derive_fields, records_as_events
 from crashproof.store.port import RecordSealer, Store
 
 __all__ = [
@@ -273,26 +273,11 @@ def arrival_events(found: checkpoint.Checkpoint, by: str, seq: int) -> list[Even
     return events
 
 
-def _events(run_id: str, records: Sequence[checkpoint.Record]) -> list[Event]:
-    return [
-        Event(
-            run_id=run_id,
-            seq=r.seq,
-            type=EventType(r.type),
-            key=r.key,
-            payload=decode(r.payload),
-            created_at=r.created_at,
-            value_json=r.value,
-        )
-        for r in records
-    ]
-
-
 def _status(
     run_id: str, records: Sequence[checkpoint.Record], arrival: Sequence[Event]
 ) -> tuple[RunStatus, str | None]:
     """The run's status and reason once ``arrival`` follows ``records``."""
-    return folded_status(run_id, [*_events(run_id, records), *arrival])
+    return folded_status(run_id, [*records_as_events(run_id, records), *arrival])
 
 
 def folded_status(run_id: str, events: Sequence[Event]) -> tuple[RunStatus, str | None]:
