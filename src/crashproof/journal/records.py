@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashproof.errors import IntegrityError
 from crashproof.journal.codec import decode
 
 __all__ = [
@@ -169,14 +170,10 @@ class Event:
             try:
                 payload = decode(self.payload_json or "")
             except ValueError as exc:
-                from crashproof.errors import IntegrityError
-
                 raise IntegrityError(
                     f"run {self.run_id!r} event {self.seq} is unreadable: {exc}"
                 ) from None
             if not isinstance(payload, dict):
-                from crashproof.errors import IntegrityError
-
                 raise IntegrityError(
                     f"run {self.run_id!r} event {self.seq} is unreadable: its payload is "
                     f"not a JSON object"
