@@ -42,7 +42,7 @@ from crashproof.store.port import (
     check_append,
 )
 
-__all__ = ["PostgresAppend", "encode_payload", "reason_in"]
+__all__ = ["PostgresAppend", "reason_in"]
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 # Journal ends remembered at most: a worker drives a few runs at a time; the oldest entry
@@ -178,7 +178,8 @@ class PostgresAppend:
         blobs, rows = [], []
         mac: str | None = None
         for event in events:
-            payload, type_ = encode_payload(event.payload), event.type.value
+            # codec.encode: the one encoder of stored JSON (module docstring there).
+            payload, type_ = encode(event.payload, what="a journal record"), event.type.value
             key_id = mac = None
             if self._sealer is not None:
                 key_id, mac = self._sealer.seal(
@@ -259,11 +260,4 @@ _EVENT_COLUMNS = ("seq", "type", "key", "payload", "value", "blob", "created_at"
 def reason_in(reason: str | None) -> str | None:
     # A JSON string, so that NUL and lone surrogates (which a text column refuses) come
     # back exactly; everything else stays readable in psql.
-    return None if reason is None else encode_payload(reason)
-
-
-def encode_payload(payload: Any) -> str:
-    # The runtime validated every value as JSON already. codec.encode is the one encoder
-    # of stored JSON: a prebuilt C encoder (this runs on every journal commit), and text
-    # with a lone surrogate (not UTF-8) falls back to ASCII escapes that decode the same.
-    return encode(payload, what="a journal record")
+    return None if reason is None else encode(reason, what="a reason")
