@@ -92,9 +92,6 @@ class EventType(enum.StrEnum):
     RUN_IMPORTED = "run_imported"  # installed from a checkpoint (who, which, move or copy)
 
 
-_QUOTED: dict[str, str] = {}  # field name -> '"name"', as Event.mentions looks for it
-
-
 class Event:
     """One journal record (build it with keywords; treat it as immutable).
 
@@ -185,10 +182,8 @@ class Event:
         """Whether the payload has the top-level field ``name``; a stored payload whose
         text holds no ``"name"`` at all is not decoded to say no."""
         text = self.payload_json
-        if self._payload is None and text is not None:
-            quoted = _QUOTED.get(name) or _QUOTED.setdefault(name, f'"{name}"')
-            if quoted not in text:
-                return False
+        if self._payload is None and text is not None and f'"{name}"' not in text:
+            return False
         return name in self.payload
 
     def replays_as(self, key: str, kind: str, digest: str) -> bool:

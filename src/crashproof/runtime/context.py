@@ -450,8 +450,7 @@ class Context:
     def _check_usable(self) -> None:
         if self.frozen is not None:
             raise self.frozen
-        if self._ledger.draining:  # a draining worker stops here
-            self._ledger._before_step(self.run_id)
+        self._ledger._before_step(self.run_id)  # a draining worker stops here
         if self._in_step is not None:
             self._nested_call = True
             raise CrashproofError(
