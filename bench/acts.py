@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import time
 from pathlib import Path
-from typing import Any
 
 import _common as common
 
@@ -32,16 +30,7 @@ def crashproof_acts(directory: Path, n: int, tag: str) -> float:
             ctx.act("act", tool, i=i)
         return n
 
-    try:
-        start = time.perf_counter()
-        result: Any = ledger.run(acts, run_id=f"bench:{tag}", n=n)
-        elapsed = time.perf_counter() - start
-    finally:
-        ledger.close()
-    if result != n:
-        raise SystemExit(f"benchmark run returned {result!r}")
-    common.remove_db(path)
-    return n / elapsed
+    return common.timed_run(ledger, acts, path, n, tag)
 
 
 def main(argv: list[str] | None = None) -> int:

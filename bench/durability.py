@@ -45,16 +45,7 @@ def decisions(directory: Path, n: int, tag: str) -> float:
             ctx.decide("plan", _answer, i)
         return n
 
-    try:
-        start = time.perf_counter()
-        result: Any = ledger.run(decide, run_id=f"bench:{tag}", n=n)
-        elapsed = time.perf_counter() - start
-    finally:
-        ledger.close()
-    if result != n:
-        raise SystemExit(f"benchmark run returned {result!r}")
-    common.remove_db(path)
-    return n / elapsed
+    return common.timed_run(ledger, decide, path, n, tag)
 
 
 def acts(directory: Path, n: int, tag: str, runs: int = 1) -> tuple[float, float]:
