@@ -11,7 +11,11 @@ key of tests/conftest.py (never a real key).
   run g-done (succeeded) and g-inflight (crashed after its decision, before its act).
 - schema1_unmappable.db: the same, with one run whose status ('paused') no crashproof
   knows and no migration maps: preview lists it, migrate refuses.
+- schema3.db (+ schema3.db.witness): the same two runs at schema 3, sealed (the journal
+  keyed by run id and seq, before schema 4's integer row ids): opening it migrates on
+  its own (a relayout). No longer written here: a released format's file is kept.
 - current.db (+ current.db.witness): the same two runs at the current schema, sealed.
+  Written alone by ``make_golden.py current``.
 - checkpoint.json: run g-done exported from current.db in checkpoint format 1, as
   released (crashproof now exports format 2 and migrates this one on import). No longer
   written here: a released format's file is kept as it was.
@@ -191,6 +195,10 @@ def checkpoint_v3(path: Path) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["current"]:
+        current(HERE / "current.db")
+        print("current.db written to", HERE)
+        raise SystemExit(0)
     if sys.argv[1:] == ["checkpoint_v3"]:
         checkpoint_v3(HERE / "checkpoint_v3.json")
         print("checkpoint_v3.json written to", HERE)

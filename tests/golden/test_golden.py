@@ -3,9 +3,11 @@ every change (files: tests/golden/make_golden.py). Each test works on a copy."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
+import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 import crashproof as cp
 from crashproof.cli import main
 from crashproof.store.migrate import MigrationRequired
+from crashproof.store.sqlite import SCHEMA_VERSION
 
 HERE = Path(__file__).resolve().parent
 EXPECTED = {  # what each golden run returns, recorded or finished now
@@ -67,7 +70,7 @@ def test_schema1_refuses_to_open_until_migrated_then_migrates_replays_and_resume
 
     assert cli("migrate", "--db", url, "--preview") == 0
     plan = capsys.readouterr().out
-    assert "schema 1 -> 3" in plan
+    assert f"schema 1 -> {SCHEMA_VERSION}" in plan
     assert "new column runs.fencing_token INTEGER: 2 existing row(s) get 0" in plan
     assert "new column events.mac TEXT: 9 existing row(s) get NULL" in plan
     assert "seal 9 journal record(s) of 2 run(s)" in plan
@@ -109,12 +112,18 @@ def test_an_unmappable_value_is_listed_and_blocks_the_migration(
         cp.Ledger(url)
 
 
-def test_the_current_format_opens_verifies_replays_and_resumes(
-    tmp_path: Path, flows: dict[str, Any], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("name", ["current.db", "schema3.db"])
+def test_the_current_format_and_schema_3_open_verify_replay_and_resume(
+    tmp_path: Path, flows: dict[str, Any], capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
-    path = copy(tmp_path, "current.db")
+    # Schema 3 keyed the journal by run id and seq; opening it rebuilds the table with
+    # integer row ids (a relayout: no value changes), so every MAC still verifies.
+    path = copy(tmp_path, name)
     url = f"sqlite:///{path}"
     assert cli("check", "--db", url) == 0
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM crashproof_migrations")]
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
     assert cli("replay", "golden_flows", "--from", url) == 0
     assert cli("replay", "golden_changed", "--from", url) == 4
     assert cli("runs", "--version", "--json", "--db", url) == 0

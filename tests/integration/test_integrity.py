@@ -101,9 +101,16 @@ def test_deleted_middle_record_is_caught(tmp_path: Path) -> None:
 
 def test_reordered_records_are_caught(tmp_path: Path) -> None:
     target = crashed_before_act(tmp_path)
-    edit(tmp_path, "UPDATE events SET seq = -1 WHERE run_id = 'r' AND seq = 2")
-    edit(tmp_path, "UPDATE events SET seq = 2 WHERE run_id = 'r' AND seq = 3")
-    edit(tmp_path, "UPDATE events SET seq = 3 WHERE run_id = 'r' AND seq = -1")
+    # Records 2 and 3 trade places: each row keeps its row id and seq (the table's CHECK
+    # ties them together) and takes the other's content.
+    conn = sqlite3.connect(tmp_path / "l.db")
+    conn.executescript(
+        "CREATE TEMP TABLE two AS SELECT * FROM events WHERE run_id = 'r' AND seq IN (2, 3);"
+        "UPDATE events SET (type, key, payload, value, blob, created_at, key_id, mac) = "
+        "(SELECT type, key, payload, value, blob, created_at, key_id, mac FROM two "
+        " WHERE two.seq = 5 - events.seq) WHERE run_id = 'r' AND seq IN (2, 3);"
+    )
+    conn.close()
     resume_fails(tmp_path, target, cp.JournalTampered)
 
 
@@ -121,10 +128,18 @@ def test_record_spliced_from_another_run_is_caught(tmp_path: Path) -> None:
     edit(tmp_path, "DELETE FROM events WHERE run_id = 'r' AND seq = 2")
     edit(
         tmp_path,
-        "INSERT INTO events SELECT 'r', seq, type, key, payload, value, blob, created_at, "
-        "key_id, mac FROM events WHERE run_id = 'o' AND seq = 2",
+        "INSERT INTO events SELECT ((SELECT run_no FROM runs WHERE run_id = 'r') << 32) + seq, "
+        "'r', seq, type, key, payload, value, blob, created_at, key_id, mac FROM events "
+        "WHERE run_id = 'o' AND seq = 2",
     )
     resume_fails(tmp_path, target, cp.JournalTampered)
+
+
+def test_a_record_moved_into_another_runs_place_is_caught(tmp_path: Path) -> None:
+    target = crashed_before_act(tmp_path)
+    edit(tmp_path, "UPDATE events SET run_id = 'o' WHERE run_id = 'r' AND seq = 2")
+    error = resume_fails(tmp_path, target, cp.IntegrityError)
+    assert "record 2 is stored among this run's records but names another run" in str(error)
 
 
 def test_restored_older_copy_is_refused(tmp_path: Path) -> None:

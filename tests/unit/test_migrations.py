@@ -51,7 +51,7 @@ def test_a_declared_value_map_resolves_an_unknown_status(tmp_path: Path) -> None
         apply_plan(conn, plan, _sealer())
     assert rows(path, "SELECT status FROM runs WHERE run_id = 'g-inflight'") == [("stopped",)]
     versions = rows(path, "SELECT version FROM crashproof_migrations ORDER BY 1")
-    assert [v for (v,) in versions] == [1, 2, 3, 4]
+    assert [v for (v,) in versions] == list(range(1, len(MIGRATIONS) + 2))
 
 
 def _sealer() -> Sealer:
@@ -90,20 +90,51 @@ def test_a_failing_migration_rolls_back_whole(tmp_path: Path) -> None:
     assert "owner" not in {r[1] for r in rows(path, "PRAGMA table_info(runs)")}
 
 
-def test_an_additive_migration_runs_on_open(tmp_path: Path) -> None:
-    path = tmp_path / "l.db"
-    with cp.Ledger(f"sqlite:///{path}") as ledger:
-        ledger.run(cp.workflow("hello")(lambda ctx: ctx.step("greet", lambda: "hi")), run_id="h")
-    with contextlib.closing(sqlite3.connect(path)) as conn:  # back to schema 2
+def test_additive_and_relayout_migrations_run_on_open(tmp_path: Path) -> None:
+    # The golden schema-3 ledger, taken back to schema 2: opening it adds schema 3's
+    # columns (additive) and rebuilds the journal with integer row ids (schema 4, a
+    # relayout that copies every record as it is), then reads the run.
+    path = golden_copy(tmp_path, "schema3.db")
+    shutil.copy(GOLDEN / "schema3.db.witness", tmp_path / "schema3.db.witness")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         for column in ("owner", "lease_expires_at", "fencing_token"):
             conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         conn.execute("DELETE FROM crashproof_migrations WHERE version = 3")
         conn.execute("UPDATE crashproof_meta SET value = '2' WHERE key = 'schema_version'")
         conn.commit()
-    with cp.Ledger(f"sqlite:///{path}") as ledger:  # only new columns: migrated on open
-        assert ledger.get_run("h").result == "hi"
-    assert [v for (v,) in rows(path, "SELECT version FROM crashproof_migrations")] == [1, 2, 3]
+    records = rows(path, "SELECT run_id, seq, payload, mac FROM events ORDER BY run_id, seq")
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        assert ledger.get_run("g-done").status is cp.RunStatus.SUCCEEDED
+    assert [v for (v,) in rows(path, "SELECT version FROM crashproof_migrations")] == list(
+        range(1, len(MIGRATIONS) + 1)
+    )
     assert "fencing_token" in {r[1] for r in rows(path, "PRAGMA table_info(runs)")}
+    assert rows(path, "SELECT run_id, seq, payload, mac FROM events ORDER BY id") == records
+    assert rows(path, "SELECT count(*) FROM events WHERE id - seq != (id >> 32) << 32") == [(0,)]
+
+
+def test_a_relayout_that_would_lose_records_refuses_and_changes_nothing(tmp_path: Path) -> None:
+    path = golden_copy(tmp_path, "schema3.db")
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # a record of no run
+        conn.execute(
+            "INSERT INTO events SELECT 'ghost', seq, type, key, payload, value, blob, "
+            "created_at, key_id, mac FROM events WHERE run_id = 'g-done' AND seq = 0"
+        )
+        conn.commit()
+    before = rows(path, "SELECT count(*) FROM events")
+    conn, current = open_for_migration(path)
+    with contextlib.closing(conn):
+        plan = plan_migration(conn, current, str(path))
+        assert plan.additive  # a relayout changes no value
+        assert "  rebuild table events in a new layout: 10 row(s) copied as they are" in (
+            plan.changes
+        )
+        with pytest.raises(MigrationRequired, match="copies 9 of the 10 rows of table events"):
+            apply_plan(conn, plan, _sealer())
+    assert rows(path, "SELECT count(*) FROM events") == before
+    assert rows(path, "SELECT value FROM crashproof_meta WHERE key = 'schema_version'") == [("3",)]
+    with pytest.raises(MigrationRequired, match="copies 9 of the 10"):
+        cp.Ledger(f"sqlite:///{path}")
 
 
 def test_open_for_migration_refuses_newer_and_foreign_files(tmp_path: Path) -> None:

@@ -5,6 +5,9 @@ A plan lists every change that migrating a ledger makes, before anything is writ
 - each pending numbered migration, and what its statements do: new tables, indexes, and
   new columns with the value existing rows get (their DEFAULT, else NULL);
 - any other statement (an UPDATE, a DROP...), shown as it is;
+- a table rebuilt in a new physical layout, declared in the migration file by a
+  ``-- relayout: TABLE`` line: its statements copy every row as it is, which applying
+  checks (the row count before and after); it changes no value, so it is not a rewrite;
 - value maps declared in a migration file by a ``-- map: TABLE.COLUMN OLD -> NEW`` line
   (e.g. a run status renamed), with the number of rows each one rewrites;
 - journal records that carry no MAC (written before schema 2): migrating seals them with
@@ -42,6 +45,7 @@ __all__ = [
     "check_automatic",
     "open_for_migration",
     "plan_migration",
+    "run_migration",
     "split_statements",
 ]
 
@@ -49,6 +53,7 @@ _MIGRATIONS = load_migrations("sqlite")
 _Q = load_queries("sqlite")
 TARGET = _MIGRATIONS[-1].version
 
+_RELAYOUT = re.compile(r"^--\s*relayout:\s*(\w+)\s*$", re.MULTILINE)
 _MAP = re.compile(r"^--\s*map:\s*(\w+)\.(\w+)\s+(\S+)\s*->\s*(\S+)\s*$", re.MULTILINE)
 _ADD_COLUMN = re.compile(
     r"ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)\s+(\w+(?:\s+precision)?)(.*)$",
@@ -161,9 +166,15 @@ def plan_migration(
     mapped: dict[tuple[str, str], dict[str, str]] = {}
     for migration in plan.migrations:
         plan.changes.append(f"migration {migration.version:04d}_{migration.name}")
+        relayout = _RELAYOUT.findall(migration.sql)
+        for table in relayout:
+            rows = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            plan.changes.append(
+                f"  rebuild table {table} in a new layout: {rows} row(s) copied as they are"
+            )
         for statement in split_statements(migration.sql):
             change = _describe(statement, conn)
-            plan.rewrites += change.startswith("statement:")
+            plan.rewrites += change.startswith("statement:") and not relayout
             plan.changes.append("  " + change)
         for table, column, old, new in _MAP.findall(migration.sql):
             mapped.setdefault((table, column), {})[old] = new
@@ -256,8 +267,7 @@ def _apply(
                 "Preview again."
             )
         for migration in plan.migrations:
-            for statement in split_statements(migration.sql):
-                conn.execute(statement)
+            run_migration(conn, migration, plan.where)
             conn.execute(_Q["record_migration"], (migration.version, migration.name, time.time()))
         for m in plan.maps:
             conn.execute(
@@ -274,6 +284,23 @@ def _apply(
     return sealed
 
 
+def run_migration(conn: sqlite3.Connection, migration: Migration, where: str) -> None:
+    """Execute one migration's statements inside the caller's transaction. A table it
+    declares rebuilt (``-- relayout: TABLE``) must hold as many rows after as before."""
+    tables = _RELAYOUT.findall(migration.sql)
+    before = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables]
+    for statement in split_statements(migration.sql):
+        conn.execute(statement)
+    for table, count in zip(tables, before, strict=True):
+        after = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        if after != count:
+            raise MigrationRequired(
+                f"ledger {where}: migration {migration.version:04d}_{migration.name} copies "
+                f"{after} of the {count} rows of table {table} (rows that belong to no "
+                "run?); nothing was changed. Check the ledger with `crashproof check`."
+            )
+
+
 def _seal_unsealed(conn: sqlite3.Connection, sealer: RecordSealer) -> list[tuple[str, int]]:
     """Seal every run that has a record without a MAC, whole, from its first record."""
     run_ids = [r[0] for r in conn.execute("SELECT DISTINCT run_id FROM events WHERE mac IS NULL")]
@@ -281,7 +308,7 @@ def _seal_unsealed(conn: sqlite3.Connection, sealer: RecordSealer) -> list[tuple
     for run_id in sorted(run_ids):
         rows: Sequence[Any] = conn.execute(_Q["load_events"], (run_id,)).fetchall()
         prev = GENESIS
-        for seq, type_, key, payload, value, created_at, key_id, mac, _blob in rows:
+        for seq, type_, key, payload, value, created_at, key_id, mac, *_ in rows:
             if mac is not None:
                 raise MigrationRequired(
                     f"run {run_id!r} mixes sealed and unsealed records (record {seq} is "

@@ -10,7 +10,7 @@ import datetime as dt
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from crashproof.errors import LeaseHeld, StaleLeaseError
 from crashproof.journal.records import Event, RunRow, RunStatus
@@ -76,19 +76,22 @@ def check_claimable(
         raise lease_held(run_id, held_by, expires_at)
 
 
+_End = TypeVar("_End", bound=tuple[Any, ...])
+
+
 def check_append(
     run_id: str,
     where: str,
-    end: tuple[int, Any, int] | None,
+    end: _End | None,
     fencing_token: int | None,
     events: Sequence[Event],
-) -> tuple[int, Any, int]:
+) -> _End:
     """The append rule every store applies, against the journal's end as read in the
-    append's transaction, ``end`` = (next seq, last MAC, the run's fencing token), None
-    when the run does not exist: the writer's lease must be current and ``events`` must
-    continue the journal exactly. (The primary key only refuses a taken seq; a gap, a
-    reorder or a missing run would slip through it.) Else StaleLeaseError; returns
-    ``end``, known to exist."""
+    append's transaction, ``end`` = (next seq, last MAC, the run's fencing token, and
+    whatever else the store keeps there), None when the run does not exist: the
+    writer's lease must be current and ``events`` must continue the journal exactly.
+    (The primary key only refuses a taken seq; a gap, a reorder or a missing run would
+    slip through it.) Else StaleLeaseError; returns ``end``, known to exist."""
     if end is None:
         raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {where}")
     if fencing_token is not None and fencing_token != end[2]:

@@ -28,7 +28,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
-from crashproof.store.migrate import check_automatic
+from crashproof.store.migrate import check_automatic, run_migration
 from crashproof.store.port import (
     GENESIS,
     Lease,
@@ -52,6 +52,7 @@ SCHEMA_VERSION = _MIGRATIONS[-1].version
 # "output": commits ride in the WAL unsynced; append(durable=True) and sync() force one.
 _SYNCHRONOUS = {"output": "NORMAL", "full": "FULL", "normal": "NORMAL"}
 _EVENT_TYPES = {t.value: t for t in EventType}  # EventType(x) costs ~1 us per event
+_RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
 
 # A journal record exactly as stored: seq, type, key, payload text, value text (wherever
 # kept), created_at, key_id, mac. Used by checkpoint export/import only.
@@ -86,9 +87,9 @@ class SQLiteStore:
         # opened (a crashed process may have left commits there unsynced).
         self._commits = 1
         # Each run's journal end as this connection last committed it: (next seq, last MAC,
-        # fencing token), valid while PRAGMA data_version is unchanged, i.e. no other
-        # connection committed since; any other write through this store clears it.
-        self._ends: dict[str, tuple[int, str | None, int]] = {}
+        # fencing token, run_no), valid while PRAGMA data_version is unchanged, i.e. no
+        # other connection committed since; any other write through this store clears it.
+        self._ends: dict[str, tuple[int, str | None, int, int]] = {}
         self._ends_version: int | None = None
         self._wal_sync = WalSyncer(self.path)
         self._group = GroupSync(self._flush)
@@ -157,8 +158,8 @@ class SQLiteStore:
                 for statement in _split_statements(load_schema("sqlite")):
                     conn.execute(statement)
             for migration in pending:
-                for statement in _split_statements(migration.sql) if current else ():
-                    conn.execute(statement)
+                if current:
+                    run_migration(conn, migration, str(self.path))
                 conn.execute(
                     _Q["record_migration"], (migration.version, migration.name, time.time())
                 )
@@ -172,10 +173,11 @@ class SQLiteStore:
 
     def create_run(self, row: RunRow, first: Event) -> RunRow | None:
         with self._transaction() as conn:
-            if not _insert_run_row(conn, row):
+            run_no = _insert_run_row(conn, row)
+            if run_no is None:
                 existing = conn.execute(_Q["get_run"], (row.run_id,)).fetchone()
                 return _row(existing)
-            self._insert_events(conn, (first,), GENESIS)
+            self._insert_events(conn, (first,), GENESIS, run_no)
             return None
 
     def get_run(self, run_id: str) -> RunRow | None:
@@ -195,8 +197,8 @@ class SQLiteStore:
         with self._lock, self._errors():
             rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
         for row in rows:
-            if row[8] is not None and row[4] is None:
-                raise IntegrityError(f"run {run_id!r} event {row[0]}: blob {row[8]} is missing")
+            if row[9] or (row[8] is not None and row[4] is None):
+                raise _unreadable(run_id, row)
         if self._sealer is not None:  # every record verified before anything parses it
             self._sealer.verify_chain(run_id, rows, GENESIS)
         types, make = _EVENT_TYPES, Event.stored
@@ -208,7 +210,7 @@ class SQLiteStore:
             # Payloads stay text until read (Event.stored): the MACs above covered them.
             return [
                 make(run_id, seq, types[type_], key, payload, created_at, value)
-                for seq, type_, key, payload, value, created_at, _kid, _mac, _blob in rows
+                for seq, type_, key, payload, value, created_at, _kid, _mac, _blob, _other in rows
             ]
         except KeyError:
             pass
@@ -288,7 +290,7 @@ class SQLiteStore:
         if found is None:
             found = conn.execute(_Q["journal_end"], (run_id,)).fetchone()
         found = check_append(run_id, str(self.path), found, fencing_token, events)
-        mac = self._insert_events(conn, events, found[1] or GENESIS)
+        mac = self._insert_events(conn, events, found[1] or GENESIS, found[3])
         if status is not None:
             conn.execute(
                 _Q["set_status"],
@@ -298,7 +300,7 @@ class SQLiteStore:
             self._ends.clear()  # someone else wrote: what was known is stale
             self._ends_version = version
         # Under the lock; a failed COMMIT clears it again (_rollback).
-        self._ends[run_id] = (found[0] + len(events), mac, found[2])
+        self._ends[run_id] = (found[0] + len(events), mac, found[2], found[3])
 
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
@@ -393,17 +395,18 @@ class SQLiteStore:
         with self._lock, self._errors():
             rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
         records: list[RawRecord] = []
-        for seq, type_, key, payload, value, created_at, key_id, mac, blob in rows:
-            if blob is not None and value is None:
-                raise IntegrityError(f"run {run_id!r} event {seq}: blob {blob} is missing")
-            records.append((seq, type_, key, payload, value, created_at, key_id, mac))
+        for row in rows:
+            if row[9] or (row[8] is not None and row[4] is None):
+                raise _unreadable(run_id, row)
+            records.append(row[:8])
         return records
 
     def install_run(self, row: RunRow, records: Sequence[RawRecord]) -> bool:
         """Insert ``row`` and its already-sealed records in one transaction, unless the
         run exists (then nothing is written and False is returned)."""
         with self._transaction() as conn:
-            if not _insert_run_row(conn, row):
+            run_no = _insert_run_row(conn, row)
+            if run_no is None:
                 return False
             for seq, type_, key, payload, value, created_at, key_id, mac in records:
                 blob = blob_digest(value)
@@ -412,16 +415,29 @@ class SQLiteStore:
                     value = None
                 conn.execute(
                     _Q["insert_event"],
-                    (row.run_id, seq, type_, key, payload, value, blob, created_at, key_id, mac),
+                    (
+                        _row_id(row.run_id, run_no, seq),
+                        row.run_id,
+                        seq,
+                        type_,
+                        key,
+                        payload,
+                        value,
+                        blob,
+                        created_at,
+                        key_id,
+                        mac,
+                    ),
                 )
             return True
 
     # -- internals ---------------------------------------------------------
 
     def _insert_events(
-        self, conn: sqlite3.Connection, events: Sequence[Event], prev_mac: str
+        self, conn: sqlite3.Connection, events: Sequence[Event], prev_mac: str, run_no: int | None
     ) -> str | None:
-        """Insert and seal ``events`` after ``prev_mac``; the last MAC (None unsealed)."""
+        """Insert and seal ``events`` (of the run numbered ``run_no``) after ``prev_mac``;
+        the last MAC (None unsealed)."""
         mac = None
         try:
             for event in events:
@@ -448,6 +464,7 @@ class SQLiteStore:
                 conn.execute(
                     _Q["insert_event"],
                     (
+                        _row_id(event.run_id, run_no, event.seq),
                         event.run_id,
                         event.seq,
                         event.type._value_,
@@ -521,9 +538,10 @@ class SQLiteStore:
         )
 
 
-def _insert_run_row(conn: sqlite3.Connection, row: RunRow) -> bool:
-    """Insert a run's index row unless the run exists; True when inserted."""
-    cur = conn.execute(
+def _insert_run_row(conn: sqlite3.Connection, row: RunRow) -> int | None:
+    """Insert a run's index row unless the run exists; the new run's number (run_no),
+    None when the run exists."""
+    found = conn.execute(
         _Q["insert_run"],
         (
             row.run_id,
@@ -535,8 +553,29 @@ def _insert_run_row(conn: sqlite3.Connection, row: RunRow) -> bool:
             row.created_at,
             row.updated_at,
         ),
-    )
-    return cur.rowcount > 0
+    ).fetchall()  # (RETURNING: read it all, or the statement is still in progress)
+    return None if not found else int(found[0][0])
+
+
+def _row_id(run_id: str, run_no: int | None, seq: int) -> int:
+    """A record's row id (schema.sql: run_no * 2^32 + seq)."""
+    if run_no is None or not 0 <= seq < _RUN_SPAN:
+        raise IntegrityError(
+            f"run {run_id!r}: record {seq} cannot be stored (run number {run_no}; a run "
+            f"holds records 0 to {_RUN_SPAN - 1}); nothing of this write was kept"
+        )
+    return (run_no << 32) + seq
+
+
+def _unreadable(run_id: str, row: Sequence[Any]) -> IntegrityError:
+    """The error for a loaded row that names another run, or whose blob is missing."""
+    if row[9]:
+        return IntegrityError(
+            f"run {run_id!r} record {row[0]} is stored among this run's records but names "
+            "another run: the ledger file was edited; nothing was executed. Restore it from "
+            "a backup."
+        )
+    return IntegrityError(f"run {run_id!r} event {row[0]}: blob {row[8]} is missing")
 
 
 def _row(found: Any) -> RunRow:

@@ -11,9 +11,12 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 INSERT INTO crashproof_migrations (version, name, applied_at) VALUES (?, ?, ?);
 
 -- name: insert_run
-INSERT INTO runs (run_id, workflow, version, status, reason, input_digest, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id) DO NOTHING;
+-- Returns the new run's number (no row when the run exists already).
+INSERT INTO runs (run_id, workflow, version, status, reason, input_digest, created_at, updated_at,
+                  run_no)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(run_no), 0) + 1 FROM runs))
+ON CONFLICT (run_id) DO NOTHING
+RETURNING run_no;
 
 -- name: get_run
 SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
@@ -31,22 +34,32 @@ FROM runs WHERE status = ? ORDER BY created_at, run_id;
 UPDATE runs SET status = ?, reason = ?, updated_at = ? WHERE run_id = ?;
 
 -- name: insert_event
-INSERT INTO events (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+-- The first value is the row id: the run's run_no * 2^32 + seq (schema.sql).
+INSERT INTO events (id, run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_blob
 INSERT INTO blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING;
 
 -- name: load_events
+-- The run's row-id range, in order. The last column is 1 for a record in the range that
+-- names another run (only an edited file has one).
 SELECT e.seq, e.type, e.key, e.payload, coalesce(e.value, b.data), e.created_at, e.key_id,
-       e.mac, e.blob
-FROM events AS e LEFT JOIN blobs AS b ON b.digest = e.blob
-WHERE e.run_id = ? ORDER BY e.seq;
+       e.mac, e.blob, e.run_id IS NOT r.run_id
+FROM runs AS r
+JOIN events AS e ON e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
+LEFT JOIN blobs AS b ON b.digest = e.blob
+WHERE r.run_id = ? ORDER BY e.id;
 
 -- name: journal_end
-SELECT (SELECT coalesce(max(e.seq) + 1, 0) FROM events AS e WHERE e.run_id = r.run_id),
-       (SELECT e.mac FROM events AS e WHERE e.run_id = r.run_id ORDER BY e.seq DESC LIMIT 1),
-       r.fencing_token
+-- (next seq, last MAC, fencing token, run_no) of a run; no row for an unknown run.
+SELECT coalesce((SELECT max(e.id) FROM events AS e
+                 WHERE e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295)
+                - (r.run_no << 32) + 1, 0),
+       (SELECT e.mac FROM events AS e
+        WHERE e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
+        ORDER BY e.id DESC LIMIT 1),
+       r.fencing_token, r.run_no
 FROM runs AS r WHERE r.run_id = ?;
 
 -- name: get_lease

@@ -26,9 +26,12 @@ CREATE TABLE runs (
     updated_at       REAL NOT NULL,
     owner            TEXT,
     lease_expires_at REAL,
-    fencing_token    INTEGER NOT NULL DEFAULT 0
+    fencing_token    INTEGER NOT NULL DEFAULT 0,
+    run_no           INTEGER
 ) STRICT;
 CREATE INDEX runs_by_status ON runs (status, created_at);
+-- run_no: the run's number, the high half of its records' row ids (events.id).
+CREATE UNIQUE INDEX runs_by_no ON runs (run_no);
 
 -- Large recorded values (model responses, results), stored once by SHA-256.
 CREATE TABLE blobs (
@@ -36,10 +39,13 @@ CREATE TABLE blobs (
     data   TEXT NOT NULL
 ) STRICT, WITHOUT ROWID;
 
--- The append-only journal. (run_id, seq) is the fence against two writers. Every record
--- is sealed by an HMAC chain: key_id names the key (never the key itself); mac covers the
--- record's stored bytes and the previous record's mac.
+-- The append-only journal. A record's row id is its run's run_no * 2^32 + seq: a run's
+-- records sit side by side in one rowid B-tree, an append lands at the end of its run,
+-- and the row id is the fence against two writers (one row per run and seq). Every
+-- record is sealed by an HMAC chain: key_id names the key (never the key itself); mac
+-- covers the record's stored bytes (run_id and seq included) and the previous record's mac.
 CREATE TABLE events (
+    id         INTEGER PRIMARY KEY,
     run_id     TEXT NOT NULL,
     seq        INTEGER NOT NULL,
     type       TEXT NOT NULL,
@@ -50,5 +56,5 @@ CREATE TABLE events (
     created_at REAL NOT NULL,
     key_id     TEXT,
     mac        TEXT,
-    PRIMARY KEY (run_id, seq)
-) STRICT, WITHOUT ROWID;
+    CHECK (seq >= 0 AND seq < 4294967296 AND id - seq = (id >> 32) << 32)
+) STRICT;
