@@ -53,8 +53,10 @@ WHERE r.run_id = ? ORDER BY e.id;
 
 -- name: journal_end
 -- (next seq, last MAC, fencing token, run_no) of a run; no row for an unknown run.
-SELECT coalesce((SELECT max(e.id) FROM events AS e
-                 WHERE e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295)
+-- (ORDER BY id DESC LIMIT 1, not max(id): max over a range reads the whole range.)
+SELECT coalesce((SELECT e.id FROM events AS e
+                 WHERE e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
+                 ORDER BY e.id DESC LIMIT 1)
                 - (r.run_no << 32) + 1, 0),
        (SELECT e.mac FROM events AS e
         WHERE e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
