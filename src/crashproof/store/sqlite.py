@@ -197,11 +197,14 @@ class SQLiteStore:
     def load_events(self, run_id: str) -> list[Event]:
         with self._lock, self._errors():
             rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
-        for row in rows:
-            if row[9] or (row[8] is not None and row[4] is None):
-                raise _unreadable(run_id, row)
-        if self._sealer is not None:  # every record verified before anything parses it
-            self._sealer.verify_chain(run_id, rows, GENESIS)
+        if self._sealer is None:
+            _check_rows(run_id, rows)
+        else:  # every record verified before anything parses it
+            try:
+                self._sealer.verify_chain(run_id, rows, GENESIS)
+            except IntegrityError:
+                _check_rows(run_id, rows)  # a missing blob, a record of another run
+                raise
         types, make = _EVENT_TYPES, Event.stored
         # Tens of thousands of new objects, none in a cycle: without the collector's
         # passes over them (and everything else alive), a long journal loads faster.
@@ -398,12 +401,8 @@ class SQLiteStore:
         """The run's records exactly as stored (not verified: the caller verifies)."""
         with self._lock, self._errors():
             rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
-        records: list[RawRecord] = []
-        for row in rows:
-            if row[9] or (row[8] is not None and row[4] is None):
-                raise _unreadable(run_id, row)
-            records.append(row[:8])
-        return records
+        _check_rows(run_id, rows)
+        return [row[:8] for row in rows]
 
     def install_run(self, row: RunRow, records: Sequence[RawRecord]) -> bool:
         """Insert ``row`` and its already-sealed records in one transaction, unless the
@@ -575,15 +574,18 @@ def _row_id(run_id: str, run_no: int | None, seq: int) -> int:
     return (run_no << 32) + seq
 
 
-def _unreadable(run_id: str, row: Sequence[Any]) -> IntegrityError:
-    """The error for a loaded row that names another run, or whose blob is missing."""
-    if row[9]:
-        return IntegrityError(
-            f"run {run_id!r} record {row[0]} is stored among this run's records but names "
-            "another run: the ledger file was edited; nothing was executed. Restore it from "
-            "a backup."
-        )
-    return IntegrityError(f"run {run_id!r} event {row[0]}: blob {row[8]} is missing")
+def _check_rows(run_id: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Refuse loaded rows (load_events) of which one names another run or lacks its blob.
+    (A sealed journal's MACs catch both: this names the cause.)"""
+    for row in rows:
+        if row[9] is not None:
+            raise IntegrityError(
+                f"run {run_id!r} record {row[9]} is stored among this run's records but "
+                "names another run: the ledger file was edited; nothing was executed. "
+                "Restore it from a backup."
+            )
+        if row[8] is not None and row[4] is None:
+            raise IntegrityError(f"run {run_id!r} event {row[0]}: blob {row[8]} is missing")
 
 
 def _row(found: Any) -> RunRow:

@@ -42,10 +42,12 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 INSERT INTO blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING;
 
 -- name: load_events
--- The run's row-id range, in order. The last column is 1 for a record in the range that
--- names another run (only an edited file has one).
-SELECT e.seq, e.type, e.key, e.payload, coalesce(e.value, b.data), e.created_at, e.key_id,
-       e.mac, e.blob, e.run_id IS NOT r.run_id
+-- The run's row-id range, in order. A record there that names another run (only an
+-- edited file has one) reads as seq -1, so its MAC cannot match, and its seq is in the
+-- last column (NULL for every sound record) to name it.
+SELECT CASE WHEN e.run_id IS r.run_id THEN e.seq ELSE -1 END, e.type, e.key, e.payload,
+       coalesce(e.value, b.data), e.created_at, e.key_id, e.mac, e.blob,
+       CASE WHEN e.run_id IS r.run_id THEN NULL ELSE e.seq END
 FROM runs AS r
 JOIN events AS e ON e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
 LEFT JOIN blobs AS b ON b.digest = e.blob
