@@ -193,3 +193,57 @@ def test_a_store_that_knows_a_runs_end_still_sees_other_writers(tmp_path: Path) 
     finally:
         first.close()
         second.close()
+
+
+def test_the_usual_append_is_one_statement_and_a_refused_one_keeps_nothing(
+    tmp_path: Path,
+) -> None:
+    """One record right after the one this store wrote is one INSERT in autocommit mode
+    that checks the run's last record and fencing token itself; anything else (another
+    writer's record, a claim) takes the checked transaction and is refused as before."""
+    path = tmp_path / "ledger.db"
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    row = RunRow(
+        run_id="r1",
+        workflow="wf",
+        version="1",
+        status=RunStatus.RUNNING,
+        input_digest="d" * 64,
+        created_at=1.0,
+        updated_at=1.0,
+    )
+
+    def event(seq: int) -> Event:
+        type_ = EventType.RUN_STARTED if seq == 0 else EventType.STEP_DONE
+        key = None if seq == 0 else f"s{seq}"
+        return Event(
+            run_id="r1", seq=seq, type=type_, key=key, payload={}, value_json="1", created_at=1.0
+        )
+
+    statements: list[str] = []
+
+    def kinds() -> list[str]:  # each statement's first word, after its comment lines
+        code = ("\n".join(x for x in s.splitlines() if not x.startswith("--")) for s in statements)
+        return [c.split()[0] for c in code]
+
+    try:
+        first.create_run(row, event(0))
+        first.append([event(1)])
+        first._conn.set_trace_callback(statements.append)
+        first.append([event(2)])
+        assert kinds() == ["INSERT"]
+        lease = first.claim("r1", "w1", 30.0)
+        first.append([event(3)], fencing_token=lease.token)
+        statements.clear()
+        first.append([event(4)], fencing_token=lease.token)
+        assert kinds() == ["INSERT"]
+        second.claim("r1", "w2", 30.0, take_over=True)  # unknown to ``first``
+        statements.clear()
+        with pytest.raises(cp.StaleLeaseError, match="taken over"):
+            first.append([event(5)], fencing_token=lease.token)
+        assert kinds()[:2] == ["INSERT", "BEGIN"]  # refused by its own check, then the
+        # checked path named the cause
+        assert [e.seq for e in second.load_events("r1")] == [0, 1, 2, 3, 4]
+    finally:
+        first.close()
+        second.close()

@@ -9,7 +9,6 @@ this version can read.
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sqlite3
 import threading
@@ -27,7 +26,7 @@ from crashproof.errors import (
     StaleLeaseError,
 )
 from crashproof.journal.codec import encode
-from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.journal.records import Event, RunRow, RunStatus
 from crashproof.store.migrate import check_automatic, run_migration
 from crashproof.store.port import (
     GENESIS,
@@ -35,12 +34,12 @@ from crashproof.store.port import (
     RecordSealer,
     StatusChange,
     blob_digest,
-    check_append,
     check_claimable,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
 from crashproof.store.sqlite_file import check_file
+from crashproof.store.sqlite_journal import JournalEnd, SQLiteJournal, check_rows, row_id
 from crashproof.store.syncing import GroupSync, WalSyncer
 
 __all__ = ["SQLiteStore"]
@@ -51,15 +50,13 @@ _MIGRATIONS = load_migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
 # "output": commits ride in the WAL unsynced; append(durable=True) and sync() force one.
 _SYNCHRONOUS = {"output": "NORMAL", "full": "FULL", "normal": "NORMAL"}
-_EVENT_TYPES = {t.value: t for t in EventType}  # EventType(x) costs ~1 us per event
-_RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
 
 # A journal record exactly as stored: seq, type, key, payload text, value text (wherever
 # kept), created_at, key_id, mac. Used by checkpoint export/import only.
 RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteJournal):
     """A ledger in one SQLite file. Thread-safe: one connection behind a lock."""
 
     def __init__(
@@ -89,7 +86,7 @@ class SQLiteStore:
         # Each run's journal end as this connection last committed it: (next seq, last MAC,
         # fencing token, run_no), valid while PRAGMA data_version is unchanged, i.e. no
         # other connection committed since; any other write through this store clears it.
-        self._ends: dict[str, tuple[int, str | None, int, int]] = {}
+        self._ends: dict[str, JournalEnd] = {}
         self._ends_version: int | None = None
         self._wal_sync = WalSyncer(self.path)
         self._group = GroupSync(self._flush)
@@ -194,121 +191,6 @@ class SQLiteStore:
                 rows = self._conn.execute(_Q["list_runs_by_status"], (status.value,)).fetchall()
         return [_row(r) for r in rows]
 
-    def load_events(self, run_id: str) -> list[Event]:
-        with self._lock, self._errors():
-            rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
-        if self._sealer is None:
-            _check_rows(run_id, rows)
-        else:  # every record verified before anything parses it
-            try:
-                self._sealer.verify_chain(run_id, rows, GENESIS)
-            except IntegrityError:
-                _check_rows(run_id, rows)  # a missing blob, a record of another run
-                raise
-        types, make = _EVENT_TYPES, Event.stored
-        # Tens of thousands of new objects, none in a cycle: without the collector's
-        # passes over them (and everything else alive), a long journal loads faster.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            # Payloads stay text until read (Event.stored): the MACs above covered them.
-            return [
-                make(run_id, seq, types[type_], key, payload, created_at, value)
-                for seq, type_, key, payload, value, created_at, _kid, _mac, _blob, _other in rows
-            ]
-        except KeyError:
-            pass
-        finally:
-            if collecting:
-                gc.enable()
-        for seq, type_, *_ in rows:  # name the record of an unknown type
-            if type_ not in types:
-                raise IntegrityError(
-                    f"run {run_id!r} event {seq} is unreadable: unknown type {type_!r}"
-                )
-        raise IntegrityError(f"run {run_id!r}: its journal is unreadable")
-
-    def append(
-        self,
-        events: Sequence[Event],
-        status: StatusChange | None = None,
-        *,
-        fencing_token: int | None = None,
-        durable: bool = False,
-    ) -> None:
-        if not events:
-            return
-        run_id = events[0].run_id
-        self._append(events, status, fencing_token, run_id)
-        if durable:
-            self.sync()
-
-    def sync(self) -> None:
-        # "full" synced every commit already, "normal" never forces one.
-        if self.durability == "output":
-            self._group.wait(self._commits)
-
-    @property
-    def syncs(self) -> int:
-        """How many forced syncs this store did (in "output" durability)."""
-        return self._group.flushes
-
-    def _append(
-        self,
-        events: Sequence[Event],
-        status: StatusChange | None,
-        fencing_token: int | None,
-        run_id: str,
-    ) -> None:
-        # _transaction and _errors, inlined (this runs for every journal commit). One
-        # cursor for every append: conn.execute would make and drop a cursor per statement.
-        with self._lock:
-            conn = self._cursor
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    self._append_locked(conn, events, status, fencing_token, run_id)
-                    conn.execute("COMMIT")
-                    self._commits += 1
-                except BaseException:
-                    self._rollback(conn)
-                    raise
-            except sqlite3.DatabaseError as exc:
-                translated = self._translate(exc)
-                if translated is None:
-                    raise
-                raise translated from None
-
-    def _append_locked(
-        self,
-        conn: sqlite3.Cursor,
-        events: Sequence[Event],
-        status: StatusChange | None,
-        fencing_token: int | None,
-        run_id: str,
-    ) -> None:
-        # The primary key only refuses a taken seq; a gap, a reorder or a missing run
-        # would slip through it, so check the batch against the journal's end first:
-        # the one this connection committed last, unless anyone else committed since.
-        # (Tried: the check as a guard in the INSERT itself instead of PRAGMA
-        # data_version; it saved 1k of ~170k instructions per step.)
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
-        found = self._ends.get(run_id) if version == self._ends_version else None
-        if found is None:
-            found = conn.execute(_Q["journal_end"], (run_id,)).fetchone()
-        found = check_append(run_id, str(self.path), found, fencing_token, events)
-        mac = self._insert_events(conn, events, found[1] or GENESIS, found[3])
-        if status is not None:
-            conn.execute(
-                _Q["set_status"],
-                (status[0].value, _utf8(status[1]), time.time(), events[0].run_id),
-            )
-        if version != self._ends_version:
-            self._ends.clear()  # someone else wrote: what was known is stale
-            self._ends_version = version
-        # Under the lock; a failed COMMIT clears it again (_rollback).
-        self._ends[run_id] = (found[0] + len(events), mac, found[2], found[3])
-
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
     ) -> Lease:
@@ -375,6 +257,31 @@ class SQLiteStore:
 
     # -- forced syncs (durability "output") -----------------------------------
 
+    def append(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None = None,
+        *,
+        fencing_token: int | None = None,
+        durable: bool = False,
+    ) -> None:
+        if not events:
+            return
+        run_id = events[0].run_id
+        self._append(events, status, fencing_token, run_id)
+        if durable:
+            self.sync()
+
+    def sync(self) -> None:
+        # "full" synced every commit already, "normal" never forces one.
+        if self.durability == "output":
+            self._group.wait(self._commits)
+
+    @property
+    def syncs(self) -> int:
+        """How many forced syncs this store did (in "output" durability)."""
+        return self._group.flushes
+
     def _flush(self) -> int:
         """The group's leader: sync every commit so far; returns how many that is."""
         with self._lock:
@@ -401,7 +308,7 @@ class SQLiteStore:
         """The run's records exactly as stored (not verified: the caller verifies)."""
         with self._lock, self._errors():
             rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
-        _check_rows(run_id, rows)
+        check_rows(run_id, rows)
         return [row[:8] for row in rows]
 
     def install_run(self, row: RunRow, records: Sequence[RawRecord]) -> bool:
@@ -419,7 +326,7 @@ class SQLiteStore:
                 conn.execute(
                     _Q["insert_event"],
                     (
-                        _row_id(row.run_id, run_no, seq),
+                        row_id(row.run_id, run_no, seq),
                         row.run_id,
                         seq,
                         type_,
@@ -436,62 +343,6 @@ class SQLiteStore:
 
     # -- internals ---------------------------------------------------------
 
-    def _insert_events(
-        self,
-        conn: sqlite3.Connection | sqlite3.Cursor,
-        events: Sequence[Event],
-        prev_mac: str,
-        run_no: int | None,
-    ) -> str | None:
-        """Insert and seal ``events`` (of the run numbered ``run_no``) after ``prev_mac``;
-        the last MAC (None unsealed)."""
-        mac = None
-        try:
-            for event in events:
-                # codec.encode: the one encoder of stored JSON (module docstring there).
-                payload = encode(event.payload, what="a journal record")
-                key_id = None
-                if self._sealer is not None:  # sealed over exactly the bytes stored
-                    key_id, mac = self._sealer.seal(
-                        event.run_id,
-                        event.seq,
-                        event.type._value_,
-                        event.key,
-                        payload,
-                        event.value_json,
-                        event.created_at,
-                        prev_mac,
-                    )
-                    prev_mac = mac
-                value = event.value_json
-                blob = blob_digest(value)
-                if blob is not None:
-                    conn.execute(_Q["insert_blob"], (blob, value))
-                    value = None
-                conn.execute(
-                    _Q["insert_event"],
-                    (
-                        _row_id(event.run_id, run_no, event.seq),
-                        event.run_id,
-                        event.seq,
-                        event.type._value_,
-                        event.key,
-                        payload,
-                        value,
-                        blob,
-                        event.created_at,
-                        key_id,
-                        mac,
-                    ),
-                )
-        except sqlite3.IntegrityError:
-            first = events[0]
-            raise StaleLeaseError(
-                f"run {first.run_id!r}: journal sequence {first.seq} is already taken; "
-                "another writer is appending to this run. Nothing of this write was kept."
-            ) from None
-        return mac
-
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock, self._errors():
@@ -505,44 +356,6 @@ class SQLiteStore:
             except BaseException:
                 self._rollback(conn)
                 raise
-
-    def _rollback(self, conn: sqlite3.Connection | sqlite3.Cursor) -> None:
-        # Also when COMMIT itself fails (disk full, I/O error): never leave the shared
-        # connection inside a transaction (the caller re-raises the original error).
-        self._ends.clear()
-        if self._conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        """Turn SQLite's low-level errors into clear crashproof ones."""
-        try:
-            yield
-        except sqlite3.DatabaseError as exc:
-            translated = self._translate(exc)
-            if translated is None:
-                raise  # a constraint: the caller turns a taken seq into StaleLeaseError
-            raise translated from None
-
-    def _translate(self, exc: sqlite3.DatabaseError) -> Exception | None:
-        """The clear crashproof error for a SQLite error; None for a constraint."""
-        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-            return LedgerError(
-                f"ledger {self.path} is locked by another process ({exc}); try again"
-            )
-        if isinstance(exc, sqlite3.IntegrityError):
-            return None
-        if isinstance(exc, sqlite3.OperationalError):
-            return LedgerError(
-                f"ledger {self.path} cannot be used ({exc}); nothing of this operation "
-                "was kept. Check the disk, the file's permissions, and that no other "
-                "program replaced the file while it was open."
-            )
-        return IntegrityError(
-            f"ledger {self.path} is corrupt or not a ledger ({exc}); nothing was changed. "
-            "Restore it from a backup, or point --db at another file."
-        )
 
 
 def _insert_run_row(conn: sqlite3.Connection, row: RunRow) -> int | None:
@@ -564,30 +377,6 @@ def _insert_run_row(conn: sqlite3.Connection, row: RunRow) -> int | None:
     return None if not found else int(found[0][0])
 
 
-def _row_id(run_id: str, run_no: int | None, seq: int) -> int:
-    """A record's row id (schema.sql: run_no * 2^32 + seq)."""
-    if run_no is None or not 0 <= seq < _RUN_SPAN:
-        raise IntegrityError(
-            f"run {run_id!r}: record {seq} cannot be stored (run number {run_no}; a run "
-            f"holds records 0 to {_RUN_SPAN - 1}); nothing of this write was kept"
-        )
-    return (run_no << 32) + seq
-
-
-def _check_rows(run_id: str, rows: Sequence[Sequence[Any]]) -> None:
-    """Refuse loaded rows (load_events) of which one names another run or lacks its blob.
-    (A sealed journal's MACs catch both: this names the cause.)"""
-    for row in rows:
-        if row[9] is not None:
-            raise IntegrityError(
-                f"run {run_id!r} record {row[9]} is stored among this run's records but "
-                "names another run: the ledger file was edited; nothing was executed. "
-                "Restore it from a backup."
-            )
-        if row[8] is not None and row[4] is None:
-            raise IntegrityError(f"run {run_id!r} event {row[0]}: blob {row[8]} is missing")
-
-
 def _row(found: Any) -> RunRow:
     run_id, workflow, version, status, reason, input_digest, created_at, updated_at = found
     return RunRow(
@@ -600,14 +389,6 @@ def _row(found: Any) -> RunRow:
         created_at=created_at,
         updated_at=updated_at,
     )
-
-
-def _utf8(text: str | None) -> str | None:
-    """A reason string SQLite can bind: lone surrogates become backslash escapes.
-    (The index row is a display cache; the exact text stays in the journal.)"""
-    if text is None:
-        return None
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _split_statements(sql: str) -> list[str]:

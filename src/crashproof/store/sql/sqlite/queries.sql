@@ -38,6 +38,21 @@ UPDATE runs SET status = ?, reason = ?, updated_at = ? WHERE run_id = ?;
 INSERT INTO events (id, run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
+-- name: insert_event_alone
+-- insert_event as one statement in autocommit mode (no BEGIN, no COMMIT: 3 statements
+-- fewer per record), for one record right after the run's last one as this store wrote
+-- it. The statement checks that nobody else appended since (the record before this one,
+-- ?1 - 1, is still the run's last; ?1 - ?3 is the run's first row id) and that the run's
+-- fencing token is still the writer's ?11 (NULL: no lease); if not, run_id becomes NULL,
+-- the NOT NULL constraint refuses the insert, and the store takes its checked path.
+INSERT INTO events (id, run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+VALUES (?1,
+        CASE WHEN (?11 IS NULL OR (SELECT fencing_token FROM runs WHERE run_id = ?2) = ?11)
+              AND (SELECT id FROM events WHERE id BETWEEN ?1 - ?3 AND ?1
+                   ORDER BY id DESC LIMIT 1) = ?1 - 1
+             THEN ?2 END,
+        ?3, ?4, ?5, ?6, ?7, NULL, ?8, ?9, ?10);
+
 -- name: insert_blob
 INSERT INTO blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING;
 
