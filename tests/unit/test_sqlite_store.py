@@ -153,27 +153,32 @@ def test_two_writers_on_one_file_the_second_append_of_a_seq_loses(tmp_path: Path
         second.close()
 
 
+RUN_ROW = RunRow(
+    run_id="r1",
+    workflow="wf",
+    version="1",
+    status=RunStatus.RUNNING,
+    input_digest="d" * 64,
+    created_at=1.0,
+    updated_at=1.0,
+)
+
+
+def _step_event(seq: int) -> Event:
+    """Record ``seq`` of run r1: its start, then steps s1, s2, ..."""
+    type_ = EventType.RUN_STARTED if seq == 0 else EventType.STEP_DONE
+    key = None if seq == 0 else f"s{seq}"
+    return Event(
+        run_id="r1", seq=seq, type=type_, key=key, payload={}, value_json="1", created_at=1.0
+    )
+
+
 def test_a_store_that_knows_a_runs_end_still_sees_other_writers(tmp_path: Path) -> None:
     """The store keeps each run's journal end between its own appends (no journal-end
     query per step); a commit by another connection, or a claim, must still be seen."""
     path = tmp_path / "ledger.db"
     first, second = SQLiteStore(path), SQLiteStore(path)
-    row = RunRow(
-        run_id="r1",
-        workflow="wf",
-        version="1",
-        status=RunStatus.RUNNING,
-        input_digest="d" * 64,
-        created_at=1.0,
-        updated_at=1.0,
-    )
-
-    def event(seq: int) -> Event:
-        type_ = EventType.RUN_STARTED if seq == 0 else EventType.STEP_DONE
-        key = None if seq == 0 else f"s{seq}"
-        return Event(
-            run_id="r1", seq=seq, type=type_, key=key, payload={}, value_json="1", created_at=1.0
-        )
+    row, event = RUN_ROW, _step_event
 
     try:
         first.create_run(row, event(0))
@@ -203,22 +208,7 @@ def test_the_usual_append_is_one_statement_and_a_refused_one_keeps_nothing(
     writer's record, a claim) takes the checked transaction and is refused as before."""
     path = tmp_path / "ledger.db"
     first, second = SQLiteStore(path), SQLiteStore(path)
-    row = RunRow(
-        run_id="r1",
-        workflow="wf",
-        version="1",
-        status=RunStatus.RUNNING,
-        input_digest="d" * 64,
-        created_at=1.0,
-        updated_at=1.0,
-    )
-
-    def event(seq: int) -> Event:
-        type_ = EventType.RUN_STARTED if seq == 0 else EventType.STEP_DONE
-        key = None if seq == 0 else f"s{seq}"
-        return Event(
-            run_id="r1", seq=seq, type=type_, key=key, payload={}, value_json="1", created_at=1.0
-        )
+    row, event = RUN_ROW, _step_event
 
     statements: list[str] = []
 
