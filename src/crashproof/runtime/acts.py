@@ -95,7 +95,8 @@ def perform_act(
         failed = ActFailed(f"act {key!r} refused by {tool.name}: {exc}")
         _journal_failed(ctx, call, failed, exc, time.time(), failure="permanent")
         raise failed from exc
-    call = _with(call, attempt=1, prepared=prepared)
+    if prepared is not None:
+        call = _with(call, prepared=prepared)
     _journal_intent(ctx, tool, call, observe_before(tool, call))
     return _execute(ctx, tool, call)
 
@@ -264,7 +265,7 @@ def _journal_intent(
 def _journal_receipt(
     ctx: Context, tool: Tool, call: Call, receipt: Any, started: float, *, reconciled: bool
 ) -> Any:
-    problem = _receipt_problem(receipt)
+    value_json, problem = _receipt_json(receipt, call.step)
     if problem:
         ctx.freeze(
             f"act {call.step!r}: {tool.name} returned an invalid receipt ({problem}); the "
@@ -288,7 +289,6 @@ def _journal_receipt(
             key=call.step,
             error=ReceiptConflict,
         )
-    value_json = encode(receipt.result, what=f"the result of act {call.step!r}")
     ctx.append_event(
         EventType.STEP_DONE,
         call.step,
@@ -306,8 +306,9 @@ def _journal_receipt(
                 "result_digest": sha256_hex(value_json.encode()),
                 "reconciled": reconciled,
             },
-            "started_at": started,
-            "ended_at": time.time(),
+            # It ended when its record is made (created_at): the duration as whole
+            # microseconds, as steps record it (journal/fold.py step_times reads both).
+            "took_us": int((time.time() - started) * 1e6),
             **observe_after(tool, call.step),  # the environment as the act left it
         },
         value_json,
@@ -315,16 +316,16 @@ def _journal_receipt(
     return decode(value_json)
 
 
-def _receipt_problem(receipt: Any) -> str | None:
+def _receipt_json(receipt: Any, step: str) -> tuple[str, str | None]:
+    """The receipt's result as stored JSON, or what is wrong with the receipt."""
     if not isinstance(receipt, Receipt):
-        return f"expected a cp.Receipt, got {type(receipt).__name__}"
+        return "", f"expected a cp.Receipt, got {type(receipt).__name__}"
     if not isinstance(receipt.receipt_id, str) or not receipt.receipt_id:
-        return "the receipt has no receipt_id"
+        return "", "the receipt has no receipt_id"
     try:
-        encode(receipt.result, what="receipt result")
+        return encode(receipt.result, what=f"the result of act {step!r}"), None
     except CrashproofError as exc:
-        return str(exc)
-    return None
+        return "", str(exc)
 
 
 def _journal_failed(
@@ -369,6 +370,9 @@ def _evidence(call: Call) -> dict[str, Any]:
 
 
 def _with(call: Call, **changes: Any) -> Call:
-    fields = {name: getattr(call, name) for name in Call.__dataclass_fields__}
+    fields = {name: getattr(call, name) for name in _CALL_FIELDS}
     fields.update(changes)
     return Call(**fields)
+
+
+_CALL_FIELDS = tuple(Call.__dataclass_fields__)
