@@ -107,3 +107,52 @@ def test_covered_waiters_return_while_the_next_leader_syncs_the_rest() -> None:
     assert sorted(returned) == [1, 2, 3, 5, 6]
     assert flushed == [3, 6]
     assert group.flushes == 2
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_waiter_interrupted_while_parked_strands_nobody() -> None:
+    """A parked waiter that is interrupted (a signal in the main thread) leaves the queue:
+    the waiter parked after it, not it, leads the next sync (else nobody would)."""
+    import signal
+
+    committed = [1]
+    release = threading.Event()
+
+    def flush() -> int:
+        covered = committed[0]
+        if covered == 1:
+            release.wait(10)
+        return covered
+
+    group = GroupSync(flush)
+    # Daemons: a broken hand-over strands them, and the test must fail, not hang.
+    leader = threading.Thread(target=group.wait, args=(1,), daemon=True)
+    leader.start()
+    time.sleep(0.05)
+    committed[0] = 5
+    other = threading.Thread(target=group.wait, args=(5,), daemon=True)
+    later = threading.Timer(0.05, other.start)  # parks after the main thread
+    later.start()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted):
+            group.wait(5)  # parks first, behind the flush in flight; then interrupted
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    later.join(10)
+    release.set()
+    for thread in (leader, other):
+        thread.join(10)
+        assert not thread.is_alive()
+    assert group.flushes == 2  # the other waiter led a sync of its own
+    group.wait(5)  # durable now: returns at once
+    assert group.flushes == 2
