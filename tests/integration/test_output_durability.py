@@ -218,22 +218,3 @@ def test_a_frozen_run_is_durable_before_it_is_reported(tmp_path: Path) -> None:
         with pytest.raises(cp.RunFrozen):
             ledger.run(frozen, run_id="f")  # reported again from the journal
         assert len(syncs) == 3
-
-
-def test_a_forced_sync_does_not_wait_behind_a_commit_in_progress(tmp_path: Path) -> None:
-    """The group's leader counts the commits that have returned and syncs them, without
-    the store's lock: a commit in progress on another thread (its lock held) does not
-    delay the fdatasync of the commits before it."""
-    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", key=KEY) as ledger:
-        assert ledger.run(flow(acts=1, steps=1), run_id="r") == 1
-        store = ledger._store
-        assert isinstance(store, SQLiteStore)
-        before = store.syncs
-        store._commits += 1  # a commit that returned after the last forced sync
-        synced = threading.Event()
-        with store._lock:  # another commit is in progress
-            thread = threading.Thread(target=lambda: (store.sync(), synced.set()))
-            thread.start()
-            assert synced.wait(10), "the sync waited for the store's lock"
-        thread.join(10)
-        assert store.syncs == before + 1

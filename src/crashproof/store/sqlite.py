@@ -367,15 +367,11 @@ class SQLiteStore:
     # -- forced syncs (durability "output") -----------------------------------
 
     def _flush(self) -> int:
-        """The group's leader: sync every commit so far; returns how many that is.
-        Without the store's lock (syncing.py): each commit counted has returned, its WAL
-        frames written, so the fdatasync that starts after the count covers it."""
-        covered = self._commits
-        if self.on_sync:
-            with self._lock:  # the listeners see the files with no commit in progress
-                covered = self._commits
-                for listener in self.on_sync:
-                    listener(self.path)
+        """The group's leader: sync every commit so far; returns how many that is."""
+        with self._lock:
+            covered = self._commits
+            for listener in self.on_sync:
+                listener(self.path)
         try:
             self._wal_sync()
         except OSError as exc:
