@@ -49,3 +49,51 @@ def test_canonical_digest_equals_rfc8785(value: Any) -> None:
 @given(json_values)
 def test_encode_decode_round_trip(value: Any) -> None:
     assert decode(encode(value, what="x")) == value
+
+
+class _Named:
+    """What intent_digest reads of a tool: its name and version."""
+
+    def __init__(self, name: Any, version: Any) -> None:
+        self.name = name
+        self.version = version
+
+
+flat_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)  # beyond 2**53: the slow path
+    | st.text(max_size=8)
+    | st.text(alphabet=st.characters(max_codepoint=127), max_size=8)
+)
+
+
+@given(
+    st.dictionaries(st.text(max_size=6), flat_scalars | json_values, max_size=5),
+    st.text(max_size=6),
+    st.text(max_size=4),
+)
+def test_intent_digest_equals_rfc8785(params: dict[str, Any], name: str, version: str) -> None:
+    """The act intent's fast path (flat params, ASCII) and its fallback give the RFC 8785
+    digest of {tool, tool_version, params}."""
+    from crashproof.runtime.acts import intent_digest
+
+    tool: Any = _Named(name, version)
+    try:
+        expected = rfc({"tool": name, "tool_version": version, "params": params})
+    except (rfc8785.CanonicalizationError, ValueError, TypeError):
+        return  # not canonicalizable (an int beyond 2**53): intent_digest refuses it too
+    assert intent_digest(tool, params, "k") == expected
+
+
+def test_intent_digest_fast_path_covers_the_usual_act() -> None:
+    from crashproof.runtime.acts import _flat_intent
+
+    tool: Any = _Named("http", "2")
+    params = {"url": 'https://x/\\"\n\x1f\x7f', "n": -(2**53 - 1), "ok": True, "none": None}
+    text = _flat_intent(tool, params)
+    assert text is not None
+    assert text.encode() == rfc8785.dumps({"tool": "http", "tool_version": "2", "params": params})
+    assert _flat_intent(tool, {"nested": {"a": 1}}) is None
+    assert _flat_intent(tool, {"f": 1.5}) is None
+    assert _flat_intent(tool, {"s": "é"}) is None

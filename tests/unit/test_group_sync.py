@@ -58,3 +58,101 @@ def test_a_failed_sync_raises_and_the_next_waiter_syncs_again() -> None:
     assert group.flushes == 0  # nothing was made durable
     group.wait(3)
     assert (len(attempts), group.flushes) == (2, 1)
+
+
+def test_covered_waiters_return_while_the_next_leader_syncs_the_rest() -> None:
+    """The leader wakes the waiters its flush covered at once, and one waiter it did not
+    cover to lead the next flush; the rest return only after that flush."""
+    committed = [3]  # the first flush starts with 3 commits
+    flushed: list[int] = []
+    first_in_flight, release_first = threading.Event(), threading.Event()
+    second_in_flight, release_second = threading.Event(), threading.Event()
+
+    def flush() -> int:
+        covered = committed[0]
+        flushed.append(covered)
+        if len(flushed) == 1:
+            first_in_flight.set()
+            release_first.wait(10)
+        else:
+            second_in_flight.set()
+            release_second.wait(10)
+        return covered
+
+    group = GroupSync(flush)
+    returned: list[int] = []
+
+    def wait(ticket: int) -> None:
+        group.wait(ticket)
+        returned.append(ticket)
+
+    leader = threading.Thread(target=wait, args=(1,))
+    leader.start()
+    assert first_in_flight.wait(10)
+    committed[0] = 6  # three more commits after the first flush read its count
+    waiters = [threading.Thread(target=wait, args=(t,)) for t in (2, 3, 5, 6)]
+    for thread in waiters:
+        thread.start()
+    time.sleep(0.1)  # all parked behind the flush in flight
+    release_first.set()
+    assert second_in_flight.wait(10)  # one of 5 and 6 leads it
+    deadline = time.monotonic() + 10
+    while len(returned) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(returned) == [1, 2, 3]  # covered: returned during the second flush
+    release_second.set()
+    for thread in [leader, *waiters]:
+        thread.join(10)
+        assert not thread.is_alive()
+    assert sorted(returned) == [1, 2, 3, 5, 6]
+    assert flushed == [3, 6]
+    assert group.flushes == 2
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_waiter_interrupted_while_parked_strands_nobody() -> None:
+    """A parked waiter that is interrupted (a signal in the main thread) leaves the queue:
+    the waiter parked after it, not it, leads the next sync (else nobody would)."""
+    import signal
+
+    committed = [1]
+    release = threading.Event()
+
+    def flush() -> int:
+        covered = committed[0]
+        if covered == 1:
+            release.wait(10)
+        return covered
+
+    group = GroupSync(flush)
+    # Daemons: a broken hand-over strands them, and the test must fail, not hang.
+    leader = threading.Thread(target=group.wait, args=(1,), daemon=True)
+    leader.start()
+    time.sleep(0.05)
+    committed[0] = 5
+    other = threading.Thread(target=group.wait, args=(5,), daemon=True)
+    later = threading.Timer(0.05, other.start)  # parks after the main thread
+    later.start()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted):
+            group.wait(5)  # parks first, behind the flush in flight; then interrupted
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    later.join(10)
+    release.set()
+    for thread in (leader, other):
+        thread.join(10)
+        assert not thread.is_alive()
+    assert group.flushes == 2  # the other waiter led a sync of its own
+    group.wait(5)  # durable now: returns at once
+    assert group.flushes == 2

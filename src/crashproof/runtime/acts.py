@@ -15,6 +15,7 @@ re-executed automatically.
 from __future__ import annotations
 
 import time
+from json.encoder import encode_basestring as _quoted
 from typing import TYPE_CHECKING, Any
 
 from crashproof.errors import (
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
     from crashproof.runtime.context import Context
 
 __all__ = ["ActSettings", "intent_digest", "perform_act"]
+
+# Enum values read once: an enum member's .value is a Python-level descriptor call.
+_ACT = StepKind.ACT.value
+_SUCCEEDED = StepStatus.SUCCEEDED.value
 
 
 class ActSettings:
@@ -60,10 +65,50 @@ class ActSettings:
 
 def intent_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
     """SHA-256 of the RFC 8785 form of ``{tool, tool_version, params}``."""
+    text = _flat_intent(tool, params)
+    if text is not None:
+        return sha256_hex(text.encode())
     return canonical_digest(
         {"tool": tool.name, "tool_version": tool.version, "params": params},
         what=f"the params of act {key!r}",
     )
+
+
+_SAFE_INT = 2**53 - 1  # RFC 8785: integers exact as IEEE doubles
+
+
+def _flat_intent(tool: Tool, params: dict[str, Any]) -> str | None:
+    """The RFC 8785 text of the intent when ``params`` is flat (ASCII keys to ASCII
+    strings, safe ints, bools or None: the usual act) and the tool's name and version
+    are ASCII; else None (canonical_digest decides). For these values RFC 8785 is the
+    sorted, compact JSON below, byte for byte (tests/unit/test_digests.py)."""
+    name, version = tool.name, tool.version
+    if not (type(name) is str and type(version) is str and name.isascii() and version.isascii()):
+        return None
+    if type(params) is not dict:
+        return None
+    items = []
+    for k, v in params.items():
+        if type(k) is not str or not k.isascii():
+            return None
+        t = type(v)
+        if t is str:
+            if not v.isascii():
+                return None
+            items.append((k, _quoted(v)))
+        elif t is int:
+            if not -_SAFE_INT <= v <= _SAFE_INT:
+                return None
+            items.append((k, str(v)))
+        elif t is bool:
+            items.append((k, "true" if v else "false"))
+        elif v is None:
+            items.append((k, "null"))
+        else:
+            return None
+    items.sort()  # ASCII keys: code-point order is RFC 8785's UTF-16 order
+    body = ",".join(_quoted(k) + ":" + text for k, text in items)
+    return f'{{"params":{{{body}}},"tool":{_quoted(name)},"tool_version":{_quoted(version)}}}'
 
 
 def perform_act(
@@ -95,7 +140,8 @@ def perform_act(
         failed = ActFailed(f"act {key!r} refused by {tool.name}: {exc}")
         _journal_failed(ctx, call, failed, exc, time.time(), failure="permanent")
         raise failed from exc
-    call = _with(call, attempt=1, prepared=prepared)
+    if prepared is not None:
+        call = _with(call, prepared=prepared)
     _journal_intent(ctx, tool, call, observe_before(tool, call))
     return _execute(ctx, tool, call)
 
@@ -152,7 +198,7 @@ def _execute(ctx: Context, tool: Tool, call: Call, rounds: int = 0) -> Any:
                 EventType.ACT_UNKNOWN,
                 call.step,
                 {
-                    "kind": StepKind.ACT.value,
+                    "kind": _ACT,
                     "digest": call.intent_digest,
                     "operation_id": call.operation_id,
                     "attempt": call.attempt,
@@ -244,7 +290,7 @@ def _journal_intent(
         EventType.ACT_INTENT,
         call.step,
         {
-            "kind": StepKind.ACT.value,
+            "kind": _ACT,
             "digest": call.intent_digest,
             "operation_id": call.operation_id,
             "intent_digest": call.intent_digest,
@@ -264,7 +310,7 @@ def _journal_intent(
 def _journal_receipt(
     ctx: Context, tool: Tool, call: Call, receipt: Any, started: float, *, reconciled: bool
 ) -> Any:
-    problem = _receipt_problem(receipt)
+    value_json, problem = _receipt_json(receipt, call.step)
     if problem:
         ctx.freeze(
             f"act {call.step!r}: {tool.name} returned an invalid receipt ({problem}); the "
@@ -288,14 +334,13 @@ def _journal_receipt(
             key=call.step,
             error=ReceiptConflict,
         )
-    value_json = encode(receipt.result, what=f"the result of act {call.step!r}")
     ctx.append_event(
         EventType.STEP_DONE,
         call.step,
         {
-            "kind": StepKind.ACT.value,
+            "kind": _ACT,
             "digest": call.intent_digest,
-            "status": StepStatus.SUCCEEDED.value,
+            "status": _SUCCEEDED,
             "attempt": call.attempt,
             "operation_id": call.operation_id,
             "intent_digest": call.intent_digest,
@@ -306,8 +351,9 @@ def _journal_receipt(
                 "result_digest": sha256_hex(value_json.encode()),
                 "reconciled": reconciled,
             },
-            "started_at": started,
-            "ended_at": time.time(),
+            # It ended when its record is made (created_at): the duration as whole
+            # microseconds, as steps record it (journal/fold.py step_times reads both).
+            "took_us": int((time.time() - started) * 1e6),
             **observe_after(tool, call.step),  # the environment as the act left it
         },
         value_json,
@@ -315,16 +361,16 @@ def _journal_receipt(
     return decode(value_json)
 
 
-def _receipt_problem(receipt: Any) -> str | None:
+def _receipt_json(receipt: Any, step: str) -> tuple[str, str | None]:
+    """The receipt's result as stored JSON, or what is wrong with the receipt."""
     if not isinstance(receipt, Receipt):
-        return f"expected a cp.Receipt, got {type(receipt).__name__}"
+        return "", f"expected a cp.Receipt, got {type(receipt).__name__}"
     if not isinstance(receipt.receipt_id, str) or not receipt.receipt_id:
-        return "the receipt has no receipt_id"
+        return "", "the receipt has no receipt_id"
     try:
-        encode(receipt.result, what="receipt result")
+        return encode(receipt.result, what=f"the result of act {step!r}"), None
     except CrashproofError as exc:
-        return str(exc)
-    return None
+        return "", str(exc)
 
 
 def _journal_failed(
@@ -335,7 +381,7 @@ def _journal_failed(
         EventType.STEP_DONE,
         call.step,
         {
-            "kind": StepKind.ACT.value,
+            "kind": _ACT,
             "digest": call.intent_digest,
             "status": StepStatus.FAILED.value,
             "failure": failure,
@@ -369,6 +415,9 @@ def _evidence(call: Call) -> dict[str, Any]:
 
 
 def _with(call: Call, **changes: Any) -> Call:
-    fields = {name: getattr(call, name) for name in Call.__dataclass_fields__}
+    fields = {name: getattr(call, name) for name in _CALL_FIELDS}
     fields.update(changes)
     return Call(**fields)
+
+
+_CALL_FIELDS = tuple(Call.__dataclass_fields__)

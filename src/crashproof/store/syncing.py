@@ -38,11 +38,12 @@ class WalSyncer:
 
     def __init__(self, database: Path) -> None:
         self.wal = database.with_name(database.name + "-wal")
+        self._wal = str(self.wal)  # (os.open converts a Path on every call)
         self._synced_inode: int | None = None
 
     def __call__(self) -> None:
         try:
-            fd = os.open(self.wal, os.O_RDWR)  # (Windows syncs only writable handles)
+            fd = os.open(self._wal, os.O_RDWR)  # (Windows syncs only writable handles)
         except FileNotFoundError:
             return  # checkpointed and removed: its content was synced into the database
         try:
@@ -72,36 +73,72 @@ class GroupSync:
     """A leader/follower committer over ``flush``.
 
     ``flush()`` makes every commit so far durable and returns how many commits that
-    covers (the store's commit counter, read where no commit can be in progress).
-    ``wait(ticket)`` returns once commits up to ``ticket`` are durable, flushing itself
-    when no flush is in progress, else waiting for the one that is, then checking again.
-    ``flushes`` counts the flushes done (a real counter, for tests and benchmarks)."""
+    covers (the store's commit counter, read before the sync starts). ``wait(ticket)``
+    returns once commits up to ``ticket`` are durable: it flushes itself when no flush
+    is in progress, else it parks until the flush in progress ends. The leader then
+    wakes exactly the waiters its flush covered, and one waiter it did not cover (who
+    committed after the flush began) to lead the next flush for all the rest; the others
+    stay parked, costing no wake-up. ``flushes`` counts the flushes done (a real
+    counter, for tests and benchmarks)."""
 
     def __init__(self, flush: Callable[[], int]) -> None:
         self._flush = flush
-        self._cond = threading.Condition()
+        self._mutex = threading.Lock()
         self._durable = 0
         self._leading = False
+        # Parked waiters: (ticket, a lock held for them, released to wake them).
+        self._parked: list[tuple[int, threading.Lock]] = []
         self.flushes = 0
 
     def wait(self, ticket: int) -> None:
-        with self._cond:
-            while self._durable < ticket:
+        while True:
+            with self._mutex:
+                if self._durable >= ticket:
+                    return
                 if not self._leading:
                     self._leading = True
                     break
-                self._cond.wait()
-            else:
-                return
+                gate = threading.Lock()
+                gate.acquire()
+                entry = (ticket, gate)
+                self._parked.append(entry)
+            try:
+                gate.acquire()  # woken: covered, or asked to lead (checked again above)
+            except BaseException:  # interrupted while parked: never strand the others
+                self._leave(entry)
+                raise
         try:
             covered = self._flush()
         except BaseException:
-            with self._cond:
-                self._leading = False
-                self._cond.notify_all()  # another waiter leads the next attempt
+            self._hand_over(None)  # nothing was made durable; a waiter leads a new try
             raise
-        with self._cond:
+        self._hand_over(covered)
+
+    def _hand_over(self, covered: int | None) -> None:
+        with self._mutex:
+            if covered is not None:
+                self.flushes += 1
+                if covered > self._durable:
+                    self._durable = covered
             self._leading = False
-            self.flushes += 1
-            self._durable = max(self._durable, covered)
-            self._cond.notify_all()  # followers covered return; the others elect a leader
+            parked = self._parked
+            if not parked:
+                return
+            durable = self._durable
+            left = []
+            for entry in parked:
+                if entry[0] <= durable:
+                    entry[1].release()
+                else:
+                    left.append(entry)
+            if left:
+                left.pop(0)[1].release()  # the next leader (it syncs what came since)
+            self._parked = left
+
+    def _leave(self, entry: tuple[int, threading.Lock]) -> None:
+        with self._mutex:
+            if entry in self._parked:
+                self._parked.remove(entry)
+            elif self._parked and not self._leading:
+                # It was woken to lead: pass that on.
+                self._parked.pop(0)[1].release()
