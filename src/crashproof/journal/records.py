@@ -68,6 +68,11 @@ class StepKind(enum.StrEnum):
     PATCHED = "patched"
 
 
+# What a successful call's payload text begins with, by kind (formatting a StrEnum
+# member into an f-string costs more than the whole lookup).
+_REPLAY_PREFIX: dict[str, str] = {kind: f'{{"kind":"{kind.value}","digest":"' for kind in StepKind}
+
+
 class EventType(enum.StrEnum):
     RUN_STARTED = "run_started"
     STEP_DONE = "step_done"  # a step's final outcome: value or recorded error
@@ -228,9 +233,10 @@ class Event:
         in this order; any other text, or False, sends the caller to the full match.)"""
         if self.key != key:
             return False
-        text = self.payload_json
-        if text is not None and self._payload is None:
-            return text.startswith(f'{{"kind":"{kind}","digest":"{digest}","status":"succeeded",')
+        text = self.payload_json  # when set, exactly the payload's text (stored or built)
+        if text is not None:
+            prefix = _REPLAY_PREFIX.get(kind) or f'{{"kind":"{kind}","digest":"'
+            return text.startswith(f'{prefix}{digest}","status":"succeeded",')
         payload = self.payload
         return (
             payload.get("digest") == digest
