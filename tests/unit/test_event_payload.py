@@ -149,3 +149,47 @@ def test_a_live_step_records_how_long_it_took(tmp_path: Path) -> None:
     assert step.started_at is not None
     assert step.ended_at is not None
     assert 0.05 <= step.ended_at - step.started_at < 5
+
+
+def test_step_records_built_as_text_are_exactly_what_the_encoder_writes() -> None:
+    """The context writes a successful call's payload text directly (no general
+    encoding): it must be byte for byte ``codec.encode`` of the payload, for every call
+    kind, a retried attempt, and decisions with and without model, usage and cost."""
+    tries: list[int] = []
+
+    def flaky() -> str:
+        tries.append(1)
+        if len(tries) < 2:
+            raise ValueError("once")
+        return "ok"
+
+    decisions = [
+        cp.Decision("a"),
+        cp.Decision({"x": [1, 2.5]}, model="m-1", usage={"input_tokens": 3}, cost=0.25),
+        cp.Decision(None, model="modèle \u2603", usage={}, cost=0),
+        cp.Decision(1, model="lone \udc80 surrogate", cost=1e-9),
+    ]
+    with cp.Ledger("memory://") as ledger:
+
+        @ledger.workflow("wf", version="1")
+        def wf(ctx: cp.Context) -> int:
+            ctx.step("a", lambda i: {"i": i}, 1)
+            ctx.step("b", flaky, options=cp.StepOptions(retry=cp.RetryPolicy(backoff=0)))
+            for i, decision in enumerate(decisions):
+                ctx.decide("d", lambda d=decision: d)
+                ctx.decide("plain", lambda i=i: f"answer {i}", i)
+            ctx.now(), ctx.random(), ctx.uuid()
+            return 0
+
+        assert ledger.run(wf, run_id="r") == 0
+        events = ledger._store.load_events("r")
+    done = [e for e in events if e.type is EventType.STEP_DONE]
+    built = [e for e in done if e.payload_json is not None]
+    assert len(done) == 13
+    assert len(built) >= 12  # all but (at most) the drive's first record, with its session
+    for event in done:
+        assert event.payload_text == encode(event.payload, what="a payload"), event.key
+    attempts = {e.key: e.payload["attempt"] for e in done}
+    assert attempts["b"] == 2
+    models = [e.payload.get("model") for e in done if e.key and e.key.startswith("d")]
+    assert models == [None, "m-1", "modèle \u2603", "lone \udc80 surrogate"]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any
 
 import pytest
 
 from crashproof.errors import JournalTampered, UnknownKeyId
 from crashproof.integrity.keys import Keyring
-from crashproof.integrity.seal import Sealer
+from crashproof.integrity.seal import Sealer, _message
 from crashproof.store.port import GENESIS
 
 OLD, NEW = b"o" * 32, b"n" * 32
@@ -75,3 +77,16 @@ def test_a_removed_record_breaks_the_chain() -> None:
     del rows[2]
     with pytest.raises(JournalTampered, match="record 3 does not match its MAC"):
         sealer.verify_chain("r", rows, GENESIS)
+
+
+@pytest.mark.parametrize("length", [16, 32, 63, 64, 65, 200])
+def test_the_two_state_mac_is_the_standard_hmac_sha256_for_any_key_length(length: int) -> None:
+    """Sealer computes HMAC-SHA256 from two keyed SHA-256 states (RFC 2104 spelled out);
+    it must equal the standard HMAC for every key length, keys longer than a block too."""
+    secret = bytes(range(length % 256)) * (length // 256) + bytes(range(length % 256))
+    sealer = Sealer(Keyring(secret))
+    fields = ("r", 4, "step_done", "s#4", '{"kind":"step"}', '"\u00e9"', 1.25, "ab" * 32)
+    _kid, mac = sealer.seal(*fields)
+    assert mac == hmac.new(secret, _message(*fields), hashlib.sha256).hexdigest()
+    row = [4, "step_done", "s#4", '{"kind":"step"}', '"\u00e9"', 1.25, _kid, mac, None]
+    assert sealer.verify_chain("r", [row], "ab" * 32) == mac

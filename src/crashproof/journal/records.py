@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashproof.errors import IntegrityError
-from crashproof.journal.codec import decode
+from crashproof.journal.codec import decode, encode
 
 __all__ = [
     "BUDGET_KINDS",
@@ -66,6 +66,11 @@ class StepKind(enum.StrEnum):
     RANDOM = "random"
     UUID = "uuid"
     PATCHED = "patched"
+
+
+# What a successful call's payload text begins with, by kind (formatting a StrEnum
+# member into an f-string costs more than the whole lookup).
+_REPLAY_PREFIX: dict[str, str] = {kind: f'{{"kind":"{kind.value}","digest":"' for kind in StepKind}
 
 
 class EventType(enum.StrEnum):
@@ -160,6 +165,41 @@ class Event:
         event.value_json = value_json
         return event
 
+    @classmethod
+    def encoded(
+        cls,
+        run_id: str,
+        seq: int,
+        type_: EventType,
+        key: str | None,
+        payload: dict[str, Any],
+        payload_json: str,
+        created_at: float,
+        value_json: str | None,
+    ) -> Event:
+        """A new record whose payload's stored text is already known: ``payload_json``
+        must be exactly ``codec.encode(payload)`` (the runtime builds a step's record text
+        directly; a store writes :attr:`payload_text`)."""
+        event = cls.__new__(cls)
+        event.run_id = run_id
+        event.seq = seq
+        event.type = type_
+        event.key = key
+        event._payload = payload
+        event.payload_json = payload_json
+        event.created_at = created_at
+        event.value_json = value_json
+        return event
+
+    @property
+    def payload_text(self) -> str:
+        """The payload as stored: the text it was read as or built with, else its
+        encoding (codec.encode, the one encoder of stored JSON)."""
+        text = self.payload_json
+        if text is None:
+            text = encode(self.payload, what="a journal record")
+        return text
+
     @property
     def payload(self) -> dict[str, Any]:
         payload = self._payload
@@ -193,9 +233,10 @@ class Event:
         in this order; any other text, or False, sends the caller to the full match.)"""
         if self.key != key:
             return False
-        text = self.payload_json
-        if text is not None and self._payload is None:
-            return text.startswith(f'{{"kind":"{kind}","digest":"{digest}","status":"succeeded",')
+        text = self.payload_json  # when set, exactly the payload's text (stored or built)
+        if text is not None:
+            prefix = _REPLAY_PREFIX.get(kind) or f'{{"kind":"{kind}","digest":"'
+            return text.startswith(f'{prefix}{digest}","status":"succeeded",')
         payload = self.payload
         return (
             payload.get("digest") == digest

@@ -85,6 +85,14 @@ _BUDGETED = (StepKind.STEP, StepKind.DECIDE)  # acts are metered in ``act``
 # Digest of "no arguments", the common case, computed once.
 _EMPTY_ARGS = canonical_digest({"args": [], "kwargs": {}}, what="no arguments")
 _SUCCEEDED = StepStatus.SUCCEEDED.value
+_STEP_DONE = EventType.STEP_DONE
+# What errors name, per kind (formatted with the key only when one is raised).
+_ARGUMENTS_OF = {kind: f"arguments of {kind.value}" for kind in StepKind}
+_RESULT_OF = {kind: f"the result of {kind.value}" for kind in StepKind}
+# A successful step's payload text up to its digest: codec.encode's exact bytes for
+# {"kind", "digest", "status", "attempt", "took_us"} (built directly: tests pin it).
+_DONE_PREFIX = {kind: f'{{"kind":"{kind.value}","digest":"' for kind in StepKind}
+_DONE_STATUS = f'","status":"{_SUCCEEDED}","attempt":'
 
 
 class Context:
@@ -236,13 +244,14 @@ class Context:
         digest = (
             _EMPTY_ARGS
             if not args and not kwargs
-            else args_digest(args, kwargs, what=f"arguments of {kind} {key!r}")
+            else args_digest(args, kwargs, what=_ARGUMENTS_OF[kind], key=key)
         )
-        if self._cursor < len(self._done):
-            recorded = self._done[self._cursor]
+        cursor = self._cursor
+        if cursor < len(self._done):
+            recorded = self._done[cursor]
             # The usual replay: an exact match that succeeded (else _replay decides).
             if recorded.replays_as(key, kind, digest):
-                self._cursor += 1
+                self._cursor = cursor + 1
                 value_json = recorded.value_json
                 return None if value_json is None else decode(value_json)
             return self._replay(recorded, key, kind, digest)
@@ -285,9 +294,10 @@ class Context:
         options: StepOptions | None,
     ) -> Any:
         policy = (options.retry if options else None) or _NO_RETRY
-        earlier = self._failed_attempts.get(key, [])
-        attempt = len(earlier) + 1
+        earlier = self._failed_attempts.get(key)
+        attempt = 1
         if earlier:  # a crash interrupted the wait after a failed attempt: finish waiting
+            attempt = len(earlier) + 1
             last = earlier[-1].payload
             remaining = float(last["ended_at"]) + float(last["retry_in"]) - time.time()
             if remaining > 0:
@@ -339,22 +349,37 @@ class Context:
             # The step ended when its record is made (the record's created_at); its
             # duration as whole microseconds: an int is far cheaper to write than two
             # float timestamps (journal/fold.py reads both forms).
+            ended = time.time()
+            took = int((ended - started) * 1e6)
             payload: dict[str, Any] = {
                 "kind": kind._value_,
                 "digest": digest,
                 "status": _SUCCEEDED,
                 "attempt": attempt,
-                "took_us": int((time.time() - started) * 1e6),
+                "took_us": took,
             }
+            # The payload's stored text, built directly: codec.encode's exact bytes.
+            text = f'{_DONE_PREFIX[kind]}{digest}{_DONE_STATUS}{attempt},"took_us":{took}}}'
             if isinstance(out, Decision):
                 if kind is not StepKind.DECIDE:
                     raise CrashproofError(f"{kind} {key!r} returned a Decision; use ctx.decide")
                 _check_decision(out, key)
-                payload.update(model=out.model, usage=out.usage, cost=out.cost)
-                encode(payload, what=f"model/usage/cost of decision {key!r}")
+                spent = {"model": out.model, "usage": out.usage, "cost": out.cost}
+                extra = encode(spent, what="model/usage/cost of decision", key=key)
+                text = f"{text[:-1]},{extra[1:]}"
+                payload.update(spent)
                 out = out.value
-            value_json = encode(out, what=f"the result of {kind} {key!r}")
-            self.append_event(EventType.STEP_DONE, key, payload, value_json)
+            value_json = encode(out, what=_RESULT_OF[kind], key=key)
+            if self.session is None:
+                event = Event.encoded(
+                    self.run_id, self._next_seq, _STEP_DONE, key, payload, text, ended, value_json
+                )
+                self._ledger._commit((event,), None, fencing_token=self.fencing_token)
+                self._next_seq += 1
+                if self.meter.active:
+                    self.meter.count(payload)
+            else:  # the drive's first record: append_event adds the session to it
+                self.append_event(EventType.STEP_DONE, key, payload, value_json)
             # The workflow sees exactly what replay will return (tuples become lists...).
             return decode(value_json)
 

@@ -48,8 +48,12 @@ def output_point(event: Event) -> bool:
     """Whether something leaves the process right after ``event`` commits: its commit
     (and every earlier one) must be durable first, and the witness may advance."""
     type_ = event.type
-    if type_ is EventType.ACT_INTENT:
+    if type_ is _STEP_DONE:  # the usual record first: it runs for every journal commit
+        return "outbox" in event.payload
+    if type_ is _ACT_INTENT:
         return not _UNSAFE_SKIP_INTENT_SYNC
-    if type_ in OUTCOMES:
-        return True
-    return type_ is EventType.STEP_DONE and "outbox" in event.payload
+    return type_ in OUTCOMES
+
+
+_STEP_DONE = EventType.STEP_DONE
+_ACT_INTENT = EventType.ACT_INTENT
