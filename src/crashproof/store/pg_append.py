@@ -178,8 +178,8 @@ class PostgresAppend:
         blobs, rows = [], []
         mac: str | None = None
         for event in events:
-            # codec.encode: the one encoder of stored JSON (module docstring there).
-            payload, type_ = encode(event.payload, what="a journal record"), event.type.value
+            # The text as built (Event.payload_text), else codec.encode: the one encoder.
+            payload, type_ = event.payload_text, event.type._value_
             key_id = mac = None
             if self._sealer is not None:
                 key_id, mac = self._sealer.seal(

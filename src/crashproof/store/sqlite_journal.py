@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from crashproof.errors import IntegrityError, LedgerError, StaleLeaseError
-from crashproof.journal.codec import encode
 from crashproof.journal.records import Event, EventType
 from crashproof.store.port import (
     GENESIS,
@@ -58,6 +57,18 @@ class SQLiteJournal:
     _ends_version: int | None
 
     def load_events(self, run_id: str) -> list[Event]:
+        # Tens of thousands of new objects (rows, then Events), none in a cycle: without
+        # the collector's passes over them (and everything else alive), a long journal
+        # loads faster. Only this method's own code runs while it is off.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._load_events(run_id)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _load_events(self, run_id: str) -> list[Event]:
         with self._lock, self._errors():
             rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
         if self._sealer is None:
@@ -69,10 +80,6 @@ class SQLiteJournal:
                 check_rows(run_id, rows)  # a missing blob, a record of another run
                 raise
         types, make = _EVENT_TYPES, Event.stored
-        # Tens of thousands of new objects, none in a cycle: without the collector's
-        # passes over them (and everything else alive), a long journal loads faster.
-        collecting = gc.isenabled()
-        gc.disable()
         try:
             # Payloads stay text until read (Event.stored): the MACs above covered them.
             return [
@@ -81,9 +88,6 @@ class SQLiteJournal:
             ]
         except KeyError:
             pass
-        finally:
-            if collecting:
-                gc.enable()
         for seq, type_, *_ in rows:  # name the record of an unknown type
             if type_ not in types:
                 raise IntegrityError(
@@ -133,19 +137,7 @@ class SQLiteJournal:
         value = event.value_json
         if event.seq != end[0] or blob_digest(value) is not None or self._conn.in_transaction:
             return False
-        payload = encode(event.payload, what="a journal record")
-        key_id = mac = None
-        if self._sealer is not None:
-            key_id, mac = self._sealer.seal(
-                event.run_id,
-                event.seq,
-                event.type._value_,
-                event.key,
-                payload,
-                value,
-                event.created_at,
-                end[1] or GENESIS,
-            )
+        payload, key_id, mac = self._sealed(event, end[1] or GENESIS)
         try:
             self._cursor.execute(
                 _Q["insert_event_alone"],
@@ -214,21 +206,8 @@ class SQLiteJournal:
         mac = None
         try:
             for event in events:
-                # codec.encode: the one encoder of stored JSON (module docstring there).
-                payload = encode(event.payload, what="a journal record")
-                key_id = None
-                if self._sealer is not None:  # sealed over exactly the bytes stored
-                    key_id, mac = self._sealer.seal(
-                        event.run_id,
-                        event.seq,
-                        event.type._value_,
-                        event.key,
-                        payload,
-                        event.value_json,
-                        event.created_at,
-                        prev_mac,
-                    )
-                    prev_mac = mac
+                payload, key_id, mac = self._sealed(event, prev_mac)
+                prev_mac = mac or prev_mac
                 value = event.value_json
                 blob = blob_digest(value)
                 if blob is not None:
@@ -257,6 +236,24 @@ class SQLiteJournal:
                 "another writer is appending to this run. Nothing of this write was kept."
             ) from None
         return mac
+
+    def _sealed(self, event: Event, prev_mac: str) -> tuple[str, str | None, str | None]:
+        """(payload text, key id, MAC) of a record about to be stored after ``prev_mac``:
+        sealed over exactly the bytes stored (no key id or MAC without a sealer)."""
+        payload = event.payload_text  # as built, else codec.encode: the one encoder
+        if self._sealer is None:
+            return payload, None, None
+        key_id, mac = self._sealer.seal(
+            event.run_id,
+            event.seq,
+            event.type._value_,
+            event.key,
+            payload,
+            event.value_json,
+            event.created_at,
+            prev_mac,
+        )
+        return payload, key_id, mac
 
     def _rollback(self, conn: sqlite3.Connection | sqlite3.Cursor) -> None:
         # Also when COMMIT itself fails (disk full, I/O error): never leave the shared
