@@ -115,19 +115,22 @@ def test_an_empty_file_becomes_a_ledger(tmp_path: Path) -> None:
     store.close()
 
 
+RUN_ROW = RunRow(
+    run_id="r1",
+    workflow="wf",
+    version="1",
+    status=RunStatus.RUNNING,
+    input_digest="d" * 64,
+    created_at=1.0,
+    updated_at=1.0,
+)
+
+
 def test_two_writers_on_one_file_the_second_append_of_a_seq_loses(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     first, second = SQLiteStore(path), SQLiteStore(path)
+    row = RUN_ROW
     try:
-        row = RunRow(
-            run_id="r1",
-            workflow="wf",
-            version="1",
-            status=RunStatus.RUNNING,
-            input_digest="d" * 64,
-            created_at=1.0,
-            updated_at=1.0,
-        )
 
         def event(seq: int, value: str) -> Event:
             type_ = EventType.RUN_STARTED if seq == 0 else EventType.STEP_DONE
@@ -151,17 +154,6 @@ def test_two_writers_on_one_file_the_second_append_of_a_seq_loses(tmp_path: Path
     finally:
         first.close()
         second.close()
-
-
-RUN_ROW = RunRow(
-    run_id="r1",
-    workflow="wf",
-    version="1",
-    status=RunStatus.RUNNING,
-    input_digest="d" * 64,
-    created_at=1.0,
-    updated_at=1.0,
-)
 
 
 def _step_event(seq: int) -> Event:

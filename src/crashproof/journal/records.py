@@ -151,35 +151,12 @@ class Event:
         payload_json: str,
         created_at: float,
         value_json: str | None,
+        payload: dict[str, Any] | None = None,
     ) -> Event:
-        """A record as a store returns it (its MAC already verified): the payload stays
-        text until something reads it."""
-        event = cls.__new__(cls)
-        event.run_id = run_id
-        event.seq = seq
-        event.type = type_
-        event.key = key
-        event._payload = None
-        event.payload_json = payload_json
-        event.created_at = created_at
-        event.value_json = value_json
-        return event
-
-    @classmethod
-    def encoded(
-        cls,
-        run_id: str,
-        seq: int,
-        type_: EventType,
-        key: str | None,
-        payload: dict[str, Any],
-        payload_json: str,
-        created_at: float,
-        value_json: str | None,
-    ) -> Event:
-        """A new record whose payload's stored text is already known: ``payload_json``
-        must be exactly ``codec.encode(payload)`` (the runtime builds a step's record text
-        directly; a store writes :attr:`payload_text`)."""
+        """A record whose payload's stored text is known: as a store returns it (its MAC
+        already verified; ``payload`` None, decoded from the text when something reads
+        it), or as the runtime builds it (``payload`` given, ``payload_json`` exactly
+        ``codec.encode(payload)``; a store writes :attr:`payload_text`)."""
         event = cls.__new__(cls)
         event.run_id = run_id
         event.seq = seq

@@ -371,8 +371,8 @@ class Context:
                 out = out.value
             value_json = encode(out, what=_RESULT_OF[kind], key=key)
             if self.session is None:
-                event = Event.encoded(
-                    self.run_id, self._next_seq, _STEP_DONE, key, payload, text, ended, value_json
+                event = Event.stored(
+                    self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json, payload
                 )
                 self._ledger._commit((event,), None, fencing_token=self.fencing_token)
                 self._next_seq += 1

@@ -40,6 +40,7 @@ from crashproof.store.port import (
     StatusChange,
     blob_digest,
     check_append,
+    seq_taken,
 )
 
 __all__ = ["PostgresAppend", "reason_in"]
@@ -214,11 +215,7 @@ class PostgresAppend:
                 elif params:
                     cur.executemany(query, params)
         except psycopg.errors.UniqueViolation:
-            first = events[0]
-            raise StaleLeaseError(
-                f"run {first.run_id!r}: journal sequence {first.seq} is already taken; "
-                "another writer is appending to this run. Nothing of this write was kept."
-            ) from None
+            raise seq_taken(events[0]) from None
         return mac
 
     @contextlib.contextmanager

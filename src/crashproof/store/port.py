@@ -109,6 +109,15 @@ def check_append(
     return end
 
 
+def seq_taken(first: Event) -> StaleLeaseError:
+    """The error an append meets when its first record's seq is already in the journal
+    (the store's primary key refused it)."""
+    return StaleLeaseError(
+        f"run {first.run_id!r}: journal sequence {first.seq} is already taken; "
+        "another writer is appending to this run. Nothing of this write was kept."
+    )
+
+
 def lease_held(run_id: str, owner: str, expires_at: float) -> LeaseHeld:
     """The error a claim meets when another worker's lease on the run is still valid."""
     until = dt.datetime.fromtimestamp(expires_at, tz=dt.UTC).isoformat(timespec="milliseconds")

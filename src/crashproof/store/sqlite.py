@@ -27,19 +27,23 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event, RunRow, RunStatus
-from crashproof.store.migrate import check_automatic, run_migration
+from crashproof.store.migrate import check_automatic, run_migration, split_statements
 from crashproof.store.port import (
     GENESIS,
     Lease,
     RecordSealer,
     StatusChange,
-    blob_digest,
     check_claimable,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
 from crashproof.store.sqlite_file import check_file
-from crashproof.store.sqlite_journal import JournalEnd, SQLiteJournal, check_rows, row_id
+from crashproof.store.sqlite_journal import (
+    JournalEnd,
+    SQLiteJournal,
+    check_rows,
+    insert_record,
+)
 from crashproof.store.syncing import GroupSync, WalSyncer
 
 __all__ = ["SQLiteStore"]
@@ -153,7 +157,7 @@ class SQLiteStore(SQLiteJournal):
             if current and self._read_version() != current:
                 return  # another process migrated meanwhile
             if not current:  # a new ledger: schema.sql, equal to all migrations (tested)
-                for statement in _split_statements(load_schema("sqlite")):
+                for statement in split_statements(load_schema("sqlite")):
                     conn.execute(statement)
             for migration in pending:
                 if current:
@@ -318,27 +322,8 @@ class SQLiteStore(SQLiteJournal):
             run_no = _insert_run_row(conn, row)
             if run_no is None:
                 return False
-            for seq, type_, key, payload, value, created_at, key_id, mac in records:
-                blob = blob_digest(value)
-                if blob is not None:
-                    conn.execute(_Q["insert_blob"], (blob, value))
-                    value = None
-                conn.execute(
-                    _Q["insert_event"],
-                    (
-                        row_id(row.run_id, run_no, seq),
-                        row.run_id,
-                        seq,
-                        type_,
-                        key,
-                        payload,
-                        value,
-                        blob,
-                        created_at,
-                        key_id,
-                        mac,
-                    ),
-                )
+            for record in records:
+                insert_record(conn, row.run_id, run_no, record)
             return True
 
     # -- internals ---------------------------------------------------------
@@ -389,8 +374,3 @@ def _row(found: Any) -> RunRow:
         created_at=created_at,
         updated_at=updated_at,
     )
-
-
-def _split_statements(sql: str) -> list[str]:
-    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

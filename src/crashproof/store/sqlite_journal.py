@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from crashproof.errors import IntegrityError, LedgerError, StaleLeaseError
+from crashproof.errors import IntegrityError, LedgerError
 from crashproof.journal.records import Event, EventType
 from crashproof.store.port import (
     GENESIS,
@@ -30,10 +30,11 @@ from crashproof.store.port import (
     StatusChange,
     blob_digest,
     check_append,
+    seq_taken,
 )
 from crashproof.store.sql import load_queries
 
-__all__ = ["JournalEnd", "SQLiteJournal", "check_rows", "row_id"]
+__all__ = ["JournalEnd", "SQLiteJournal", "check_rows", "insert_record", "row_id"]
 
 _Q = load_queries("sqlite")
 _EVENT_TYPES = {t.value: t for t in EventType}  # EventType(x) costs ~1 us per event
@@ -208,33 +209,23 @@ class SQLiteJournal:
             for event in events:
                 payload, key_id, mac = self._sealed(event, prev_mac)
                 prev_mac = mac or prev_mac
-                value = event.value_json
-                blob = blob_digest(value)
-                if blob is not None:
-                    conn.execute(_Q["insert_blob"], (blob, value))
-                    value = None
-                conn.execute(
-                    _Q["insert_event"],
+                insert_record(
+                    conn,
+                    event.run_id,
+                    run_no,
                     (
-                        row_id(event.run_id, run_no, event.seq),
-                        event.run_id,
                         event.seq,
                         event.type._value_,
                         event.key,
                         payload,
-                        value,
-                        blob,
+                        event.value_json,
                         event.created_at,
                         key_id,
                         mac,
                     ),
                 )
         except sqlite3.IntegrityError:
-            first = events[0]
-            raise StaleLeaseError(
-                f"run {first.run_id!r}: journal sequence {first.seq} is already taken; "
-                "another writer is appending to this run. Nothing of this write was kept."
-            ) from None
+            raise seq_taken(events[0]) from None
         return mac
 
     def _sealed(self, event: Event, prev_mac: str) -> tuple[str, str | None, str | None]:
@@ -292,6 +283,37 @@ class SQLiteJournal:
             f"ledger {self.path} is corrupt or not a ledger ({exc}); nothing was changed. "
             "Restore it from a backup, or point --db at another file."
         )
+
+
+def insert_record(
+    conn: sqlite3.Connection | sqlite3.Cursor,
+    run_id: str,
+    run_no: int | None,
+    record: tuple[int, str, str | None, str, str | None, float, str | None, str | None],
+) -> None:
+    """Insert one record (seq, type, key, payload, value, created_at, key_id, mac), its
+    value kept once as a content-addressed blob when large (insert_event)."""
+    seq, type_, key, payload, value, created_at, key_id, mac = record
+    blob = blob_digest(value)
+    if blob is not None:
+        conn.execute(_Q["insert_blob"], (blob, value))
+        value = None
+    conn.execute(
+        _Q["insert_event"],
+        (
+            row_id(run_id, run_no, seq),
+            run_id,
+            seq,
+            type_,
+            key,
+            payload,
+            value,
+            blob,
+            created_at,
+            key_id,
+            mac,
+        ),
+    )
 
 
 def row_id(run_id: str, run_no: int | None, seq: int) -> int:
