@@ -112,16 +112,25 @@ def remove_db(path: Path) -> None:
 def interleaved(
     repeats: int, measures: dict[str, Callable[[str], float]]
 ) -> dict[str, list[float]]:
-    """Run every measure once per round, in order, ``repeats`` rounds (a/b/a/b...)."""
+    """Run every measure once per round, ``repeats`` rounds, the order reversed every
+    other round (a/b, b/a, a/b...): a machine that slows down or speeds up during the
+    run then favours neither side."""
     results: dict[str, list[float]] = {name: [] for name in measures}
+    order = list(measures.items())
     for r in range(repeats):
-        for name, measure in measures.items():
+        for name, measure in order if r % 2 == 0 else reversed(order):
             results[name].append(measure(f"{name}-{r}"))
     return results
 
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def round_ratios(numerators: list[float], denominators: list[float]) -> list[float]:
+    """The ratio within each round (two measures taken back to back share the machine's
+    state of the moment): its median is steadier than the ratio of the two medians."""
+    return [a / b for a, b in zip(numerators, denominators, strict=True)]
 
 
 def _cpu_model() -> str:
