@@ -22,6 +22,7 @@ restoring the ledger file alone.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -31,6 +32,8 @@ from typing import Protocol
 from crashproof.errors import JournalRolledBack, LedgerError, WitnessMissing
 
 __all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare"]
+
+_ADVANCE = "UPDATE witness SET generation = ?, updated_at = ? WHERE run_id = ? AND generation < ?"
 
 
 class Witness(Protocol):
@@ -101,7 +104,13 @@ class SQLiteWitness:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the connection's
+        # Advances asked for and not yet written: concurrent runs (threads released by one
+        # group sync) share one write (advance). Guarded by _asking; tickets count asks.
+        self._asking = threading.Lock()
+        self._pending: dict[str, int] = {}
+        self._asked = 0
+        self._written = 0  # every ask up to this ticket is written (under _lock)
         try:
             self._conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=5.0
@@ -134,10 +143,50 @@ class SQLiteWitness:
         )
 
     def advance(self, run_id: str, generation: int) -> None:
-        self._write(
-            "UPDATE witness SET generation = ?, updated_at = ? WHERE run_id = ? AND generation < ?",
-            (generation, time.time(), run_id, generation),
-        )
+        """Returns once a write made after this call began holds ``generation`` (or more)
+        for the run. Concurrent callers combine: whoever takes the connection next writes
+        every advance asked so far in one transaction, and the callers it covered return
+        without writing (one witness commit per group sync instead of one per run)."""
+        with self._asking:
+            if self._pending.get(run_id, -1) < generation:
+                self._pending[run_id] = generation
+            self._asked = ticket = self._asked + 1
+        with self._lock:
+            if self._written >= ticket:
+                return  # covered by the batch another caller wrote meanwhile
+            with self._asking:
+                batch, self._pending = self._pending, {}
+                upto = self._asked
+            try:
+                self._write_batch(batch)
+            except BaseException:
+                with self._asking:  # not written: the next caller tries these again
+                    for run, gen in batch.items():
+                        if self._pending.get(run, -1) < gen:
+                            self._pending[run] = gen
+                raise
+            self._written = upto
+
+    def _write_batch(self, batch: dict[str, int]) -> None:
+        """Write ``batch`` (run id -> generation, never lowering one); under _lock."""
+        now = time.time()
+        rows = [(gen, now, run, gen) for run, gen in batch.items()]
+        conn = self._conn
+        try:
+            if len(rows) == 1:  # the usual case: one statement, autocommit
+                conn.execute(_ADVANCE, rows[0])
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(_ADVANCE, rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot update the witness {self.path}: {exc}") from None
 
     def reset(self, run_id: str, generation: int) -> None:
         self._write(

@@ -227,6 +227,7 @@ class SQLiteStore(SQLiteJournal):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            self._wal_sync.close()
 
     # -- the work queue (crashproof.store.queue) ------------------------------
 

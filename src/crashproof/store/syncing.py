@@ -34,26 +34,54 @@ _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 class WalSyncer:
     """fdatasync of a SQLite database's ``-wal`` file (and, once per new file, of its
-    directory, so the file's name is durable too)."""
+    directory, so the file's name is durable too).
+
+    The file stays open between syncs: SQLite keeps one ``-wal`` file (same inode) while
+    any connection is open, resetting and overwriting it after checkpoints. One ``stat``
+    per sync checks that the name still leads to the file held open (a new inode: the
+    old one is closed and the new one opened and synced), so a sync costs the
+    ``fdatasync`` and one ``stat`` instead of ``open``, ``fstat`` and ``close`` as well.
+    (The inode check is sound because the file is held open: a removed file's inode
+    cannot be reused while a descriptor still refers to it.) ``close()`` releases it."""
 
     def __init__(self, database: Path) -> None:
         self.wal = database.with_name(database.name + "-wal")
         self._wal = str(self.wal)  # (os.open converts a Path on every call)
-        self._synced_inode: int | None = None
+        self._fd: int | None = None
+        self._inode: int | None = None  # of the file held open (its directory synced)
 
     def __call__(self) -> None:
         try:
+            inode = os.stat(self._wal).st_ino
+        except FileNotFoundError:
+            self.close()
+            return  # checkpointed and removed: its content was synced into the database
+        fd = self._fd
+        if fd is None or inode != self._inode:
+            self._reopen()
+        else:
+            _datasync(fd)
+
+    def _reopen(self) -> None:
+        """Open (again) the file the name leads to now, sync it, then its directory."""
+        self.close()
+        try:
             fd = os.open(self._wal, os.O_RDWR)  # (Windows syncs only writable handles)
         except FileNotFoundError:
-            return  # checkpointed and removed: its content was synced into the database
+            return  # removed between the stat and the open: as in __call__
         try:
-            _datasync(fd)
             inode = os.fstat(fd).st_ino
-        finally:
-            os.close(fd)
-        if inode != self._synced_inode:
+            _datasync(fd)  # before the directory: the name then leads to synced content
             _sync_directory(self.wal.parent)
-            self._synced_inode = inode
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._inode = fd, inode
+
+    def close(self) -> None:
+        fd, self._fd, self._inode = self._fd, None, None
+        if fd is not None:
+            os.close(fd)
 
 
 def _sync_directory(directory: Path) -> None:
