@@ -125,6 +125,7 @@ class SQLiteWitness:
                 "CREATE TABLE IF NOT EXISTS witness (run_id TEXT PRIMARY KEY, "
                 "generation INTEGER NOT NULL, updated_at REAL NOT NULL) STRICT"
             )
+            self._cursor = self._conn.cursor()  # advance's (under _lock)
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open the generation witness {path}: {exc}") from None
 
@@ -147,46 +148,47 @@ class SQLiteWitness:
         for the run. Concurrent callers combine: whoever takes the connection next writes
         every advance asked so far in one transaction, and the callers it covered return
         without writing (one witness commit per group sync instead of one per run)."""
-        with self._asking:
-            if self._pending.get(run_id, -1) < generation:
-                self._pending[run_id] = generation
+        asking = self._asking
+        with asking:
+            pending = self._pending
+            if pending.get(run_id, -1) < generation:
+                pending[run_id] = generation
             self._asked = ticket = self._asked + 1
         with self._lock:
             if self._written >= ticket:
                 return  # covered by the batch another caller wrote meanwhile
-            with self._asking:
+            with asking:
                 batch, self._pending = self._pending, {}
                 upto = self._asked
             try:
-                self._write_batch(batch)
-            except BaseException:
-                with self._asking:  # not written: the next caller tries these again
+                if len(batch) == 1:  # the usual case: one statement, autocommit
+                    ((run_id, generation),) = batch.items()
+                    self._cursor.execute(_ADVANCE, (generation, time.time(), run_id, generation))
+                else:
+                    self._write_batch(batch)
+            except BaseException as exc:
+                with asking:  # not written: the next caller tries these again
                     for run, gen in batch.items():
                         if self._pending.get(run, -1) < gen:
                             self._pending[run] = gen
+                if isinstance(exc, sqlite3.Error):
+                    raise LedgerError(f"cannot update the witness {self.path}: {exc}") from None
                 raise
             self._written = upto
 
     def _write_batch(self, batch: dict[str, int]) -> None:
-        """Write ``batch`` (run id -> generation, never lowering one); under _lock."""
+        """Write ``batch`` (run id -> generation) in one transaction; under _lock."""
         now = time.time()
-        rows = [(gen, now, run, gen) for run, gen in batch.items()]
-        conn = self._conn
+        conn = self._cursor
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            if len(rows) == 1:  # the usual case: one statement, autocommit
-                conn.execute(_ADVANCE, rows[0])
-                return
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany(_ADVANCE, rows)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise LedgerError(f"cannot update the witness {self.path}: {exc}") from None
+            conn.executemany(_ADVANCE, [(gen, now, run, gen) for run, gen in batch.items()])
+            conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
 
     def reset(self, run_id: str, generation: int) -> None:
         self._write(
