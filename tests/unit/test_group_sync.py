@@ -156,3 +156,63 @@ def test_a_waiter_interrupted_while_parked_strands_nobody() -> None:
     assert group.flushes == 2  # the other waiter led a sync of its own
     group.wait(5)  # durable now: returns at once
     assert group.flushes == 2
+
+
+def test_the_leader_reports_what_its_flush_covered_before_waking_anyone() -> None:
+    """``after`` gets the notes of the leader and of the waiters its flush covered (not
+    of one that committed after the flush began), before any of them returns."""
+    committed = [2]
+    in_flight, release = threading.Event(), threading.Event()
+    reports: list[dict[str, int]] = []
+    returned: list[str] = []
+
+    def flush() -> int:
+        covered = committed[0]
+        if not in_flight.is_set():
+            in_flight.set()
+            release.wait(10)
+        return covered
+
+    returned_before: list[list[str]] = []
+
+    def after(notes: dict[str, int]) -> None:
+        reports.append(dict(notes))
+        returned_before.append(list(returned))
+
+    group = GroupSync(flush)
+    group.after = after
+
+    def wait(run: str, ticket: int, generation: int) -> None:
+        group.wait(ticket, (run, generation))
+        returned.append(run)
+
+    leader = threading.Thread(target=wait, args=("a", 1, 5))
+    leader.start()
+    assert in_flight.wait(10)
+    covered = threading.Thread(target=wait, args=("b", 2, 7))  # committed before the flush
+    late = threading.Thread(target=wait, args=("c", 3, 9))  # committed after it began
+    covered.start()
+    time.sleep(0.05)
+    committed[0] = 3
+    late.start()
+    time.sleep(0.1)
+    release.set()
+    for thread in (leader, covered, late):
+        thread.join(10)
+        assert not thread.is_alive()
+    assert reports == [{"a": 5, "b": 7}, {"c": 9}]
+    assert returned_before[0] == []  # told before the waiters it covered went on
+    assert "c" not in returned_before[1]
+    assert group.flushes == 2
+
+
+def test_a_failing_after_hook_fails_no_waiter() -> None:
+    """The hook is best effort: each waiter advances what it needs again itself."""
+    group = GroupSync(lambda: 1)
+
+    def after(notes: dict[str, int]) -> None:
+        raise OSError("witness unavailable")
+
+    group.after = after
+    group.wait(1, ("a", 3))
+    assert group.flushes == 1

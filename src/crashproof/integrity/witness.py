@@ -33,6 +33,7 @@ from crashproof.errors import JournalRolledBack, LedgerError, WitnessMissing
 
 __all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare"]
 
+_MADE_KEPT = 100_000  # runs remembered by SQLiteWitness._made
 _ADVANCE = "UPDATE witness SET generation = ?, updated_at = ? WHERE run_id = ? AND generation < ?"
 
 
@@ -111,6 +112,9 @@ class SQLiteWitness:
         self._pending: dict[str, int] = {}
         self._asked = 0
         self._written = 0  # every ask up to this ticket is written (under _lock)
+        # The highest generation this object wrote per run (under _lock; read without):
+        # an advance at or below it is already in the file.
+        self._made: dict[str, int] = {}
         try:
             self._conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=5.0
@@ -145,14 +149,22 @@ class SQLiteWitness:
 
     def advance(self, run_id: str, generation: int) -> None:
         """Returns once a write made after this call began holds ``generation`` (or more)
-        for the run. Concurrent callers combine: whoever takes the connection next writes
-        every advance asked so far in one transaction, and the callers it covered return
-        without writing (one witness commit per group sync instead of one per run)."""
+        for the run; at once when this witness wrote that already (the group sync's
+        leader advances every run its sync covered: ``advance_many``)."""
+        if self._made.get(run_id, -1) < generation:
+            self.advance_many({run_id: generation})
+
+    def advance_many(self, generations: dict[str, int]) -> None:
+        """Raise several runs' generations (never lowering one); returns once a write made
+        after this call began holds them. Concurrent callers combine: whoever takes the
+        connection next writes every advance asked so far in one transaction, and the
+        callers it covered return without writing."""
         asking = self._asking
         with asking:
             pending = self._pending
-            if pending.get(run_id, -1) < generation:
-                pending[run_id] = generation
+            for run_id, generation in generations.items():
+                if pending.get(run_id, -1) < generation:
+                    pending[run_id] = generation
             self._asked = ticket = self._asked + 1
         with self._lock:
             if self._written >= ticket:
@@ -168,12 +180,18 @@ class SQLiteWitness:
                     self._write_batch(batch)
             except BaseException as exc:
                 with asking:  # not written: the next caller tries these again
-                    for run, gen in batch.items():
-                        if self._pending.get(run, -1) < gen:
-                            self._pending[run] = gen
+                    for run_id, generation in batch.items():
+                        if self._pending.get(run_id, -1) < generation:
+                            self._pending[run_id] = generation
                 if isinstance(exc, sqlite3.Error):
                     raise LedgerError(f"cannot update the witness {self.path}: {exc}") from None
                 raise
+            made = self._made
+            if len(made) > _MADE_KEPT:
+                made.clear()  # only a shortcut: forgetting costs one write per run
+            for run_id, generation in batch.items():
+                if made.get(run_id, -1) < generation:
+                    made[run_id] = generation
             self._written = upto
 
     def _write_batch(self, batch: dict[str, int]) -> None:
@@ -196,14 +214,19 @@ class SQLiteWitness:
             "ON CONFLICT (run_id) DO UPDATE SET generation = excluded.generation, "
             "updated_at = excluded.updated_at",
             (run_id, generation, time.time()),
+            made=(run_id, generation),
         )
 
-    def _write(self, sql: str, args: tuple[object, ...]) -> None:
+    def _write(
+        self, sql: str, args: tuple[object, ...], made: tuple[str, int] | None = None
+    ) -> None:
         with self._lock:
             try:
                 self._conn.execute(sql, args)
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot update the witness {self.path}: {exc}") from None
+            if made is not None:  # set, even lower: what the file now holds
+                self._made[made[0]] = made[1]
 
     def close(self) -> None:
         with self._lock:
