@@ -113,6 +113,10 @@ class Interrupted(Exception):
     pass
 
 
+class Halt(BaseException):
+    """Like KeyboardInterrupt or a simulated crash: not an Exception."""
+
+
 def test_a_waiter_interrupted_while_parked_strands_nobody() -> None:
     """A parked waiter that is interrupted (a signal in the main thread) leaves the queue:
     the waiter parked after it, not it, leads the next sync (else nobody would)."""
@@ -215,4 +219,48 @@ def test_a_failing_after_hook_fails_no_waiter() -> None:
 
     group.after = after
     group.wait(1, ("a", 3))
+    assert group.flushes == 1
+
+
+def test_an_interrupted_after_hook_still_hands_over() -> None:
+    """A signal-like exception raised in the hook reaches the leader, and the waiters its
+    flush covered are still released (the flush itself succeeded)."""
+    committed = [1]
+    in_flight, release = threading.Event(), threading.Event()
+
+    def flush() -> int:
+        covered = committed[0]
+        if not in_flight.is_set():
+            in_flight.set()
+            release.wait(10)
+        return covered
+
+    calls: list[dict[str, int]] = []
+
+    def after(notes: dict[str, int]) -> None:
+        calls.append(notes)
+        if len(calls) == 1:
+            raise Halt  # not an Exception: the hook's own guard lets it through
+
+    group = GroupSync(flush)
+    group.after = after
+    outcome: list[str] = []
+
+    def lead() -> None:
+        try:
+            group.wait(1, ("a", 1))
+        except Halt:
+            outcome.append("leader interrupted")
+
+    leader = threading.Thread(target=lead, daemon=True)
+    leader.start()
+    assert in_flight.wait(10)
+    follower = threading.Thread(target=group.wait, args=(1, ("b", 2)), daemon=True)
+    follower.start()
+    time.sleep(0.05)
+    release.set()
+    for thread in (leader, follower):
+        thread.join(10)
+        assert not thread.is_alive()  # the follower was released, not stranded
+    assert outcome == ["leader interrupted"]
     assert group.flushes == 1

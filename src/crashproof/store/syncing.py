@@ -153,9 +153,11 @@ class GroupSync:
         except BaseException:
             self._hand_over(None)  # nothing was made durable; a waiter leads a new try
             raise
-        if self.after is not None:
-            self._after(covered, note)
-        self._hand_over(covered)
+        try:
+            if self.after is not None:
+                self._after(covered, note)
+        finally:  # whatever happens there, the flush is done: never strand the others
+            self._hand_over(covered)
 
     def _after(self, covered: int, own: Note | None) -> None:
         notes: dict[str, int] = {}
