@@ -89,3 +89,15 @@ def test_a_failed_write_is_retried_by_the_next_advance(tmp_path: Path) -> None:
     witness.advance("r", 4)  # carries the failed ask (7) with it
     assert witness.get("r") == 7
     witness.close()
+
+
+def test_an_advance_before_the_run_started_is_asked_again_after(tmp_path: Path) -> None:
+    """An advance of a run the witness has no row for changes nothing; once the run is
+    started, the same advance is written (not skipped as already made)."""
+    witness = SQLiteWitness(tmp_path / "l.db.witness")
+    witness.advance("r", 4)
+    assert witness.get("r") is None
+    witness.start("r")
+    witness.advance("r", 4)
+    assert witness.get("r") == 4
+    witness.close()

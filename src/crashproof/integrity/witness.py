@@ -146,6 +146,8 @@ class SQLiteWitness:
             "ON CONFLICT (run_id) DO NOTHING",
             (run_id, time.time()),
         )
+        # An advance made before the row existed changed nothing: ask again from here.
+        self._made.pop(run_id, None)
 
     def advance(self, run_id: str, generation: int) -> None:
         """Returns once a write made after this call began holds ``generation`` (or more)
