@@ -16,6 +16,7 @@ Usage: python bench/durability.py [--n 2000] [--acts 500] [--repeats 3] [--dir D
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import threading
 import time
@@ -52,9 +53,10 @@ def decisions(directory: Path, n: int, tag: str) -> float:
 
 def acts(
     directory: Path, n: int, tag: str, runs: int = 1, durability: str = "output"
-) -> tuple[float, float]:
-    """Acts/s of ``runs`` concurrent runs of ``n`` acts each on one Ledger, and the forced
-    syncs per act the store counted (the runs' outcomes included)."""
+) -> tuple[float, float, float]:
+    """Acts/s of ``runs`` concurrent runs of ``n`` acts each on one Ledger, the forced
+    syncs per act the store counted (the runs' outcomes included), and the process's CPU
+    time per act (user + system, all threads) in microseconds."""
     ledger, path = _ledger(directory, tag, durability)
     tool = common.NoOp()
 
@@ -77,19 +79,22 @@ def acts(
     before = store.syncs
     threads = [threading.Thread(target=drive, args=(k,)) for k in range(runs)]
     try:
+        cpu = os.times()
         start = time.perf_counter()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         elapsed = time.perf_counter() - start
+        spent = os.times()
         syncs = store.syncs - before
     finally:
         ledger.close()
     if failures:
         raise SystemExit(f"a benchmark run failed: {failures[0]!r}")
     common.remove_db(path)
-    return runs * n / elapsed, syncs / (runs * n)
+    cpu_us = (spent.user - cpu.user + spent.system - cpu.system) / (runs * n) * 1e6
+    return runs * n / elapsed, syncs / (runs * n), cpu_us
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,10 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     n, m = args.n, args.acts
     per_run = max(1, m // CONCURRENCY)
     syncs: dict[str, list[float]] = {"acts": [], "group": []}
+    cpu: dict[str, list[float]] = {"one_run": [], "group": [], "group_normal": []}
 
-    def timed_acts(key: str, tag: str, count: int, runs: int) -> float:
-        rate, per_act = acts(directory, count, tag, runs)
-        syncs[key].append(per_act)
+    def timed_acts(
+        key: str, tag: str, count: int, runs: int, durability: str = "output", cpu_key: str = ""
+    ) -> float:
+        rate, per_act, cpu_us = acts(directory, count, tag, runs, durability)
+        if key in syncs:
+            syncs[key].append(per_act)
+        if cpu_key:
+            cpu[cpu_key].append(cpu_us)
         return rate
 
     try:
@@ -121,11 +132,15 @@ def main(argv: list[str] | None = None) -> int:
                 "decide": lambda tag: decisions(directory, n, tag),
                 "raw_full": lambda tag: common.raw_commits(directory, m, "FULL", tag),
                 "acts": lambda tag: timed_acts("acts", tag, m, 1),
-                "one_run": lambda tag: timed_acts("acts", tag, per_run * CONCURRENCY, 1),
-                "group": lambda tag: timed_acts("group", tag, per_run, CONCURRENCY),
-                "group_normal": lambda tag: acts(
-                    directory, per_run, tag, CONCURRENCY, durability="normal"
-                )[0],
+                "one_run": lambda tag: timed_acts(
+                    "acts", tag, per_run * CONCURRENCY, 1, cpu_key="one_run"
+                ),
+                "group": lambda tag: timed_acts(
+                    "group", tag, per_run, CONCURRENCY, cpu_key="group"
+                ),
+                "group_normal": lambda tag: timed_acts(
+                    "-", tag, per_run, CONCURRENCY, "normal", cpu_key="group_normal"
+                ),
             },
         )
         med = {name: common.median(values) for name, values in results.items()}
@@ -166,6 +181,21 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  ceiling without any sync:  {med['group_normal'] / med['one_run']:.2f}x "
             f"({CONCURRENCY} runs in normal durability / 1 run in output)"
+        )
+        # Where the time goes: 1 run waits for its sync (wall >> CPU); 8 runs share syncs
+        # and are bound by CPU (one GIL, threads handing it over at every SQLite call).
+        one_cpu, group_cpu = common.median(cpu["one_run"]), common.median(cpu["group"])
+        normal_cpu = common.median(cpu["group_normal"])
+        print(
+            f"  CPU per act (user+sys, all threads): 1 run {one_cpu:.0f} us of "
+            f"{1e6 / med['one_run']:.0f} us wall; {CONCURRENCY} runs {group_cpu:.0f} us "
+            f"({normal_cpu:.0f} us never synced)"
+        )
+        print(
+            f"  CPU bound: {1e6 / normal_cpu:.0f} acts/s per core busy = "
+            f"{1e6 / normal_cpu / med['one_run']:.2f}x of 1 run per core (4x needs "
+            f"{4 * med['one_run']:.0f} acts/s: <= {1e6 / (4 * med['one_run']):.0f} us of wall "
+            "per act)"
         )
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -194,10 +194,14 @@ def test_crash_between_commit_and_witness_update_resumes(tmp_path: Path) -> None
     points = cp.CrashPoints(match="after_commit[act_intent:create]")
     with pytest.raises(cp.SimulatedCrash):
         open_ledger(tmp_path, crash_points=points).run(make(target), run_id="r")
-    witness = sqlite3.connect(tmp_path / "l.db.witness")
-    # The witness advances only after an output point's forced sync (this intent was the
-    # first): the run's start and its local steps were never witnessed.
-    assert witness.execute("SELECT generation FROM witness").fetchone() == (0,)
+    witness = sqlite3.connect(tmp_path / "l.db.witness", isolation_level=None)
+    # The witness advances with the forced sync of an output point (the group sync's
+    # leader writes it before anyone goes on): here the act's intent, seq 5, the first.
+    assert witness.execute("SELECT generation FROM witness").fetchone() == (6,)
+    # A crash between that sync and the witness write (or a power cut losing the write,
+    # which is not synced) leaves the witness where it was: the run's start and its
+    # local steps were never witnessed.
+    witness.execute("UPDATE witness SET generation = 0")
     result = open_ledger(tmp_path).run(make(target), run_id="r")
     assert result[:4] == ["+line-0", "+line-1", "+line-2", "+line-3"]
     assert witness.execute("SELECT generation FROM witness").fetchone()[0] >= 8

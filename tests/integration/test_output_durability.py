@@ -218,3 +218,83 @@ def test_a_frozen_run_is_durable_before_it_is_reported(tmp_path: Path) -> None:
         with pytest.raises(cp.RunFrozen):
             ledger.run(frozen, run_id="f")  # reported again from the journal
         assert len(syncs) == 3
+
+
+def test_concurrent_runs_share_witness_writes_and_act_only_once_witnessed(
+    tmp_path: Path,
+) -> None:
+    """The group sync's leader advances the witness once for every run its sync covered,
+    before any of them goes on: each tool executes only once the witness holds its intent,
+    and the runs write the witness fewer times than they pass output points."""
+    path = tmp_path / "l.db"
+    runs, acts = 8, 6
+    gate = threading.Barrier(runs)
+    unwitnessed: list[str] = []
+    journal_seq: dict[str, int] = {}
+
+    class Checked(Noop):
+        def execute(self, call: Call) -> Receipt:
+            with contextlib.closing(sqlite3.connect(f"{path}.witness")) as conn:
+                row = conn.execute(
+                    "SELECT generation FROM witness WHERE run_id = ?", (call.run_id,)
+                ).fetchone()
+            with contextlib.closing(sqlite3.connect(path)) as conn:
+                (intent_seq,) = conn.execute(
+                    "SELECT seq FROM events WHERE run_id = ? AND key = ? AND type = 'act_intent'",
+                    (call.run_id, call.step),
+                ).fetchone()
+            journal_seq[call.operation_id] = intent_seq
+            if row is None or row[0] < intent_seq + 1:
+                unwitnessed.append(f"{call.operation_id}: witness {row}, intent {intent_seq}")
+            return super().execute(call)
+
+    @cp.workflow("witnessed", version="1")
+    def witnessed(ctx: cp.Context) -> int:
+        for k in range(acts):
+            gate.wait(timeout=30)
+            ctx.act(f"act{k}", Checked())
+        return acts
+
+    with cp.Ledger(f"sqlite:///{path}", key=KEY) as ledger:
+        syncs = counting(ledger._store)
+        writes: list[str] = []
+        witness_conn = ledger._witness._conn  # type: ignore[union-attr]
+        witness_conn.set_trace_callback(lambda sql: writes.append(sql.split()[0].upper()))
+        errors: list[BaseException] = []
+
+        def drive(n: int) -> None:
+            try:
+                ledger.run(witnessed, run_id=f"r{n}")
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=drive, args=(n,)) for n in range(runs)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        witness_conn.set_trace_callback(None)
+        assert errors == []
+        assert unwitnessed == []
+        assert len(journal_seq) == runs * acts
+        outputs = runs * (acts + 1)  # each act's intent, each run's outcome
+        assert len(syncs) < outputs
+        witness_writes = _witness_transactions(writes)
+        assert witness_writes < outputs, f"{witness_writes} witness writes, {outputs} outputs"
+        for n in range(runs):
+            events = ledger._store.load_events(f"r{n}")  # type: ignore[attr-defined]
+            assert ledger._witness.get(f"r{n}") == len(events)  # type: ignore[union-attr]
+
+
+def _witness_transactions(statements: list[str]) -> int:
+    """Transactions in a trace of witness statements: each BEGIN ... COMMIT is one, and
+    so is each UPDATE or INSERT outside one (autocommit)."""
+    count, inside = 0, False
+    for statement in statements:
+        if statement == "BEGIN":
+            count, inside = count + 1, True
+        elif statement in ("COMMIT", "ROLLBACK"):
+            inside = False
+        elif statement in ("UPDATE", "INSERT") and not inside:
+            count += 1
+    return count

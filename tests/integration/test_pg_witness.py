@@ -88,3 +88,22 @@ def test_bad_witness_settings_are_refused(pg_url: str) -> None:
     with pytest.raises(cp.LedgerError, match="cannot open the generation witness") as caught:
         PostgresWitness(unreachable, schema="w", connect_timeout=1)
     assert "pw@" not in str(caught.value)
+
+
+def test_an_advance_only_raises_and_a_reset_sets(pg_url: str) -> None:
+    """advance is one autocommit statement (its set_config only picks the commit's
+    flushing): it raises a generation, never lowers one, and skips unknown runs."""
+    witness = PostgresWitness(pg_url, schema="only_up_witness")
+    try:
+        witness.start("r")
+        witness.advance("r", 5)
+        witness.advance("r", 3)
+        assert witness.get("r") == 5
+        witness.reset("r", 2)
+        assert witness.get("r") == 2
+        witness.advance("r", 4)
+        assert witness.get("r") == 4
+        witness.advance("never-started", 7)
+        assert witness.get("never-started") is None
+    finally:
+        witness.close()

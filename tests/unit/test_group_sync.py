@@ -113,6 +113,10 @@ class Interrupted(Exception):
     pass
 
 
+class Halt(BaseException):
+    """Like KeyboardInterrupt or a simulated crash: not an Exception."""
+
+
 def test_a_waiter_interrupted_while_parked_strands_nobody() -> None:
     """A parked waiter that is interrupted (a signal in the main thread) leaves the queue:
     the waiter parked after it, not it, leads the next sync (else nobody would)."""
@@ -156,3 +160,107 @@ def test_a_waiter_interrupted_while_parked_strands_nobody() -> None:
     assert group.flushes == 2  # the other waiter led a sync of its own
     group.wait(5)  # durable now: returns at once
     assert group.flushes == 2
+
+
+def test_the_leader_reports_what_its_flush_covered_before_waking_anyone() -> None:
+    """``after`` gets the notes of the leader and of the waiters its flush covered (not
+    of one that committed after the flush began), before any of them returns."""
+    committed = [2]
+    in_flight, release = threading.Event(), threading.Event()
+    reports: list[dict[str, int]] = []
+    returned: list[str] = []
+
+    def flush() -> int:
+        covered = committed[0]
+        if not in_flight.is_set():
+            in_flight.set()
+            release.wait(10)
+        return covered
+
+    returned_before: list[list[str]] = []
+
+    def after(notes: dict[str, int]) -> None:
+        reports.append(dict(notes))
+        returned_before.append(list(returned))
+
+    group = GroupSync(flush)
+    group.after = after
+
+    def wait(run: str, ticket: int, generation: int) -> None:
+        group.wait(ticket, (run, generation))
+        returned.append(run)
+
+    leader = threading.Thread(target=wait, args=("a", 1, 5))
+    leader.start()
+    assert in_flight.wait(10)
+    covered = threading.Thread(target=wait, args=("b", 2, 7))  # committed before the flush
+    late = threading.Thread(target=wait, args=("c", 3, 9))  # committed after it began
+    covered.start()
+    time.sleep(0.05)
+    committed[0] = 3
+    late.start()
+    time.sleep(0.1)
+    release.set()
+    for thread in (leader, covered, late):
+        thread.join(10)
+        assert not thread.is_alive()
+    assert reports == [{"a": 5, "b": 7}, {"c": 9}]
+    assert returned_before[0] == []  # told before the waiters it covered went on
+    assert "c" not in returned_before[1]
+    assert group.flushes == 2
+
+
+def test_a_failing_after_hook_fails_no_waiter() -> None:
+    """The hook is best effort: each waiter advances what it needs again itself."""
+    group = GroupSync(lambda: 1)
+
+    def after(notes: dict[str, int]) -> None:
+        raise OSError("witness unavailable")
+
+    group.after = after
+    group.wait(1, ("a", 3))
+    assert group.flushes == 1
+
+
+def test_an_interrupted_after_hook_still_hands_over() -> None:
+    """A signal-like exception raised in the hook reaches the leader, and the waiters its
+    flush covered are still released (the flush itself succeeded)."""
+    committed = [1]
+    in_flight, release = threading.Event(), threading.Event()
+
+    def flush() -> int:
+        covered = committed[0]
+        if not in_flight.is_set():
+            in_flight.set()
+            release.wait(10)
+        return covered
+
+    calls: list[dict[str, int]] = []
+
+    def after(notes: dict[str, int]) -> None:
+        calls.append(notes)
+        if len(calls) == 1:
+            raise Halt  # not an Exception: the hook's own guard lets it through
+
+    group = GroupSync(flush)
+    group.after = after
+    outcome: list[str] = []
+
+    def lead() -> None:
+        try:
+            group.wait(1, ("a", 1))
+        except Halt:
+            outcome.append("leader interrupted")
+
+    leader = threading.Thread(target=lead, daemon=True)
+    leader.start()
+    assert in_flight.wait(10)
+    follower = threading.Thread(target=group.wait, args=(1, ("b", 2)), daemon=True)
+    follower.start()
+    time.sleep(0.05)
+    release.set()
+    for thread in (leader, follower):
+        thread.join(10)
+        assert not thread.is_alive()  # the follower was released, not stranded
+    assert outcome == ["leader interrupted"]
+    assert group.flushes == 1

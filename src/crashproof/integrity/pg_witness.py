@@ -80,10 +80,16 @@ class PostgresWitness:
         )
 
     def advance(self, run_id: str, generation: int) -> None:
+        # One statement, its own transaction (autocommit), one round trip: the act waits
+        # for it before it executes (BEGIN, SET LOCAL, UPDATE, COMMIT took four). The
+        # set_config is that SET LOCAL, made by the row it lets through (an update that
+        # changes nothing commits nothing to flush).
         self._execute(
             f"UPDATE {self._table} SET generation = %s, updated_at = %s "
-            "WHERE run_id = %s AND generation < %s",
+            "WHERE run_id = %s AND generation < %s "
+            "AND set_config('synchronous_commit', 'off', true) = 'off'",
             (generation, time.time(), run_id, generation),
+            alone=True,
         )
 
     def reset(self, run_id: str, generation: int) -> None:
@@ -105,13 +111,15 @@ class PostgresWitness:
                 f"{self.schema}): {first_line(exc)}"
             ) from None
 
-    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
+    def _execute(
+        self, sql: str, args: tuple[Any, ...] = (), *, alone: bool = False
+    ) -> tuple[Any, ...] | None:
         """One statement in its own transaction. Every statement here is idempotent, so a
         connection the server dropped (restart, idle timeout) is replaced and the
         statement tried once more."""
         with self._lock:
             try:
-                return self._run(sql, args)
+                return self._run(sql, args, alone)
             except psycopg.OperationalError as exc:
                 if not self._conn.broken:
                     raise self._unusable(exc) from None
@@ -119,11 +127,14 @@ class PostgresWitness:
                 raise self._unusable(exc) from None
             self._conn = self._connect()
             try:
-                return self._run(sql, args)
+                return self._run(sql, args, alone)
             except psycopg.Error as exc:
                 raise self._unusable(exc) from None
 
-    def _run(self, sql: str, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    def _run(self, sql: str, args: tuple[Any, ...], alone: bool) -> tuple[Any, ...] | None:
+        if alone:  # a statement that sets what it needs itself (autocommit)
+            self._conn.execute(sql, args)
+            return None
         with self._conn.transaction():
             # A witness update needs no flush of its own (see the module docstring).
             self._conn.execute("SET LOCAL synchronous_commit = off")

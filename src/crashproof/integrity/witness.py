@@ -22,6 +22,7 @@ restoring the ledger file alone.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -31,6 +32,9 @@ from typing import Protocol
 from crashproof.errors import JournalRolledBack, LedgerError, WitnessMissing
 
 __all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare"]
+
+_MADE_KEPT = 100_000  # runs remembered by SQLiteWitness._made
+_ADVANCE = "UPDATE witness SET generation = ?, updated_at = ? WHERE run_id = ? AND generation < ?"
 
 
 class Witness(Protocol):
@@ -101,7 +105,16 @@ class SQLiteWitness:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the connection's
+        # Advances asked for and not yet written: concurrent runs (threads released by one
+        # group sync) share one write (advance). Guarded by _asking; tickets count asks.
+        self._asking = threading.Lock()
+        self._pending: dict[str, int] = {}
+        self._asked = 0
+        self._written = 0  # every ask up to this ticket is written (under _lock)
+        # The highest generation this object wrote per run (under _lock; read without):
+        # an advance at or below it is already in the file.
+        self._made: dict[str, int] = {}
         try:
             self._conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=5.0
@@ -116,6 +129,7 @@ class SQLiteWitness:
                 "CREATE TABLE IF NOT EXISTS witness (run_id TEXT PRIMARY KEY, "
                 "generation INTEGER NOT NULL, updated_at REAL NOT NULL) STRICT"
             )
+            self._cursor = self._conn.cursor()  # advance's (under _lock)
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open the generation witness {path}: {exc}") from None
 
@@ -132,12 +146,69 @@ class SQLiteWitness:
             "ON CONFLICT (run_id) DO NOTHING",
             (run_id, time.time()),
         )
+        # An advance made before the row existed changed nothing: ask again from here.
+        self._made.pop(run_id, None)
 
     def advance(self, run_id: str, generation: int) -> None:
-        self._write(
-            "UPDATE witness SET generation = ?, updated_at = ? WHERE run_id = ? AND generation < ?",
-            (generation, time.time(), run_id, generation),
-        )
+        """Returns once a write made after this call began holds ``generation`` (or more)
+        for the run; at once when this witness wrote that already (the group sync's
+        leader advances every run its sync covered: ``advance_many``)."""
+        if self._made.get(run_id, -1) < generation:
+            self.advance_many({run_id: generation})
+
+    def advance_many(self, generations: dict[str, int]) -> None:
+        """Raise several runs' generations (never lowering one); returns once a write made
+        after this call began holds them. Concurrent callers combine: whoever takes the
+        connection next writes every advance asked so far in one transaction, and the
+        callers it covered return without writing."""
+        asking = self._asking
+        with asking:
+            pending = self._pending
+            for run_id, generation in generations.items():
+                if pending.get(run_id, -1) < generation:
+                    pending[run_id] = generation
+            self._asked = ticket = self._asked + 1
+        with self._lock:
+            if self._written >= ticket:
+                return  # covered by the batch another caller wrote meanwhile
+            with asking:
+                batch, self._pending = self._pending, {}
+                upto = self._asked
+            try:
+                if len(batch) == 1:  # the usual case: one statement, autocommit
+                    ((run_id, generation),) = batch.items()
+                    self._cursor.execute(_ADVANCE, (generation, time.time(), run_id, generation))
+                else:
+                    self._write_batch(batch)
+            except BaseException as exc:
+                with asking:  # not written: the next caller tries these again
+                    for run_id, generation in batch.items():
+                        if self._pending.get(run_id, -1) < generation:
+                            self._pending[run_id] = generation
+                if isinstance(exc, sqlite3.Error):
+                    raise LedgerError(f"cannot update the witness {self.path}: {exc}") from None
+                raise
+            made = self._made
+            if len(made) > _MADE_KEPT:
+                made.clear()  # only a shortcut: forgetting costs one write per run
+            for run_id, generation in batch.items():
+                if made.get(run_id, -1) < generation:
+                    made[run_id] = generation
+            self._written = upto
+
+    def _write_batch(self, batch: dict[str, int]) -> None:
+        """Write ``batch`` (run id -> generation) in one transaction; under _lock."""
+        now = time.time()
+        conn = self._cursor
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(_ADVANCE, [(gen, now, run, gen) for run, gen in batch.items()])
+            conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
 
     def reset(self, run_id: str, generation: int) -> None:
         self._write(
@@ -145,14 +216,19 @@ class SQLiteWitness:
             "ON CONFLICT (run_id) DO UPDATE SET generation = excluded.generation, "
             "updated_at = excluded.updated_at",
             (run_id, generation, time.time()),
+            made=(run_id, generation),
         )
 
-    def _write(self, sql: str, args: tuple[object, ...]) -> None:
+    def _write(
+        self, sql: str, args: tuple[object, ...], made: tuple[str, int] | None = None
+    ) -> None:
         with self._lock:
             try:
                 self._conn.execute(sql, args)
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot update the witness {self.path}: {exc}") from None
+            if made is not None:  # set, even lower: what the file now holds
+                self._made[made[0]] = made[1]
 
     def close(self) -> None:
         with self._lock:

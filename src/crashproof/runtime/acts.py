@@ -30,6 +30,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
+from crashproof.runtime.act_records import intent_payload, receipt_payload
 from crashproof.runtime.observe import observe_after, observe_before
 from crashproof.tools.port import Call, Receipt, Tool
 
@@ -40,7 +41,6 @@ __all__ = ["ActSettings", "intent_digest", "perform_act"]
 
 # Enum values read once: an enum member's .value is a Python-level descriptor call.
 _ACT = StepKind.ACT.value
-_SUCCEEDED = StepStatus.SUCCEEDED.value
 
 
 class ActSettings:
@@ -286,20 +286,12 @@ def _execute_again(ctx: Context, tool: Tool, call: Call, rounds: int) -> Any:
 def _journal_intent(
     ctx: Context, tool: Tool, call: Call, observed: dict[str, Any] | None = None
 ) -> None:
-    ctx.append_event(
+    payload, text = intent_payload(tool, call, time.time(), observed)  # runtime/observe.py
+    ctx.append_built(
         EventType.ACT_INTENT,
         call.step,
-        {
-            "kind": _ACT,
-            "digest": call.intent_digest,
-            "operation_id": call.operation_id,
-            "intent_digest": call.intent_digest,
-            "tool": tool.name,
-            "tool_version": tool.version,
-            "attempt": call.attempt,
-            "started_at": time.time(),
-            **({"observed": observed} if observed else {}),  # runtime/observe.py
-        },
+        payload,
+        text,
         encode(
             {"params": call.params, "prepared": call.prepared},
             what=f"the params/prepared data of act {call.step!r}",
@@ -334,30 +326,16 @@ def _journal_receipt(
             key=call.step,
             error=ReceiptConflict,
         )
-    ctx.append_event(
-        EventType.STEP_DONE,
-        call.step,
-        {
-            "kind": _ACT,
-            "digest": call.intent_digest,
-            "status": _SUCCEEDED,
-            "attempt": call.attempt,
-            "operation_id": call.operation_id,
-            "intent_digest": call.intent_digest,
-            "receipt": {
-                "tool": tool.name,
-                "tool_version": tool.version,
-                "receipt_id": receipt.receipt_id,
-                "result_digest": sha256_hex(value_json.encode()),
-                "reconciled": reconciled,
-            },
-            # It ended when its record is made (created_at): the duration as whole
-            # microseconds, as steps record it (journal/fold.py step_times reads both).
-            "took_us": int((time.time() - started) * 1e6),
-            **observe_after(tool, call.step),  # the environment as the act left it
-        },
-        value_json,
+    payload, text = receipt_payload(
+        tool,
+        call,
+        receipt.receipt_id,
+        sha256_hex(value_json.encode()),
+        reconciled,
+        int((time.time() - started) * 1e6),
+        observe_after(tool, call.step),  # the environment as the act left it
     )
+    ctx.append_built(EventType.STEP_DONE, call.step, payload, text, value_json)
     return decode(value_json)
 
 

@@ -524,6 +524,27 @@ class Context:
         if type_ is EventType.STEP_DONE and self.meter.active:
             self.meter.count(payload)
 
+    def append_built(
+        self,
+        type_: EventType,
+        key: str,
+        payload: dict[str, Any],
+        text: str,
+        value_json: str | None,
+    ) -> None:
+        """append_event for a payload whose stored text the caller built (exactly
+        codec.encode(payload): runtime/act_records.py)."""
+        if self.session is not None:  # the drive's first record: append_event adds it
+            self.append_event(type_, key, payload, value_json)
+            return
+        event = Event.stored(
+            self.run_id, self._next_seq, type_, key, text, time.time(), value_json, payload
+        )
+        self._ledger._commit((event,), None, fencing_token=self.fencing_token)
+        self._next_seq += 1
+        if type_ is _STEP_DONE and self.meter.active:
+            self.meter.count(payload)
+
     def finish(self, type_: EventType, payload: dict[str, Any], value_json: str | None) -> None:
         """Record the run's outcome (used by the ledger once the workflow returns)."""
         status = RunStatus.SUCCEEDED if type_ is EventType.RUN_SUCCEEDED else RunStatus.FAILED

@@ -25,9 +25,11 @@ power cut leaves on disk.
 
 from __future__ import annotations
 
+from typing import Any
+
 from crashproof.journal.records import Event, EventType
 
-__all__ = ["OUTCOMES", "output_point"]
+__all__ = ["OUTCOMES", "output_point", "share_witness_writes"]
 
 OUTCOMES = frozenset(
     {
@@ -57,3 +59,14 @@ def output_point(event: Event) -> bool:
 
 _STEP_DONE = EventType.STEP_DONE
 _ACT_INTENT = EventType.ACT_INTENT
+
+
+def share_witness_writes(store: Any, witness: Any) -> None:
+    """Let the store's group sync advance the witness once for every run it made durable
+    (``SQLiteStore.on_durable`` -> ``SQLiteWitness.advance_many``), right after the sync
+    and before any of them goes on: concurrent runs then share one witness write, and
+    each run's own advance (``Ledger._commit``) finds it made. Stores or witnesses
+    without these hooks keep advancing one run at a time."""
+    hook = getattr(witness, "advance_many", None)
+    if hook is not None and hasattr(store, "on_durable"):
+        store.on_durable = hook

@@ -44,7 +44,7 @@ from crashproof.runtime.audit import begin_session, started_by
 from crashproof.runtime.binding import OperatorChanges, bind_run, ended_run, start_fields
 from crashproof.runtime.care import LedgerCare
 from crashproof.runtime.context import Context
-from crashproof.runtime.durable import output_point
+from crashproof.runtime.durable import output_point, share_witness_writes
 from crashproof.runtime.humans import LedgerHumans
 from crashproof.runtime.leasing import HOST, Heartbeat, release, stop_driving
 from crashproof.runtime.moving import refuse_moved
@@ -122,6 +122,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
                 raise
         self._store = store
         self._witness = witness
+        share_witness_writes(store, witness)  # one witness write per group sync
         self._workflows: dict[str, Workflow[Any]] = {}
         self._policies: dict[str, Policy] = {}  # by version: runs find theirs on resume
         self.crash_points = crash_points

@@ -227,6 +227,7 @@ class SQLiteStore(SQLiteJournal):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            self._wal_sync.close()
 
     # -- the work queue (crashproof.store.queue) ------------------------------
 
@@ -273,13 +274,24 @@ class SQLiteStore(SQLiteJournal):
             return
         run_id = events[0].run_id
         self._append(events, status, fencing_token, run_id)
-        if durable:
-            self.sync()
+        if durable and self.durability == "output":
+            self._group.wait(self._commits, (run_id, events[-1].seq + 1))
 
     def sync(self) -> None:
         # "full" synced every commit already, "normal" never forces one.
         if self.durability == "output":
             self._group.wait(self._commits)
+
+    @property
+    def on_durable(self) -> Callable[[dict[str, int]], None] | None:
+        """Told, after a forced sync, the runs whose durable appends it covered and their
+        generations (run id -> next seq), before any of them goes on: the Ledger advances
+        the witness there once for all (store/syncing.py, GroupSync.after). Best effort."""
+        return self._group.after
+
+    @on_durable.setter
+    def on_durable(self, hook: Callable[[dict[str, int]], None] | None) -> None:
+        self._group.after = hook
 
     @property
     def syncs(self) -> int:

@@ -20,12 +20,17 @@ leader/follower committer, as in database group commit).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["GroupSync", "WalSyncer"]
+__all__ = ["GroupSync", "Note", "WalSyncer"]
+
+log = logging.getLogger(__name__)
+
+Note = tuple[str, int]  # (run id, generation): what a durable append made durable
 
 # fdatasync syncs the data and the metadata needed to read it back (the size): what a
 # durable WAL needs, without the timestamp updates fsync also waits for. (macOS has none.)
@@ -34,26 +39,54 @@ _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 class WalSyncer:
     """fdatasync of a SQLite database's ``-wal`` file (and, once per new file, of its
-    directory, so the file's name is durable too)."""
+    directory, so the file's name is durable too).
+
+    The file stays open between syncs: SQLite keeps one ``-wal`` file (same inode) while
+    any connection is open, resetting and overwriting it after checkpoints. One ``stat``
+    per sync checks that the name still leads to the file held open (a new inode: the
+    old one is closed and the new one opened and synced), so a sync costs the
+    ``fdatasync`` and one ``stat`` instead of ``open``, ``fstat`` and ``close`` as well.
+    (The inode check is sound because the file is held open: a removed file's inode
+    cannot be reused while a descriptor still refers to it.) ``close()`` releases it."""
 
     def __init__(self, database: Path) -> None:
         self.wal = database.with_name(database.name + "-wal")
         self._wal = str(self.wal)  # (os.open converts a Path on every call)
-        self._synced_inode: int | None = None
+        self._fd: int | None = None
+        self._inode: int | None = None  # of the file held open (its directory synced)
 
     def __call__(self) -> None:
         try:
+            inode = os.stat(self._wal).st_ino
+        except FileNotFoundError:
+            self.close()
+            return  # checkpointed and removed: its content was synced into the database
+        fd = self._fd
+        if fd is None or inode != self._inode:
+            self._reopen()
+        else:
+            _datasync(fd)
+
+    def _reopen(self) -> None:
+        """Open (again) the file the name leads to now, sync it, then its directory."""
+        self.close()
+        try:
             fd = os.open(self._wal, os.O_RDWR)  # (Windows syncs only writable handles)
         except FileNotFoundError:
-            return  # checkpointed and removed: its content was synced into the database
+            return  # removed between the stat and the open: as in __call__
         try:
-            _datasync(fd)
             inode = os.fstat(fd).st_ino
-        finally:
-            os.close(fd)
-        if inode != self._synced_inode:
+            _datasync(fd)  # before the directory: the name then leads to synced content
             _sync_directory(self.wal.parent)
-            self._synced_inode = inode
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._inode = fd, inode
+
+    def close(self) -> None:
+        fd, self._fd, self._inode = self._fd, None, None
+        if fd is not None:
+            os.close(fd)
 
 
 def _sync_directory(directory: Path) -> None:
@@ -79,18 +112,26 @@ class GroupSync:
     wakes exactly the waiters its flush covered, and one waiter it did not cover (who
     committed after the flush began) to lead the next flush for all the rest; the others
     stay parked, costing no wake-up. ``flushes`` counts the flushes done (a real
-    counter, for tests and benchmarks)."""
+    counter, for tests and benchmarks).
+
+    ``after``: called by the leader once its flush succeeded, before it wakes anyone,
+    with the ``note`` (run id -> generation) of itself and of every waiter the flush
+    covered: what just became durable, so the generation witness can be advanced once
+    for all of them (one write instead of one per run). Best effort: whatever it does
+    not manage is asked again by each waiter (``Ledger._commit`` advances the witness
+    after every durable append; an advance already made costs nothing there)."""
 
     def __init__(self, flush: Callable[[], int]) -> None:
         self._flush = flush
         self._mutex = threading.Lock()
         self._durable = 0
         self._leading = False
-        # Parked waiters: (ticket, a lock held for them, released to wake them).
-        self._parked: list[tuple[int, threading.Lock]] = []
+        # Parked waiters: (ticket, a lock held for them, released to wake them, note).
+        self._parked: list[tuple[int, threading.Lock, Note | None]] = []
         self.flushes = 0
+        self.after: Callable[[dict[str, int]], None] | None = None
 
-    def wait(self, ticket: int) -> None:
+    def wait(self, ticket: int, note: Note | None = None) -> None:
         while True:
             with self._mutex:
                 if self._durable >= ticket:
@@ -100,7 +141,7 @@ class GroupSync:
                     break
                 gate = threading.Lock()
                 gate.acquire()
-                entry = (ticket, gate)
+                entry = (ticket, gate, note)
                 self._parked.append(entry)
             try:
                 gate.acquire()  # woken: covered, or asked to lead (checked again above)
@@ -112,7 +153,26 @@ class GroupSync:
         except BaseException:
             self._hand_over(None)  # nothing was made durable; a waiter leads a new try
             raise
-        self._hand_over(covered)
+        try:
+            if self.after is not None:
+                self._after(covered, note)
+        finally:  # whatever happens there, the flush is done: never strand the others
+            self._hand_over(covered)
+
+    def _after(self, covered: int, own: Note | None) -> None:
+        notes: dict[str, int] = {}
+        with self._mutex:
+            for ticket, _gate, note in self._parked:
+                if note is not None and ticket <= covered and notes.get(note[0], -1) < note[1]:
+                    notes[note[0]] = note[1]
+        if own is not None and notes.get(own[0], -1) < own[1]:
+            notes[own[0]] = own[1]
+        if not notes or self.after is None:
+            return
+        try:
+            self.after(notes)
+        except Exception as exc:  # each waiter asks again, and reports a failure itself
+            log.debug("advancing %d runs after a group sync failed: %r", len(notes), exc)
 
     def _hand_over(self, covered: int | None) -> None:
         with self._mutex:
@@ -135,7 +195,7 @@ class GroupSync:
                 left.pop(0)[1].release()  # the next leader (it syncs what came since)
             self._parked = left
 
-    def _leave(self, entry: tuple[int, threading.Lock]) -> None:
+    def _leave(self, entry: tuple[int, threading.Lock, Note | None]) -> None:
         with self._mutex:
             if entry in self._parked:
                 self._parked.remove(entry)
