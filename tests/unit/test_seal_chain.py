@@ -119,7 +119,7 @@ def test_a_v1_journal_continued_in_v2_verifies_and_neither_format_passes_for_the
         rows.append([seq, "step_done", None, "{}", None, 9.0 + seq, kid, mac, None])
         prev = mac
     assert sealer.verify_chain("r", rows, GENESIS) == _per_record(sealer, rows) == prev
-    built = sealer.verify_rows("r", rows, lambda *fields: fields)
+    built = sealer.verify_rows("r", [row[:8] for row in rows], lambda *fields: fields)
     assert built == [("r", *row[:4], row[5], row[4]) for row in rows]
     for index, relabel in ((1, lambda m: V2 + m), (4, lambda m: m[len(V2) :])):
         forged = [list(row) for row in rows]

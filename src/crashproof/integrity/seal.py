@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from crashproof.integrity.keys import Keyring
 
 GENESIS = ""  # the previous MAC of a run's first record (store.port.GENESIS)
 T = TypeVar("T")
+_FIELDS = operator.itemgetter(slice(0, 8))  # what verify_chain reads of a stored row
 
 __all__ = ["Sealer"]
 
@@ -215,14 +217,15 @@ class Sealer:
         check as :meth:`verify` per record, in one loop (replay verifies every record of
         a journal); any record the loop cannot vouch for is checked by ``verify``, which
         accepts it or raises its error."""
-        return self._chain(run_id, records, prev_mac, None, [])
+        return self._chain(run_id, map(_FIELDS, records), prev_mac, None, [])
 
     def verify_rows(
         self, run_id: str, records: Iterable[Sequence[Any]], make: Callable[..., T]
     ) -> list[T]:
         """:meth:`verify_chain` from the run's first record, and what ``make(run_id, seq,
         type, key, payload, created_at, value)`` builds of each record once it verified
-        (in the same loop: a store's load reads every record once)."""
+        (in the same loop: a store's load reads every record once). ``records``: exactly
+        (seq, type, key, payload, value, created_at, key_id, mac)."""
         built: list[T] = []
         self._chain(run_id, records, GENESIS, make, built)
         return built
@@ -243,7 +246,7 @@ class Sealer:
         head = f"{_PREFIX_V2}|{len(run_id)}:{run_id}|"
         head_v1 = f"{_PREFIX}|{len(run_id)}:{run_id}|"
         for record in records:
-            seq, type_, key, payload, value, created_at, key_id, mac = record[:8]
+            seq, type_, key, payload, value, created_at, key_id, mac = record
             keyed = states.get(key_id)
             if keyed is not None:
                 try:  # anything unusual (no MAC, no float, a surrogate): verify() decides
