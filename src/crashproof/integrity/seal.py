@@ -239,6 +239,10 @@ class Sealer:
         built: list[T],
     ) -> str:
         states: dict[Any, _Keyed] = {}
+        # The key of the record before: a journal is almost always sealed with one key,
+        # and comparing two key ids is cheaper than hashing each row's new one.
+        last_id: Any = None
+        last: _Keyed | None = None
         compare = hmac.compare_digest
         # _message_v2, _message and _hmac_hex, inlined with the run's part of the message
         # formatted once: this loop runs for every record of every journal read
@@ -247,7 +251,7 @@ class Sealer:
         head_v1 = f"{_PREFIX}|{len(run_id)}:{run_id}|"
         for record in records:
             seq, type_, key, payload, value, created_at, key_id, mac = record
-            keyed = states.get(key_id)
+            keyed = last if key_id == last_id else states.get(key_id)
             if keyed is not None:
                 try:  # anything unusual (no MAC, no float, a surrogate): verify() decides
                     if mac[:3] == V2:
@@ -280,7 +284,8 @@ class Sealer:
                 self.verify(
                     run_id, seq, type_, key, payload, value, created_at, prev_mac, key_id, mac
                 )
-                states[key_id] = self._state(str(key_id), self.keyring.get(key_id) or b"")
+                keyed = states[key_id] = self._state(str(key_id), self.keyring.get(key_id) or b"")
+                last_id, last = key_id, keyed
             if make is not None:
                 built.append(make(run_id, seq, type_, key, payload, created_at, value))
             prev_mac = mac
