@@ -10,7 +10,7 @@ import pytest
 
 from crashproof.errors import JournalTampered, UnknownKeyId
 from crashproof.integrity.keys import Keyring
-from crashproof.integrity.seal import Sealer, _message
+from crashproof.integrity.seal import V2, Sealer, _message, _message_v2
 from crashproof.store.port import GENESIS
 
 OLD, NEW = b"o" * 32, b"n" * 32
@@ -87,6 +87,77 @@ def test_the_two_state_mac_is_the_standard_hmac_sha256_for_any_key_length(length
     sealer = Sealer(Keyring(secret))
     fields = ("r", 4, "step_done", "s#4", '{"kind":"step"}', '"\u00e9"', 1.25, "ab" * 32)
     _kid, mac = sealer.seal(*fields)
-    assert mac == hmac.new(secret, _message(*fields), hashlib.sha256).hexdigest()
+    assert mac == V2 + hmac.new(secret, _message_v2(*fields), hashlib.sha256).hexdigest()
     row = [4, "step_done", "s#4", '{"kind":"step"}', '"\u00e9"', 1.25, _kid, mac, None]
     assert sealer.verify_chain("r", [row], "ab" * 32) == mac
+    # A record sealed before v2 (a bare hex MAC over the v1 message) still verifies.
+    v1 = hmac.new(secret, _message(*fields), hashlib.sha256).hexdigest()
+    assert sealer.verify_chain("r", [[*row[:7], v1, None]], "ab" * 32) == v1
+    sealer.verify(*fields[:7], "ab" * 32, _kid, v1)
+
+
+def _v1_journal(secret: bytes, n: int) -> list[list[Any]]:
+    """Records as a crashproof before MAC v2 sealed them (bare hex over the v1 message)."""
+    rows, prev = [], GENESIS
+    kid = Keyring(secret).current_id
+    for seq in range(n):
+        fields = ("r", seq, "step_done", f"s#{seq}", '{"kind":"step"}', f"{seq}", 2.5 + seq)
+        mac = hmac.new(secret, _message(*fields, prev), hashlib.sha256).hexdigest()
+        rows.append([*fields[1:], kid, mac, None])
+        prev = mac
+    return rows
+
+
+def test_a_v1_journal_continued_in_v2_verifies_and_neither_format_passes_for_the_other() -> None:
+    sealer = Sealer(Keyring(OLD))
+    rows = _v1_journal(OLD, 3)
+    prev = rows[-1][7]
+    for seq in range(3, 6):  # resumed by this crashproof: new records are v2, chained on
+        kid, mac = sealer.seal("r", seq, "step_done", None, "{}", None, 9.0 + seq, prev)
+        assert mac.startswith(V2)
+        assert not rows[2][7].startswith(V2)
+        rows.append([seq, "step_done", None, "{}", None, 9.0 + seq, kid, mac, None])
+        prev = mac
+    assert sealer.verify_chain("r", rows, GENESIS) == _per_record(sealer, rows) == prev
+    built = sealer.verify_rows("r", [row[:8] for row in rows], lambda *fields: fields)
+    assert built == [("r", *row[:4], row[5], row[4]) for row in rows]
+    for index, relabel in ((1, lambda m: V2 + m), (4, lambda m: m[len(V2) :])):
+        forged = [list(row) for row in rows]
+        forged[index][7] = relabel(forged[index][7])
+        with pytest.raises(JournalTampered, match=f"record {index} does not match"):
+            sealer.verify_chain("r", forged, GENESIS)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ((None, "x"), ("None", "x")),  # a missing key is not the key "None"
+        (("k", None), ("k", "None")),  # nor a missing value the value "None"
+        (("k|1", "2"), ("k", "1|2")),  # lengths keep field boundaries apart
+    ],
+)
+def test_the_v2_message_tells_apart_records_that_differ(
+    a: tuple[str | None, str | None], b: tuple[str | None, str | None]
+) -> None:
+    def message(key: str | None, value: str | None) -> bytes:
+        return _message_v2("r", 1, "step_done", key, "{}", value, 1.0, GENESIS)
+
+    assert message(*a) != message(*b)
+
+
+def test_unusual_but_sound_v2_records_verify_in_the_chain() -> None:
+    """A lone surrogate (a checkpoint's escape) and an int timestamp (a store that keeps
+    what it was given) take verify()'s path inside the chain and still verify."""
+    sealer = Sealer(Keyring(OLD))
+    kid, first = sealer.seal("r", 0, "run_started", None, "{}", '"\udcff"', 3, GENESIS)
+    kid, second = sealer.seal("r", 1, "step_done", "s\udcff", "{}", None, 4.0, first)
+    rows = [
+        [0, "run_started", None, "{}", '"\udcff"', 3, kid, first],
+        [1, "step_done", "s\udcff", "{}", None, 4.0, kid, second],
+    ]
+    assert sealer.verify_chain("r", rows, GENESIS) == second
+    rows[0][5] = 3.0  # stored as a REAL: the same instant
+    assert sealer.verify_chain("r", rows, GENESIS) == second
+    rows[0][5] = "3.0"  # not a number
+    with pytest.raises(JournalTampered, match="record 0 does not match"):
+        sealer.verify_chain("r", rows, GENESIS)

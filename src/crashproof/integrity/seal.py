@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from crashproof.errors import JournalTampered, UnknownKeyId
 from crashproof.integrity.keys import Keyring
+
+GENESIS = ""  # the previous MAC of a run's first record (store.port.GENESIS)
+T = TypeVar("T")
+_FIELDS = operator.itemgetter(slice(0, 8))  # what verify_chain reads of a stored row
 
 __all__ = ["Sealer"]
 
@@ -49,7 +54,12 @@ def _hmac_hex(keyed: _Keyed, message: bytes) -> str:
     return mac
 
 
-_PREFIX = "crashproof-record-v1"  # the MAC message format; a new format needs a new name
+# The MAC message formats. A record's stored MAC says which one it was sealed with: a
+# bare hex MAC is v1 (every record written before v2: verified, never written again),
+# "v2:" + hex is v2. A new format needs a new name and a new marker.
+_PREFIX = "crashproof-record-v1"
+_PREFIX_V2 = "crashproof-record-v2"
+V2 = "v2:"
 
 
 def _message(
@@ -62,10 +72,9 @@ def _message(
     created_at: float,
     prev_mac: str,
 ) -> bytes:
-    """Every field behind its length, so no two different records share a message.
-    (Lengths count characters of the one string that is then encoded: still
-    unambiguous, and a single f-string is 5x cheaper than packing each field; this runs
-    for every record written and every record read.)"""
+    """The v1 message: every field behind its length, so no two different records share
+    a message. (Lengths count characters of the one string that is then encoded: still
+    unambiguous, and a single f-string is 5x cheaper than packing each field.)"""
     k = "-" if key is None else f"{len(key)}:{key}"
     v = "-" if value is None else f"{len(value)}:{value}"
     text = (
@@ -73,6 +82,46 @@ def _message(
         f"{len(payload)}:{payload}|{v}|{created_at!r}|{prev_mac}"
     )
     return text.encode("utf-8", "surrogatepass")
+
+
+def _message_v2(
+    run_id: str,
+    seq: int,
+    type_: str,
+    key: str | None,
+    payload: str,
+    value: str | None,
+    created_at: float,
+    prev_mac: str,
+) -> bytes:
+    """The v2 message: as v1, every field behind its length (-1 and the text "None" for
+    a missing key or value), but the timestamp as ``float.hex`` (exact, and a fifth of
+    ``repr``'s cost) and one flat f-string: about 40 % cheaper to build than v1, and it
+    is built for every record written and every record read."""
+    return _utf8(
+        f"{_PREFIX_V2}|{len(run_id)}:{run_id}|{seq}|{type_}|"
+        f"{-1 if key is None else len(key)}:{key}|{len(payload)}:{payload}|"
+        f"{-1 if value is None else len(value)}:{value}|{_stamp(created_at)}|{prev_mac}"
+    )
+
+
+def _stamp(created_at: float) -> str:
+    """A timestamp as v2 seals it: ``float.hex`` (an int as the float it is stored as)."""
+    if type(created_at) is float:
+        return created_at.hex()
+    if isinstance(created_at, int | float) and not isinstance(created_at, bool):
+        try:
+            return float(created_at).hex()
+        except OverflowError:
+            pass
+    return repr(created_at)  # not a number: matches no sealed record
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (a checkpoint's "\udcxx" escape)
+        return text.encode("utf-8", "surrogatepass")
 
 
 class Sealer:
@@ -106,9 +155,21 @@ class Sealer:
         created_at: float,
         prev_mac: str,
     ) -> tuple[str, str]:
-        """(key id, MAC hex) for a record about to be stored."""
-        message = _message(run_id, seq, type_, key, payload, value, created_at, prev_mac)
-        return self._current_id, _hmac_hex(self._current, message)
+        """(key id, MAC) for a record about to be stored: ``"v2:"`` and the HMAC hex of
+        its v2 message (_message_v2, inlined: this runs for every record written)."""
+        try:
+            text = (
+                f"{_PREFIX_V2}|{len(run_id)}:{run_id}|{seq}|{type_}|"
+                f"{-1 if key is None else len(key)}:{key}|{len(payload)}:{payload}|"
+                f"{-1 if value is None else len(value)}:{value}|{created_at.hex()}|{prev_mac}"
+            ).encode()
+        except (AttributeError, TypeError, UnicodeEncodeError):  # not a float, a surrogate
+            text = _message_v2(run_id, seq, type_, key, payload, value, created_at, prev_mac)
+        inner = self._current[0]()
+        inner.update(text)
+        outer = self._current[1]()
+        outer.update(inner.digest())
+        return self._current_id, f"{V2}{outer.hexdigest()}"
 
     def verify(
         self,
@@ -124,7 +185,7 @@ class Sealer:
         mac: str | None,
     ) -> None:
         """Raise unless the stored record is exactly what was sealed, after ``prev_mac``."""
-        if not key_id or not mac:
+        if not key_id or not mac or not isinstance(mac, str):
             raise JournalTampered(
                 f"run {run_id!r} record {seq} carries no MAC: it was not written by a sealing "
                 "crashproof, or its MAC was removed; nothing was executed"
@@ -136,8 +197,12 @@ class Sealer:
                 f"keyring does not hold (it has {self.keyring.current_id}); wrong key? "
                 "Nothing was executed."
             )
-        message = _message(run_id, seq, type_, key, payload, value, created_at, prev_mac)
-        expected = self._mac(key_id, secret, message)
+        if mac.startswith(V2):
+            message = _message_v2(run_id, seq, type_, key, payload, value, created_at, prev_mac)
+            expected = V2 + self._mac(key_id, secret, message)
+        else:
+            message = _message(run_id, seq, type_, key, payload, value, created_at, prev_mac)
+            expected = self._mac(key_id, secret, message)
         if not hmac.compare_digest(expected, mac):
             raise JournalTampered(
                 f"run {run_id!r} record {seq} does not match its MAC: the record was altered, "
@@ -150,36 +215,78 @@ class Sealer:
         for the first); returns the last MAC. ``records``: rows that start with (seq,
         type, key, payload, value, created_at, key_id, mac), exactly as stored. The same
         check as :meth:`verify` per record, in one loop (replay verifies every record of
-        a journal); any record that fails is re-checked by ``verify`` for its error."""
-        states: dict[str | None, _Keyed] = {}
+        a journal); any record the loop cannot vouch for is checked by ``verify``, which
+        accepts it or raises its error."""
+        return self._chain(run_id, map(_FIELDS, records), prev_mac, None, [])
+
+    def verify_rows(
+        self, run_id: str, records: Iterable[Sequence[Any]], make: Callable[..., T]
+    ) -> list[T]:
+        """:meth:`verify_chain` from the run's first record, and what ``make(run_id, seq,
+        type, key, payload, created_at, value)`` builds of each record once it verified
+        (in the same loop: a store's load reads every record once). ``records``: exactly
+        (seq, type, key, payload, value, created_at, key_id, mac)."""
+        built: list[T] = []
+        self._chain(run_id, records, GENESIS, make, built)
+        return built
+
+    def _chain(
+        self,
+        run_id: str,
+        records: Iterable[Sequence[Any]],
+        prev_mac: str,
+        make: Callable[..., T] | None,
+        built: list[T],
+    ) -> str:
+        states: dict[Any, _Keyed] = {}
+        # The key of the record before: a journal is almost always sealed with one key,
+        # and comparing two key ids is cheaper than hashing each row's new one.
+        last_id: Any = None
+        last: _Keyed | None = None
         compare = hmac.compare_digest
-        # _message and _hmac_hex, inlined with the run's part of the message formatted
-        # once: this loop runs for every record of every journal read
+        # _message_v2, _message and _hmac_hex, inlined with the run's part of the message
+        # formatted once: this loop runs for every record of every journal read
         # (tests/unit/test_seal_chain.py pins it to seal and verify).
-        head = f"{_PREFIX}|{len(run_id)}:{run_id}|"
+        head = f"{_PREFIX_V2}|{len(run_id)}:{run_id}|"
+        head_v1 = f"{_PREFIX}|{len(run_id)}:{run_id}|"
         for record in records:
-            seq, type_, key, payload, value, created_at, key_id, mac = record[:8]
-            keyed = states.get(key_id)
-            if keyed is None:
-                secret = self.keyring.get(key_id) if key_id and mac else None
-                if secret is None:  # no MAC, or a key this keyring lacks: verify explains
-                    self.verify(
-                        run_id, seq, type_, key, payload, value, created_at, prev_mac, key_id, mac
-                    )
-                    raise JournalTampered(f"run {run_id!r} record {seq} cannot be verified")
-                keyed = states[key_id] = self._state(str(key_id), secret)
-            inner = keyed[0]()
-            inner.update(
-                f"{head}{seq}|{type_}|{'-' if key is None else f'{len(key)}:{key}'}|"
-                f"{len(payload)}:{payload}|{'-' if value is None else f'{len(value)}:{value}'}|"
-                f"{created_at!r}|{prev_mac}".encode("utf-8", "surrogatepass")
-            )
-            h = keyed[1]()
-            h.update(inner.digest())
-            if not compare(h.hexdigest(), mac or ""):
+            seq, type_, key, payload, value, created_at, key_id, mac = record
+            keyed = last if key_id == last_id else states.get(key_id)
+            if keyed is not None:
+                try:  # anything unusual (no MAC, no float, a surrogate): verify() decides
+                    if mac[:3] == V2:
+                        inner = keyed[0]()
+                        inner.update(
+                            f"{head}{seq}|{type_}|{-1 if key is None else len(key)}:{key}|"
+                            f"{len(payload)}:{payload}|{-1 if value is None else len(value)}:"
+                            f"{value}|{created_at.hex()}|{prev_mac}".encode()
+                        )
+                        outer = keyed[1]()
+                        outer.update(inner.digest())
+                        sound = compare(outer.hexdigest(), mac[3:])
+                    else:
+                        inner = keyed[0]()
+                        inner.update(
+                            f"{head_v1}{seq}|{type_}|"
+                            f"{'-' if key is None else f'{len(key)}:{key}'}|"
+                            f"{len(payload)}:{payload}|"
+                            f"{'-' if value is None else f'{len(value)}:{value}'}|"
+                            f"{created_at!r}|{prev_mac}".encode("utf-8", "surrogatepass")
+                        )
+                        outer = keyed[1]()
+                        outer.update(inner.digest())
+                        sound = compare(outer.hexdigest(), mac)
+                except (AttributeError, TypeError, UnicodeEncodeError):
+                    sound = False
+            else:
+                sound = False
+            if not sound:  # the first record of a key, or one the loop cannot vouch for
                 self.verify(
                     run_id, seq, type_, key, payload, value, created_at, prev_mac, key_id, mac
                 )
-                raise JournalTampered(f"run {run_id!r} record {seq} does not match its MAC")
+                keyed = states[key_id] = self._state(str(key_id), self.keyring.get(key_id) or b"")
+                last_id, last = key_id, keyed
+            if make is not None:
+                built.append(make(run_id, seq, type_, key, payload, created_at, value))
             prev_mac = mac
         return prev_mac

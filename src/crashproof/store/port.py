@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -77,6 +77,7 @@ def check_claimable(
 
 
 _End = TypeVar("_End", bound=tuple[Any, ...])
+_Built = TypeVar("_Built")
 
 
 def check_append(
@@ -167,6 +168,13 @@ class RecordSealer(Protocol):
     def verify_chain(self, run_id: str, records: Iterable[Sequence[Any]], prev_mac: str) -> str:
         """``verify`` each record, in order, chained from ``prev_mac``; the last MAC.
         Records start with (seq, type, key, payload, value, created_at, key_id, mac)."""
+        ...
+
+    def verify_rows(
+        self, run_id: str, records: Iterable[Sequence[Any]], make: Callable[..., _Built]
+    ) -> list[_Built]:
+        """``verify_chain`` from the run's first record; ``make(run_id, seq, type, key,
+        payload, created_at, value)`` of each record, built as soon as it verified."""
         ...
 
 

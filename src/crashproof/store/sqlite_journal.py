@@ -70,31 +70,35 @@ class SQLiteJournal:
                 gc.enable()
 
     def _load_events(self, run_id: str) -> list[Event]:
-        with self._lock, self._errors():
-            rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
-        if self._sealer is None:
-            check_rows(run_id, rows)
-        else:  # every record verified before anything parses it
+        if self._sealer is not None:  # every record verified before anything parses it
             try:
-                self._sealer.verify_chain(run_id, rows, GENESIS)
+                with self._lock, self._errors():
+                    # Verified and built as the rows arrive (payloads stay text until
+                    # read: Event.read), the rows fetched without load_events' extras.
+                    cursor = self._conn.execute(_Q["load_records"], (run_id,))
+                    try:
+                        return self._sealer.verify_rows(run_id, cursor, Event.read)
+                    finally:
+                        cursor.close()  # done, or stopped at a fault: no statement left open
             except IntegrityError:
-                check_rows(run_id, rows)  # a missing blob, a record of another run
+                check_rows(run_id, self._rows(run_id))  # a missing blob, another run's
                 raise
+            except KeyError:  # a record of an unknown type
+                raise _unreadable(run_id, self._rows(run_id)) from None
+        rows = self._rows(run_id)
+        check_rows(run_id, rows)
         types, make = _EVENT_TYPES, Event.stored
         try:
-            # Payloads stay text until read (Event.stored): the MACs above covered them.
             return [
                 make(run_id, seq, types[type_], key, payload, created_at, value)
                 for seq, type_, key, payload, value, created_at, _kid, _mac, _blob, _other in rows
             ]
         except KeyError:
-            pass
-        for seq, type_, *_ in rows:  # name the record of an unknown type
-            if type_ not in types:
-                raise IntegrityError(
-                    f"run {run_id!r} event {seq} is unreadable: unknown type {type_!r}"
-                )
-        raise IntegrityError(f"run {run_id!r}: its journal is unreadable")
+            raise _unreadable(run_id, rows) from None
+
+    def _rows(self, run_id: str) -> list[Any]:
+        with self._lock, self._errors():
+            return self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
 
     def _append(
         self,
@@ -338,6 +342,16 @@ def check_rows(run_id: str, rows: Sequence[Sequence[Any]]) -> None:
             )
         if row[8] is not None and row[4] is None:
             raise IntegrityError(f"run {run_id!r} event {row[0]}: blob {row[8]} is missing")
+
+
+def _unreadable(run_id: str, rows: Sequence[Sequence[Any]]) -> IntegrityError:
+    """The error naming the record of an unknown type among ``rows``."""
+    for seq, type_, *_ in rows:
+        if type_ not in _EVENT_TYPES:
+            return IntegrityError(
+                f"run {run_id!r} event {seq} is unreadable: unknown type {type_!r}"
+            )
+    return IntegrityError(f"run {run_id!r}: its journal is unreadable")
 
 
 def _utf8(text: str | None) -> str | None:
