@@ -14,8 +14,11 @@ key of tests/conftest.py (never a real key).
 - schema3.db (+ schema3.db.witness): the same two runs at schema 3, sealed (the journal
   keyed by run id and seq, before schema 4's integer row ids): opening it migrates on
   its own (a relayout). No longer written here: a released format's file is kept.
-- current.db (+ current.db.witness): the same two runs at the current schema, sealed.
-  Written alone by ``make_golden.py current``.
+- schema4.db (+ schema4.db.witness): the same two runs at schema 4, sealed with MAC
+  format v1 (a bare hex MAC): opening it migrates to schema 5 (a number only) and its
+  records keep verifying as v1, while new ones are sealed as v2. No longer written here.
+- current.db (+ current.db.witness): the same two runs at the current schema, sealed
+  (MAC format v2). Written alone by ``make_golden.py current``.
 - checkpoint.json: run g-done exported from current.db in checkpoint format 1, as
   released (crashproof now exports format 2 and migrates this one on import). No longer
   written here: a released format's file is kept as it was.

@@ -18,6 +18,7 @@ import pytest
 
 import crashproof as cp
 from crashproof.cli import main
+from crashproof.integrity import checkpoint
 from crashproof.store.migrate import MigrationRequired
 from crashproof.store.sqlite import SCHEMA_VERSION
 
@@ -112,12 +113,14 @@ def test_an_unmappable_value_is_listed_and_blocks_the_migration(
         cp.Ledger(url)
 
 
-@pytest.mark.parametrize("name", ["current.db", "schema3.db"])
-def test_the_current_format_and_schema_3_open_verify_replay_and_resume(
+@pytest.mark.parametrize("name", ["current.db", "schema4.db", "schema3.db"])
+def test_the_current_format_and_schemas_3_and_4_open_verify_replay_and_resume(
     tmp_path: Path, flows: dict[str, Any], capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
     # Schema 3 keyed the journal by run id and seq; opening it rebuilds the table with
     # integer row ids (a relayout: no value changes), so every MAC still verifies.
+    # Schemas 3 and 4 hold v1 MACs (a bare hex MAC): they verify as v1, and the records
+    # the resume adds are sealed as v2 after them, in the same chain.
     path = copy(tmp_path, name)
     url = f"sqlite:///{path}"
     assert cli("check", "--db", url) == 0
@@ -133,6 +136,11 @@ def test_the_current_format_and_schema_3_open_verify_replay_and_resume(
         assert [r.run_id for r in ledger.runs()] == ["g-done", "g-inflight"]
         assert ledger.resume("g-inflight") == EXPECTED["g-inflight"]
         assert ledger.get_run("g-done").result == EXPECTED["g-done"]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        macs = [m for (m,) in conn.execute("SELECT mac FROM events WHERE run_id = 'g-inflight'")]
+    assert macs[-1].startswith("v2:")  # the records the resume added
+    assert all(m.startswith("v2:") for m in macs) == (name == "current.db")
+    assert cli("check", "--db", url) == 0  # the mixed chain verifies
 
 
 def test_the_exported_checkpoint_imports_and_replays(tmp_path: Path, flows: dict[str, Any]) -> None:
@@ -160,7 +168,7 @@ def test_the_format_1_checkpoint_is_previewed_then_migrated_on_import(
     assert cli("import", str(document), "--preview", "--json", "--db", url) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["run_id"] == "g-done"
-    assert plan["format"] == {"from": 1, "to": 3}
+    assert plan["format"] == {"from": 1, "to": checkpoint.SCHEMA_VERSION}
     assert plan["action"] == "install"
     # Format 1 knew no moves: a copy. The run ended, so it can do nothing more: it is
     # installed as it was (a copy of a run still going would be installed frozen).
@@ -174,11 +182,11 @@ def test_the_format_1_checkpoint_is_previewed_then_migrated_on_import(
     }
     assert sha(tmp_path / "fresh.db") == before  # the preview wrote nothing
     assert cli("import", str(document), "--by", "golden-test", "--db", url) == 0
-    assert "format 1 migrated to 3" in capsys.readouterr().err
+    assert f"format 1 migrated to {checkpoint.SCHEMA_VERSION}" in capsys.readouterr().err
     with cp.Ledger(url) as ledger:
         again = ledger.export_run("g-done", copy=True)
         assert ledger.get_run("g-done").status is cp.RunStatus.SUCCEEDED
-    assert again["schema_version"] == 3
+    assert again["schema_version"] == checkpoint.SCHEMA_VERSION
     assert again["records"][-1]["type"] == "run_imported"
     assert {k: again["run"][k] for k in plan["derived"]} == plan["derived"]
 
@@ -204,7 +212,7 @@ def test_the_format_2_checkpoint_imports_with_its_policy_approval_and_open_case(
     assert cli("import", str(document), "--by", "golden-test", "--db", url) == 0
     assert cli("import", str(document), "--preview", "--db", url) == 0
     out = capsys.readouterr().out
-    assert "format migration 2 -> 3" in out
+    assert f"format migration 2 -> {checkpoint.SCHEMA_VERSION}" in out
     assert f"{case['case_id']} (open) fingerprint {case['fingerprint'][:16]}" in out
     assert "would do: nothing" in out
     with cp.Ledger(url) as ledger:

@@ -133,7 +133,7 @@ def test_export_writes_format_2_with_fields_derived_from_the_records(
     rich: dict[str, Any],
 ) -> None:
     run = rich["run"]
-    assert rich["schema_version"] == checkpoint.SCHEMA_VERSION == 3
+    assert rich["schema_version"] == checkpoint.SCHEMA_VERSION == 4
     assert run["status"] == "needs_review"
     assert run["policy"] == POLICY.record()
     assert run["policy"]["identity"] == "bot@example.com"
@@ -234,15 +234,16 @@ def test_a_version_1_checkpoint_is_migrated_on_import(tmp_path: Path, rich: dict
     with ledger_at(tmp_path / "b.db") as target:
         plan = target.preview_import(old)
         assert isinstance(plan, cp.ImportPlan)
-        assert (plan.from_format, plan.to_format, plan.action) == (1, 3, "install")
+        assert (plan.from_format, plan.to_format) == (1, checkpoint.SCHEMA_VERSION)
+        assert plan.action == "install"
         assert (plan.transfer, plan.installs_as) == ("copy", "needs_review")  # fail closed
         assert {k: plan.derived[k] for k in checkpoint.DERIVED} == {
             k: rich["run"][k] for k in checkpoint.DERIVED
         }
         assert target.runs() == []  # the preview wrote nothing
         assert target.import_run(old, by="alice") == RUN
-        again = target.export_run(RUN, copy=True)  # exported again: format 3, same records
-        assert again["schema_version"] == 3
+        again = target.export_run(RUN, copy=True)  # exported again: current format, same records
+        assert again["schema_version"] == checkpoint.SCHEMA_VERSION
         n = len(rich["records"])
         assert again["records"][:n] == rich["records"]
         # A format-1 document knew no moves: a copy, frozen on arrival until a decision.
@@ -280,7 +281,7 @@ def test_cli_import_preview_shows_the_migration_and_writes_nothing(
     case = rich["run"]["open_review_cases"][0]
     assert f"checkpoint of run {RUN!r}" in out
     assert f"generation {rich['run']['generation']}" in out
-    assert "format migration 1 -> 3" in out
+    assert f"format migration 1 -> {checkpoint.SCHEMA_VERSION}" in out
     assert "policy: ops-7" in out
     assert "budget used: 3 step(s), 1 decision(s), 7 token(s), cost 0.25" in out
     assert "approvals: 1 granted, 1 consumed" in out
@@ -291,12 +292,12 @@ def test_cli_import_preview_shows_the_migration_and_writes_nothing(
 
     assert main(["import", str(path), "--preview", "--json", "--db", url]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["format"] == {"from": 1, "to": 3}
+    assert plan["format"] == {"from": 1, "to": checkpoint.SCHEMA_VERSION}
     assert plan["derived"]["open_review_cases"] == rich["run"]["open_review_cases"]
 
     assert main(["import", str(path), "--db", url]) != 0  # --by is required to apply
     assert "--by" in capsys.readouterr().err
     assert main(["import", str(path), "--by", "alice", "--db", url]) == 0
-    assert "format 1 migrated to 3" in capsys.readouterr().err
+    assert f"format 1 migrated to {checkpoint.SCHEMA_VERSION}" in capsys.readouterr().err
     assert main(["import", str(path), "--preview", "--db", url]) == 0
     assert "would do: nothing" in capsys.readouterr().out

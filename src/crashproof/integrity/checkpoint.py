@@ -2,7 +2,7 @@
 
 ::
 
-    {"format": "crashproof-checkpoint", "schema_version": 3,
+    {"format": "crashproof-checkpoint", "schema_version": 4,
      "run": {"run_id", "workflow", "version", "input_digest", "status", "generation",
              "policy", "limits", "budget_used", "approvals", "open_review_cases"},
      "records": [{"seq", "type", "key", "payload", "value", "created_at", "key_id", "mac"}],
@@ -20,6 +20,11 @@ record is ``run_moved`` (the source journaled that the run left with this docume
 importer holds its one continuation), else a **copy** (read-only: the source may have
 gone on). Formats 1 and 2 knew no moves: they are copies. Older readers refuse format 3
 (a newer schema), so no crashproof that ignores moves ever installs one.
+
+Format 4 (otherwise format 3) is written since records are sealed with MAC format v2
+(``"v2:"`` + hex, crashproof.integrity.seal; earlier records keep their v1 MACs): an older
+reader, which knows only v1, refuses it as a newer schema instead of reporting the v2
+records as tampered.
 A checkpoint's identity (``digest``) is the SHA-256 of its canonical bytes without
 ``key_id`` and ``signature``: the same journal gives the same digest whichever key signs.
 The document as a whole is signed with an HMAC over its RFC 8785 canonical bytes
@@ -66,7 +71,7 @@ __all__ = [
 ]
 
 FORMAT = "crashproof-checkpoint"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _TOP = ("format", "schema_version", "run", "records", "key_id", "signature")
 _RUN_V1 = ("run_id", "workflow", "version", "input_digest", "status", "generation")
@@ -105,7 +110,7 @@ Derive = Callable[[str, Sequence[Record]], Mapping[str, Any]]
 
 class Checkpoint(NamedTuple):
     """A verified document. ``derived``: the header fields its records fold to (for a
-    format-1 document: derived now, the migration to format 2). ``move``: a format-3
+    format-1 document: derived now, the migration to format 2). ``move``: a format-3 (or 4)
     document whose last record is ``run_moved`` (else a copy); ``digest``: its identity."""
 
     run: RunHeader

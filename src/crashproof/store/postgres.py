@@ -34,7 +34,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import decode
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
-from crashproof.store.migrate import check_automatic
+from crashproof.store.migrate import check_automatic, split_statements
 from crashproof.store.pg_append import PostgresAppend, reason_in
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
 from crashproof.store.port import (
@@ -153,7 +153,7 @@ class PostgresStore(PostgresAppend):
             if not current:  # a new ledger: schema.sql, equal to all migrations (tested)
                 cur.execute(load_schema("postgres"))
             for migration in _MIGRATIONS[current:]:
-                if current:
+                if current and split_statements(migration.sql):  # (some are only a number)
                     cur.execute(migration.sql)
                 cur.execute(
                     self._q["record_migration"], (migration.version, migration.name, time.time())

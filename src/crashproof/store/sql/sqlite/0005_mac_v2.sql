@@ -1,0 +1,6 @@
+-- crashproof ledger, schema 5 (SQLite): journal records sealed with MAC format v2.
+-- No table changes. A record's mac is now either a bare hex HMAC (format v1, every record
+-- written before schema 5: still verified as it is) or "v2:" + hex (format v2: the
+-- timestamp as float.hex, crashproof.integrity.seal). The number is what tells an older
+-- crashproof, which knows only v1, that this ledger is newer than it reads: it refuses
+-- it as a newer schema instead of reporting the v2 records as tampered.
