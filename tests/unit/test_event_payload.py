@@ -11,7 +11,7 @@ import pytest
 import crashproof as cp
 from crashproof.journal.codec import args_digest, encode
 from crashproof.journal.fold import step_times
-from crashproof.journal.records import Event, EventType, StepKind
+from crashproof.journal.records import Event, EventType
 from crashproof.store.port import GENESIS
 from crashproof.store.sqlite import SQLiteStore
 
@@ -39,26 +39,6 @@ def test_a_stored_payload_decodes_on_first_read_and_equals_the_built_record() ->
     assert record.payload is record.payload  # decoded once
     assert repr(record) == repr(built)
     assert record._replace(key="other").key == "other"
-
-
-def test_replays_as_reads_kind_digest_and_status_from_the_text() -> None:
-    text = encode({"kind": "step", "digest": DIGEST, "status": "succeeded", "attempt": 1}, what="p")
-    assert stored(text).replays_as("plan", StepKind.STEP, DIGEST)
-    assert not stored(text).replays_as("plan#2", StepKind.STEP, DIGEST)
-    assert not stored(text).replays_as("plan", StepKind.DECIDE, DIGEST)
-    assert not stored(text).replays_as("plan", StepKind.STEP, "0" * 64)
-    failed = encode({"kind": "step", "digest": DIGEST, "status": "failed"}, what="p")
-    assert not stored(failed).replays_as("plan", StepKind.STEP, DIGEST)
-
-
-def test_another_field_order_is_left_to_the_full_match() -> None:
-    """A payload written in another order (an older release, another writer) does not
-    match the text prefix: False, and the caller's full match (on the decoded payload)
-    decides; the end-to-end test below shows such a run still replays."""
-    text = encode({"status": "succeeded", "digest": DIGEST, "kind": "step"}, what="p")
-    assert not stored(text).replays_as("plan", StepKind.STEP, DIGEST)
-    built = Event("r", 3, EventType.STEP_DONE, "plan", json.loads(text), 1.5)
-    assert built.replays_as("plan", StepKind.STEP, DIGEST)
 
 
 def test_mentions_decodes_only_when_the_text_may_hold_the_field() -> None:

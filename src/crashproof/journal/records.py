@@ -68,11 +68,6 @@ class StepKind(enum.StrEnum):
     PATCHED = "patched"
 
 
-# What a successful call's payload text begins with, by kind (formatting a StrEnum
-# member into an f-string costs more than the whole lookup).
-_REPLAY_PREFIX: dict[str, str] = {kind: f'{{"kind":"{kind.value}","digest":"' for kind in StepKind}
-
-
 class EventType(enum.StrEnum):
     RUN_STARTED = "run_started"
     STEP_DONE = "step_done"  # a step's final outcome: value or recorded error
@@ -109,8 +104,9 @@ class Event:
 
     A record read back from a store (:meth:`stored`) keeps its payload as the stored
     JSON text, ``payload_json``, and decodes it on first use: replaying a recorded call
-    only needs its kind, digest and status, which :meth:`replays_as` reads from the
-    text, and decoding every payload was a fifth of a resume's time. A slotted class
+    only needs its kind, digest and status, which the context reads from the start of
+    the text (``Context._call``), and decoding every payload was a fifth of a resume's
+    time. A slotted class
     rather than a dataclass: replay builds one per recorded call.
     """
 
@@ -229,24 +225,6 @@ class Event:
         if self._payload is None and text is not None and f'"{name}"' not in text:
             return False
         return name in self.payload
-
-    def replays_as(self, key: str, kind: str, digest: str) -> bool:
-        """True when this record is the successful call ``key`` of ``kind`` with
-        arguments ``digest``: replay's common case, answered without decoding a stored
-        payload. (Every payload the runtime writes begins with kind, digest and status,
-        in this order; any other text, or False, sends the caller to the full match.)"""
-        if self.key != key:
-            return False
-        text = self.payload_json  # when set, exactly the payload's text (stored or built)
-        if text is not None:
-            prefix = _REPLAY_PREFIX.get(kind) or f'{{"kind":"{kind}","digest":"'
-            return text.startswith(f'{prefix}{digest}","status":"succeeded",')
-        payload = self.payload
-        return (
-            payload.get("digest") == digest
-            and payload.get("kind") == kind
-            and payload.get("status") == StepStatus.SUCCEEDED
-        )
 
     @property
     def value(self) -> Any:

@@ -250,8 +250,10 @@ class Context:
         cursor = self._cursor
         if cursor < len(self._done):
             recorded = self._done[cursor]
-            # The usual replay: an exact match that succeeded (else _replay decides):
-            # Event.replays_as, inlined (the payload text, when set, begins so).
+            # The usual replay: an exact match that succeeded, read from the start of the
+            # stored text without decoding it (every payload the runtime writes begins
+            # with kind, digest and status, in this order). Anything else, including
+            # another field order, goes to _replay's full match on the decoded payload.
             text = recorded.payload_json
             if (
                 recorded.key == key
