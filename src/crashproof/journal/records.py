@@ -17,6 +17,7 @@ from crashproof.journal.codec import decode, encode
 __all__ = [
     "BUDGET_KINDS",
     "Budget",
+    "EVENT_TYPES",
     "Event",
     "EventType",
     "Limits",
@@ -92,7 +93,8 @@ class EventType(enum.StrEnum):
     RUN_IMPORTED = "run_imported"  # installed from a checkpoint (who, which, move or copy)
 
 
-_TYPES = {t.value: t for t in EventType}  # EventType(x) costs ~1 us per record
+# Each EventType by its stored text: EventType(x) costs ~1 us per record read.
+EVENT_TYPES = {t.value: t for t in EventType}
 
 
 class Event:
@@ -183,7 +185,7 @@ class Event:
         event = cls.__new__(cls)
         event.run_id = run_id
         event.seq = seq
-        event.type = _TYPES[type_]
+        event.type = EVENT_TYPES[type_]
         event.key = key
         event._payload = None
         event.payload_json = payload_json

@@ -33,7 +33,7 @@ from crashproof.errors import (
     StaleLeaseError,
 )
 from crashproof.journal.codec import decode
-from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.journal.records import EVENT_TYPES, Event, RunRow, RunStatus
 from crashproof.store.migrate import check_automatic, split_statements
 from crashproof.store.pg_append import PostgresAppend, reason_in
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
@@ -55,7 +55,6 @@ SCHEMA_VERSION = _MIGRATIONS[-1].version
 # "output": ordinary commits with synchronous_commit off, those before an output with it on
 # (a synchronous commit flushes the server's WAL up to it, every earlier commit included).
 _SYNCHRONOUS = {"output": "off", "full": "on", "normal": "off"}
-_EVENT_TYPES = {t.value: t for t in EventType}
 # Plain lower-case identifiers only: they need no quoting rules beyond double quotes.
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -228,7 +227,7 @@ class PostgresStore(PostgresAppend):
                     Event(
                         run_id=run_id,
                         seq=seq,
-                        type=_EVENT_TYPES[type_],
+                        type=EVENT_TYPES[type_],
                         key=key,
                         payload=decode(payload),
                         value_json=value,

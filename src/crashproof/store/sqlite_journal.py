@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from crashproof.errors import IntegrityError, LedgerError
-from crashproof.journal.records import Event, EventType
+from crashproof.journal.records import EVENT_TYPES, Event
 from crashproof.store.port import (
     GENESIS,
     RecordSealer,
@@ -37,7 +37,6 @@ from crashproof.store.sql import load_queries
 __all__ = ["JournalEnd", "SQLiteJournal", "check_rows", "insert_record", "row_id"]
 
 _Q = load_queries("sqlite")
-_EVENT_TYPES = {t.value: t for t in EventType}  # EventType(x) costs ~1 us per event
 _RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
 # A run's journal end as a store last committed it: (next seq, last MAC, fencing token,
 # run_no).
@@ -87,10 +86,10 @@ class SQLiteJournal:
                 raise _unreadable(run_id, self._rows(run_id)) from None
         rows = self._rows(run_id)
         check_rows(run_id, rows)
-        types, make = _EVENT_TYPES, Event.stored
+        make = Event.read
         try:
             return [
-                make(run_id, seq, types[type_], key, payload, created_at, value)
+                make(run_id, seq, type_, key, payload, created_at, value)
                 for seq, type_, key, payload, value, created_at, _kid, _mac, _blob, _other in rows
             ]
         except KeyError:
@@ -347,7 +346,7 @@ def check_rows(run_id: str, rows: Sequence[Sequence[Any]]) -> None:
 def _unreadable(run_id: str, rows: Sequence[Sequence[Any]]) -> IntegrityError:
     """The error naming the record of an unknown type among ``rows``."""
     for seq, type_, *_ in rows:
-        if type_ not in _EVENT_TYPES:
+        if type_ not in EVENT_TYPES:
             return IntegrityError(
                 f"run {run_id!r} event {seq} is unreadable: unknown type {type_!r}"
             )
