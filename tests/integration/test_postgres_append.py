@@ -177,3 +177,32 @@ def test_a_seq_another_store_took_is_refused_with_the_usual_error(
     store.append([event(3)])  # having read the journal again, it goes on from there
     with pytest.raises(cp.StaleLeaseError, match="does not exist"):
         store.append([event(1, run_id="nope")])
+
+
+def test_the_pool_size_comes_from_the_url_unless_given(pg_url: str) -> None:
+    """A worker on PostgreSQL with more concurrent runs than 4 can size the pool in its
+    --db URL; the Ledger (and its witness, on the same URL) open with it."""
+    import crashproof as cp
+
+    sized = f"{pg_url}{'&' if '?' in pg_url else '?'}pool_size=7"
+    ledger = cp.Ledger(sized, key="42" * 32)
+    try:
+        assert ledger._store._pool.max_size == 7  # type: ignore[attr-defined]
+
+        @ledger.workflow("sized", version="1")
+        def flow(ctx: cp.Context) -> int:
+            return int(ctx.step("one", lambda: 1))
+
+        assert ledger.run(flow, run_id="sized") == 1
+    finally:
+        ledger.close()
+    argument = PostgresStore(sized, pool_size=2)
+    try:
+        assert argument._pool.max_size == 2
+    finally:
+        argument.close()
+    default = PostgresStore(pg_url)
+    try:
+        assert default._pool.max_size == 4
+    finally:
+        default.close()

@@ -41,7 +41,8 @@ class PostgresWitness:
             raise ValueError(
                 f"witness schema must be a lower-case identifier ([a-z_][a-z0-9_]*), not {schema!r}"
             )
-        self._conninfo, _, self.display = parse_url(url)
+        parsed = parse_url(url)
+        self._conninfo, self.display = parsed.conninfo, parsed.display
         self._connect_timeout = max(1, round(connect_timeout))
         self.schema = schema
         self._table = f'"{schema}".witness'

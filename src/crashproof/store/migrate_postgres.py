@@ -22,7 +22,7 @@ def plan_postgres(url: str) -> MigrationPlan:
 
     from crashproof.store.pg_connection import parse_url
 
-    conninfo, schema, display = parse_url(url)
+    conninfo, schema, display, _pool_size = parse_url(url)
     schema = schema or "crashproof"
     if not _SCHEMA_NAME.match(schema):
         raise ValueError(f"schema must be a lower-case identifier, not {schema!r}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import select
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from crashproof.errors import IntegrityError, LedgerError
 
-__all__ = ["check_connection", "first_line", "parse_url", "translated_errors"]
+__all__ = ["PgUrl", "check_connection", "first_line", "parse_url", "translated_errors"]
 
 
 @contextlib.contextmanager
@@ -69,19 +69,41 @@ def check_connection(conn: psycopg.Connection[Any]) -> None:
         ConnectionPool.check_connection(conn)
 
 
-def parse_url(url: str) -> tuple[str, str | None, str]:
-    """(libpq conninfo without our ``schema`` parameter, that schema, a password-free URL)."""
+class PgUrl(NamedTuple):
+    """A PostgreSQL ledger URL taken apart: what libpq gets, and crashproof's own
+    parameters, which libpq would refuse."""
+
+    conninfo: str  # without schema= and pool_size=
+    schema: str | None  # ?schema=NAME
+    display: str  # the URL without its password and query, for messages
+    pool_size: int | None  # ?pool_size=N: the store's connections (default 4)
+
+
+_OURS = ("schema", "pool_size")
+
+
+def parse_url(url: str) -> PgUrl:
+    """Take a ``postgresql://`` URL apart (PgUrl); a bad ``pool_size`` is refused."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
         raise ValueError(f"not a PostgreSQL URL: {parts.scheme}://...")
     query = parse_qsl(parts.query, keep_blank_values=True)
     schema = next((v for k, v in query if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    pool = next((v for k, v in query if k == "pool_size"), None)
+    rest = urlencode([(k, v) for k, v in query if k not in _OURS])
     netloc = parts.netloc
     if parts.password is not None:
         netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
     display = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-    return urlunsplit((*parts[:3], rest, parts.fragment)), schema, display
+    pool_size = None
+    if pool is not None:
+        if not pool.isdecimal() or not 1 <= int(pool) <= 1000:
+            raise ValueError(
+                f"{display}: pool_size must be a whole number of connections from 1 to "
+                f"1000, not {pool!r}; nothing was opened"
+            )
+        pool_size = int(pool)
+    return PgUrl(urlunsplit((*parts[:3], rest, parts.fragment)), schema, display, pool_size)
 
 
 def first_line(exc: BaseException) -> str:

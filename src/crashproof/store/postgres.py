@@ -68,7 +68,9 @@ class PostgresStore(PostgresAppend):
     """A ledger in one schema of a PostgreSQL database. Thread-safe (a connection pool).
 
     ``url``: ``postgresql://user:password@host:port/dbname`` (or ``postgres://``), with
-    any libpq parameters, plus an optional ``schema=NAME`` (default ``crashproof``).
+    any libpq parameters, plus an optional ``schema=NAME`` (default ``crashproof``) and
+    ``pool_size=N``: the connections concurrent runs share (default 4; a worker with a
+    higher ``--concurrency`` may want as many).
     ``durability``: "output" (the default) waits for the server's disk only for
     ``append(durable=True)`` and ``sync()``, which cover every earlier commit too
     (concurrent ones share the server's WAL flush: its own group commit); "full" waits
@@ -83,7 +85,7 @@ class PostgresStore(PostgresAppend):
         *,
         durability: str = "output",
         schema: str | None = None,
-        pool_size: int = 4,
+        pool_size: int | None = None,
         connect_timeout: float = 10.0,
         sealer: RecordSealer | None = None,
     ) -> None:
@@ -91,7 +93,9 @@ class PostgresStore(PostgresAppend):
             raise ValueError(
                 f"durability must be one of {sorted(_SYNCHRONOUS)}, not {durability!r}"
             )
-        conninfo, url_schema, self.display = parse_url(url)
+        conninfo, url_schema, self.display, url_pool_size = parse_url(url)
+        if pool_size is None:  # the argument wins over the URL's
+            pool_size = url_pool_size or 4
         self.schema = schema or url_schema or "crashproof"
         if not _SCHEMA_NAME.match(self.schema):
             raise ValueError(
