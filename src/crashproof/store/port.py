@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from crashproof.errors import LeaseHeld, StaleLeaseError
-from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.errors import IntegrityError, LeaseHeld, StaleLeaseError
+from crashproof.journal.records import EVENT_TYPES, Event, RunRow, RunStatus
 
 __all__ = [
     "BLOB_THRESHOLD",
@@ -26,6 +26,7 @@ __all__ = [
     "StatusChange",
     "Store",
     "lease_held",
+    "unreadable",
 ]
 
 # Values at least this long (in bytes of JSON) are stored once, content-addressed.
@@ -129,6 +130,17 @@ def lease_held(run_id: str, owner: str, expires_at: float) -> LeaseHeld:
         owner=owner,
         expires_at=expires_at,
     )
+
+
+def unreadable(run_id: str, rows: Iterable[Sequence[Any]]) -> IntegrityError:
+    """The error naming the record of an unknown type among a run's loaded ``rows``
+    (each beginning with seq, type)."""
+    for seq, type_, *_ in rows:
+        if type_ not in EVENT_TYPES:
+            return IntegrityError(
+                f"run {run_id!r} event {seq} is unreadable: unknown type {type_!r}"
+            )
+    return IntegrityError(f"run {run_id!r}: its journal is unreadable")
 
 
 class RecordSealer(Protocol):

@@ -33,7 +33,7 @@ from crashproof.errors import (
     StaleLeaseError,
 )
 from crashproof.journal.codec import decode
-from crashproof.journal.records import EVENT_TYPES, Event, RunRow, RunStatus
+from crashproof.journal.records import Event, RunRow, RunStatus
 from crashproof.store.migrate import check_automatic, split_statements
 from crashproof.store.pg_append import PostgresAppend, reason_in
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
@@ -43,6 +43,7 @@ from crashproof.store.port import (
     RecordSealer,
     blob_digest,
     check_claimable,
+    unreadable,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
@@ -222,25 +223,17 @@ class PostgresStore(PostgresAppend):
 
     def load_events(self, run_id: str) -> list[Event]:
         stored = self.raw_events(run_id)
-        if self._sealer is not None:  # every record verified before anything parses it
-            self._sealer.verify_chain(run_id, stored, GENESIS)
-        events = []
-        for seq, type_, key, payload, value, created_at, _key_id, _mac in stored:
-            try:
-                events.append(
-                    Event(
-                        run_id=run_id,
-                        seq=seq,
-                        type=EVENT_TYPES[type_],
-                        key=key,
-                        payload=decode(payload),
-                        value_json=value,
-                        created_at=created_at,
-                    )
-                )
-            except (KeyError, ValueError) as exc:
-                raise IntegrityError(f"run {run_id!r} event {seq} is unreadable: {exc}") from None
-        return events
+        try:
+            if self._sealer is not None:
+                # Every record verified before anything parses it, and built in the same
+                # pass; payloads stay text until read (Event.read), as the SQLite store's.
+                return self._sealer.verify_rows(run_id, stored, Event.read)
+            return [
+                Event.read(run_id, seq, type_, key, payload, created_at, value)
+                for seq, type_, key, payload, value, created_at, _key_id, _mac in stored
+            ]
+        except KeyError:  # verified (or unsealed), but of a type this version does not know
+            raise unreadable(run_id, stored) from None
 
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
