@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     n, m = args.n, args.acts
     per_run = max(1, m // CONCURRENCY)
     syncs: dict[str, list[float]] = {"acts": [], "group": []}
-    cpu: dict[str, list[float]] = {"one_run": [], "group": [], "group_normal": []}
+    cpu: dict[str, list[float]] = {"one_run": [], "group": [], "group_normal": [], "one_normal": []}
     switches: dict[str, list[float]] = {key: [] for key in cpu}
 
     def timed_acts(
@@ -159,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                 "group_normal": lambda tag: timed_acts(
                     "-", tag, per_run, CONCURRENCY, "normal", cpu_key="group_normal"
                 ),
-                "one_normal": lambda tag: timed_acts("-", tag, per_run * CONCURRENCY, 1, "normal"),
+                "one_normal": lambda tag: timed_acts(
+                    "-", tag, per_run * CONCURRENCY, 1, "normal", cpu_key="one_normal"
+                ),
             },
         )
         med = {name: common.median(values) for name, values in results.items()}
@@ -218,13 +220,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  CPU per act (user+sys, all threads): 1 run {one_cpu:.0f} us of "
             f"{1e6 / med['one_run']:.0f} us wall; {CONCURRENCY} runs {group_cpu:.0f} us "
-            f"({normal_cpu:.0f} us never synced)"
+            f"({normal_cpu:.0f} us never synced; 1 run never synced "
+            f"{common.median(cpu['one_normal']):.0f} us)"
         )
         print(
             "  context switches per act (all threads): 1 run "
             f"{common.median(switches['one_run']):.1f}; {CONCURRENCY} runs "
             f"{common.median(switches['group']):.1f} "
-            f"({common.median(switches['group_normal']):.1f} never synced)"
+            f"({common.median(switches['group_normal']):.1f} never synced; 1 run never synced "
+            f"{common.median(switches['one_normal']):.1f})"
         )
         print(
             f"  CPU bound: {1e6 / normal_cpu:.0f} acts/s per core busy = "
