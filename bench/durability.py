@@ -6,9 +6,10 @@
    commits but only its intent is forced to disk, so the goal is >= 0.7 of the raw rate.
 3. Forced syncs per act, counted by the store (goal 1.0).
 4. Group commit: 8 runs driving acts in threads of one process vs 1 run (goal >= 4x
-   acts/s): their intents share fdatasyncs. Beside it, the same 8 runs in ``normal``
-   durability (never synced): the ceiling group commit can approach, set by the CPU
-   (and the GIL) each act needs.
+   acts/s): their intents share fdatasyncs. Beside it, the same 8 runs and 1 run in
+   ``normal`` durability (never synced): the ceiling group commit can approach, set by
+   the CPU (and the GIL) each act needs, and whether threads add acts/s at all. The
+   context switches per act (all threads) count the GIL and lock hand-overs.
 
 Usage: python bench/durability.py [--n 2000] [--acts 500] [--repeats 3] [--dir DIR]
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -51,12 +53,24 @@ def decisions(directory: Path, n: int, tag: str) -> float:
     return common.timed_run(ledger, decide, path, n, tag)
 
 
+def _switches() -> int:
+    """Context switches of this process so far, all threads (voluntary: a thread blocked,
+    e.g. on the GIL or a lock; involuntary: preempted); 0 where unknown."""
+    if sys.platform == "win32":
+        return 0
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # Linux: every thread's
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
 def acts(
     directory: Path, n: int, tag: str, runs: int = 1, durability: str = "output"
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     """Acts/s of ``runs`` concurrent runs of ``n`` acts each on one Ledger, the forced
-    syncs per act the store counted (the runs' outcomes included), and the process's CPU
-    time per act (user + system, all threads) in microseconds."""
+    syncs per act the store counted (the runs' outcomes included), the process's CPU
+    time per act (user + system, all threads) in microseconds, and its context switches
+    per act."""
     ledger, path = _ledger(directory, tag, durability)
     tool = common.NoOp()
 
@@ -79,6 +93,7 @@ def acts(
     before = store.syncs
     threads = [threading.Thread(target=drive, args=(k,)) for k in range(runs)]
     try:
+        switches = _switches()
         cpu = os.times()
         start = time.perf_counter()
         for thread in threads:
@@ -87,6 +102,7 @@ def acts(
             thread.join()
         elapsed = time.perf_counter() - start
         spent = os.times()
+        switches = _switches() - switches
         syncs = store.syncs - before
     finally:
         ledger.close()
@@ -94,7 +110,7 @@ def acts(
         raise SystemExit(f"a benchmark run failed: {failures[0]!r}")
     common.remove_db(path)
     cpu_us = (spent.user - cpu.user + spent.system - cpu.system) / (runs * n) * 1e6
-    return runs * n / elapsed, syncs / (runs * n), cpu_us
+    return runs * n / elapsed, syncs / (runs * n), cpu_us, switches / (runs * n)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,16 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     n, m = args.n, args.acts
     per_run = max(1, m // CONCURRENCY)
     syncs: dict[str, list[float]] = {"acts": [], "group": []}
-    cpu: dict[str, list[float]] = {"one_run": [], "group": [], "group_normal": []}
+    cpu: dict[str, list[float]] = {"one_run": [], "group": [], "group_normal": [], "one_normal": []}
+    switches: dict[str, list[float]] = {key: [] for key in cpu}
 
     def timed_acts(
         key: str, tag: str, count: int, runs: int, durability: str = "output", cpu_key: str = ""
     ) -> float:
-        rate, per_act, cpu_us = acts(directory, count, tag, runs, durability)
+        rate, per_act, cpu_us, switched = acts(directory, count, tag, runs, durability)
         if key in syncs:
             syncs[key].append(per_act)
         if cpu_key:
             cpu[cpu_key].append(cpu_us)
+            switches[cpu_key].append(switched)
         return rate
 
     try:
@@ -141,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                 "group_normal": lambda tag: timed_acts(
                     "-", tag, per_run, CONCURRENCY, "normal", cpu_key="group_normal"
                 ),
+                "one_normal": lambda tag: timed_acts(
+                    "-", tag, per_run * CONCURRENCY, 1, "normal", cpu_key="one_normal"
+                ),
             },
         )
         med = {name: common.median(values) for name, values in results.items()}
@@ -155,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             "one_run": "ctx.act, 1 run",
             "group": f"ctx.act, {CONCURRENCY} concurrent runs",
             "group_normal": f"ctx.act, {CONCURRENCY} runs, normal (never synced)",
+            "one_normal": "ctx.act, 1 run, normal (never synced)",
         }
         common.print_table(
             ["measure", "median/s", "runs"],
@@ -180,12 +202,16 @@ def main(argv: list[str] | None = None) -> int:
             f"the run's outcome adds 1/{m})"
         )
         print(
-            f"group commit: {CONCURRENCY} runs / 1 run = {med['group'] / med['one_run']:.2f}x "
-            f"(goal >= 4), {common.median(syncs['group']):.3f} forced syncs per act"
+            f"group commit: {CONCURRENCY} runs / 1 run = {versus('group', 'one_run')}  goal >= 4; "
+            f"{common.median(syncs['group']):.3f} forced syncs per act"
         )
         print(
-            f"  ceiling without any sync:  {med['group_normal'] / med['one_run']:.2f}x "
+            f"  ceiling without any sync:  {versus('group_normal', 'one_run')}  "
             f"({CONCURRENCY} runs in normal durability / 1 run in output)"
+        )
+        print(
+            f"  threads' own gain:         {versus('group_normal', 'one_normal')}  "
+            f"({CONCURRENCY} runs / 1 run, both never synced: > 1 only if threads add acts/s)"
         )
         # Where the time goes: 1 run waits for its sync (wall >> CPU); 8 runs share syncs
         # and are bound by CPU (one GIL, threads handing it over at every SQLite call).
@@ -194,7 +220,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  CPU per act (user+sys, all threads): 1 run {one_cpu:.0f} us of "
             f"{1e6 / med['one_run']:.0f} us wall; {CONCURRENCY} runs {group_cpu:.0f} us "
-            f"({normal_cpu:.0f} us never synced)"
+            f"({normal_cpu:.0f} us never synced; 1 run never synced "
+            f"{common.median(cpu['one_normal']):.0f} us)"
+        )
+        print(
+            "  context switches per act (all threads): 1 run "
+            f"{common.median(switches['one_run']):.1f}; {CONCURRENCY} runs "
+            f"{common.median(switches['group']):.1f} "
+            f"({common.median(switches['group_normal']):.1f} never synced; 1 run never synced "
+            f"{common.median(switches['one_normal']):.1f})"
         )
         print(
             f"  CPU bound: {1e6 / normal_cpu:.0f} acts/s per core busy = "

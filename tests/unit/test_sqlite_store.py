@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,39 @@ def test_an_empty_file_becomes_a_ledger(tmp_path: Path) -> None:
     store = SQLiteStore(path)
     assert store.schema_version() == SCHEMA_VERSION
     store.close()
+
+
+def test_stores_that_find_one_new_file_at_once_all_open_it(tmp_path: Path) -> None:
+    """Stores (processes starting together) that all read the file as new, then create
+    it one after the other: the later ones find it created and open it, instead of
+    failing on tables that exist."""
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=WAL")  # an empty database, no table yet
+    holder.execute("BEGIN IMMEDIATE")  # the stores read it as new, then wait to create it
+    opened: list[SQLiteStore] = []
+    failures: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            opened.append(SQLiteStore(path))
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)  # each has read the file as new and waits for the write lock
+    holder.execute("ROLLBACK")
+    holder.close()
+    for thread in threads:
+        thread.join()
+    try:
+        assert failures == []
+        assert [store.schema_version() for store in opened] == [SCHEMA_VERSION] * 3
+    finally:
+        for store in opened:
+            store.close()
 
 
 RUN_ROW = RunRow(

@@ -54,6 +54,7 @@ _MIGRATIONS = load_migrations("sqlite")
 SCHEMA_VERSION = _MIGRATIONS[-1].version
 # "output": commits ride in the WAL unsynced; append(durable=True) and sync() force one.
 _SYNCHRONOUS = {"output": "NORMAL", "full": "FULL", "normal": "NORMAL"}
+_META_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'crashproof_meta'"
 
 # A journal record exactly as stored: seq, type, key, payload text, value text (wherever
 # kept), created_at, key_id, mac. Used by checkpoint export/import only.
@@ -156,6 +157,8 @@ class SQLiteStore(SQLiteJournal):
         with self._transaction() as conn:
             if current and self._read_version() != current:
                 return  # another process migrated meanwhile
+            if not current and conn.execute(_META_TABLE).fetchone() is not None:
+                return  # another process (or store) created the ledger meanwhile
             if not current:  # a new ledger: schema.sql, equal to all migrations (tested)
                 for statement in split_statements(load_schema("sqlite")):
                     conn.execute(statement)
