@@ -150,6 +150,45 @@ def test_stores_that_find_one_new_file_at_once_all_open_it(tmp_path: Path) -> No
             store.close()
 
 
+def test_a_ledger_created_at_an_older_schema_meanwhile_is_migrated_not_left(
+    tmp_path: Path,
+) -> None:
+    """A store that read the file as new, while another process (an older crashproof)
+    was creating it at schema 4, checks what it finds and migrates it to this version's
+    schema, instead of using it as it was left."""
+    golden = Path(__file__).resolve().parent.parent / "golden" / "schema4.db"
+    with contextlib.closing(sqlite3.connect(golden)) as source:
+        dump = [line for line in source.iterdump() if line not in ("BEGIN TRANSACTION;", "COMMIT;")]
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("BEGIN IMMEDIATE")
+    opened: list[SQLiteStore] = []
+    failures: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            opened.append(SQLiteStore(path))
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=open_store)
+    thread.start()
+    time.sleep(0.5)  # it has read the file as new and waits for the write lock
+    for statement in dump:  # the older process creates its ledger, then commits
+        holder.execute(statement)
+    holder.execute("COMMIT")
+    holder.close()
+    thread.join()
+    try:
+        assert failures == []
+        assert opened[0].schema_version() == SCHEMA_VERSION > 4
+        assert opened[0].list_runs()  # the older process's runs, kept
+    finally:
+        for store in opened:
+            store.close()
+
+
 RUN_ROW = RunRow(
     run_id="r1",
     workflow="wf",

@@ -119,30 +119,46 @@ class SQLiteStore(SQLiteJournal):
 
     def _open(self, durability: str, busy_timeout: float) -> None:
         with self._errors():
-            tables = {
-                row[0]
-                for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            }
-            if tables and "crashproof_meta" not in tables:
-                raise NotALedger(
-                    f"{self.path} is a SQLite database but not a crashproof ledger "
-                    f"(it has tables {sorted(tables)[:5]}); nothing was changed. "
-                    "Point --db at a new file or an existing ledger."
-                )
-            if tables:
-                found = self._read_version()
-                if found > SCHEMA_VERSION:
-                    too_new = SchemaTooNew(found, SCHEMA_VERSION)
-                    # Name the file too: the user may have several ledgers.
-                    too_new.args = (f"{self.path}: {too_new}",)
-                    raise too_new
-                # Only a purely additive migration runs on open (store/migrate.py).
-                check_automatic(self._conn, found, str(self.path))
+            found = self._checked_version()  # before anything is written to the file
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
             self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
             self._conn.execute("PRAGMA foreign_keys=ON")
-            self._migrate(self._read_version() if tables else 0)
+            for _attempt in range(3):
+                if self._migrate(found):
+                    return
+                # Another process created or migrated the ledger meanwhile (workers
+                # starting together): what it left is checked again like any ledger.
+                found = self._checked_version()
+            raise LedgerError(
+                f"{self.path}: its schema kept changing while this process opened it "
+                "(other processes migrating it?); nothing was changed by this one. Retry."
+            )
+
+    def _checked_version(self) -> int:
+        """The ledger's schema version (0: an empty database), once the file is known
+        to be a ledger this version can open (NotALedger, SchemaTooNew otherwise)."""
+        tables = {
+            row[0]
+            for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        if not tables:
+            return 0
+        if "crashproof_meta" not in tables:
+            raise NotALedger(
+                f"{self.path} is a SQLite database but not a crashproof ledger "
+                f"(it has tables {sorted(tables)[:5]}); nothing was changed. "
+                "Point --db at a new file or an existing ledger."
+            )
+        found = self._read_version()
+        if found > SCHEMA_VERSION:
+            too_new = SchemaTooNew(found, SCHEMA_VERSION)
+            # Name the file too: the user may have several ledgers.
+            too_new.args = (f"{self.path}: {too_new}",)
+            raise too_new
+        # Only a purely additive migration runs on open (store/migrate.py).
+        check_automatic(self._conn, found, str(self.path))
+        return found
 
     def _read_version(self) -> int:
         row = self._conn.execute(_Q["get_meta"], ("schema_version",)).fetchone()
@@ -150,15 +166,18 @@ class SQLiteStore(SQLiteJournal):
             raise IntegrityError(f"{self.path}: the ledger's schema version is missing or invalid")
         return int(row[0])
 
-    def _migrate(self, current: int) -> None:
+    def _migrate(self, current: int) -> bool:
+        """Bring the ledger from schema ``current`` to this version's; False when another
+        process got there first (the version found in the transaction is not
+        ``current``): nothing was written, the caller checks the file again."""
         pending = [m for m in _MIGRATIONS if m.version > current]
         if not pending:
-            return
+            return True
         with self._transaction() as conn:
             if current and self._read_version() != current:
-                return  # another process migrated meanwhile
+                return False
             if not current and conn.execute(_META_TABLE).fetchone() is not None:
-                return  # another process (or store) created the ledger meanwhile
+                return False
             if not current:  # a new ledger: schema.sql, equal to all migrations (tested)
                 for statement in split_statements(load_schema("sqlite")):
                     conn.execute(statement)
@@ -169,6 +188,7 @@ class SQLiteStore(SQLiteJournal):
                     _Q["record_migration"], (migration.version, migration.name, time.time())
                 )
             conn.execute(_Q["set_meta"], ("schema_version", str(SCHEMA_VERSION)))
+        return True
 
     # -- the port ----------------------------------------------------------
 
