@@ -11,7 +11,12 @@
    the CPU (and the GIL) each act needs, and whether threads add acts/s at all. The
    context switches per act (all threads) count the GIL and lock hand-overs.
 
-Usage: python bench/durability.py [--n 2000] [--acts 500] [--repeats 3] [--dir DIR]
+   Every run in these lines makes the same number of acts (``--group-acts``), so a run's
+   fixed cost (its start, its outcome and that outcome's sync) weighs the same per act
+   with 1 run as with 8.
+
+Usage: python bench/durability.py [--n 2000] [--acts 500] [--group-acts 250] [--repeats 3]
+       [--dir DIR]
 """
 
 from __future__ import annotations
@@ -117,12 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000, help="steps/decisions per run (2000)")
     parser.add_argument("--acts", type=int, default=500, help="acts per run (500)")
+    parser.add_argument(
+        "--group-acts", type=int, default=250, help="acts per run in the group lines (250)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="repetitions, median kept (3)")
     parser.add_argument("--dir", default=None, help="parent of the temp dir (default: $TMPDIR)")
     args = parser.parse_args(argv)
     directory = common.make_tempdir(args.dir)
     n, m = args.n, args.acts
-    per_run = max(1, m // CONCURRENCY)
+    per_run = max(1, args.group_acts)
     syncs: dict[str, list[float]] = {"acts": [], "group": []}
     cpu: dict[str, list[float]] = {"one_run": [], "group": [], "group_normal": [], "one_normal": []}
     switches: dict[str, list[float]] = {key: [] for key in cpu}
@@ -150,9 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 "decide": lambda tag: decisions(directory, n, tag),
                 "raw_full": lambda tag: common.raw_commits(directory, m, "FULL", tag),
                 "acts": lambda tag: timed_acts("acts", tag, m, 1),
-                "one_run": lambda tag: timed_acts(
-                    "acts", tag, per_run * CONCURRENCY, 1, cpu_key="one_run"
-                ),
+                "one_run": lambda tag: timed_acts("acts", tag, per_run, 1, cpu_key="one_run"),
                 "group": lambda tag: timed_acts(
                     "group", tag, per_run, CONCURRENCY, cpu_key="group"
                 ),
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                     "-", tag, per_run, CONCURRENCY, "normal", cpu_key="group_normal"
                 ),
                 "one_normal": lambda tag: timed_acts(
-                    "-", tag, per_run * CONCURRENCY, 1, "normal", cpu_key="one_normal"
+                    "-", tag, per_run, 1, "normal", cpu_key="one_normal"
                 ),
             },
         )
