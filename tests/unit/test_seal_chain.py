@@ -161,3 +161,14 @@ def test_unusual_but_sound_v2_records_verify_in_the_chain() -> None:
     rows[0][5] = "3.0"  # not a number
     with pytest.raises(JournalTampered, match="record 0 does not match"):
         sealer.verify_chain("r", rows, GENESIS)
+
+
+def test_records_of_runs_sealed_in_turn_each_carry_their_own_runs_mac() -> None:
+    """seal() keeps the message's run part for the run sealed last: runs sealed in turn
+    (concurrent runs on one store) must still each get the standard HMAC of their own
+    v2 message."""
+    sealer = Sealer(Keyring(OLD))
+    for run_id in ("a", "bb", "a", "a", "c" * 40, "bb"):
+        fields = (run_id, 7, "step_done", "s#7", '{"kind":"step"}', "1", 2.5, "ab" * 32)
+        _kid, mac = sealer.seal(*fields)
+        assert mac == V2 + hmac.new(OLD, _message_v2(*fields), hashlib.sha256).hexdigest()
