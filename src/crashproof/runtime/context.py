@@ -30,7 +30,7 @@ from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
 from crashproof.runtime.acts import ActSettings, intent_digest, perform_act
 from crashproof.runtime.budget import Meter
-from crashproof.runtime.decisions import check_decision
+from crashproof.runtime.decisions import check_decision, spend_text
 from crashproof.runtime.observe import WorldCheck
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
 from crashproof.runtime.outbox import deliver, enqueue
@@ -339,7 +339,7 @@ class Context:
                     raise CrashproofError(f"{kind} {key!r} returned a Decision; use ctx.decide")
                 check_decision(out, key)
                 spent = {"model": out.model, "usage": out.usage, "cost": out.cost}
-                extra = encode(spent, what="model/usage/cost of decision", key=key)
+                extra = spend_text(spent, key)  # codec.encode(spent), byte for byte
                 text = f"{text[:-1]},{extra[1:]}"
                 out = out.value
             value_json = encode(out, what=_RESULT_OF[kind], key=key)
