@@ -161,3 +161,28 @@ def test_unusual_but_sound_v2_records_verify_in_the_chain() -> None:
     rows[0][5] = "3.0"  # not a number
     with pytest.raises(JournalTampered, match="record 0 does not match"):
         sealer.verify_chain("r", rows, GENESIS)
+
+
+def test_records_of_runs_sealed_in_turn_each_carry_their_own_runs_mac() -> None:
+    """seal() keeps the message's run part for the run sealed last: runs sealed in turn
+    (concurrent runs on one store) must still each get the standard HMAC of their own
+    v2 message."""
+    sealer = Sealer(Keyring(OLD))
+    for run_id in ("a", "bb", "a", "a", "c" * 40, "bb"):
+        fields = (run_id, 7, "step_done", "s#7", '{"kind":"step"}', "1", 2.5, "ab" * 32)
+        _kid, mac = sealer.seal(*fields)
+        assert mac == V2 + hmac.new(OLD, _message_v2(*fields), hashlib.sha256).hexdigest()
+
+
+@pytest.mark.parametrize("length", [16, 65])
+@pytest.mark.parametrize("size", [0, 400, 500, 600, 5000])
+def test_small_and_large_records_carry_the_standard_hmac(length: int, size: int) -> None:
+    """seal() hashes small messages with CPython's SHA-256 and large ones with OpenSSL's
+    (integrity/seal.py, _SMALL): either way the standard HMAC-SHA256 of the v2 message."""
+    secret = bytes(range(length))
+    sealer = Sealer(Keyring(secret))
+    fields = ("r", 9, "step_done", "k", '{"kind":"step"}', "x" * size, 1.5, "cd" * 32)
+    _kid, mac = sealer.seal(*fields)
+    assert mac == V2 + hmac.new(secret, _message_v2(*fields), hashlib.sha256).hexdigest()
+    row = [9, "step_done", "k", '{"kind":"step"}', "x" * size, 1.5, _kid, mac]
+    assert sealer.verify_chain("r", [row], "cd" * 32) == mac

@@ -11,14 +11,13 @@ NonDeterminismError. Past the end of the journal, calls run live and are recorde
 from __future__ import annotations
 
 import datetime as dt
-import math
 import random as _random
 import time
 import uuid as _uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from crashproof.errors import CrashproofError, NonDeterminismError, SerializationError
+from crashproof.errors import CrashproofError, NonDeterminismError
 from crashproof.journal.codec import (
     args_digest,
     canonical_digest,
@@ -31,6 +30,7 @@ from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
 from crashproof.runtime.acts import ActSettings, intent_digest, perform_act
 from crashproof.runtime.budget import Meter
+from crashproof.runtime.decisions import check_decision, spend_text
 from crashproof.runtime.observe import WorldCheck
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
 from crashproof.runtime.outbox import deliver, enqueue
@@ -46,36 +46,6 @@ __all__ = ["Context"]
 
 def _no_crash_point(name: str) -> None:
     return None
-
-
-def _check_decision(decision: Decision, key: str) -> None:
-    """Refuse model/usage/cost that budgets could not count, before anything is sealed."""
-    usage, cost = decision.usage, decision.cost
-    if usage is not None and not (
-        isinstance(usage, dict)
-        and all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
-            for k, v in usage.items()
-        )
-    ):
-        raise SerializationError(
-            f"decision {key!r}: usage must map token kinds to non-negative ints, not "
-            f"{usage!r}; nothing was recorded"
-        )
-    if cost is not None and (
-        isinstance(cost, bool)
-        or not isinstance(cost, int | float)
-        or not math.isfinite(cost)
-        or cost < 0
-    ):
-        raise SerializationError(
-            f"decision {key!r}: cost must be a finite number >= 0, not {cost!r}; nothing "
-            "was recorded"
-        )
-    if decision.model is not None and not isinstance(decision.model, str):
-        raise SerializationError(
-            f"decision {key!r}: model must be a string, not {decision.model!r}"
-        )
 
 
 T = TypeVar("T")
@@ -360,37 +330,65 @@ class Context:
             # float timestamps (journal/fold.py reads both forms).
             ended = time.time()
             took = int((ended - started) * 1e6)
-            payload: dict[str, Any] = {
-                "kind": kind._value_,
-                "digest": digest,
-                "status": _SUCCEEDED,
-                "attempt": attempt,
-                "took_us": took,
-            }
-            # The payload's stored text, built directly: codec.encode's exact bytes.
+            # The payload's stored text, built directly: codec.encode's exact bytes of
+            # {"kind", "digest", "status", "attempt", "took_us"} (+ a decision's spend).
             text = f'{_DONE_PREFIX[kind]}{digest}{_DONE_STATUS}{attempt},"took_us":{took}}}'
+            spent = None
             if isinstance(out, Decision):
                 if kind is not StepKind.DECIDE:
                     raise CrashproofError(f"{kind} {key!r} returned a Decision; use ctx.decide")
-                _check_decision(out, key)
+                check_decision(out, key)
                 spent = {"model": out.model, "usage": out.usage, "cost": out.cost}
-                extra = encode(spent, what="model/usage/cost of decision", key=key)
+                extra = spend_text(spent, key)  # codec.encode(spent), byte for byte
                 text = f"{text[:-1]},{extra[1:]}"
-                payload.update(spent)
                 out = out.value
             value_json = encode(out, what=_RESULT_OF[kind], key=key)
-            if self.session is None:
+            if self.session is None and not self.meter.active:
+                # The usual live step: its payload dict is never needed (the record keeps
+                # the text; anything that reads the payload decodes it), and a step's or
+                # a decision's result is no output point (runtime/durable.py).
                 event = Event.stored(
-                    self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json, payload
+                    self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json
                 )
-                self._ledger._commit((event,), None, fencing_token=self.fencing_token)
+                self._ledger._commit((event,), None, fencing_token=self.fencing_token, output=False)
                 self._next_seq += 1
-                if self.meter.active:
-                    self.meter.count(payload)
-            else:  # the drive's first record: append_event adds the session to it
-                self.append_event(EventType.STEP_DONE, key, payload, value_json)
+            else:
+                self._record_done(kind, key, digest, attempt, took, spent, text, ended, value_json)
             # The workflow sees exactly what replay will return (tuples become lists...).
             return decode(value_json)
+
+    def _record_done(
+        self,
+        kind: StepKind,
+        key: str,
+        digest: str,
+        attempt: int,
+        took: int,
+        spent: dict[str, Any] | None,
+        text: str,
+        ended: float,
+        value_json: str,
+    ) -> None:
+        """A successful step's record when budgets count it or it opens a drive (its
+        session added by append_event): the payload as a dict too."""
+        payload: dict[str, Any] = {
+            "kind": kind._value_,
+            "digest": digest,
+            "status": _SUCCEEDED,
+            "attempt": attempt,
+            "took_us": took,
+        }
+        if spent is not None:
+            payload.update(spent)
+        if self.session is not None:  # the drive's first record: append_event adds it
+            self.append_event(EventType.STEP_DONE, key, payload, value_json)
+            return
+        event = Event.stored(
+            self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json, payload
+        )
+        self._ledger._commit((event,), None, fencing_token=self.fencing_token, output=False)
+        self._next_seq += 1
+        self.meter.count(payload)
 
     def _record_marker(self, name: str) -> None:
         key = self._take_key(name)

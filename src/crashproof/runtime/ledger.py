@@ -470,12 +470,15 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         status: StatusChange | None,
         *,
         fencing_token: int | None = None,
+        output: bool | None = None,
     ) -> None:
         """Append to the journal, with crash points on each side of the commit; at an
         output point (runtime/durable.py) the commit is forced to disk first, then the
         new generation is mirrored in the witness (a crash in between is caught up by
         the next resume). ``fencing_token``: the lease the run is driven under; the
-        store checks it in the commit's transaction (StaleLeaseError, nothing kept)."""
+        store checks it in the commit's transaction (StaleLeaseError, nothing kept).
+        ``output``: whether the last record is an output point, when the caller knows
+        (None: output_point decides)."""
         if self._stale and (events[0].run_id, fencing_token) in self._stale:
             raise StaleLeaseError(
                 f"run {events[0].run_id!r}: this worker's lease (fencing token "
@@ -483,7 +486,8 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
             )
         if self.crash_points is not None:
             self._hit("before_commit", events[0])
-        durable = output_point(events[-1])  # something leaves the process next
+        # Something leaves the process next?
+        durable = output_point(events[-1]) if output is None else output
         self._store.append(events, status, fencing_token=fencing_token, durable=durable)
         if self.crash_points is not None:
             self._hit("after_commit", events[0])

@@ -25,6 +25,7 @@ from typing import Any
 from crashproof.errors import IntegrityError, LedgerError
 from crashproof.journal.records import EVENT_TYPES, Event
 from crashproof.store.port import (
+    BLOB_THRESHOLD,
     GENESIS,
     RecordSealer,
     StatusChange,
@@ -37,6 +38,7 @@ from crashproof.store.sql import load_queries
 __all__ = ["JournalEnd", "SQLiteJournal", "check_rows", "insert_record", "row_id"]
 
 _Q = load_queries("sqlite")
+_INSERT_ALONE = _Q["insert_event_alone"]
 _RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
 # A run's journal end as a store last committed it: (next seq, last MAC, fencing token,
 # run_no).
@@ -110,13 +112,66 @@ class SQLiteJournal:
         # cursor for every append: conn.execute would make and drop a cursor per statement.
         with self._lock:
             end = self._ends.get(run_id)
-            if (
-                end is not None
-                and status is None
-                and len(events) == 1
-                and self._append_alone(events[0], end, fencing_token)
-            ):
-                return
+            if end is not None and status is None and len(events) == 1:
+                # The usual append, one record right after the one this store wrote
+                # last, as one statement in autocommit mode: the statement itself checks
+                # that the run's fencing token and last record are still what this store
+                # knows (insert_event_alone). Skipped, or refused (nothing written): the
+                # checked path below decides. (_sealed, Event.payload_text, blob_digest
+                # and row_id inlined: this runs for every record of a live run.)
+                event = events[0]
+                value = event.value_json
+                seq = event.seq
+                if (
+                    seq == end[0]  # (>= 0)
+                    and seq < _RUN_SPAN
+                    and (value is None or len(value) < BLOB_THRESHOLD)  # else kept apart
+                    and not self._conn.in_transaction
+                ):
+                    payload = event.payload_json
+                    if payload is None:
+                        payload = event.payload_text
+                    type_ = event.type._value_
+                    created_at = event.created_at
+                    sealer = self._sealer
+                    if sealer is None:
+                        key_id = mac = None
+                    else:
+                        key_id, mac = sealer.seal(
+                            run_id,
+                            seq,
+                            type_,
+                            event.key,
+                            payload,
+                            value,
+                            created_at,
+                            end[1] or GENESIS,
+                        )
+                    try:
+                        self._cursor.execute(
+                            _INSERT_ALONE,
+                            (
+                                (end[3] << 32) + seq,  # row_id: the run's run_no is known
+                                run_id,
+                                seq,
+                                type_,
+                                event.key,
+                                payload,
+                                value,
+                                created_at,
+                                key_id,
+                                mac,
+                                fencing_token,
+                            ),
+                        )
+                    except sqlite3.DatabaseError:  # its check refused, a taken seq, busy...
+                        del self._ends[run_id]
+                    else:
+                        self._commits += 1
+                        # The token as the statement saw it.
+                        token = end[2] if fencing_token is None else fencing_token
+                        self._ends[run_id] = (seq + 1, mac, token, end[3])
+                        return
             conn = self._cursor
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -132,40 +187,6 @@ class SQLiteJournal:
                 if translated is None:
                     raise
                 raise translated from None
-
-    def _append_alone(self, event: Event, end: JournalEnd, fencing_token: int | None) -> bool:
-        """The usual append, one record right after the one this store wrote last, as one
-        statement in autocommit mode: the statement itself checks that the run's fencing
-        token and last record are still what this store knows (insert_event_alone). False
-        when it does not apply or refused (nothing written): the checked path decides."""
-        value = event.value_json
-        if event.seq != end[0] or blob_digest(value) is not None or self._conn.in_transaction:
-            return False
-        payload, key_id, mac = self._sealed(event, end[1] or GENESIS)
-        try:
-            self._cursor.execute(
-                _Q["insert_event_alone"],
-                (
-                    row_id(event.run_id, end[3], event.seq),
-                    event.run_id,
-                    event.seq,
-                    event.type._value_,
-                    event.key,
-                    payload,
-                    value,
-                    event.created_at,
-                    key_id,
-                    mac,
-                    fencing_token,
-                ),
-            )
-        except sqlite3.DatabaseError:  # its check refused, a taken seq, busy, I/O...
-            del self._ends[event.run_id]
-            return False
-        self._commits += 1
-        token = end[2] if fencing_token is None else fencing_token  # as the statement saw
-        self._ends[event.run_id] = (end[0] + 1, mac, token, end[3])
-        return True
 
     def _append_locked(
         self,
