@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from crashproof.errors import IntegrityError, LedgerError
-from crashproof.journal.records import EVENT_TYPES, Event
+from crashproof.journal.records import Event
 from crashproof.store.port import (
     BLOB_THRESHOLD,
     GENESIS,
@@ -32,6 +32,7 @@ from crashproof.store.port import (
     blob_digest,
     check_append,
     seq_taken,
+    unreadable,
 )
 from crashproof.store.sql import load_queries
 
@@ -85,7 +86,7 @@ class SQLiteJournal:
                 check_rows(run_id, self._rows(run_id))  # a missing blob, another run's
                 raise
             except KeyError:  # a record of an unknown type
-                raise _unreadable(run_id, self._rows(run_id)) from None
+                raise unreadable(run_id, self._rows(run_id)) from None
         rows = self._rows(run_id)
         check_rows(run_id, rows)
         make = Event.read
@@ -95,7 +96,7 @@ class SQLiteJournal:
                 for seq, type_, key, payload, value, created_at, _kid, _mac, _blob, _other in rows
             ]
         except KeyError:
-            raise _unreadable(run_id, rows) from None
+            raise unreadable(run_id, rows) from None
 
     def _rows(self, run_id: str) -> list[Any]:
         with self._lock, self._errors():
@@ -362,16 +363,6 @@ def check_rows(run_id: str, rows: Sequence[Sequence[Any]]) -> None:
             )
         if row[8] is not None and row[4] is None:
             raise IntegrityError(f"run {run_id!r} event {row[0]}: blob {row[8]} is missing")
-
-
-def _unreadable(run_id: str, rows: Sequence[Sequence[Any]]) -> IntegrityError:
-    """The error naming the record of an unknown type among ``rows``."""
-    for seq, type_, *_ in rows:
-        if type_ not in EVENT_TYPES:
-            return IntegrityError(
-                f"run {run_id!r} event {seq} is unreadable: unknown type {type_!r}"
-            )
-    return IntegrityError(f"run {run_id!r}: its journal is unreadable")
 
 
 def _utf8(text: str | None) -> str | None:
