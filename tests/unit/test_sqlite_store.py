@@ -189,6 +189,40 @@ def test_a_ledger_created_at_an_older_schema_meanwhile_is_migrated_not_left(
             store.close()
 
 
+def test_stores_wait_for_a_lock_held_on_a_new_file_not_yet_in_wal_mode(tmp_path: Path) -> None:
+    """Switching a file to WAL mode is refused at once (no busy handler) while another
+    connection holds a lock on it: the store waits for it, as for any other lock, and
+    gives up with a clear error only after its busy timeout."""
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # a rollback-journal file, its write lock held
+    with pytest.raises(cp.LedgerError, match="locked by another process"):
+        SQLiteStore(path, busy_timeout=0.2)
+    opened: list[SQLiteStore] = []
+    failures: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            opened.append(SQLiteStore(path))
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    holder.execute("ROLLBACK")
+    holder.close()
+    for thread in threads:
+        thread.join()
+    try:
+        assert failures == []
+        assert [store.schema_version() for store in opened] == [SCHEMA_VERSION] * 3
+    finally:
+        for store in opened:
+            store.close()
+
+
 RUN_ROW = RunRow(
     run_id="r1",
     workflow="wf",

@@ -101,3 +101,33 @@ def test_an_advance_before_the_run_started_is_asked_again_after(tmp_path: Path) 
     witness.advance("r", 4)
     assert witness.get("r") == 4
     witness.close()
+
+
+def test_a_witness_file_locked_before_it_is_in_wal_mode_is_waited_for(tmp_path: Path) -> None:
+    """Two processes opening one new ledger open its witness file at once too: switching
+    it to WAL mode waits for the other's lock instead of failing at once."""
+    path = tmp_path / "runs.db.witness"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # not yet in WAL mode, its write lock held
+    opened: list[SQLiteWitness] = []
+    failures: list[BaseException] = []
+
+    def open_witness() -> None:
+        try:
+            opened.append(SQLiteWitness(path))
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=open_witness)
+    thread.start()
+    time.sleep(0.3)
+    holder.execute("ROLLBACK")
+    holder.close()
+    thread.join()
+    try:
+        assert failures == []
+        opened[0].start("r")
+        assert opened[0].get("r") == 0
+    finally:
+        for witness in opened:
+            witness.close()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from crashproof.errors import JournalRolledBack, LedgerError, WitnessMissing
+from crashproof.store.sqlite_file import enter_wal
 
 __all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare"]
 
@@ -119,7 +120,7 @@ class SQLiteWitness:
             self._conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=5.0
             )
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            enter_wal(self._conn, 5.0)  # (another process may be creating it too)
             # NORMAL: a witness update costs no fsync of its own. A power cut may lose the
             # latest updates, leaving the witness behind the journal, which resume accepts
             # (a valid chain past the witness) and rolls forward: losing witness updates

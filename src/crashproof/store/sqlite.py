@@ -37,7 +37,7 @@ from crashproof.store.port import (
 )
 from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
-from crashproof.store.sqlite_file import check_file
+from crashproof.store.sqlite_file import check_file, enter_wal
 from crashproof.store.sqlite_journal import (
     JournalEnd,
     SQLiteJournal,
@@ -120,7 +120,7 @@ class SQLiteStore(SQLiteJournal):
     def _open(self, durability: str, busy_timeout: float) -> None:
         with self._errors():
             found = self._checked_version()  # before anything is written to the file
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            enter_wal(self._conn, busy_timeout)
             self._conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
             self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
             self._conn.execute("PRAGMA foreign_keys=ON")

@@ -1,12 +1,15 @@
-"""Checks of a SQLite ledger file made before SQLite opens it (and may write to it)."""
+"""Checks of a SQLite ledger file made before SQLite opens it (and may write to it), and
+the switch of a file to WAL mode (the ledger's and its witness')."""
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 
 from crashproof.errors import IntegrityError, LedgerError, NotALedger
 
-__all__ = ["check_file"]
+__all__ = ["check_file", "enter_wal"]
 
 _HEADER = b"SQLite format 3\x00"
 
@@ -41,3 +44,22 @@ def check_file(path: Path) -> None:
             f"ledger {path} is truncated: its header promises {page_count * page_size} bytes, "
             f"the file has {size}; nothing was changed. Restore it from a backup."
         )
+
+
+def enter_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch the file to WAL mode (nothing to do when it is in it already). SQLite
+    refuses the switch at once, without its busy handler, while another connection
+    holds a lock on a file not yet in WAL mode (another process opening the same new
+    file): wait for it as long as any other lock would be waited for, then raise
+    SQLite's "database is locked"."""
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
