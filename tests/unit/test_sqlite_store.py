@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -337,3 +338,49 @@ def test_the_usual_append_is_one_statement_and_a_refused_one_keeps_nothing(
     finally:
         first.close()
         second.close()
+
+
+def test_other_runs_append_while_a_long_journal_loads(tmp_path: Path) -> None:
+    """A journal is loaded (and its chain verified) on a connection of its own: a resume
+    of a long run does not hold up the appends of the runs beside it. (Loaded under the
+    store's lock, every append waited for the whole load.)"""
+    from crashproof.integrity.keys import Keyring
+    from crashproof.integrity.seal import Sealer
+
+    store = SQLiteStore(tmp_path / "ledger.db", sealer=Sealer(Keyring(b"k" * 32)))
+    try:
+        store.create_run(RUN_ROW, _step_event(0))
+        for start in range(1, 30_001, 1_000):
+            store.append([_step_event(seq) for seq in range(start, start + 1_000)])
+
+        def other(seq: int) -> Event:
+            type_ = EventType.RUN_STARTED if seq == 0 else EventType.STEP_DONE
+            return Event("r2", seq, type_, None if seq == 0 else f"s{seq}", {}, 1.0, "1")
+
+        store.create_run(dataclasses.replace(RUN_ROW, run_id="r2"), other(0))
+        loading = threading.Event()
+        loaded: list[float] = []
+
+        def load() -> None:
+            loading.set()
+            events = store.load_events("r1")
+            loaded.append(time.perf_counter())
+            if len(events) != 30_001:
+                loaded.append(-1.0)
+
+        loader = threading.Thread(target=load)
+        loader.start()
+        loading.wait()
+        done: list[float] = []
+        seq = 1
+        while loader.is_alive():
+            store.append([other(seq)])
+            done.append(time.perf_counter())
+            seq += 1
+        loader.join()
+        assert len(loaded) == 1  # the whole journal, verified
+        during = [t for t in done if t < loaded[0]]
+        assert len(during) >= 10, f"only {len(during)} appends finished during the load"
+        assert [e.seq for e in store.load_events("r2")] == list(range(seq))
+    finally:
+        store.close()

@@ -83,6 +83,9 @@ class SQLiteStore(SQLiteJournal):
             )
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()  # the loads' connection's (_reading)
+        self._read_conn: sqlite3.Connection | None = None
+        self._busy_timeout = busy_timeout
         self._sealer = sealer
         self.durability = durability
         # Commits so far, the tickets of forced syncs; the first is what the file held when
@@ -248,6 +251,7 @@ class SQLiteStore(SQLiteJournal):
             conn.execute(_Q["release_lease"], (run_id, lease.owner, lease.token))
 
     def close(self) -> None:
+        self._close_reader()
         with self._lock:
             self._conn.close()
             self._wal_sync.close()

@@ -58,6 +58,9 @@ class SQLiteJournal:
     _commits: int
     _ends: dict[str, JournalEnd]
     _ends_version: int | None
+    _read_lock: threading.Lock
+    _read_conn: sqlite3.Connection | None
+    _busy_timeout: float
 
     def load_events(self, run_id: str) -> list[Event]:
         # Tens of thousands of new objects (rows, then Events), none in a cycle: without
@@ -74,10 +77,10 @@ class SQLiteJournal:
     def _load_events(self, run_id: str) -> list[Event]:
         if self._sealer is not None:  # every record verified before anything parses it
             try:
-                with self._lock, self._errors():
+                with self._reading() as conn:
                     # Verified and built as the rows arrive (payloads stay text until
                     # read: Event.read), the rows fetched without load_events' extras.
-                    cursor = self._conn.execute(_Q["load_records"], (run_id,))
+                    cursor = conn.execute(_Q["load_records"], (run_id,))
                     try:
                         return self._sealer.verify_rows(run_id, cursor, Event.read)
                     finally:
@@ -99,8 +102,33 @@ class SQLiteJournal:
             raise unreadable(run_id, rows) from None
 
     def _rows(self, run_id: str) -> list[Any]:
-        with self._lock, self._errors():
-            return self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
+        with self._reading() as conn:
+            return conn.execute(_Q["load_events"], (run_id,)).fetchall()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection journals are loaded on: one of their own (read-only, opened on
+        first use), so a long load, verified as it reads, holds neither the store's lock
+        nor its connection, and other runs' appends go on meanwhile (in WAL mode a
+        reader sees every commit made before it began and never waits for the writer)."""
+        with self._read_lock, self._errors():
+            conn = self._read_conn
+            if conn is None:
+                conn = sqlite3.connect(
+                    self.path,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    timeout=self._busy_timeout,
+                )
+                conn.execute("PRAGMA query_only=ON")
+                self._read_conn = conn
+            yield conn
+
+    def _close_reader(self) -> None:
+        with self._read_lock:
+            conn, self._read_conn = self._read_conn, None
+            if conn is not None:
+                conn.close()
 
     def _append(
         self,
