@@ -7,6 +7,7 @@ import dataclasses
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,14 +119,15 @@ def test_an_empty_file_becomes_a_ledger(tmp_path: Path) -> None:
     store.close()
 
 
-def test_stores_that_find_one_new_file_at_once_all_open_it(tmp_path: Path) -> None:
-    """Stores (processes starting together) that all read the file as new, then create
-    it one after the other: the later ones find it created and open it, instead of
-    failing on tables that exist."""
-    path = tmp_path / "new.db"
-    holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("PRAGMA journal_mode=WAL")  # an empty database, no table yet
-    holder.execute("BEGIN IMMEDIATE")  # the stores read it as new, then wait to create it
+def _opened_while_held(
+    path: Path,
+    holder: sqlite3.Connection,
+    release: Callable[[sqlite3.Connection], None],
+    count: int = 3,
+) -> list[SQLiteStore]:
+    """Stores opened by ``count`` threads at once while ``holder`` holds a lock on
+    ``path``; once they wait for it (0.5 s), ``release(holder)`` ends its transaction.
+    Raises what any of them raised."""
     opened: list[SQLiteStore] = []
     failures: list[BaseException] = []
 
@@ -135,16 +137,31 @@ def test_stores_that_find_one_new_file_at_once_all_open_it(tmp_path: Path) -> No
         except BaseException as exc:
             failures.append(exc)
 
-    threads = [threading.Thread(target=open_store) for _ in range(3)]
+    threads = [threading.Thread(target=open_store) for _ in range(count)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)  # each has read the file as new and waits for the write lock
-    holder.execute("ROLLBACK")
+    time.sleep(0.5)  # each has read the file and waits for the lock
+    release(holder)
     holder.close()
     for thread in threads:
         thread.join()
+    if failures:
+        for store in opened:
+            store.close()
+        raise failures[0]
+    return opened
+
+
+def test_stores_that_find_one_new_file_at_once_all_open_it(tmp_path: Path) -> None:
+    """Stores (processes starting together) that all read the file as new, then create
+    it one after the other: the later ones find it created and open it, instead of
+    failing on tables that exist."""
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("PRAGMA journal_mode=WAL")  # an empty database, no table yet
+    holder.execute("BEGIN IMMEDIATE")  # the stores read it as new, then wait to create it
+    opened = _opened_while_held(path, holder, lambda held: held.execute("ROLLBACK"))
     try:
-        assert failures == []
         assert [store.schema_version() for store in opened] == [SCHEMA_VERSION] * 3
     finally:
         for store in opened:
@@ -161,28 +178,17 @@ def test_a_ledger_created_at_an_older_schema_meanwhile_is_migrated_not_left(
     with contextlib.closing(sqlite3.connect(golden)) as source:
         dump = [line for line in source.iterdump() if line not in ("BEGIN TRANSACTION;", "COMMIT;")]
     path = tmp_path / "new.db"
-    holder = sqlite3.connect(path, isolation_level=None)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     holder.execute("PRAGMA journal_mode=WAL")
     holder.execute("BEGIN IMMEDIATE")
-    opened: list[SQLiteStore] = []
-    failures: list[BaseException] = []
 
-    def open_store() -> None:
-        try:
-            opened.append(SQLiteStore(path))
-        except BaseException as exc:
-            failures.append(exc)
+    def create_and_commit(held: sqlite3.Connection) -> None:
+        for statement in dump:  # the older process creates its ledger, then commits
+            held.execute(statement)
+        held.execute("COMMIT")
 
-    thread = threading.Thread(target=open_store)
-    thread.start()
-    time.sleep(0.5)  # it has read the file as new and waits for the write lock
-    for statement in dump:  # the older process creates its ledger, then commits
-        holder.execute(statement)
-    holder.execute("COMMIT")
-    holder.close()
-    thread.join()
+    opened = _opened_while_held(path, holder, create_and_commit, count=1)
     try:
-        assert failures == []
         assert opened[0].schema_version() == SCHEMA_VERSION > 4
         assert opened[0].list_runs()  # the older process's runs, kept
     finally:
@@ -199,25 +205,8 @@ def test_stores_wait_for_a_lock_held_on_a_new_file_not_yet_in_wal_mode(tmp_path:
     holder.execute("BEGIN IMMEDIATE")  # a rollback-journal file, its write lock held
     with pytest.raises(cp.LedgerError, match="locked by another process"):
         SQLiteStore(path, busy_timeout=0.2)
-    opened: list[SQLiteStore] = []
-    failures: list[BaseException] = []
-
-    def open_store() -> None:
-        try:
-            opened.append(SQLiteStore(path))
-        except BaseException as exc:
-            failures.append(exc)
-
-    threads = [threading.Thread(target=open_store) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    time.sleep(0.5)
-    holder.execute("ROLLBACK")
-    holder.close()
-    for thread in threads:
-        thread.join()
+    opened = _opened_while_held(path, holder, lambda held: held.execute("ROLLBACK"))
     try:
-        assert failures == []
         assert [store.schema_version() for store in opened] == [SCHEMA_VERSION] * 3
     finally:
         for store in opened:

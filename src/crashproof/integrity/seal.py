@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import importlib
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from crashproof.errors import JournalTampered, UnknownKeyId
 from crashproof.integrity.keys import Keyring
+from crashproof.journal.codec import builtin_sha256
 
 GENESIS = ""  # the previous MAC of a run's first record (store.port.GENESIS)
 T = TypeVar("T")
@@ -70,17 +70,7 @@ def _small_inner(secret: bytes) -> Callable[[], Any]:
 _SMALL = 512
 
 
-def _builtin_sha256() -> Callable[[bytes], Any]:
-    for name in ("_sha2", "_sha256"):  # 3.12 and later, before (absent in some builds)
-        try:
-            sha256: Callable[[bytes], Any] = importlib.import_module(name).sha256
-        except (ImportError, AttributeError):
-            continue
-        return sha256
-    return hashlib.sha256
-
-
-_small_sha256 = _builtin_sha256()
+_small_sha256 = builtin_sha256()
 
 
 def _hmac_hex(keyed: _Keyed, message: bytes) -> str:

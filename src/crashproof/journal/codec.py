@@ -61,11 +61,12 @@ def _compact_encoder(*, sort_keys: bool) -> Callable[[Any, int], Any]:
     return make
 
 
-def _builtin_sha256() -> Callable[[bytes], Any]:
+def builtin_sha256() -> Callable[[bytes], Any]:
     """CPython's own SHA-256 (``_sha2`` from 3.12, ``_sha256`` before) where the build has
-    it, else hashlib's. For the few bytes of a call's arguments it is about a quarter
-    cheaper than OpenSSL's, whose context is allocated, initialised and freed per digest
-    (for long inputs OpenSSL's SHA instructions win). The same digest either way."""
+    it, else hashlib's (also the seal's, for small records). For the few bytes of a
+    call's arguments it is about a quarter cheaper than OpenSSL's, whose context is
+    allocated, initialised and freed per digest (for long inputs OpenSSL's SHA
+    instructions win). The same digest either way."""
     for name in ("_sha2", "_sha256"):
         try:
             sha256: Callable[[bytes], Any] = importlib.import_module(name).sha256
@@ -76,7 +77,7 @@ def _builtin_sha256() -> Callable[[bytes], Any]:
 
 
 _SHORT = 192  # bytes of canonical arguments digested by _short_sha256 (one to three blocks)
-_short_sha256 = _builtin_sha256()
+_short_sha256 = builtin_sha256()
 _sorted_chunks = _compact_encoder(sort_keys=True)
 _compact_chunks = _compact_encoder(sort_keys=False)
 _join = "".join
