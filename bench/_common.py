@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,6 +85,56 @@ def crashproof_steps(directory: Path, n: int, durability: str, tag: str) -> floa
     path = directory / f"crashproof-{tag}.db"
     ledger = cp.Ledger(f"sqlite:///{path}", durability=durability)
     return timed_run(ledger, make_workflow(ledger), path, n, tag)
+
+
+def context_switches() -> int:
+    """Context switches of this process so far, all threads (voluntary: a thread blocked,
+    e.g. on the GIL or a lock; involuntary: preempted); 0 where unknown."""
+    if sys.platform == "win32":
+        return 0
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # Linux: every thread's
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
+def concurrent_acts(ledger: cp.Ledger, n: int, runs: int, tag: str) -> tuple[float, float, float]:
+    """``runs`` runs of ``n`` acts each (a no-op tool), driven at once in threads on
+    ``ledger``: acts/s, this process's CPU per act in microseconds (user + system, all
+    threads) and its context switches per act. The caller closes the ledger."""
+    tool = NoOp()
+
+    @ledger.workflow("bench-acts", version="1")
+    def flow(ctx: cp.Context, n: int) -> int:
+        for i in range(n):
+            ctx.act("act", tool, i=i)
+        return n
+
+    failures: list[BaseException] = []
+
+    def drive(k: int) -> None:
+        try:
+            if ledger.run(flow, run_id=f"bench:{tag}:{k}", n=n) != n:
+                raise SystemExit("a benchmark run returned the wrong result")
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=drive, args=(k,)) for k in range(runs)]
+    switches = context_switches()
+    cpu = os.times()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    spent = os.times()
+    switches = context_switches() - switches
+    if failures:
+        raise SystemExit(f"a benchmark run failed: {failures[0]!r}")
+    acts = runs * n
+    cpu_us = (spent.user - cpu.user + spent.system - cpu.system) / acts * 1e6
+    return acts / elapsed, cpu_us, switches / acts
 
 
 def timed_run(ledger: cp.Ledger, workflow: cp.Workflow[int], path: Path, n: int, tag: str) -> float:

@@ -22,11 +22,7 @@ Usage: python bench/durability.py [--n 2000] [--acts 500] [--group-acts 250] [--
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -58,17 +54,6 @@ def decisions(directory: Path, n: int, tag: str) -> float:
     return common.timed_run(ledger, decide, path, n, tag)
 
 
-def _switches() -> int:
-    """Context switches of this process so far, all threads (voluntary: a thread blocked,
-    e.g. on the GIL or a lock; involuntary: preempted); 0 where unknown."""
-    if sys.platform == "win32":
-        return 0
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)  # Linux: every thread's
-    return usage.ru_nvcsw + usage.ru_nivcsw
-
-
 def acts(
     directory: Path, n: int, tag: str, runs: int = 1, durability: str = "output"
 ) -> tuple[float, float, float, float]:
@@ -77,45 +62,15 @@ def acts(
     time per act (user + system, all threads) in microseconds, and its context switches
     per act."""
     ledger, path = _ledger(directory, tag, durability)
-    tool = common.NoOp()
-
-    @ledger.workflow("bench-acts", version="1")
-    def flow(ctx: cp.Context, n: int) -> int:
-        for i in range(n):
-            ctx.act("act", tool, i=i)
-        return n
-
-    failures: list[BaseException] = []
-
-    def drive(k: int) -> None:
-        try:
-            if ledger.run(flow, run_id=f"bench:{tag}:{k}", n=n) != n:
-                raise SystemExit("a benchmark run returned the wrong result")
-        except BaseException as exc:
-            failures.append(exc)
-
     store: Any = ledger._store
     before = store.syncs
-    threads = [threading.Thread(target=drive, args=(k,)) for k in range(runs)]
     try:
-        switches = _switches()
-        cpu = os.times()
-        start = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - start
-        spent = os.times()
-        switches = _switches() - switches
+        rate, cpu_us, switches = common.concurrent_acts(ledger, n, runs, tag)
         syncs = store.syncs - before
     finally:
         ledger.close()
-    if failures:
-        raise SystemExit(f"a benchmark run failed: {failures[0]!r}")
     common.remove_db(path)
-    cpu_us = (spent.user - cpu.user + spent.system - cpu.system) / (runs * n) * 1e6
-    return runs * n / elapsed, syncs / (runs * n), cpu_us, switches / (runs * n)
+    return rate, syncs / (runs * n), cpu_us, switches
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,13 +13,10 @@ shares the same machine.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import threading
-import time
 from pathlib import Path
 
-from _common import NoOp, fmt_rate, machine_facts, median, print_facts
+from _common import concurrent_acts, fmt_rate, machine_facts, median, print_facts
 
 import crashproof as cp
 
@@ -31,39 +28,11 @@ def acts(url: str, n: int, runs: int) -> tuple[float, float]:
     """Acts/s of ``runs`` concurrent runs of ``n`` acts on one Ledger, and this process's
     CPU per act in microseconds."""
     ledger = cp.Ledger(url, durability="output", key="42" * 32)
-    tool = NoOp()
-
-    @ledger.workflow("bench-pg-acts", version="1")
-    def flow(ctx: cp.Context, n: int) -> int:
-        for i in range(n):
-            ctx.act("act", tool, i=i)
-        return n
-
-    failures: list[BaseException] = []
-
-    def drive(k: int) -> None:
-        try:
-            if ledger.run(flow, run_id=f"bench:{k}", n=n) != n:
-                raise SystemExit("a benchmark run returned the wrong result")
-        except BaseException as exc:
-            failures.append(exc)
-
-    threads = [threading.Thread(target=drive, args=(k,)) for k in range(runs)]
     try:
-        cpu = os.times()
-        start = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - start
-        spent = os.times()
+        rate, cpu_us, _switches = concurrent_acts(ledger, n, runs, "pg")
     finally:
         ledger.close()
-    if failures:
-        raise SystemExit(f"a benchmark run failed: {failures[0]!r}")
-    cpu_us = (spent.user - cpu.user + spent.system - cpu.system) / (runs * n) * 1e6
-    return runs * n / elapsed, cpu_us
+    return rate, cpu_us
 
 
 def main() -> int:
