@@ -198,9 +198,9 @@ def _print_plan(as_json: bool, data: dict[str, Any], lines: list[str]) -> None:
         emit_json(data)
         return
     out = console()
-    for line in lines:
+    for line in lines:  # one line each, never broken at the console's width (paths)
         style = "bold red" if "UNRESOLVED" in line else None
-        out.print(Text(line, style=style or ""))
+        out.print(Text(line, style=style or ""), soft_wrap=True)
 
 
 def versions_in_flight(infos: Sequence[RunInfo]) -> list[dict[str, Any]]:
