@@ -2,8 +2,10 @@
 
 Side by side, in one run, on the same disk: steps/s of a ledger that seals every record
 and mirrors generations in its witness (the default) against the same ledger without
-either (a bare SQLiteStore), with the ratio (goal >= 0.9); then `Ledger.check` speed in
-records verified per second.
+either (a bare SQLiteStore), with the ratio (goal >= 0.9); the sealed ledger once with
+the native seal (integrity/_seal.c, where built) and once computing the same MACs in
+Python (the fallback of an install without it); then `Ledger.check` speed in records
+verified per second.
 
 Usage: python bench/integrity.py [--steps 2000] [--repeats 11] [--check-steps 20000]
 """
@@ -18,9 +20,25 @@ from pathlib import Path
 import _common as common
 
 import crashproof as cp
+from crashproof.integrity import seal
+from crashproof.integrity.keys import Keyring
+from crashproof.runtime.opening import default_witness
 from crashproof.store.sqlite import SQLiteStore
 
 KEY = "42" * 32
+
+
+def open_ledger(path: Path, durability: str, *, sealed: bool, native: bool = True) -> cp.Ledger:
+    """The default sealed ledger (chain + witness), the same with the Python seal
+    (``native=False``), or a bare SQLiteStore (``sealed=False``)."""
+    url = f"sqlite:///{path}"
+    if sealed and native:
+        return cp.Ledger(url, key=KEY, durability=durability)
+    if sealed:  # what Ledger(url, key=KEY) opens, with the Python seal
+        sealer = seal.Sealer(Keyring.from_hex(KEY), native=False)
+        store = SQLiteStore(path, durability=durability, sealer=sealer)
+        return cp.Ledger(url, store=store, witness=default_witness(url, store))
+    return cp.Ledger(url, store=SQLiteStore(path, durability=durability))
 
 
 def run_steps(
@@ -31,15 +49,12 @@ def run_steps(
     sealed: bool,
     durability: str = "full",
     cpu: list[float] | None = None,
+    native: bool = True,
 ) -> float:
     """Steps/s of wall time; ``cpu`` gets steps per CPU second of this process (user +
     system), which a busy neighbour on the machine does not slow down."""
     path = directory / f"integrity-{tag}.db"
-    if sealed:
-        ledger = cp.Ledger(f"sqlite:///{path}", key=KEY, durability=durability)
-    else:
-        store = SQLiteStore(path, durability=durability)
-        ledger = cp.Ledger(f"sqlite:///{path}", store=store)
+    ledger = open_ledger(path, durability, sealed=sealed, native=native)
     try:
         wf = common.make_workflow(ledger)
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -53,14 +68,16 @@ def run_steps(
     return n / elapsed
 
 
-def check_speed(directory: Path, n: int) -> float:
-    path = directory / "check.db"
-    ledger = cp.Ledger(f"sqlite:///{path}", key=KEY, durability="normal")
+def check_speed(directory: Path, n: int, *, native: bool = True) -> float:
+    """Records/s of ``Ledger.check`` over one run of ``n`` steps."""
+    path = directory / f"check-{native}.db"
+    ledger = open_ledger(path, "normal", sealed=True, native=native)
     ledger.run(common.make_workflow(ledger), run_id="bench:check", n=n)
     start = time.perf_counter()
     report = ledger.check()
     elapsed = time.perf_counter() - start
     ledger.close()
+    common.remove_db(path)
     if report != [("bench:check", None)]:
         raise SystemExit(f"check failed: {report}")
     return (n + 2) / elapsed
@@ -76,59 +93,71 @@ def main(argv: list[str] | None = None) -> int:
     directory = common.make_tempdir(args.dir)
     try:
         print("crashproof bench: integrity (HMAC chain + witness) vs none")
-        common.print_facts(common.machine_facts(directory))
+        facts = common.machine_facts(directory)
+        facts.append(("native seal", "built" if seal.NATIVE else "not built (Python only)"))
+        common.print_facts(facts)
         rows = []
         for durability in ("output", "full", "normal"):  # output: the default
-            cpu: dict[str, list[float]] = {"plain": [], "sealed": []}
-            results = common.interleaved(
-                args.repeats,
-                {
-                    "plain": lambda tag, d=durability, c=cpu: run_steps(
-                        directory,
-                        args.steps,
-                        f"{d}-{tag}",
-                        sealed=False,
-                        durability=d,
-                        cpu=c["plain"],
-                    ),
-                    "sealed": lambda tag, d=durability, c=cpu: run_steps(
-                        directory,
-                        args.steps,
-                        f"{d}-{tag}",
-                        sealed=True,
-                        durability=d,
-                        cpu=c["sealed"],
-                    ),
-                },
-            )
-            plain, sealed = common.median(results["plain"]), common.median(results["sealed"])
-            ratios = common.round_ratios(results["sealed"], results["plain"])
-            cpu_ratios = common.round_ratios(cpu["sealed"], cpu["plain"])
+            cpu: dict[str, list[float]] = {"plain": [], "sealed": [], "python": []}
+            measures = {
+                "plain": lambda tag, d=durability, c=cpu: run_steps(
+                    directory,
+                    args.steps,
+                    f"{d}-{tag}",
+                    sealed=False,
+                    durability=d,
+                    cpu=c["plain"],
+                ),
+                "sealed": lambda tag, d=durability, c=cpu: run_steps(
+                    directory,
+                    args.steps,
+                    f"{d}-{tag}",
+                    sealed=True,
+                    durability=d,
+                    cpu=c["sealed"],
+                ),
+                "python": lambda tag, d=durability, c=cpu: run_steps(
+                    directory,
+                    args.steps,
+                    f"{d}-{tag}",
+                    sealed=True,
+                    durability=d,
+                    cpu=c["python"],
+                    native=False,
+                ),
+            }
+            if not seal.NATIVE:  # both would be the Python seal
+                del measures["python"]
+            results = common.interleaved(args.repeats, measures)
+            plain = common.median(results["plain"])
             rows.append([f"{durability}: no chain, no witness", common.fmt_rate(plain), "", ""])
-            rows.append(
-                [
-                    f"{durability}: chain + witness",
-                    common.fmt_rate(sealed),
-                    f"{common.median(ratios):.2f}",
-                    " ".join(f"{r:.2f}" for r in sorted(ratios)),
-                ]
-            )
-            rows.append(
-                [
-                    f"{durability}: the same per CPU second",
-                    "",
-                    f"{common.median(cpu_ratios):.2f}",
-                    " ".join(f"{r:.2f}" for r in sorted(cpu_ratios)),
-                ]
-            )
-        rows.append(
-            [
-                "check (records verified)",
-                common.fmt_rate(check_speed(directory, args.check_steps)),
-                "",
-                "",
-            ]
-        )
+            for side, label in (("sealed", "chain + witness"), ("python", "the same, Python seal")):
+                if side not in results:
+                    continue
+                ratios = common.round_ratios(results[side], results["plain"])
+                cpu_ratios = common.round_ratios(cpu[side], cpu["plain"])
+                rows.append(
+                    [
+                        f"{durability}: {label}",
+                        common.fmt_rate(common.median(results[side])),
+                        f"{common.median(ratios):.2f}",
+                        " ".join(f"{r:.2f}" for r in sorted(ratios)),
+                    ]
+                )
+                rows.append(
+                    [
+                        f"{durability}: {label}, per CPU second",
+                        "",
+                        f"{common.median(cpu_ratios):.2f}",
+                        " ".join(f"{r:.2f}" for r in sorted(cpu_ratios)),
+                    ]
+                )
+        checks = [("check (records verified)", True)]
+        if seal.NATIVE:
+            checks.append(("check, Python seal", False))
+        for label, native in checks:
+            rate = check_speed(directory, args.check_steps, native=native)
+            rows.append([label, common.fmt_rate(rate), "", ""])
         print()
         common.print_table(["measure", "median/s", "ratio", "ratio per round"], rows)
         print(

@@ -1,4 +1,5 @@
-"""Sealer.verify_chain (one loop over a whole journal) against Sealer.verify per record."""
+"""Sealer.verify_chain (one loop over a whole journal) against Sealer.verify per record,
+each test once with the native seal (where built) and once with the Python one."""
 
 from __future__ import annotations
 
@@ -9,11 +10,23 @@ from typing import Any
 import pytest
 
 from crashproof.errors import JournalTampered, UnknownKeyId
+from crashproof.integrity import seal
 from crashproof.integrity.keys import Keyring
 from crashproof.integrity.seal import V2, Sealer, _message, _message_v2
 from crashproof.store.port import GENESIS
 
 OLD, NEW = b"o" * 32, b"n" * 32
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def seal_implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every Sealer made in the test seals natively, or in Python as an install without
+    the native module does."""
+    if request.param == "native" and not seal.NATIVE:
+        pytest.skip("the native seal is not built here")
+    if request.param == "python":
+        monkeypatch.setattr(seal, "_native", None)
+    return str(request.param)
 
 
 def _journal(sealer: Sealer, n: int = 6) -> list[list[Any]]:
@@ -177,8 +190,8 @@ def test_records_of_runs_sealed_in_turn_each_carry_their_own_runs_mac() -> None:
 @pytest.mark.parametrize("length", [16, 65])
 @pytest.mark.parametrize("size", [0, 400, 500, 600, 5000])
 def test_small_and_large_records_carry_the_standard_hmac(length: int, size: int) -> None:
-    """seal() hashes small messages with CPython's SHA-256 and large ones with OpenSSL's
-    (integrity/seal.py, _SMALL): either way the standard HMAC-SHA256 of the v2 message."""
+    """Records of any size (the native seal builds messages over 1 KiB off its stack):
+    the standard HMAC-SHA256 of the v2 message."""
     secret = bytes(range(length))
     sealer = Sealer(Keyring(secret))
     fields = ("r", 9, "step_done", "k", '{"kind":"step"}', "x" * size, 1.5, "cd" * 32)

@@ -13,7 +13,8 @@ import hashlib
 import hmac
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import Any, NamedTuple, TypeVar
 
 from crashproof.errors import JournalTampered, UnknownKeyId
 from crashproof.integrity.keys import Keyring
@@ -29,12 +30,31 @@ _BLOCK = 64  # SHA-256's block size (RFC 2104)
 _IPAD = bytes(x ^ 0x36 for x in range(256))
 _OPAD = bytes(x ^ 0x5C for x in range(256))
 
-# A key's HMAC-SHA256 as two keyed SHA-256 states (inner, outer), each copied per
-# record: HMAC(K, m) = H(K^opad || H(K^ipad || m)). Two state copies per MAC instead
-# of the four an OpenSSL HMAC object's copy and final take (about 20 % less per record;
-# hmac.digest() re-keys every time and costs twice as much). Same bytes: every stored
-# MAC (tests/golden) still verifies.
-_Keyed = tuple[Callable[[], Any], Callable[[], Any]]
+# The v2 MAC in native code (_seal.c), built where a compiler and OpenSSL's headers are:
+# the message and HMAC of a record in one call, ~0.2 us instead of ~1.5-2 us in Python
+# (docs/benchmarks.md). Without it every MAC below is computed in Python: the same bytes.
+_native: ModuleType | None
+try:
+    from crashproof.integrity import _seal as _native
+except ImportError:  # not built: the Python path
+    _native = None
+
+NATIVE = _native is not None  # whether this install seals in native code (bench, tests)
+
+
+class _Keyed(NamedTuple):
+    """A key's HMAC-SHA256 as two keyed SHA-256 states, copied per record: HMAC(K, m) =
+    H(K^opad || H(K^ipad || m)). Two state copies per MAC instead of the four an OpenSSL
+    HMAC object's copy and final take; hmac.digest() re-keys every time. ``native``: the
+    same two states for _seal.mac_v2 (None without it, or when not asked for)."""
+
+    inner: Callable[[], Any]
+    outer: Callable[[], Any]
+    native: bytes | None
+    mac: Callable[..., str]  # _seal.mac_v2 where native is set
+
+    def __repr__(self) -> str:  # the states are as good as the key: never show them
+        return "<keyed HMAC-SHA256 states>"
 
 
 def _key_block(secret: bytes) -> bytes:
@@ -44,42 +64,29 @@ def _key_block(secret: bytes) -> bytes:
     return secret.ljust(_BLOCK, b"\0")
 
 
-def _keyed_state(secret: bytes) -> _Keyed:
-    secret = _key_block(secret)
-    inner = hashlib.sha256(secret.translate(_IPAD))
-    # The outer hash absorbs only the 32-byte inner digest (one block): CPython's own
-    # SHA-256, copied with a memcpy, takes ~35 % less than an OpenSSL context (allocated,
-    # copied through its provider, cleansed and freed). The inner hash (the whole
-    # record) stays with OpenSSL's SHA instructions, but for seal()'s small records
-    # (_SMALL). The same digest either way.
-    outer = _small_sha256(secret.translate(_OPAD))
-    return inner.copy, outer.copy
+def _keyed_state(secret: bytes, native: bool) -> _Keyed:
+    block = _key_block(secret)
+    # OpenSSL's SHA-256 for the whole record (its SHA instructions), CPython's own for
+    # the outer hash, which absorbs one 32-byte digest: a memcpy to copy instead of an
+    # OpenSSL context allocated, copied and freed. The same digest either way.
+    inner = hashlib.sha256(block.translate(_IPAD))
+    outer = _small_sha256(block.translate(_OPAD))
+    if native and _native is not None:
+        return _Keyed(inner.copy, outer.copy, _native.keyed_state(secret), _native.mac_v2)
+    return _Keyed(inner.copy, outer.copy, None, _no_native)
 
 
-def _small_inner(secret: bytes) -> Callable[[], Any]:
-    """The inner keyed state of ``secret`` in CPython's own SHA-256, for seal()'s small
-    records (_SMALL)."""
-    state: Callable[[], Any] = _small_sha256(_key_block(secret).translate(_IPAD)).copy
-    return state
-
-
-# seal() hashes a message shorter than this (a step's or a decision's record, ~300
-# bytes) with CPython's own SHA-256 rather than OpenSSL's: slower in a tight loop (no SHA
-# instructions; callgrind counts ~4.5k instructions more per step), but a record is
-# sealed once per commit, right after system calls, where the small code ran faster
-# than OpenSSL's EVP layer (live runs, interleaved: a sealed step 1-5 % faster; an
-# OpenSSL one-shot hash 5-7 % slower). Longer messages (acts' records), and verify's
-# loops, keep OpenSSL's SHA instructions.
-_SMALL = 512
+def _no_native(*fields: Any) -> str:
+    raise TypeError("this install has no native seal")  # never called: native is None
 
 
 _small_sha256 = builtin_sha256()
 
 
 def _hmac_hex(keyed: _Keyed, message: bytes) -> str:
-    inner = keyed[0]()
+    inner = keyed.inner()
     inner.update(message)
-    outer = keyed[1]()
+    outer = keyed.outer()
     outer.update(inner.digest())
     mac: str = outer.hexdigest()
     return mac
@@ -158,14 +165,16 @@ def _utf8(text: str) -> bytes:
 class Sealer:
     """Seals records with the keyring's current key; verifies with whichever key sealed."""
 
-    def __init__(self, keyring: Keyring) -> None:
+    def __init__(self, keyring: Keyring, *, native: bool = True) -> None:
+        """``native=False`` computes every MAC in Python even where _seal is built (the
+        tests and bench/integrity.py compare the two)."""
         self.keyring = keyring
+        self.native = native and _native is not None
         # Keyed HMAC states by key id, copied per record (_keyed_state).
         self._states: dict[str, _Keyed] = {}
         # What seal() uses for every record written: the current key's id and states.
         self._current_id = keyring.current_id
         self._current = self._state(keyring.current_id, keyring.current)
-        self._current_small = _small_inner(keyring.current)
         # seal()'s message up to the record's own fields, for the run sealed last: a run's
         # records are usually sealed one after another.
         self._head: tuple[str | None, str] = (None, "")
@@ -173,7 +182,7 @@ class Sealer:
     def _state(self, kid: str, secret: bytes) -> _Keyed:
         state = self._states.get(kid)
         if state is None:
-            state = self._states[kid] = _keyed_state(secret)
+            state = self._states[kid] = _keyed_state(secret, self.native)
         return state
 
     def _mac(self, kid: str, secret: bytes, message: bytes) -> str:
@@ -192,6 +201,14 @@ class Sealer:
     ) -> tuple[str, str]:
         """(key id, MAC) for a record about to be stored: ``"v2:"`` and the HMAC hex of
         its v2 message (_message_v2, inlined: this runs for every record written)."""
+        keyed = self._current
+        if keyed.native is not None:
+            try:
+                return self._current_id, keyed.mac(
+                    keyed.native, run_id, seq, type_, key, payload, value, created_at, prev_mac
+                )
+            except (TypeError, UnicodeEncodeError):  # unusual fields: Python decides below
+                pass
         cached = self._head  # one read: another thread may seal another run meanwhile
         if cached[0] != run_id:  # the run's part of the message, once per run
             cached = self._head = (run_id, f"{_PREFIX_V2}|{len(run_id)}:{run_id}|")
@@ -203,10 +220,9 @@ class Sealer:
             ).encode()
         except (AttributeError, TypeError, UnicodeEncodeError):  # not a float, a surrogate
             text = _message_v2(run_id, seq, type_, key, payload, value, created_at, prev_mac)
-        new_inner, new_outer = self._current
-        inner = self._current_small() if len(text) < _SMALL else new_inner()
+        inner = keyed.inner()
         inner.update(text)
-        outer = new_outer()
+        outer = keyed.outer()
         outer.update(inner.digest())
         return self._current_id, f"{V2}{outer.hexdigest()}"
 
@@ -284,8 +300,8 @@ class Sealer:
         last: _Keyed | None = None
         compare = hmac.compare_digest
         # _message_v2, _message and _hmac_hex, inlined with the run's part of the message
-        # formatted once: this loop runs for every record of every journal read
-        # (tests/unit/test_seal_chain.py pins it to seal and verify).
+        # formatted once (or _seal.mac_v2 where built): this loop runs for every record of
+        # every journal read (tests/unit/test_seal_chain.py pins it to seal and verify).
         head = f"{_PREFIX_V2}|{len(run_id)}:{run_id}|"
         head_v1 = f"{_PREFIX}|{len(run_id)}:{run_id}|"
         for record in records:
@@ -293,7 +309,22 @@ class Sealer:
             keyed = last if key_id == last_id else states.get(key_id)
             if keyed is not None:
                 try:  # anything unusual (no MAC, no float, a surrogate): verify() decides
-                    if mac[:3] == V2:
+                    if mac[:3] == V2 and keyed.native is not None:
+                        sound = compare(
+                            keyed.mac(
+                                keyed.native,
+                                run_id,
+                                seq,
+                                type_,
+                                key,
+                                payload,
+                                value,
+                                created_at,
+                                prev_mac,
+                            ),
+                            mac,
+                        )
+                    elif mac[:3] == V2:
                         inner = keyed[0]()
                         inner.update(
                             f"{head}{seq}|{type_}|{-1 if key is None else len(key)}:{key}|"

@@ -63,7 +63,7 @@ def _compact_encoder(*, sort_keys: bool) -> Callable[[Any, int], Any]:
 
 def builtin_sha256() -> Callable[[bytes], Any]:
     """CPython's own SHA-256 (``_sha2`` from 3.12, ``_sha256`` before) where the build has
-    it, else hashlib's (also the seal's, for small records). For the few bytes of a
+    it, else hashlib's (also the Python seal's outer hash). For the few bytes of a
     call's arguments it is about a quarter cheaper than OpenSSL's, whose context is
     allocated, initialised and freed per digest (for long inputs OpenSSL's SHA
     instructions win). The same digest either way."""
