@@ -19,6 +19,20 @@ TEST_KEY = "5e" * 32
 os.environ.setdefault("CRASHPROOF_KEY", TEST_KEY)
 
 
+@pytest.fixture(params=["native", "python"])
+def seal_implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every Sealer made in this process during the test seals natively (integrity/
+    _seal.c; skipped where it is not built), or in Python as an install without it does.
+    Use it with ``pytestmark = pytest.mark.usefixtures("seal_implementation")``."""
+    from crashproof.integrity import seal
+
+    if request.param == "native" and not seal.NATIVE:
+        pytest.skip("the native seal is not built here")
+    if request.param == "python":
+        monkeypatch.setattr(seal, "_native", None)
+    return str(request.param)
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "ledger.db"

@@ -19,6 +19,9 @@ from crashproof.integrity.keys import Keyring
 KEY = "ab" * 32
 OTHER_KEY = "cd" * 32
 
+# Every test with the native seal and with the Python one (an install without it).
+pytestmark = pytest.mark.usefixtures("seal_implementation")
+
 
 class Calls:
     def __init__(self) -> None:

@@ -16,6 +16,9 @@ from integration._targets import Target, TargetTool
 KEY = "ab" * 32
 OTHER_KEY = "cd" * 32
 
+# Every test with the native seal and with the Python one (an install without it).
+pytestmark = pytest.mark.usefixtures("seal_implementation")
+
 
 def make(target: Target) -> cp.Workflow[list[Any]]:
     tool = TargetTool(target)

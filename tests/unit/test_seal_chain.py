@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from crashproof.errors import JournalTampered, UnknownKeyId
-from crashproof.integrity import seal
 from crashproof.integrity.keys import Keyring
 from crashproof.integrity.seal import V2, Sealer, _message, _message_v2
 from crashproof.store.port import GENESIS
@@ -18,15 +17,8 @@ from crashproof.store.port import GENESIS
 OLD, NEW = b"o" * 32, b"n" * 32
 
 
-@pytest.fixture(autouse=True, params=["native", "python"])
-def seal_implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every Sealer made in the test seals natively, or in Python as an install without
-    the native module does."""
-    if request.param == "native" and not seal.NATIVE:
-        pytest.skip("the native seal is not built here")
-    if request.param == "python":
-        monkeypatch.setattr(seal, "_native", None)
-    return str(request.param)
+# Each test once with the native seal (where built) and once with the Python one.
+pytestmark = pytest.mark.usefixtures("seal_implementation")
 
 
 def _journal(sealer: Sealer, n: int = 6) -> list[list[Any]]:
