@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import _common as common
@@ -97,37 +98,29 @@ def main(argv: list[str] | None = None) -> int:
         facts.append(("native seal", "built" if seal.NATIVE else "not built (Python only)"))
         common.print_facts(facts)
         rows = []
+        # (sealed, native) of each side; without the native module "sealed" is the
+        # Python seal already
+        sides = {"plain": (False, False), "sealed": (True, True), "python": (True, False)}
+        if not seal.NATIVE:
+            del sides["python"]
         for durability in ("output", "full", "normal"):  # output: the default
-            cpu: dict[str, list[float]] = {"plain": [], "sealed": [], "python": []}
-            measures = {
-                "plain": lambda tag, d=durability, c=cpu: run_steps(
+            cpu: dict[str, list[float]] = {name: [] for name in sides}
+
+            def measure(
+                name: str, durability: str = durability, cpu: dict[str, list[float]] = cpu
+            ) -> Callable[[str], float]:
+                sealed, native = sides[name]
+                return lambda tag: run_steps(
                     directory,
                     args.steps,
-                    f"{d}-{tag}",
-                    sealed=False,
-                    durability=d,
-                    cpu=c["plain"],
-                ),
-                "sealed": lambda tag, d=durability, c=cpu: run_steps(
-                    directory,
-                    args.steps,
-                    f"{d}-{tag}",
-                    sealed=True,
-                    durability=d,
-                    cpu=c["sealed"],
-                ),
-                "python": lambda tag, d=durability, c=cpu: run_steps(
-                    directory,
-                    args.steps,
-                    f"{d}-{tag}",
-                    sealed=True,
-                    durability=d,
-                    cpu=c["python"],
-                    native=False,
-                ),
-            }
-            if not seal.NATIVE:  # both would be the Python seal
-                del measures["python"]
+                    f"{durability}-{tag}",
+                    sealed=sealed,
+                    durability=durability,
+                    cpu=cpu[name],
+                    native=native,
+                )
+
+            measures = {name: measure(name) for name in sides}
             results = common.interleaved(args.repeats, measures)
             plain = common.median(results["plain"])
             rows.append([f"{durability}: no chain, no witness", common.fmt_rate(plain), "", ""])
