@@ -19,6 +19,10 @@ from typing import Any, ClassVar
 
 import crashproof as cp
 
+# The benchmarks' ledgers (and the child processes they start) seal with this key unless
+# one is set: without it a Ledger would create a key file in the user's config directory.
+os.environ.setdefault("CRASHPROOF_KEY", "42" * 32)
+
 # A row about the size of one crashproof step_done event (payload + value).
 RAW_PAYLOAD = "x" * 200
 
