@@ -31,7 +31,7 @@ _IPAD = bytes(x ^ 0x36 for x in range(256))
 _OPAD = bytes(x ^ 0x5C for x in range(256))
 
 # The v2 MAC in native code (_seal.c), built where a compiler and OpenSSL's headers are:
-# the message and HMAC of a record in one call, ~0.2 us instead of ~1.5-2 us in Python
+# the message and HMAC of a record in one call, ~0.3 us instead of ~1.6-2 us in Python
 # (docs/benchmarks.md). Without it every MAC below is computed in Python: the same bytes.
 _native: ModuleType | None
 try:
@@ -40,6 +40,14 @@ except ImportError:  # not built: the Python path
     _native = None
 
 NATIVE = _native is not None  # whether this install seals in native code (bench, tests)
+
+
+def _no_native(*fields: Any) -> str:
+    raise TypeError("this install has no native seal")  # never called: native is None
+
+
+# _seal.mac_v2, called only for a _Keyed whose native state is set.
+_mac_v2: Callable[..., str] = _no_native if _native is None else _native.mac_v2
 
 
 class _Keyed(NamedTuple):
@@ -51,7 +59,6 @@ class _Keyed(NamedTuple):
     inner: Callable[[], Any]
     outer: Callable[[], Any]
     native: bytes | None
-    mac: Callable[..., str]  # _seal.mac_v2 where native is set
 
     def __repr__(self) -> str:  # the states are as good as the key: never show them
         return "<keyed HMAC-SHA256 states>"
@@ -71,13 +78,8 @@ def _keyed_state(secret: bytes, native: bool) -> _Keyed:
     # OpenSSL context allocated, copied and freed. The same digest either way.
     inner = hashlib.sha256(block.translate(_IPAD))
     outer = _small_sha256(block.translate(_OPAD))
-    if native and _native is not None:
-        return _Keyed(inner.copy, outer.copy, _native.keyed_state(secret), _native.mac_v2)
-    return _Keyed(inner.copy, outer.copy, None, _no_native)
-
-
-def _no_native(*fields: Any) -> str:
-    raise TypeError("this install has no native seal")  # never called: native is None
+    state = _native.keyed_state(secret) if native and _native is not None else None
+    return _Keyed(inner.copy, outer.copy, state)
 
 
 _small_sha256 = builtin_sha256()
@@ -204,7 +206,7 @@ class Sealer:
         keyed = self._current
         if keyed.native is not None:
             try:
-                return self._current_id, keyed.mac(
+                return self._current_id, _mac_v2(
                     keyed.native, run_id, seq, type_, key, payload, value, created_at, prev_mac
                 )
             except (TypeError, UnicodeEncodeError):  # unusual fields: Python decides below
@@ -309,9 +311,10 @@ class Sealer:
             keyed = last if key_id == last_id else states.get(key_id)
             if keyed is not None:
                 try:  # anything unusual (no MAC, no float, a surrogate): verify() decides
-                    if mac[:3] == V2 and keyed.native is not None:
+                    v2 = mac[:3] == V2
+                    if v2 and keyed.native is not None:
                         sound = compare(
-                            keyed.mac(
+                            _mac_v2(
                                 keyed.native,
                                 run_id,
                                 seq,
@@ -324,7 +327,7 @@ class Sealer:
                             ),
                             mac,
                         )
-                    elif mac[:3] == V2:
+                    elif v2:
                         inner = keyed[0]()
                         inner.update(
                             f"{head}{seq}|{type_}|{-1 if key is None else len(key)}:{key}|"
