@@ -23,7 +23,7 @@ import _common as common
 import crashproof as cp
 from crashproof.integrity import seal
 from crashproof.integrity.keys import Keyring
-from crashproof.runtime.opening import default_witness
+from crashproof.runtime.driving.urls import default_witness
 from crashproof.store.sqlite import SQLiteStore
 
 KEY = "42" * 32

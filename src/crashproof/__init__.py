@@ -53,15 +53,15 @@ from crashproof.journal.records import (
     StepKind,
     StepStatus,
 )
-from crashproof.runtime.approvers import Approver
 from crashproof.runtime.context import Context
+from crashproof.runtime.guards.approvers import Approver
+from crashproof.runtime.guards.policy import Policy
+from crashproof.runtime.guards.review import ReviewCase
 from crashproof.runtime.ledger import Ledger
+from crashproof.runtime.operations.transfer import ImportPlan
 from crashproof.runtime.options import Decision, RetryPolicy, RunOptions, StepOptions
-from crashproof.runtime.policy import Policy
-from crashproof.runtime.replay_check import ReplayVerdict
-from crashproof.runtime.replay_source import replay_check
-from crashproof.runtime.review import ReviewCase
-from crashproof.runtime.transfer import ImportPlan
+from crashproof.runtime.replayer.check import ReplayVerdict
+from crashproof.runtime.replayer.sources import replay_check
 from crashproof.runtime.worker import Worker
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox

@@ -14,8 +14,8 @@ import pytest
 import crashproof as cp
 from crashproof.integrity.signing import generate_keypair, load_private_key
 from crashproof.journal.records import EventType
-from crashproof.runtime.acts import ActSettings
-from crashproof.runtime.approvals import awaiting, expectation, sign_approval
+from crashproof.runtime.guards.approvals import awaiting, expectation, sign_approval
+from crashproof.runtime.steps.acts import ActSettings
 from crashproof.tools.http import HttpTool
 
 from .http_child import make_tool
@@ -303,7 +303,7 @@ def test_an_approval_moved_to_a_ledger_that_does_not_trust_its_signer_is_refused
 def test_the_timeline_credits_the_approver_not_the_worker(
     tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
 ) -> None:
-    from crashproof.runtime.audit import run_timeline
+    from crashproof.runtime.operations.audit import run_timeline
 
     ledger = ledger_at()
     flow = deploy(tool)

@@ -297,7 +297,7 @@ def test_importing_the_same_move_twice_installs_one_arrival(tmp_path: Path) -> N
 
 
 def test_the_timeline_names_who_moved_and_who_imported(tmp_path: Path) -> None:
-    from crashproof.runtime.audit import run_timeline
+    from crashproof.runtime.operations.audit import run_timeline
 
     with ledger_at(crashed(tmp_path)) as source:
         document = source.export_run(RUN, by="alice")

@@ -114,7 +114,7 @@ def test_drift_between_intent_and_execute_freezes(tmp_path: Path, ws: cp.Workspa
     assert info.status is cp.RunStatus.NEEDS_REVIEW
     assert info.evidence is not None
     # Caught before the lookup runs: the re-observed workspace is neither the state the
-    # intent recorded nor the one it expected (runtime/observe.py).
+    # intent recorded nor the one it expected (runtime/steps/environment.py).
     assert info.evidence["environments"][0]["change"] == "state"
 
 

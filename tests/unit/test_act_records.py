@@ -1,4 +1,4 @@
-"""An act's record payloads are stored as text built directly (runtime/act_records.py):
+"""An act's record payloads are stored as text built directly (runtime/steps/act_records.py):
 byte for byte what codec.encode writes for the same payload, in every case."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import crashproof as cp
 from crashproof.journal.codec import encode
 from crashproof.journal.records import EventType
-from crashproof.runtime.act_records import intent_payload, receipt_payload
+from crashproof.runtime.steps.act_records import intent_payload, receipt_payload
 from crashproof.tools.port import Call, Receipt, Tool
 
 DIGEST = "ab" * 32

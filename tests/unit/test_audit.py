@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import crashproof as cp
-from crashproof.runtime.audit import run_timeline, timeline
+from crashproof.runtime.operations.audit import run_timeline, timeline
 
 POLICY = cp.Policy("pol-7", allow={})
 

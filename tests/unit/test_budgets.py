@@ -13,7 +13,7 @@ import pytest
 
 import crashproof as cp
 from crashproof.journal.records import EventType
-from crashproof.runtime.budget import parse_raises
+from crashproof.runtime.guards.budget import parse_raises
 
 from ._support import LedgerFactory
 

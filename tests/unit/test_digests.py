@@ -76,7 +76,7 @@ flat_scalars = (
 def test_intent_digest_equals_rfc8785(params: dict[str, Any], name: str, version: str) -> None:
     """The act intent's fast path (flat params, ASCII) and its fallback give the RFC 8785
     digest of {tool, tool_version, params}."""
-    from crashproof.runtime.acts import intent_digest
+    from crashproof.runtime.steps.acts import intent_digest
 
     tool: Any = _Named(name, version)
     try:
@@ -87,7 +87,7 @@ def test_intent_digest_equals_rfc8785(params: dict[str, Any], name: str, version
 
 
 def test_intent_digest_fast_path_covers_the_usual_act() -> None:
-    from crashproof.runtime.acts import _flat_intent
+    from crashproof.runtime.steps.acts import _flat_intent
 
     tool: Any = _Named("http", "2")
     params = {"url": 'https://x/\\"\n\x1f\x7f', "n": -(2**53 - 1), "ok": True, "none": None}

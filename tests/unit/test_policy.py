@@ -10,7 +10,7 @@ import pytest
 
 import crashproof as cp
 from crashproof.journal.records import EventType
-from crashproof.runtime.policy import Verdict
+from crashproof.runtime.guards.policy import Verdict
 
 from ._support import LedgerFactory
 

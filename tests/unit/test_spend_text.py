@@ -1,4 +1,4 @@
-"""A live decision's model/usage/cost text, built directly (runtime/decisions.py), must
+"""A live decision's model/usage/cost text, built directly (runtime/steps/decisions.py), must
 be byte for byte what the encoder writes: its payload text is sealed as stored."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crashproof.journal.codec import decode, encode
-from crashproof.runtime.decisions import check_decision, spend_text
 from crashproof.runtime.options import Decision
+from crashproof.runtime.steps.decisions import check_decision, spend_text
 
 _models = st.none() | st.text() | st.text(alphabet=st.characters(max_codepoint=127))
 _usages = st.none() | st.dictionaries(st.text(), st.integers(min_value=0, max_value=2**70))

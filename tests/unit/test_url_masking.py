@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crashproof.runtime.opening import without_password as _without_password
+from crashproof.runtime.driving.urls import without_password as _without_password
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import verify_scenarios as sc
 from examples import code_agent, patch_task
 
 from crashproof.cli import main
-from crashproof.runtime import transfer
+from crashproof.runtime.operations import transfer
 from crashproof.verify import Case, CaseKind, Report, Verdict, run_case, verify
 from crashproof.verify.report import DEFAULT_CONTENTION_POINTS
 from crashproof.verify.runner import recovery_candidates

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from examples import code_agent, patch_task
 
-import crashproof.runtime.durable as durable
+import crashproof.runtime.driving.durability as durable
 from crashproof.verify import CaseKind, Report, Verdict, verify
 from crashproof.verify.patch_scenario import PATCH_TASK
 from crashproof.verify.powercut import DurableSnapshots

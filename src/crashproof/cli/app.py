@@ -37,11 +37,11 @@ from crashproof.cli.settings import DEFAULT_DB, ENV_DB, Settings, State, open_le
 from crashproof.cli.timeline import environments_table, print_timeline
 from crashproof.errors import CrashproofError
 from crashproof.journal.records import Limits, RunStatus
-from crashproof.runtime.audit import run_timeline
-from crashproof.runtime.budget import operator, parse_raises, raise_limits
+from crashproof.runtime.guards.budget import operator, parse_raises, raise_limits
+from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.ledger import Ledger
+from crashproof.runtime.operations.audit import run_timeline
 from crashproof.runtime.options import RunOptions
-from crashproof.runtime.policy import Policy
 
 __all__ = ["app"]
 

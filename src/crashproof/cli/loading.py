@@ -17,7 +17,7 @@ from typing import Any
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.errors import CrashproofError
 from crashproof.journal.codec import canonical_digest
-from crashproof.runtime.policy import Policy
+from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.workflow import RESERVED_PARAMS, Workflow
 from crashproof.tools.port import Tool
 

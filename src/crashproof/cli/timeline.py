@@ -1,5 +1,5 @@
 """``crashproof show RUN --timeline``: every journal record with who wrote it and with
-which versions (see ``crashproof.runtime.audit``), and the environments a frozen run
+which versions (see ``crashproof.runtime.operations.audit``), and the environments a frozen run
 found changed, recorded and observed side by side."""
 
 from __future__ import annotations

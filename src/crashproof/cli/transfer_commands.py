@@ -16,7 +16,7 @@ from crashproof.cli.app import DbOption, JsonOption, VerboseOption, _settings, a
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.settings import Settings, open_ledger, sqlite_path
 from crashproof.integrity import checkpoint
-from crashproof.runtime.transfer import ImportPlan
+from crashproof.runtime.operations.transfer import ImportPlan
 
 
 @app.command("export")

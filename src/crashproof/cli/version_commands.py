@@ -24,7 +24,7 @@ from crashproof.integrity.keys import resolve_keyring
 from crashproof.integrity.seal import Sealer
 from crashproof.integrity.witness import SQLiteWitness
 from crashproof.journal.records import RunInfo
-from crashproof.runtime.replay_source import replay_check
+from crashproof.runtime.replayer.sources import replay_check
 from crashproof.store.migrate import apply_plan, open_for_migration, plan_migration
 
 __all__ = ["print_versions", "versions_in_flight"]

@@ -11,7 +11,7 @@
 Each record is the journal record exactly as stored (payload and value are the stored
 text), with its own chain MAC, so an import verifies every record with the Sealer
 exactly as reading a ledger does. The run header's last five fields (format 2) are
-derived from the records (``crashproof.runtime.checkpoint_fields``): the records stay
+derived from the records (``crashproof.runtime.operations.checkpoint_fields``): the records stay
 the source of truth, and a header that disagrees with them is refused naming the field.
 A format-1 document (no derived fields) is migrated on import: the fields are derived.
 

@@ -9,7 +9,7 @@ rolled back. A journal longer than its witness is accepted when its chain verifi
 were never externalised) and the witness is rolled forward.
 
 The witness advances at output points only (an act about to execute, an outbox delivery,
-a run's outcome or approval request; see crashproof.runtime.durable), and only after the
+a run's outcome or approval request; see crashproof.runtime.driving.durability), and only after the
 forced sync that makes the journal durable up to there: it is never ahead of what a power
 cut leaves on disk. A rollback that only drops records nobody outside saw (local steps,
 model decisions, receipts) is harmless, like a crash before them, and skipping the

@@ -89,7 +89,9 @@ class EventType(enum.StrEnum):
     APPROVAL_CONSUMED = "approval_consumed"  # its nonce used, just before the act's intent
     REVIEW_DECIDED = "review_decided"  # a signed replan/abort decision on a review case
     REVIEW_CONSUMED = "review_consumed"  # its nonce used, the receipt re-read unchanged
-    RUN_MOVED = "run_moved"  # exported as a move: this journal ends here (runtime/moving.py)
+    RUN_MOVED = (
+        "run_moved"  # exported as a move: this journal ends here (runtime/operations/moving.py)
+    )
     RUN_IMPORTED = "run_imported"  # installed from a checkpoint (who, which, move or copy)
 
 

@@ -28,14 +28,14 @@ from crashproof.journal.codec import (
 )
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
-from crashproof.runtime.acts import ActSettings, intent_digest, perform_act
-from crashproof.runtime.budget import Meter
-from crashproof.runtime.decisions import check_decision, spend_text
-from crashproof.runtime.observe import WorldCheck
+from crashproof.runtime.guards.budget import Meter
+from crashproof.runtime.guards.policy import Policy, admit_act
+from crashproof.runtime.guards.review import decided_epoch
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
-from crashproof.runtime.outbox import deliver, enqueue
-from crashproof.runtime.policy import Policy, admit_act
-from crashproof.runtime.review import decided_epoch
+from crashproof.runtime.steps.acts import ActSettings, intent_digest, perform_act
+from crashproof.runtime.steps.decisions import check_decision, spend_text
+from crashproof.runtime.steps.environment import WorldCheck
+from crashproof.runtime.steps.outbox import deliver, enqueue
 from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class Context:
         self.frozen_evidence: dict[str, Any] | None = None
         self.fencing_token: int | None = None
         self.act_settings: ActSettings = ledger.act_settings
-        # Budgets and policy: checked before new work only (runtime/budget.py, policy.py).
+        # Budgets and policy: checked before new work only (runtime/guards/budget.py, policy.py).
         self.meter = Meter(replay)
         self.policy: Policy | None = None
         self.world = WorldCheck(replay)  # re-observed before the first live call
@@ -138,7 +138,7 @@ class Context:
         if self.world.pending:
             self.world.check(self, key, tool)
         self._check_open_acts(key)
-        if key in self._open_acts:  # frozen for review, then decided? (runtime/review.py)
+        if key in self._open_acts:  # frozen for review, then decided? (runtime/guards/review.py)
             decided = decided_epoch(self, key, tool)
             if decided is not None:
                 self._open_acts.pop(key)
@@ -346,7 +346,7 @@ class Context:
             if self.session is None and not self.meter.active:
                 # The usual live step: its payload dict is never needed (the record keeps
                 # the text; anything that reads the payload decodes it), and a step's or
-                # a decision's result is no output point (runtime/durable.py).
+                # a decision's result is no output point (runtime/driving/durability.py).
                 event = Event.stored(
                     self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json
                 )
@@ -523,7 +523,9 @@ class Context:
         *,
         status: tuple[RunStatus, str | None] | None = None,
     ) -> None:
-        if self.session is not None:  # the drive's first record names it (runtime/audit.py)
+        if (
+            self.session is not None
+        ):  # the drive's first record names it (runtime/operations/audit.py)
             payload, self.session = {**payload, "session": self.session}, None
         event = Event(self.run_id, self._next_seq, type_, key, payload, time.time(), value_json)
         self._ledger._commit((event,), status, fencing_token=self.fencing_token)
@@ -540,7 +542,7 @@ class Context:
         value_json: str | None,
     ) -> None:
         """append_event for a payload whose stored text the caller built (exactly
-        codec.encode(payload): runtime/act_records.py)."""
+        codec.encode(payload): runtime/steps/act_records.py)."""
         if self.session is not None:  # the drive's first record: append_event adds it
             self.append_event(type_, key, payload, value_json)
             return

@@ -38,29 +38,29 @@ from crashproof.journal.codec import (
 )
 from crashproof.journal.fold import Replay, fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
-from crashproof.runtime.acts import ActSettings
-from crashproof.runtime.approvers import reserved
-from crashproof.runtime.audit import begin_session, started_by
-from crashproof.runtime.binding import OperatorChanges, bind_run, ended_run, start_fields
-from crashproof.runtime.care import LedgerCare
 from crashproof.runtime.context import Context
-from crashproof.runtime.durable import output_point, share_witness_writes
-from crashproof.runtime.humans import LedgerHumans
-from crashproof.runtime.leasing import HOST, Heartbeat, release, stop_driving
-from crashproof.runtime.moving import refuse_moved
-from crashproof.runtime.opening import (
+from crashproof.runtime.driving.durability import output_point, share_witness_writes
+from crashproof.runtime.driving.leases import HOST, Heartbeat, release, stop_driving
+from crashproof.runtime.driving.queue import LedgerQueue
+from crashproof.runtime.driving.urls import (
     DURABILITY_MODES,
     default_witness,
     open_store,
     without_password,
 )
+from crashproof.runtime.guards.approvers import reserved
+from crashproof.runtime.guards.binding import OperatorChanges, bind_run, ended_run, start_fields
+from crashproof.runtime.guards.policy import Policy
+from crashproof.runtime.operations.audit import begin_session, started_by
+from crashproof.runtime.operations.maintenance import LedgerCare
+from crashproof.runtime.operations.moving import refuse_moved
+from crashproof.runtime.operations.oversight import LedgerHumans
 from crashproof.runtime.options import RunOptions
-from crashproof.runtime.policy import Policy
-from crashproof.runtime.queue import LedgerQueue
+from crashproof.runtime.steps.acts import ActSettings
 from crashproof.runtime.workflow import Workflow, make_workflow
 from crashproof.store.port import StatusChange, Store
 
-# DURABILITY_MODES and open_store live in runtime.opening; re-exported for callers.
+# DURABILITY_MODES and open_store live in runtime.driving.urls; re-exported for callers.
 __all__ = ["DURABILITY_MODES", "Ledger", "open_store"]
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         lease_seconds: float = 15.0,
     ) -> None:
         """``durability``: "output" (the default: commits are forced to disk only right
-        before something leaves the process, see runtime/durable.py), "full" or "normal".
+        before something leaves the process, see runtime/driving/durability.py), "full" or "normal".
         ``key``: the journal key or keyring (default: ``CRASHPROOF_KEY``,
         ``CRASHPROOF_KEY_FILE``, else a key file generated once in the user's config
         directory); ``witness``: where generations are mirrored (default: a file beside
@@ -107,7 +107,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         # Who holds the leases this Ledger takes: host, process and a per-Ledger nonce.
         self.worker_id = f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
         self._stale: set[tuple[str, int]] = set()  # (run id, token) whose lease was lost
-        self._claimed = {}  # runtime/queue.py: leases claimed from the queue, not yet driven
+        self._claimed = {}  # driving/queue.py: claimed from the queue, not yet driven
         self.url = url
         self.shown_url = without_password(url)  # what messages and logs may show
         self.durability = durability
@@ -397,7 +397,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         ctx = Context(self, run_id, replay)
         ctx.fencing_token = token
         ctx.policy = policy
-        begin_session(ctx, self.worker_id, workflow, policy)  # runtime/audit.py
+        begin_session(ctx, self.worker_id, workflow, policy)  # runtime/operations/audit.py
         outcome = replay.outcome
         if outcome is not None and (
             outcome.type is EventType.RUN_STOPPED  # bind_run found the budget raised
@@ -446,7 +446,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
 
     def _frozen(self, run_id: str, ctx: Context) -> CrashproofError:
         cause = ctx.frozen
-        if isinstance(cause, RunFailed):  # a reviewer's abort, journaled (runtime/review.py)
+        if isinstance(cause, RunFailed):  # a reviewer's abort, journaled (runtime/guards/review.py)
             return cause
         if isinstance(cause, RunStopped):  # a clean stop (a budget), not a freeze
             return RunStopped(
@@ -473,7 +473,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         output: bool | None = None,
     ) -> None:
         """Append to the journal, with crash points on each side of the commit; at an
-        output point (runtime/durable.py) the commit is forced to disk first, then the
+        output point (runtime/driving/durability.py) the commit is forced to disk first, then the
         new generation is mirrored in the witness (a crash in between is caught up by
         the next resume). ``fencing_token``: the lease the run is driven under; the
         store checks it in the commit's transaction (StaleLeaseError, nothing kept).

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashproof.journal.records import Limits
-from crashproof.runtime.policy import Policy
+from crashproof.runtime.guards.policy import Policy
 
 __all__ = ["Decision", "RetryPolicy", "RunOptions", "StepOptions"]
 
@@ -70,8 +70,8 @@ class RunOptions:
     parameter name ``options`` is reserved for it).
 
     ``limits``: a ``cp.Limits`` budget, enforced before each new step (see
-    ``crashproof.runtime.budget``). ``policy``: a ``cp.Policy`` every act must pass (see
-    ``crashproof.runtime.policy``). Both are recorded in the run's first record, so every
+    ``crashproof.runtime.guards.budget``). ``policy``: a ``cp.Policy`` every act must pass (see
+    ``crashproof.runtime.guards.policy``). Both are recorded in the run's first record, so every
     resume enforces the same ones; they change only by journaled operator actions
     (``Ledger.resume(run_id, raise_budget=..., rebind_policy=..., by=...)``).
     """

@@ -35,9 +35,9 @@ from crashproof.errors import (
     RunStopped,
     StaleLeaseError,
 )
-from crashproof.runtime.binding import LimitsMismatch
+from crashproof.runtime.driving.queue import Draining
+from crashproof.runtime.guards.binding import LimitsMismatch
 from crashproof.runtime.options import RunOptions
-from crashproof.runtime.queue import Draining
 from crashproof.store.queue import Claimed, queue_store, runnable_keys
 
 if TYPE_CHECKING:

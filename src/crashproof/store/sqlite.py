@@ -341,7 +341,7 @@ class SQLiteStore(SQLiteJournal):
             ) from None
         return covered
 
-    # -- checkpoints (crashproof.runtime.transfer; not part of the port) -----
+    # -- checkpoints (crashproof.runtime.operations.transfer; not part of the port) -----
 
     @property
     def sealer(self) -> RecordSealer | None:

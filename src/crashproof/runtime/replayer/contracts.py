@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from crashproof.journal.records import Event
-from crashproof.runtime.acts import intent_digest
+from crashproof.runtime.steps.acts import intent_digest
 from crashproof.tools.port import Tool
 
 __all__ = ["explain_contract_change", "map_params"]

@@ -21,18 +21,17 @@ from crashproof.errors import ApprovalRefused, DecisionRefused, RunNotFound
 from crashproof.integrity.signing import key_fingerprint, load_private_key
 from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
-from crashproof.runtime.approvals import (
+from crashproof.runtime.driving.leases import claim, release, stop_driving
+from crashproof.runtime.guards.approvals import (
     awaiting,
     check_approval,
     consumed_nonces,
     expectation,
     sign_approval,
 )
-from crashproof.runtime.approvers import REGISTRY_RUN, Approver, added_event, registry_of
-from crashproof.runtime.budget import operator
-from crashproof.runtime.leasing import claim, release, stop_driving
-from crashproof.runtime.parts import LedgerParts
-from crashproof.runtime.review import (
+from crashproof.runtime.guards.approvers import REGISTRY_RUN, Approver, added_event, registry_of
+from crashproof.runtime.guards.budget import operator
+from crashproof.runtime.guards.review import (
     ReviewCase,
     abort_events,
     cases_of,
@@ -40,6 +39,7 @@ from crashproof.runtime.review import (
     continue_events,
     sign_decision,
 )
+from crashproof.runtime.parts import LedgerParts
 from crashproof.store.port import StatusChange
 
 __all__ = ["LedgerHumans"]

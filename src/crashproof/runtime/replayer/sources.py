@@ -27,8 +27,8 @@ from crashproof.integrity.keys import Keyring, resolve_keyring
 from crashproof.integrity.seal import Sealer
 from crashproof.journal.records import Event
 from crashproof.runtime.ledger import Ledger, open_store
-from crashproof.runtime.replay_check import ReplayVerdict, replay_runs
-from crashproof.runtime.transfer import import_run
+from crashproof.runtime.operations.transfer import import_run
+from crashproof.runtime.replayer.check import ReplayVerdict, replay_runs
 from crashproof.runtime.workflow import Workflow
 
 __all__ = ["read_journals", "replay_check"]

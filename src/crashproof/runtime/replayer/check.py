@@ -28,9 +28,9 @@ from crashproof.errors import (
 from crashproof.journal.codec import args_digest
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, StepKind
-from crashproof.runtime.acts import intent_digest
 from crashproof.runtime.context import _EMPTY_ARGS, Context
-from crashproof.runtime.contracts import explain_contract_change
+from crashproof.runtime.replayer.contracts import explain_contract_change
+from crashproof.runtime.steps.acts import intent_digest
 from crashproof.runtime.workflow import Workflow
 from crashproof.tools.port import Tool
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError
-from crashproof.runtime.leasing import adopt, claim, release
+from crashproof.runtime.driving.leases import adopt, claim, release
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.workflow import Workflow
 from crashproof.store.port import Lease, Store

@@ -32,11 +32,11 @@ Outcomes, and why:
   ``awaiting_approval`` (a ``run_frozen`` record) with the pending act — tool, params,
   operation id, intent digest, risk, policy — as evidence, and ``cp.ApprovalRequired`` is
   raised into the workflow (``Ledger.run``/``resume`` raise ``cp.RunFrozen``). A signed
-  approval bound to exactly this pending act (``crashproof.runtime.approvals``, checked
+  approval bound to exactly this pending act (``crashproof.runtime.guards.approvals``, checked
   and consumed in ``_approval_for``) lets the replay reach it and go on.
 
 The version, a digest of the declarative part (functions count by qualified name) and
-the identity are recorded in ``run_started``; see ``crashproof.runtime.binding``.
+the identity are recorded in ``run_started``; see ``crashproof.runtime.guards.binding``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from urllib.parse import urlsplit
 from crashproof.errors import ApprovalRequired, CrashproofError, PolicyViolation
 from crashproof.journal.codec import canonical_digest, encode, error_record
 from crashproof.journal.records import EventType, RunStatus, StepKind, StepStatus
-from crashproof.runtime.observe import environment_fingerprint
+from crashproof.runtime.steps.environment import environment_fingerprint
 from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
@@ -309,8 +309,8 @@ def _approval_for(
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The signed approval that lets act ``key`` with intent ``digest`` proceed, already
     consumed (journaled), or None with the journaled approvals that were refused and why
-    (``crashproof.runtime.approvals``: signature, trust root, every binding, expiry, nonce)."""
-    from crashproof.runtime.approvals import approval_for
+    (``runtime.guards.approvals``: signature, trust root, every binding, expiry, nonce)."""
+    from crashproof.runtime.guards.approvals import approval_for
 
     policy = ctx.policy
     bound = {"version": policy.version, "digest": policy.digest} if policy else None

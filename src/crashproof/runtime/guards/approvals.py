@@ -2,9 +2,9 @@
 consumed exactly once.
 
 An act whose risk needs an approval stops the run in ``awaiting_approval`` (a
-``run_frozen`` record holding the pending act; ``crashproof.runtime.policy``). An
+``run_frozen`` record holding the pending act; ``crashproof.runtime.guards.policy``). An
 approval is a statement signed with a registered approver's Ed25519 key
-(``crashproof.runtime.approvers``) binding:
+(``crashproof.runtime.guards.approvers``) binding:
 
 - ``run_id``, ``step``, ``operation_id``, ``intent_digest`` — exactly that act;
 - ``generation`` — the run's journal generation at the ``awaiting_approval`` record the
@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from crashproof.integrity.signing import key_fingerprint, sign_statement, verify_statement
 from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunStatus
-from crashproof.runtime.approvers import Approver
+from crashproof.runtime.guards.approvers import Approver
 
 if TYPE_CHECKING:
     from crashproof.runtime.context import Context

@@ -40,7 +40,7 @@ def intent_payload(
         "attempt": call.attempt,
         "started_at": started,
     }
-    if observed:  # runtime/observe.py
+    if observed:  # runtime/steps/environment.py
         payload["observed"] = observed
         return payload, encode(payload, what=_TEXT)
     name, version, attempt = tool.name, tool.version, call.attempt

@@ -30,8 +30,8 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
-from crashproof.runtime.act_records import intent_payload, receipt_payload
-from crashproof.runtime.observe import observe_after, observe_before
+from crashproof.runtime.steps.act_records import intent_payload, receipt_payload
+from crashproof.runtime.steps.environment import observe_after, observe_before
 from crashproof.tools.port import Call, Receipt, Tool
 
 if TYPE_CHECKING:
@@ -286,7 +286,9 @@ def _execute_again(ctx: Context, tool: Tool, call: Call, rounds: int) -> Any:
 def _journal_intent(
     ctx: Context, tool: Tool, call: Call, observed: dict[str, Any] | None = None
 ) -> None:
-    payload, text = intent_payload(tool, call, time.time(), observed)  # runtime/observe.py
+    payload, text = intent_payload(
+        tool, call, time.time(), observed
+    )  # runtime/steps/environment.py
     ctx.append_built(
         EventType.ACT_INTENT,
         call.step,

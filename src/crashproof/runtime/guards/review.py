@@ -41,8 +41,8 @@ from crashproof.errors import CrashproofError, DriftError, RunFailed
 from crashproof.integrity.signing import key_fingerprint, sign_statement, verify_statement
 from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunStatus
-from crashproof.runtime.approvals import consumed_nonces
-from crashproof.runtime.approvers import Approver
+from crashproof.runtime.guards.approvals import consumed_nonces
+from crashproof.runtime.guards.approvers import Approver
 from crashproof.tools.port import Call, Receipt, Tool
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class ReviewCase:
 
     @property
     def imported_copy(self) -> bool:
-        """Opened by importing a copy (``crashproof.runtime.transfer``): a ``continue``
+        """Opened by importing a copy (``crashproof.runtime.operations.transfer``): a ``continue``
         decision (the reviewer knows the source did not go on) lifts it, consumed at once."""
         return "imported_copy" in (self.evidence.get("frozen") or {})
 

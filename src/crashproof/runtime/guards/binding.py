@@ -27,9 +27,15 @@ from typing import Any
 from crashproof.errors import CrashproofError, PolicyMismatch
 from crashproof.journal.fold import Replay, index_journal, spend
 from crashproof.journal.records import Budget, Event, EventType, Limits
-from crashproof.runtime.budget import budget_raised, operator, raise_limits, reached, stopped_error
+from crashproof.runtime.guards.budget import (
+    budget_raised,
+    operator,
+    raise_limits,
+    reached,
+    stopped_error,
+)
+from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.options import RunOptions
-from crashproof.runtime.policy import Policy
 from crashproof.store.port import StatusChange
 
 __all__ = ["LimitsMismatch", "OperatorChanges", "bind_run", "ended_run", "start_fields"]

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 from crashproof.errors import IntegrityError, LeaseHeld, RunNotFound
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
-from crashproof.runtime.leasing import Heartbeat, claim, release, stop_driving
-from crashproof.runtime.outbox import deliver
+from crashproof.runtime.driving.leases import Heartbeat, claim, release, stop_driving
+from crashproof.runtime.operations.reconcile import ActCheck, reconcile_events
 from crashproof.runtime.parts import LedgerParts
-from crashproof.runtime.reconcile import ActCheck, reconcile_events
+from crashproof.runtime.steps.outbox import deliver
 from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
-    from crashproof.runtime.transfer import ImportPlan
+    from crashproof.runtime.operations.transfer import ImportPlan
 
 __all__ = ["LedgerCare"]
 
@@ -32,7 +32,7 @@ class LedgerCare(LedgerParts):
 
     def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
         """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``
-        or ``needs_review`` per act (see ``crashproof.runtime.reconcile``). Read-only."""
+        or ``needs_review`` per act (see ``crashproof.runtime.operations.reconcile``). Read-only."""
         if self._store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
         return reconcile_events(run_id, self._journal(run_id), tools)
@@ -139,14 +139,14 @@ class LedgerCare(LedgerParts):
         its journal records exactly as stored, each with its chain MAC; the journal and
         its witness are verified first.
 
-        A **move** by default (``crashproof.runtime.moving``): under the run's lease
+        A **move** by default (``crashproof.runtime.operations.moving``): under the run's lease
         (``LeaseHeld`` while a live worker drives it) the journal records that the run
         left with this document (``by``: who; default the OS user), and this ledger
         refuses to drive it from then on (``RunMoved``); the importing ledger holds its
         one continuation. Exporting a moved run again returns the same document.
         ``copy=True``: nothing is written (backups, inspection, ``replay --from``); an
         imported copy stays frozen until a human decides."""
-        from crashproof.runtime import moving, transfer
+        from crashproof.runtime.operations import moving, transfer
 
         if self._store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
@@ -167,7 +167,7 @@ class LedgerCare(LedgerParts):
         installed frozen (``needs_review``) until a signed ``continue`` or ``abort``; a
         move returning to the ledger it left makes the run runnable here again. The
         witness is set to the new generation."""
-        from crashproof.runtime import moving, transfer
+        from crashproof.runtime.operations import moving, transfer
 
         plan, found = transfer.plan_import(self._store, self._witness, document)
         if plan.action == "return":
@@ -180,6 +180,6 @@ class LedgerCare(LedgerParts):
         """What ``import_run(document)`` would do (the run, its generation, a format
         migration, the derived header fields, install or nothing to do), verified exactly
         as an import is; nothing is written."""
-        from crashproof.runtime import transfer
+        from crashproof.runtime.operations import transfer
 
         return transfer.preview_import(self._store, self._witness, document)

@@ -37,8 +37,8 @@ from crashproof.integrity.witness import Witness
 from crashproof.journal.codec import decode, encode
 from crashproof.journal.fold import fold_run
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
-from crashproof.runtime.budget import operator
-from crashproof.runtime.checkpoint_fields import derive_fields, records_as_events
+from crashproof.runtime.guards.budget import operator
+from crashproof.runtime.operations.checkpoint_fields import derive_fields, records_as_events
 from crashproof.store.port import RecordSealer, Store
 
 __all__ = [

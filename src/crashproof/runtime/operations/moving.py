@@ -13,7 +13,7 @@ the run's one continuation. Exporting a moved run again re-emits the same docume
 was written loses nothing.
 
 ``export --copy`` writes nothing: a copy is for backups, inspection and ``replay --from``;
-imported, it is frozen until a human decides (``crashproof.runtime.transfer``).
+imported, it is frozen until a human decides (``crashproof.runtime.operations.transfer``).
 Importing a move back into the ledger it left brings the run back here.
 
 What no local check can stop: the same move document imported into two ledgers gives
@@ -32,9 +32,9 @@ from crashproof.errors import RunMoved
 from crashproof.integrity import checkpoint
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
-from crashproof.runtime.budget import operator
-from crashproof.runtime.leasing import claim, release, stop_driving
-from crashproof.runtime.transfer import arrival_events, checkpoint_digest, folded_status
+from crashproof.runtime.driving.leases import claim, release, stop_driving
+from crashproof.runtime.guards.budget import operator
+from crashproof.runtime.operations.transfer import arrival_events, checkpoint_digest, folded_status
 from crashproof.store.port import Lease, Store
 
 if TYPE_CHECKING:

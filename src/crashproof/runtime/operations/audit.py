@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from crashproof.journal.records import Event, EventType
-from crashproof.runtime.leasing import HOST
-from crashproof.runtime.policy import Policy
+from crashproof.runtime.driving.leases import HOST
+from crashproof.runtime.guards.policy import Policy
 
 if TYPE_CHECKING:
     from crashproof.runtime.context import Context

@@ -26,7 +26,7 @@ from crashproof.integrity.checkpoint import Record
 from crashproof.journal.codec import decode
 from crashproof.journal.fold import index_journal, spend
 from crashproof.journal.records import Budget, Event, EventType
-from crashproof.runtime.review import cases_of
+from crashproof.runtime.guards.review import cases_of
 
 __all__ = ["WAITING_STATES", "derive_fields", "records_as_events"]
 

@@ -1,0 +1,10 @@
+"""Driving runs: who drives a run, and when its commits must be durable.
+
+- ``leases``: one driver per run (claims, takeovers, the heartbeat);
+- ``durability``: which records are output points, forced to disk before they leave;
+- ``queue``: the ledger as a work queue for workers (a ``Ledger`` mixin);
+- ``urls``: opening a ledger's store and witness from its URL, and showing a URL safely.
+
+May import: ``journal``, ``store``, ``integrity``, ``errors``, ``runtime.port``,
+``runtime.options`` and ``runtime.workflow``. Never ``runtime.context`` or ``runtime.ledger``.
+"""

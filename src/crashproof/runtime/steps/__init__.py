@@ -1,0 +1,12 @@
+"""Recorders of a run in progress: what one ``ctx`` call writes to the journal.
+
+- ``acts``: the act protocol (intent, execute, receipt, reconciliation in between);
+  ``act_records``: its record payloads as stored text;
+- ``decisions``: what a model's decision reports about itself (model, usage, cost);
+- ``outbox``: deferred deliveries, journaled in the step's own commit;
+- ``environment``: the world an act saw, observed again on resume.
+
+May import: ``journal``, ``tools``, ``errors``, ``runtime.port`` and ``runtime.options``.
+Never ``runtime.context`` or ``runtime.ledger``: a recorder sees a run only through the
+``RunSession`` port, so the sync and async shells drive the same recorders.
+"""
