@@ -6,6 +6,7 @@ refusal instead. See the README for the guarantees and their limits.
 """
 
 from crashproof._faults import CrashPoints
+from crashproof._version import __version__
 from crashproof.errors import (
     ActFailed,
     ApprovalRefused,
@@ -67,8 +68,6 @@ from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
 from crashproof.tools.port import Call, Observation, Receipt, Tool
 from crashproof.tools.workspace import Workspace
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ActFailed",

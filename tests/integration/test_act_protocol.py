@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import pytest
 
 import crashproof as cp
-from crashproof.runtime.steps.acts import ActSettings
+from crashproof.runtime.port import ActSettings
 from integration._targets import BlindTool, Target, TargetTool
 
 FAST = ActSettings(retryable_attempts=3, lookup_attempts=2, backoff=0.0)

@@ -15,7 +15,7 @@ import crashproof as cp
 from crashproof.integrity.signing import generate_keypair, load_private_key
 from crashproof.journal.records import EventType
 from crashproof.runtime.guards.approvals import awaiting, expectation, sign_approval
-from crashproof.runtime.steps.acts import ActSettings
+from crashproof.runtime.port import ActSettings
 from crashproof.tools.http import HttpTool
 
 from .http_child import make_tool

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 import crashproof as cp
-from crashproof.runtime.steps.acts import ActSettings, intent_digest
+from crashproof.runtime.port import ActSettings
+from crashproof.runtime.steps.acts import intent_digest
 from crashproof.tools.http import HttpTool, LookupFailed, wire_key
 
 from .http_child import make_tool, make_workflow

@@ -12,7 +12,7 @@ import pytest
 
 import crashproof as cp
 from crashproof.journal.records import EventType
-from crashproof.runtime.steps.acts import ActSettings
+from crashproof.runtime.port import ActSettings
 from integration._targets import Target, TargetTool
 
 FAST = ActSettings(retryable_attempts=3, lookup_attempts=2, backoff=0.0)

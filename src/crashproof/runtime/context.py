@@ -15,7 +15,7 @@ import random as _random
 import time
 import uuid as _uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from crashproof.errors import CrashproofError, NonDeterminismError
 from crashproof.journal.codec import (
@@ -32,14 +32,12 @@ from crashproof.runtime.guards.budget import Meter
 from crashproof.runtime.guards.policy import Policy, admit_act
 from crashproof.runtime.guards.review import decided_epoch
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
-from crashproof.runtime.steps.acts import ActSettings, intent_digest, perform_act
+from crashproof.runtime.port import ActSettings, DriveHost
+from crashproof.runtime.steps.acts import intent_digest, perform_act
 from crashproof.runtime.steps.decisions import check_decision, spend_text
 from crashproof.runtime.steps.environment import WorldCheck
 from crashproof.runtime.steps.outbox import deliver, enqueue
 from crashproof.tools.port import Tool
-
-if TYPE_CHECKING:
-    from crashproof.runtime.ledger import Ledger
 
 __all__ = ["Context"]
 
@@ -67,10 +65,11 @@ _REPLAYS = f'","status":"{_SUCCEEDED}",'  # what a replayed success's text goes 
 
 
 class Context:
-    """Handed to a workflow function as its first argument."""
+    """Handed to a workflow function as its first argument. Implements the
+    ``RunSession`` port (``runtime/port.py``) for the recorders and guards it calls."""
 
-    def __init__(self, ledger: Ledger, run_id: str, replay: Replay) -> None:
-        self._ledger = ledger
+    def __init__(self, host: DriveHost, run_id: str, replay: Replay) -> None:
+        self._host = host
         self.run_id = run_id
         self._done = replay.done
         self._cursor = 0
@@ -85,7 +84,7 @@ class Context:
         self.frozen: CrashproofError | None = None
         self.frozen_evidence: dict[str, Any] | None = None
         self.fencing_token: int | None = None
-        self.act_settings: ActSettings = ledger.act_settings
+        self.act_settings: ActSettings = host.act_settings
         # Budgets and policy: checked before new work only (runtime/guards/budget.py, policy.py).
         self.meter = Meter(replay)
         self.policy: Policy | None = None
@@ -135,9 +134,7 @@ class Context:
                 self.world.check(self)
                 deliver(self.append_event, self.run_id, key, tool, params, digest)
             return result
-        if self.world.pending:
-            self.world.check(self, key, tool)
-        self._check_open_acts(key)
+        self._before_live(key, tool)
         if key in self._open_acts:  # frozen for review, then decided? (runtime/guards/review.py)
             decided = decided_epoch(self, key, tool)
             if decided is not None:
@@ -146,7 +143,7 @@ class Context:
         if key not in self._open_acts:  # new work; an act in flight is reconciled first
             self.meter.check(self, key, StepKind.ACT)
             if self.policy is not None:
-                admit_act(self, key, tool, params, digest)
+                admit_act(self, self.policy, key, tool, params, digest)
         if tool.deferred:
             return enqueue(self, key, tool, params, digest)
         return perform_act(self, key, tool, params, digest, self._open_acts.pop(key, []))
@@ -204,7 +201,7 @@ class Context:
         kwargs: dict[str, Any],
         options: StepOptions | None,
     ) -> Any:
-        if self.frozen is not None or self._in_step is not None or self._ledger.draining:
+        if self.frozen is not None or self._in_step is not None or self._host.draining:
             self._check_usable()  # raises (every replayed call comes here: checked inline)
         n = self._counts.get(name)  # _take_key, inlined
         if n is None:
@@ -234,10 +231,8 @@ class Context:
                 value_json = recorded.value_json
                 return None if value_json is None else decode(value_json)
             return self._replay(recorded, key, kind, digest)
-        if self.world.pending:
-            self.world.check(self)
-        if self._open_acts:
-            self._check_open_acts(key)
+        if self.world.pending or self._open_acts:
+            self._before_live(key)
         if self.meter.active and kind in _BUDGETED and key not in self._failed_attempts:
             self.meter.check(self, key, kind)  # (not for a retry in progress)
         return self._run_live(kind, key, fn, args, kwargs, digest, options)
@@ -250,6 +245,15 @@ class Context:
         if payload["status"] == StepStatus.SUCCEEDED:
             return recorded.value
         raise error_from_record(payload["error"])
+
+    def _before_live(self, key: str, tool: Tool | None = None) -> None:
+        """The one gate before any call runs live (a step, a decision, an act, new or
+        reconciled): the environment is observed again, once per drive, before the first
+        live call (``runtime/steps/environment.py``), then an act left in flight must be
+        this very call. ``tool``: the act's, handed to the environment check."""
+        if self.world.pending:
+            self.world.check(self, key, tool)
+        self._check_open_acts(key)
 
     def _check_open_acts(self, key: str) -> None:
         """An act left in flight must be reconciled by the same call, not skipped."""
@@ -350,7 +354,9 @@ class Context:
                 event = Event.stored(
                     self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json
                 )
-                self._ledger._commit((event,), None, fencing_token=self.fencing_token, output=False)
+                self._host.append_records(
+                    (event,), None, fencing_token=self.fencing_token, output=False
+                )
                 self._next_seq += 1
             else:
                 self._record_done(kind, key, digest, attempt, took, spent, text, ended, value_json)
@@ -386,7 +392,7 @@ class Context:
         event = Event.stored(
             self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json, payload
         )
-        self._ledger._commit((event,), None, fencing_token=self.fencing_token, output=False)
+        self._host.append_records((event,), None, fencing_token=self.fencing_token, output=False)
         self._next_seq += 1
         self.meter.count(payload)
 
@@ -466,10 +472,31 @@ class Context:
 
     def crash_point_for(self, key: str) -> Callable[[str], None]:
         """A crash-point hook for a tool working on act ``key``."""
-        points = self._ledger.crash_points
+        points = self._host.crash_points
         if points is None:
             return _no_crash_point
         return lambda name: points.hit(f"inside[act:{key}:{name}]")
+
+    # -- the rest of the RunSession port ----------------------------------------
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def journal(self, run_id: str | None = None) -> list[Event]:
+        """This run's verified journal, or another run's of this ledger (none: [])."""
+        if run_id is None:
+            return self._host.journal(self.run_id)
+        if self._host.store.get_run(run_id) is None:
+            return []
+        return self._host.journal(run_id)
+
+    def halt(self, exc: CrashproofError, evidence: dict[str, Any] | None = None) -> None:
+        """Every later ctx call raises ``exc`` (already journaled), even if the workflow
+        catches it; the ledger raises it when the workflow ends."""
+        self.frozen = exc
+        if evidence is not None:
+            self.frozen_evidence = evidence
 
     def unreplayed(self) -> list[Event]:
         """Recorded steps (and acts in flight) the workflow has not reached: non-empty
@@ -482,7 +509,7 @@ class Context:
     def _check_usable(self) -> None:
         if self.frozen is not None:
             raise self.frozen
-        self._ledger._before_step(self.run_id)  # a draining worker stops here
+        self._host.check_driving(self.run_id)  # a draining worker stops here
         if self._in_step is not None:
             self._nested_call = True
             raise CrashproofError(
@@ -528,7 +555,7 @@ class Context:
         ):  # the drive's first record names it (runtime/operations/audit.py)
             payload, self.session = {**payload, "session": self.session}, None
         event = Event(self.run_id, self._next_seq, type_, key, payload, time.time(), value_json)
-        self._ledger._commit((event,), status, fencing_token=self.fencing_token)
+        self._host.append_records((event,), status, fencing_token=self.fencing_token)
         self._next_seq += 1
         if type_ is EventType.STEP_DONE and self.meter.active:
             self.meter.count(payload)
@@ -549,7 +576,7 @@ class Context:
         event = Event.stored(
             self.run_id, self._next_seq, type_, key, text, time.time(), value_json, payload
         )
-        self._ledger._commit((event,), None, fencing_token=self.fencing_token)
+        self._host.append_records((event,), None, fencing_token=self.fencing_token)
         self._next_seq += 1
         if type_ is _STEP_DONE and self.meter.active:
             self.meter.count(payload)

@@ -41,7 +41,7 @@ from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunSta
 from crashproof.runtime.context import Context
 from crashproof.runtime.driving.durability import output_point, share_witness_writes
 from crashproof.runtime.driving.leases import HOST, Heartbeat, release, stop_driving
-from crashproof.runtime.driving.queue import LedgerQueue
+from crashproof.runtime.driving.queue import Draining, LedgerQueue
 from crashproof.runtime.driving.urls import (
     DURABILITY_MODES,
     default_witness,
@@ -51,12 +51,12 @@ from crashproof.runtime.driving.urls import (
 from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.guards.binding import OperatorChanges, bind_run, ended_run, start_fields
 from crashproof.runtime.guards.policy import Policy
-from crashproof.runtime.operations.audit import begin_session, started_by
+from crashproof.runtime.operations.audit import session_record, started_by
 from crashproof.runtime.operations.maintenance import LedgerCare
 from crashproof.runtime.operations.moving import refuse_moved
 from crashproof.runtime.operations.oversight import LedgerHumans
 from crashproof.runtime.options import RunOptions
-from crashproof.runtime.steps.acts import ActSettings
+from crashproof.runtime.port import ActSettings, DriveHost
 from crashproof.runtime.workflow import Workflow, make_workflow
 from crashproof.store.port import StatusChange, Store
 
@@ -75,8 +75,11 @@ R = TypeVar("R")
 _WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
 
 
-class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
+class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
     """Durable runs of workflows. Independent instances never share state.
+
+    Implements the ``DriveHost`` port (``runtime/port.py``) for its Context and its
+    operations: every member of that port is defined here, in this class's own body.
 
     >>> ledger = Ledger("sqlite:///runs.db")  # doctest: +SKIP
     """
@@ -108,6 +111,8 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         self.worker_id = f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
         self._stale: set[tuple[str, int]] = set()  # (run id, token) whose lease was lost
         self._claimed = {}  # driving/queue.py: claimed from the queue, not yet driven
+        # Set by a worker that stops: every run this Ledger drives stops at its next step.
+        self.draining = False
         self.url = url
         self.shown_url = without_password(url)  # what messages and logs may show
         self.durability = durability
@@ -268,13 +273,13 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
         if row.status is RunStatus.MOVED:  # before anything else: the run is elsewhere
-            refuse_moved(self._store, run_id, self._journal(run_id))
+            refuse_moved(self._store, run_id, self.journal(run_id))
         if changes and row.status.terminal:
             raise ended_run(run_id, row.status.value)
         workflow = self._workflows.get(row.workflow)
         if workflow is None and (row.status.terminal or row.status.frozen):
             # An ended or frozen run answers from its journal; its code is not needed.
-            replay = index_journal(self._journal(run_id))
+            replay = index_journal(self.journal(run_id))
             finished = _outcome(run_id, replay)
             if finished is not None and not (
                 replay.outcome and replay.outcome.payload.get("retryable")
@@ -295,13 +300,13 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         row = self._store.get_run(run_id)
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
-        return fold_run(row, self._journal(run_id))
+        return fold_run(row, self.journal(run_id))
 
     def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
         """All runs, oldest first, optionally only those of one status."""
         wanted = RunStatus(status) if status is not None else None
         rows = [row for row in self._store.list_runs() if not reserved(row.run_id)]
-        infos = [fold_run(row, self._journal(row.run_id)) for row in rows]
+        infos = [fold_run(row, self.journal(row.run_id)) for row in rows]
         # Filtered on the status folded from each journal, not on the index row's cache.
         return [info for info in infos if wanted is None or info.status is wanted]
 
@@ -372,7 +377,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         changes: OperatorChanges | None,
         token: int,
     ) -> Any:
-        events = self._journal(run_id, owner=True)
+        events = self.journal(run_id, owner=True)
         replay = index_journal(events)
         if replay.undelivered:  # delivered again below: durable first (a crash may have
             self._store.sync()  # left them unsynced)
@@ -392,12 +397,12 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
             options=options,
             changes=changes,
             policies=self._policies,
-            commit=functools.partial(self._commit, fencing_token=token),
+            commit=functools.partial(self.append_records, fencing_token=token),
         )
         ctx = Context(self, run_id, replay)
         ctx.fencing_token = token
         ctx.policy = policy
-        begin_session(ctx, self.worker_id, workflow, policy)  # runtime/operations/audit.py
+        ctx.session = session_record(self.worker_id, workflow, policy, token)  # audit.py
         outcome = replay.outcome
         if outcome is not None and (
             outcome.type is EventType.RUN_STOPPED  # bind_run found the budget raised
@@ -464,7 +469,25 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         )
         return RunFrozen(run_id, status.value, str(cause), cause, evidence=ctx.frozen_evidence)
 
-    def _commit(
+    # -- the DriveHost port ---------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def witness(self) -> Witness | None:
+        return self._witness
+
+    def check_driving(self, run_id: str) -> None:
+        """Called by the Context before each step, decision or act starts."""
+        if self.draining:
+            raise Draining(
+                f"run {run_id!r}: this worker is stopping; the run stops before its next "
+                "step and stays resumable (its lease is released for another worker)"
+            )
+
+    def append_records(
         self,
         events: Sequence[Event],
         status: StatusChange | None,
@@ -494,7 +517,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue):
         if self._witness is not None and durable:
             self._witness.advance(events[0].run_id, events[-1].seq + 1)
 
-    def _journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
+    def journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
         """A run's journal, every record's MAC and the chain verified by the store, and
         its generation checked against the witness. ``owner``: the caller is about to
         drive the run, so a journal ahead of its witness rolls the witness forward."""

@@ -6,7 +6,7 @@ the workflow versions it registers, with ``SELECT ... FOR UPDATE SKIP LOCKED`` o
 PostgreSQL and one ``BEGIN IMMEDIATE`` on SQLite. A dead worker's runs are taken over by
 whichever live worker claims them after their lease runs out; the claim bumps the fencing
 token, so a stalled old driver that wakes up can write nothing more. The claim is also the
-lease the run is then driven under (``Ledger._drive_claimed``): one claim per pickup.
+lease the run is then driven under (``Ledger.drive_claimed``): one claim per pickup.
 
 ``stop()`` (SIGTERM/SIGINT in ``crashproof worker``) drains: nothing new is claimed, each
 run in flight finishes its current step and stops before the next one (``Draining``),
@@ -89,7 +89,7 @@ class Worker:
         self.concurrency = concurrency
         self.poll = float(poll)
         self.until_idle = until_idle
-        self._queue = queue_store(ledger._store)
+        self._queue = queue_store(ledger.store)
         self._out = log if log is not None else sys.stderr
         self._out_lock = threading.Lock()
         self._changed = threading.Condition()
@@ -204,7 +204,7 @@ class Worker:
     def _drive(self, claimed: Claimed) -> None:
         run_id, started = claimed.run_id, time.monotonic()
         try:
-            self.ledger._drive_claimed(claimed, self.options)  # under the claim's lease
+            self.ledger.drive_claimed(claimed, self.options)  # under the claim's lease
         except Draining:
             self.emit("released", run_id, reason="draining")
         except RunFailed as exc:

@@ -39,8 +39,6 @@ class LedgerQueue:
     _store: Store
     worker_id: str
     lease_seconds: float
-    # Set by a worker that stops: every run this Ledger drives stops at its next step.
-    draining: bool = False
     # Leases a worker claimed from the queue, by run id, until the run's drive takes one.
     _claimed: dict[str, Lease]
 
@@ -76,7 +74,7 @@ class LedgerQueue:
         """Who holds each run (owner, lease expiry, fencing token), by run id."""
         return queue_store(self._store).leases()
 
-    def _drive_claimed(self, claimed: Claimed, options: RunOptions | None = None) -> Any:
+    def drive_claimed(self, claimed: Claimed, options: RunOptions | None = None) -> Any:
         """Drive a run claimed from the queue (``claim_next``) under that claim's lease:
         one claim per queued run, not a second one by ``resume``. ``options``: the limits
         and policy the run must be bound to, checked as ``Ledger.run`` checks them for an
@@ -102,11 +100,3 @@ class LedgerQueue:
         if held is not None:
             return adopt(run_id, held)
         return claim(self._store, run_id, self.worker_id, self.lease_seconds, take_over, wait)
-
-    def _before_step(self, run_id: str) -> None:
-        """Called by the Context before each step, decision or act starts."""
-        if self.draining:
-            raise Draining(
-                f"run {run_id!r}: this worker is stopping; the run stops before its next "
-                "step and stays resumable (its lease is released for another worker)"
-            )

@@ -29,17 +29,15 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from crashproof.integrity.signing import key_fingerprint, sign_statement, verify_statement
 from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunStatus
-from crashproof.runtime.guards.approvers import Approver
-
-if TYPE_CHECKING:
-    from crashproof.runtime.context import Context
+from crashproof.runtime.guards.approvers import REGISTRY_RUN, Approver, registry_of
+from crashproof.runtime.port import RunSession
 
 __all__ = [
     "APPROVAL_TYPE",
@@ -176,7 +174,7 @@ def check_approval(
 
 
 def approval_for(
-    ctx: Context,
+    ctx: RunSession,
     key: str,
     digest: str,
     expect_policy: dict[str, Any],
@@ -184,8 +182,7 @@ def approval_for(
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The approval that lets the act ``key`` (intent ``digest``) run now, consumed
     (journaled) before returning; else None and the approvals refused, with reasons."""
-    ledger = ctx._ledger
-    events = ledger._journal(ctx.run_id)
+    events = ctx.journal()
     for event in reversed(events):  # consumed, then a crash before the intent: go on
         if (
             event.type is EventType.APPROVAL_CONSUMED
@@ -201,7 +198,7 @@ def approval_for(
     # another policy under the same step is not what anyone approved.
     # Nor is the same act against a target that changed since the approver looked.
     expect.update(intent_digest=digest, policy=expect_policy, environment_fingerprint=environment)
-    registry = ledger.approvers()
+    registry = registry_of(ctx.journal(REGISTRY_RUN))
     used = consumed_nonces(events)
     now = time.time()
     refused: list[dict[str, Any]] = []

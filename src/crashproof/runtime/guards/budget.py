@@ -30,7 +30,7 @@ import math
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from crashproof.errors import RunStopped
 from crashproof.journal.fold import Replay, spend
@@ -43,9 +43,7 @@ from crashproof.journal.records import (
     RunStatus,
     StepKind,
 )
-
-if TYPE_CHECKING:
-    from crashproof.runtime.context import Context
+from crashproof.runtime.port import RunSession
 
 __all__ = [
     "Meter",
@@ -86,7 +84,7 @@ class Meter:
         if self.active:
             self.used = spend(self.used, payload)
 
-    def check(self, ctx: Context, key: str, call: StepKind) -> None:
+    def check(self, ctx: RunSession, key: str, call: StepKind) -> None:
         """Stop the run (journaled, raises RunStopped) if the new ``call`` would go past
         a limit already reached."""
         if not self.active:
@@ -144,7 +142,7 @@ def stopped_error(
 
 
 def _stop(
-    ctx: Context,
+    ctx: RunSession,
     key: str,
     call: StepKind,
     kind: str,
@@ -168,8 +166,7 @@ def _stop(
         status=(RunStatus.STOPPED, exc.reason),
     )
     # Like a freeze: every later ctx call raises it again, even if the workflow catches it.
-    ctx.frozen = exc
-    ctx.frozen_evidence = evidence
+    ctx.halt(exc, evidence)
     raise exc
 
 

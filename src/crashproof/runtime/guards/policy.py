@@ -48,17 +48,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from crashproof.errors import ApprovalRequired, CrashproofError, PolicyViolation
 from crashproof.journal.codec import canonical_digest, encode, error_record
 from crashproof.journal.records import EventType, RunStatus, StepKind, StepStatus
+from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.environment import environment_fingerprint
 from crashproof.tools.port import Tool
-
-if TYPE_CHECKING:
-    from crashproof.runtime.context import Context
 
 __all__ = ["RISK_LEVELS", "Policy", "Verdict", "admit_act"]
 
@@ -289,36 +287,41 @@ def _field(tool: Tool, params: Mapping[str, Any], name: str) -> list[str] | None
 # -- the gate before an act's intent -----------------------------------------
 
 
-def admit_act(ctx: Context, key: str, tool: Tool, params: dict[str, Any], digest: str) -> None:
+def admit_act(
+    ctx: RunSession,
+    policy: Policy | None,
+    key: str,
+    tool: Tool,
+    params: dict[str, Any],
+    digest: str,
+) -> None:
     """Let a new act through, or refuse it (journaled, PolicyViolation), or stop the run
     in awaiting_approval (ApprovalRequired). Called before anything of the act commits."""
-    policy = ctx.policy
     if policy is None:
         return
     verdict = policy.evaluate(tool, params)
     if not verdict.allowed:
         _refuse(ctx, policy, key, tool, params, digest, verdict)
     if verdict.needs_approval:
-        approval, refused = _approval_for(ctx, key, tool, digest)
+        approval, refused = _approval_for(ctx, policy, key, tool, digest)
         if approval is None:
             _await_approval(ctx, policy, key, tool, params, digest, verdict, refused)
 
 
 def _approval_for(
-    ctx: Context, key: str, tool: Tool, digest: str
+    ctx: RunSession, policy: Policy, key: str, tool: Tool, digest: str
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The signed approval that lets act ``key`` with intent ``digest`` proceed, already
     consumed (journaled), or None with the journaled approvals that were refused and why
     (``runtime.guards.approvals``: signature, trust root, every binding, expiry, nonce)."""
     from crashproof.runtime.guards.approvals import approval_for
 
-    policy = ctx.policy
-    bound = {"version": policy.version, "digest": policy.digest} if policy else None
-    return approval_for(ctx, key, digest, bound or {}, environment_fingerprint(tool))
+    bound = {"version": policy.version, "digest": policy.digest}
+    return approval_for(ctx, key, digest, bound, environment_fingerprint(tool))
 
 
 def _refuse(
-    ctx: Context,
+    ctx: RunSession,
     policy: Policy,
     key: str,
     tool: Tool,
@@ -359,7 +362,7 @@ def _refuse(
 
 
 def _await_approval(
-    ctx: Context,
+    ctx: RunSession,
     policy: Policy,
     key: str,
     tool: Tool,
@@ -415,6 +418,5 @@ def _await_approval(
         },
         status=(RunStatus.AWAITING_APPROVAL, reason),
     )
-    ctx.frozen = exc
-    ctx.frozen_evidence = evidence
+    ctx.halt(exc, evidence)
     raise exc

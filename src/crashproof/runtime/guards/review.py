@@ -33,7 +33,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -42,11 +42,9 @@ from crashproof.integrity.signing import key_fingerprint, sign_statement, verify
 from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.guards.approvals import consumed_nonces
-from crashproof.runtime.guards.approvers import Approver
+from crashproof.runtime.guards.approvers import REGISTRY_RUN, Approver, registry_of
+from crashproof.runtime.port import RunSession
 from crashproof.tools.port import Call, Receipt, Tool
-
-if TYPE_CHECKING:
-    from crashproof.runtime.context import Context
 
 __all__ = [
     "DECISIONS",
@@ -327,11 +325,11 @@ def case_events(events: list[Event], key: str) -> tuple[Event | None, Event | No
     return decision, consumed
 
 
-def decided_epoch(ctx: Context, key: str, tool: Tool) -> tuple[int, list[Event]] | None:
+def decided_epoch(ctx: RunSession, key: str, tool: Tool) -> tuple[int, list[Event]] | None:
     """For an act in flight whose case was decided: consume the decision (re-reading the
     receipt first) and return the epoch to run it under with that epoch's open records;
     abort fails the run. None when no decision applies to ``key``."""
-    events = ctx._ledger._journal(ctx.run_id)
+    events = ctx.journal()
     decision, consumed = case_events(events, key)
     if decision is None:
         return None
@@ -343,7 +341,9 @@ def decided_epoch(ctx: Context, key: str, tool: Tool) -> tuple[int, list[Event]]
                 f"run {ctx.run_id!r}: a decision names review case {statement['case_id']!r}, "
                 "which its journal does not hold; nothing was executed"
             )
-        problem = verify_decision(decision.payload["decision"], case, ctx._ledger.approvers())
+        problem = verify_decision(
+            decision.payload["decision"], case, registry_of(ctx.journal(REGISTRY_RUN))
+        )
         if problem is not None:  # e.g. the registry changed since: the case stays open
             ctx.freeze(
                 f"review case {case.case_id}: the decision no longer verifies ({problem}); "
@@ -367,7 +367,7 @@ def decided_epoch(ctx: Context, key: str, tool: Tool) -> tuple[int, list[Event]]
             "time": time.time(),
         }
         ctx.append_event(EventType.REVIEW_CONSUMED, key, payload)
-        consumed_seq = ctx._next_seq - 1
+        consumed_seq = ctx.next_seq - 1
     else:
         payload = consumed.payload
         consumed_seq = consumed.seq
@@ -397,7 +397,7 @@ def _epoch(events: list[Event], key: str) -> int:
 
 
 def _reread(
-    ctx: Context, key: str, tool: Tool, case: ReviewCase
+    ctx: RunSession, key: str, tool: Tool, case: ReviewCase
 ) -> tuple[str | None, dict[str, Any] | None]:
     """Re-read the tool's authoritative receipt for the case's operation: (None, _) when
     it is what the case holds, else (what changed, the receipt held now)."""
@@ -450,7 +450,7 @@ def _reread(
 
 
 def _drifted(
-    ctx: Context, key: str, case: ReviewCase, seen: str, receipt: dict[str, Any] | None
+    ctx: RunSession, key: str, case: ReviewCase, seen: str, receipt: dict[str, Any] | None
 ) -> NoReturn:
     """Freeze again: a new case, holding the receipt as it is now, supersedes this one."""
     evidence = {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id}
@@ -463,14 +463,14 @@ def _drifted(
     )
 
 
-def _abort(ctx: Context, consumed: dict[str, Any]) -> NoReturn:
+def _abort(ctx: RunSession, consumed: dict[str, Any]) -> NoReturn:
     error = {
         "type": "ReviewAborted",
         "message": f"aborted by {consumed['reviewer']} on review case {consumed['case_id']}",
     }
     exc = RunFailed(ctx.run_id, error)
     ctx.finish(EventType.RUN_FAILED, {"error": error, "review": consumed}, None)
-    ctx.frozen = exc  # nothing more runs in this drive, whatever the workflow catches
+    ctx.halt(exc)  # nothing more runs in this drive, whatever the workflow catches
     raise exc
 
 

@@ -27,16 +27,17 @@ import platform
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from crashproof._version import __version__
+from crashproof.errors import RunNotFound
 from crashproof.journal.records import Event, EventType
 from crashproof.runtime.driving.leases import HOST
 from crashproof.runtime.guards.policy import Policy
+from crashproof.runtime.port import DriveHost
 
 if TYPE_CHECKING:
-    from crashproof.runtime.context import Context
-    from crashproof.runtime.ledger import Ledger
     from crashproof.runtime.workflow import Workflow
 
-__all__ = ["begin_session", "run_timeline", "started_by", "timeline"]
+__all__ = ["session_record", "run_timeline", "started_by", "timeline"]
 
 # Records an operator appends (each carries its own by/host), not the driving worker.
 _OPERATOR = (
@@ -50,28 +51,23 @@ _OPERATOR = (
 )
 
 
-def _version() -> str:
-    from crashproof import __version__  # the package is fully imported by now
-
-    return __version__
-
-
 def started_by(worker_id: str) -> dict[str, Any]:
     """What ``run_started`` records about who started the run."""
-    return {"worker": worker_id, "crashproof": _version(), "host": HOST, "pid": os.getpid()}
+    return {"worker": worker_id, "crashproof": __version__, "host": HOST, "pid": os.getpid()}
 
 
-def begin_session(
-    ctx: Context, worker_id: str, workflow: Workflow[Any], policy: Policy | None
-) -> None:
-    """Arm ``ctx`` so that the first record this drive writes names the session (a drive
-    that writes nothing, e.g. one answering a recorded outcome, leaves no trace)."""
-    ctx.session = {
+def session_record(
+    worker_id: str, workflow: Workflow[Any], policy: Policy | None, fencing_token: int | None
+) -> dict[str, Any]:
+    """What the first record of a drive says of its session (the Context adds it to the
+    first record it writes, so a drive that writes nothing, e.g. one answering a recorded
+    outcome, leaves no trace)."""
+    return {
         **started_by(worker_id),
         "workflow": workflow.name,
         "workflow_version": workflow.version,
         "policy_version": None if policy is None else policy.version,
-        "fencing_token": ctx.fencing_token,
+        "fencing_token": fencing_token,
         "python": platform.python_version(),
     }
 
@@ -170,7 +166,8 @@ def _change(payload: dict[str, Any]) -> str:
     return ""
 
 
-def run_timeline(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
+def run_timeline(ledger: DriveHost, run_id: str) -> list[dict[str, Any]]:
     """The timeline of one run of ``ledger`` (its journal verified: MACs, chain, witness)."""
-    ledger.get_run(run_id)  # RunNotFound with the ledger's own message
-    return timeline(ledger._journal(run_id))
+    if ledger.store.get_run(run_id) is None:
+        raise RunNotFound(f"no run {run_id!r} in {ledger.shown_url}")
+    return timeline(ledger.journal(run_id))

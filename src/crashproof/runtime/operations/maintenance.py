@@ -15,7 +15,7 @@ from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.driving.leases import Heartbeat, claim, release, stop_driving
 from crashproof.runtime.operations.reconcile import ActCheck, reconcile_events
-from crashproof.runtime.parts import LedgerParts
+from crashproof.runtime.port import DriveHost
 from crashproof.runtime.steps.outbox import deliver
 from crashproof.tools.port import Tool
 
@@ -27,15 +27,15 @@ __all__ = ["LedgerCare"]
 log = logging.getLogger("crashproof.runtime.ledger")
 
 
-class LedgerCare(LedgerParts):
+class LedgerCare(DriveHost):
     """Maintenance operations of a Ledger (see the module docstring)."""
 
     def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
         """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``
         or ``needs_review`` per act (see ``crashproof.runtime.operations.reconcile``). Read-only."""
-        if self._store.get_run(run_id) is None:
+        if self.store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
-        return reconcile_events(run_id, self._journal(run_id), tools)
+        return reconcile_events(run_id, self.journal(run_id), tools)
 
     def dispatch_outbox(self, tools: Iterable[Tool]) -> int:
         """Deliver the pending outbox messages of runs no process is driving (ended or
@@ -43,7 +43,7 @@ class LedgerCare(LedgerParts):
         delivered; failures stay pending and are journaled."""
         by_name = {tool.name: tool for tool in tools}
         delivered = 0
-        for row in self._store.list_runs():
+        for row in self.store.list_runs():
             if row.status not in (RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.MOVED):
                 delivered += self._dispatch_run(row.run_id, by_name)
         return delivered
@@ -51,23 +51,23 @@ class LedgerCare(LedgerParts):
     def _dispatch_run(self, run_id: str, tools: dict[str, Tool]) -> int:
         """Deliver one run's pending messages under its lease: two dispatchers (or a
         dispatcher and a resume) never deliver the same run's messages at once."""
-        if not index_journal(self._journal(run_id)).undelivered:
+        if not index_journal(self.journal(run_id)).undelivered:
             return 0  # the common case: no lease taken, nothing written
         try:
-            lease = claim(self._store, run_id, self.worker_id, self.lease_seconds, False)
+            lease = claim(self.store, run_id, self.worker_id, self.lease_seconds, False)
         except LeaseHeld:
             log.info("outbox skipped: the run is held", extra={"run_id": run_id})
             return 0
-        heartbeat = Heartbeat(self._store, run_id, lease, lambda: None)
+        heartbeat = Heartbeat(self.store, run_id, lease, lambda: None)
         try:
             return self._deliver_pending(run_id, tools, lease.token)
         finally:
             heartbeat.stop()
             stop_driving(lease.owner, run_id)
-            release(self._store, run_id, heartbeat.lease)
+            release(self.store, run_id, heartbeat.lease)
 
     def _deliver_pending(self, run_id: str, tools: dict[str, Tool], token: int) -> int:
-        replay = index_journal(self._journal(run_id, owner=True))
+        replay = index_journal(self.journal(run_id, owner=True))
         next_seq = replay.next_seq
 
         def append(type_: EventType, key: str, payload: dict[str, Any]) -> None:
@@ -80,12 +80,12 @@ class LedgerCare(LedgerParts):
                 payload=payload,
                 created_at=time.time(),
             )
-            self._commit((event,), None, fencing_token=token)
+            self.append_records((event,), None, fencing_token=token)
             next_seq += 1
 
         delivered = 0
         if replay.undelivered:  # a crashed process may have left them unsynced
-            self._store.sync()
+            self.store.sync()
         for key, event in replay.undelivered.items():
             outbox = event.payload["outbox"]
             tool = tools.get(outbox["tool"])
@@ -99,13 +99,13 @@ class LedgerCare(LedgerParts):
         """Verify every record of every run (or one run): MAC, chain, sequence, witness.
         Returns ``(run_id, None)`` for each sound run and ``(run_id, problem)`` for each
         other one; never raises for a bad run, never writes."""
-        if run_id is not None and self._store.get_run(run_id) is None:
+        if run_id is not None and self.store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
-        ids = [run_id] if run_id is not None else [r.run_id for r in self._store.list_runs()]
+        ids = [run_id] if run_id is not None else [r.run_id for r in self.store.list_runs()]
         report: list[tuple[str, str | None]] = []
         for rid in ids:
             try:
-                index_journal(self._journal(rid))
+                index_journal(self.journal(rid))
             except IntegrityError as exc:
                 report.append((rid, f"{type(exc).__name__}: {exc}"))
             else:
@@ -118,14 +118,14 @@ class LedgerCare(LedgerParts):
         journal deliberately restored); the journal must still verify."""
         if not by:
             raise ValueError("reanchor needs by=NAME: who takes responsibility")
-        events = self._store.load_events(run_id)  # MACs and chain still verified
+        events = self.store.load_events(run_id)  # MACs and chain still verified
         if not events:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
-        if self._witness is None:
+        if self.witness is None:
             raise ValueError(f"ledger {self.shown_url} has no generation witness to re-anchor")
-        before = self._witness.get(run_id)
-        self._store.sync()  # the witness is never ahead of what a power cut leaves
-        self._witness.reset(run_id, len(events))
+        before = self.witness.get(run_id)
+        self.store.sync()  # the witness is never ahead of what a power cut leaves
+        self.witness.reset(run_id, len(events))
         log.warning(
             "witness re-anchored",
             extra={"run_id": run_id, "by": by, "from": before, "to": len(events)},
@@ -148,13 +148,13 @@ class LedgerCare(LedgerParts):
         imported copy stays frozen until a human decides."""
         from crashproof.runtime.operations import moving, transfer
 
-        if self._store.get_run(run_id) is None:
+        if self.store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
-        transfer.capable(self._store)  # a ledger that cannot export moves nothing
-        events = self._journal(run_id)  # MACs, chain and generation checked before export
+        transfer.capable(self.store)  # a ledger that cannot export moves nothing
+        events = self.journal(run_id)  # MACs, chain and generation checked before export
         if not copy and events[-1].type is not EventType.RUN_MOVED:
             moving.move_out(self, run_id, by)
-        return transfer.export_run(self._store, run_id)
+        return transfer.export_run(self.store, run_id)
 
     def import_run(self, document: dict[str, Any], *, by: str) -> str:
         """Install a run from a checkpoint document; returns its run id. Verifies the
@@ -169,12 +169,12 @@ class LedgerCare(LedgerParts):
         witness is set to the new generation."""
         from crashproof.runtime.operations import moving, transfer
 
-        plan, found = transfer.plan_import(self._store, self._witness, document)
+        plan, found = transfer.plan_import(self.store, self.witness, document)
         if plan.action == "return":
             if not by:
                 raise ValueError("import_run needs by=NAME: who takes responsibility")
             return moving.move_back(self, found, by)
-        return transfer.import_run(self._store, self._witness, document, by=by)
+        return transfer.import_run(self.store, self.witness, document, by=by)
 
     def preview_import(self, document: dict[str, Any]) -> ImportPlan:
         """What ``import_run(document)`` would do (the run, its generation, a format
@@ -182,4 +182,4 @@ class LedgerCare(LedgerParts):
         as an import is; nothing is written."""
         from crashproof.runtime.operations import transfer
 
-        return transfer.preview_import(self._store, self._witness, document)
+        return transfer.preview_import(self.store, self.witness, document)

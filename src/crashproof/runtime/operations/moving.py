@@ -38,7 +38,7 @@ from crashproof.runtime.operations.transfer import arrival_events, checkpoint_di
 from crashproof.store.port import Lease, Store
 
 if TYPE_CHECKING:
-    from crashproof.runtime.parts import LedgerParts
+    from crashproof.runtime.port import DriveHost
 
 __all__ = ["move_back", "move_out", "moved_error", "refuse_moved"]
 
@@ -64,17 +64,17 @@ def refuse_moved(store: Store, run_id: str, events: list[Event]) -> None:
         raise moved_error(store, run_id, events[-1])
 
 
-def move_out(ledger: LedgerParts, run_id: str, by: str | None) -> bool:
+def move_out(ledger: DriveHost, run_id: str, by: str | None) -> bool:
     """Journal the run's move under its lease (``LeaseHeld`` if a live worker holds it;
     a holder that is provably gone is taken over and fenced out). Returns False when the
     run had already moved (nothing written)."""
     who = operator(by)
     with _leased(ledger, run_id) as lease:
-        events = ledger._journal(run_id)
+        events = ledger.journal(run_id)
         if events[-1].type is EventType.RUN_MOVED:  # moved meanwhile: the same document
             moved = False
         else:
-            events = ledger._journal(run_id, owner=True)  # the witness rolled forward
+            events = ledger.journal(run_id, owner=True)  # the witness rolled forward
             now = time.time()
             event = Event(
                 run_id=run_id,
@@ -90,7 +90,7 @@ def move_out(ledger: LedgerParts, run_id: str, by: str | None) -> bool:
                 created_at=now,
             )
             reason = f"exported as a move at generation {len(events) + 1} by {who['by']}"
-            ledger._commit([event], (RunStatus.MOVED, reason), fencing_token=lease.token)
+            ledger.append_records([event], (RunStatus.MOVED, reason), fencing_token=lease.token)
             moved = True
     if moved:
         log.info("run moved out", extra={"run_id": run_id, "by": who["by"]})
@@ -108,28 +108,28 @@ def _status_before(events: list[Event]) -> str:
     return str(outcome.payload.get("status", RunStatus.NEEDS_REVIEW.value))
 
 
-def move_back(ledger: LedgerParts, found: checkpoint.Checkpoint, by: str) -> str:
+def move_back(ledger: DriveHost, found: checkpoint.Checkpoint, by: str) -> str:
     """A move imported into the ledger it left (its journal is exactly the document's):
     journal the arrival under the run's lease; the run is driven here again."""
     run_id = found.run.run_id
     with _leased(ledger, run_id) as lease:
-        events = ledger._journal(run_id)
+        events = ledger.journal(run_id)
         if events[-1].type is EventType.RUN_MOVED and len(events) == len(found.records):
             arrival = arrival_events(found, by, len(events))
             status = folded_status(run_id, [*events, *arrival])
-            ledger._commit(arrival, status, fencing_token=lease.token)
-            ledger._store.sync()  # as an install: durable, then witnessed
-            if ledger._witness is not None:
-                ledger._witness.advance(run_id, len(events) + len(arrival))
+            ledger.append_records(arrival, status, fencing_token=lease.token)
+            ledger.store.sync()  # as an install: durable, then witnessed
+            if ledger.witness is not None:
+                ledger.witness.advance(run_id, len(events) + len(arrival))
             log.info("moved run returned", extra={"run_id": run_id, "by": by})
     return run_id
 
 
 @contextlib.contextmanager
-def _leased(ledger: LedgerParts, run_id: str) -> Iterator[Lease]:
+def _leased(ledger: DriveHost, run_id: str) -> Iterator[Lease]:
     """The run's lease for one move (LeaseHeld if a live worker holds it), released
     after; on a crash-like BaseException it is left to expire, as a driver's is."""
-    store = ledger._store
+    store = ledger.store
     lease = claim(store, run_id, ledger.worker_id, ledger.lease_seconds, False)
     try:
         yield lease

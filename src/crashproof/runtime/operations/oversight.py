@@ -39,7 +39,7 @@ from crashproof.runtime.guards.review import (
     continue_events,
     sign_decision,
 )
-from crashproof.runtime.parts import LedgerParts
+from crashproof.runtime.port import DriveHost
 from crashproof.store.port import StatusChange
 
 __all__ = ["LedgerHumans"]
@@ -52,39 +52,39 @@ def _key(key: SigningKey) -> Ed25519PrivateKey:
     return key if isinstance(key, Ed25519PrivateKey) else load_private_key(key)
 
 
-class LedgerHumans(LedgerParts):
+class LedgerHumans(DriveHost):
     """Approvers, approvals and review decisions (see the module docstring)."""
 
     # -- plumbing ------------------------------------------------------------
 
     def _operator_append(self, run_id: str, build: Build) -> list[Event]:
         """Under the run's lease: read its journal, build records, commit them at once."""
-        lease = claim(self._store, run_id, self.worker_id, self.lease_seconds, False)
+        lease = claim(self.store, run_id, self.worker_id, self.lease_seconds, False)
         try:
-            events = self._journal(run_id, owner=True)
+            events = self.journal(run_id, owner=True)
             added, status = build(events)
             if added:
-                self._commit(added, status, fencing_token=lease.token)
+                self.append_records(added, status, fencing_token=lease.token)
         except BaseException as exc:
             stop_driving(lease.owner, run_id)
             if isinstance(exc, Exception):
-                release(self._store, run_id, lease)
+                release(self.store, run_id, lease)
             raise
         stop_driving(lease.owner, run_id)
-        release(self._store, run_id, lease)
+        release(self.store, run_id, lease)
         return added
 
     def _known_run(self, run_id: str) -> None:
-        if self._store.get_run(run_id) is None:
+        if self.store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
 
     # -- the approvers registry -----------------------------------------------
 
     def approvers(self) -> dict[str, Approver]:
         """The registered approvers (and reviewers), by name."""
-        if self._store.get_run(REGISTRY_RUN) is None:
+        if self.store.get_run(REGISTRY_RUN) is None:
             return {}
-        return registry_of(self._journal(REGISTRY_RUN))
+        return registry_of(self.journal(REGISTRY_RUN))
 
     def add_approver(
         self, name: str, public_key: str | bytes | Path, *, by: str | None = None
@@ -94,7 +94,7 @@ class LedgerHumans(LedgerParts):
         pem = Path(public_key).read_text() if isinstance(public_key, Path) else public_key
         text = pem.decode("ascii", "replace") if isinstance(pem, bytes) else pem
         who = operator(by)
-        if self._store.get_run(REGISTRY_RUN) is None:
+        if self.store.get_run(REGISTRY_RUN) is None:
             self._create_registry()
 
         def build(events: list[Event]) -> tuple[list[Event], StatusChange | None]:
@@ -127,10 +127,10 @@ class LedgerHumans(LedgerParts):
             value_json="{}",
             created_at=now,
         )
-        if self._witness is not None:
-            self._witness.start(REGISTRY_RUN)
-        if self._store.create_run(row, first) is None and self._witness is not None:
-            self._witness.advance(REGISTRY_RUN, 1)
+        if self.witness is not None:
+            self.witness.start(REGISTRY_RUN)
+        if self.store.create_run(row, first) is None and self.witness is not None:
+            self.witness.advance(REGISTRY_RUN, 1)
 
     def _signer(self, key: Ed25519PrivateKey, what: type[Exception]) -> str:
         fingerprint = key_fingerprint(key.public_key())
@@ -160,7 +160,7 @@ class LedgerHumans(LedgerParts):
         private = _key(key)
         approver = self._signer(private, ApprovalRefused)
         self._known_run(run_id)
-        freeze = _awaiting_freeze(run_id, self._journal(run_id), step)
+        freeze = _awaiting_freeze(run_id, self.journal(run_id), step)
         document = sign_approval(private, approver, expectation(freeze), ttl=ttl)
         self.submit_approval(run_id, document, by=by)
         return document
@@ -219,8 +219,8 @@ class LedgerHumans(LedgerParts):
             self._known_run(run_id)
             ids = [run_id]
         else:
-            ids = [row.run_id for row in self._store.list_runs() if row.run_id != REGISTRY_RUN]
-        cases = [case for rid in ids for case in cases_of(self._journal(rid))]
+            ids = [row.run_id for row in self.store.list_runs() if row.run_id != REGISTRY_RUN]
+        cases = [case for rid in ids for case in cases_of(self.journal(rid))]
         return [case for case in cases if state is None or case.state == state]
 
     def review_case(self, case_id: str) -> ReviewCase:

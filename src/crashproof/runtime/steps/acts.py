@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from json.encoder import encode_basestring as _quoted
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crashproof.errors import (
     ActFailed,
@@ -30,37 +30,15 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
+from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.act_records import intent_payload, receipt_payload
 from crashproof.runtime.steps.environment import observe_after, observe_before
 from crashproof.tools.port import Call, Receipt, Tool
 
-if TYPE_CHECKING:
-    from crashproof.runtime.context import Context
-
-__all__ = ["ActSettings", "intent_digest", "perform_act"]
+__all__ = ["intent_digest", "perform_act"]
 
 # Enum values read once: an enum member's .value is a Python-level descriptor call.
 _ACT = StepKind.ACT.value
-
-
-class ActSettings:
-    """Bounds of the act protocol (per ledger)."""
-
-    def __init__(
-        self,
-        *,
-        retryable_attempts: int = 3,
-        lookup_attempts: int = 4,
-        backoff: float = 0.2,
-        max_backoff: float = 5.0,
-    ) -> None:
-        self.retryable_attempts = retryable_attempts
-        self.lookup_attempts = lookup_attempts
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
 
 
 def intent_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
@@ -112,7 +90,7 @@ def _flat_intent(tool: Tool, params: dict[str, Any]) -> str | None:
 
 
 def perform_act(
-    ctx: Context,
+    ctx: RunSession,
     key: str,
     tool: Tool,
     params: dict[str, Any],
@@ -146,7 +124,7 @@ def perform_act(
     return _execute(ctx, tool, call)
 
 
-def _recover(ctx: Context, tool: Tool, call: Call, open_events: list[Event]) -> Any:
+def _recover(ctx: RunSession, tool: Tool, call: Call, open_events: list[Event]) -> Any:
     intents = [e for e in open_events if e.type is EventType.ACT_INTENT]
     if not intents:
         raise CrashproofError(f"act {call.step!r}: journal holds no intent for an open act")
@@ -168,7 +146,7 @@ def _recover(ctx: Context, tool: Tool, call: Call, open_events: list[Event]) -> 
     return _reconcile(ctx, tool, call)
 
 
-def _execute(ctx: Context, tool: Tool, call: Call, rounds: int = 0) -> Any:
+def _execute(ctx: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Any:
     """Execute, then journal the receipt, or classify the failure. ``rounds``: unknown
     outcomes met so far for this act in this process."""
     settings = ctx.act_settings
@@ -211,7 +189,7 @@ def _execute(ctx: Context, tool: Tool, call: Call, rounds: int = 0) -> Any:
         return _journal_receipt(ctx, tool, call, receipt, started, reconciled=False)
 
 
-def _reconcile(ctx: Context, tool: Tool, call: Call, rounds: int = 0) -> Any:
+def _reconcile(ctx: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Any:
     """Lookup first; never a blind retry."""
     settings = ctx.act_settings
     if not tool.supports_lookup:
@@ -263,7 +241,7 @@ def _reconcile(ctx: Context, tool: Tool, call: Call, rounds: int = 0) -> Any:
     )
 
 
-def _execute_again(ctx: Context, tool: Tool, call: Call, rounds: int) -> Any:
+def _execute_again(ctx: RunSession, tool: Tool, call: Call, rounds: int) -> Any:
     """Not done (or not knowable, but safe to repeat): execute once more with the same
     operation id. Bounded: after ``retryable_attempts`` unknown outcomes in a row, stop
     for a later resume instead of hammering a target that keeps failing."""
@@ -284,7 +262,7 @@ def _execute_again(ctx: Context, tool: Tool, call: Call, rounds: int) -> Any:
 
 
 def _journal_intent(
-    ctx: Context, tool: Tool, call: Call, observed: dict[str, Any] | None = None
+    ctx: RunSession, tool: Tool, call: Call, observed: dict[str, Any] | None = None
 ) -> None:
     payload, text = intent_payload(
         tool, call, time.time(), observed
@@ -302,7 +280,7 @@ def _journal_intent(
 
 
 def _journal_receipt(
-    ctx: Context, tool: Tool, call: Call, receipt: Any, started: float, *, reconciled: bool
+    ctx: RunSession, tool: Tool, call: Call, receipt: Any, started: float, *, reconciled: bool
 ) -> Any:
     value_json, problem = _receipt_json(receipt, call.step)
     if problem:
@@ -354,7 +332,7 @@ def _receipt_json(receipt: Any, step: str) -> tuple[str, str | None]:
 
 
 def _journal_failed(
-    ctx: Context, call: Call, failed: ActFailed, cause: Exception, started: float, failure: str
+    ctx: RunSession, call: Call, failed: ActFailed, cause: Exception, started: float, failure: str
 ) -> None:
     """Record a failure the tool vouched for; replay raises the same ActFailed."""
     ctx.append_event(
@@ -376,7 +354,7 @@ def _journal_failed(
     )
 
 
-def _freeze_drift(ctx: Context, call: Call, exc: DriftError) -> None:
+def _freeze_drift(ctx: RunSession, call: Call, exc: DriftError) -> None:
     ctx.freeze(
         f"act {call.step!r}: the target drifted ({exc}); nothing was executed",
         {**_evidence(call), "drift": error_record(exc)},

@@ -43,16 +43,14 @@ with ``Workspace(root, observe_ignore=[...])``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crashproof.errors import EnvironmentChanged
 from crashproof.journal.codec import canonical_digest, error_record
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import EventType, StepKind
+from crashproof.runtime.port import RunSession
 from crashproof.tools.port import Call, Observation, Tool
-
-if TYPE_CHECKING:
-    from crashproof.runtime.context import Context
 
 __all__ = ["WorldCheck", "observe_after", "observe_before"]
 
@@ -147,7 +145,7 @@ class WorldCheck:
             entry = self._tools.setdefault(id(tool), (tool, []))
             entry[1].append(key)
 
-    def check(self, ctx: Context, key: str | None = None, tool: Tool | None = None) -> None:
+    def check(self, ctx: RunSession, key: str | None = None, tool: Tool | None = None) -> None:
         """Before the first live call of this drive (``key``/``tool``: the act about to
         run or be reconciled, if it is one). Freezes the run on any change."""
         if not self.pending:

@@ -11,14 +11,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crashproof.journal.codec import encode, error_record
 from crashproof.journal.records import EventType, StepKind, StepStatus
+from crashproof.runtime.port import RunSession
 from crashproof.tools.port import Call, Tool
-
-if TYPE_CHECKING:
-    from crashproof.runtime.context import Context
 
 __all__ = ["deliver", "enqueue"]
 
@@ -27,7 +25,7 @@ log = logging.getLogger(__name__)
 Append = Callable[[EventType, str, dict[str, Any]], None]
 
 
-def enqueue(ctx: Context, key: str, tool: Tool, params: dict[str, Any], digest: str) -> Any:
+def enqueue(ctx: RunSession, key: str, tool: Tool, params: dict[str, Any], digest: str) -> Any:
     """Commit the message as the step's result, then try to deliver it once."""
     operation_id = f"{ctx.run_id}/{key}"
     result = {"operation_id": operation_id, "outbox": tool.name}

@@ -1,0 +1,163 @@
+"""The two seams of the runtime, as narrow Protocols (Temporal's ``workflow/_context.py``
+``_Runtime`` is the model): the shells on top implement them, the parts below use them.
+
+- :class:`RunSession`: what the recorders (``runtime/steps``) and the guards
+  (``runtime/guards``) may use of a run in progress. ``Context`` implements it; an async
+  shell implements the same port, so both drive the same recorders and guards.
+- :class:`DriveHost`: what ``Context`` and the ledger's operations (``runtime/operations``,
+  ``runtime/driving``) may use of the ``Ledger``. ``Ledger`` implements it.
+
+Nothing here imports a module of ``runtime``; every module below ``context`` and ``ledger``
+takes one of these ports, never the concrete class, and reads no private name of another
+module. ``tests/unit/test_layers.py`` pins that direction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, Protocol
+
+from crashproof._faults import CrashPoints
+from crashproof.errors import CrashproofError, NonDeterminismError
+from crashproof.integrity.witness import Witness
+from crashproof.journal.records import Event, EventType, RunStatus
+from crashproof.store.port import StatusChange, Store
+
+__all__ = ["ActSettings", "DriveHost", "RunSession"]
+
+
+class ActSettings:
+    """Bounds of the act protocol (per ledger): how often a retryable failure and a lookup
+    are tried, and the backoff between tries."""
+
+    def __init__(
+        self,
+        *,
+        retryable_attempts: int = 3,
+        lookup_attempts: int = 4,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.retryable_attempts = retryable_attempts
+        self.lookup_attempts = lookup_attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+
+
+class RunSession(Protocol):
+    """A run being driven: its identity and lease, its journal, and how it stops.
+
+    Every append is one commit under the run's fencing token (a lost lease raises
+    ``StaleLeaseError`` and keeps nothing)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The lease the run is driven under (None: an operator's write, no lease)."""
+
+    @property
+    def act_settings(self) -> ActSettings: ...
+
+    @property
+    def frozen(self) -> CrashproofError | None:
+        """Why this drive stopped (a freeze, a budget, an abort), or None."""
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the run's next record gets."""
+
+    def journal(self, run_id: str | None = None) -> list[Event]:
+        """A verified journal of this ledger: this run's (default), or another's (the
+        approvers registry)."""
+
+    def append_event(
+        self,
+        type_: EventType,
+        key: str | None,
+        payload: dict[str, Any],
+        value_json: str | None = None,
+        *,
+        status: tuple[RunStatus, str | None] | None = None,
+    ) -> None:
+        """Append one record (and change the run's status with it)."""
+
+    def append_built(
+        self,
+        type_: EventType,
+        key: str,
+        payload: dict[str, Any],
+        text: str,
+        value_json: str | None,
+    ) -> None:
+        """``append_event`` for a payload whose stored text the caller built: exactly
+        ``codec.encode(payload)`` (``runtime/steps/act_records.py``)."""
+
+    def freeze(
+        self,
+        reason: str,
+        evidence: dict[str, Any],
+        *,
+        key: str | None = None,
+        retryable: bool = False,
+        error: type[CrashproofError] = NonDeterminismError,
+    ) -> NoReturn:
+        """Journal a ``needs_review`` freeze with evidence and raise ``error``."""
+
+    def halt(self, exc: CrashproofError, evidence: dict[str, Any] | None = None) -> None:
+        """Nothing more runs in this drive: ``exc`` (already journaled by the caller: a
+        budget stop, an approval request, an abort) is what the ledger raises, whatever
+        the workflow catches."""
+
+    def finish(self, type_: EventType, payload: dict[str, Any], value_json: str | None) -> None:
+        """Record the run's outcome (succeeded or failed)."""
+
+    def crash_point_for(self, key: str) -> Callable[[str], None]:
+        """A crash-point hook for a tool working on act ``key`` (free when unarmed)."""
+
+
+class DriveHost(Protocol):
+    """The ledger under a drive: its store and witness, its identity, verified journal
+    reads and fenced commits. ``Context`` and the ledger's mixins and operations use
+    these, never the ``Ledger`` class."""
+
+    url: str
+    shown_url: str  # the URL without its password: what messages and logs may show
+    worker_id: str
+    lease_seconds: float
+    durability: str
+    act_settings: ActSettings
+    crash_points: CrashPoints | None
+    draining: bool  # set by a worker that stops: its runs stop at their next step
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def witness(self) -> Witness | None: ...
+
+    def journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
+        """The run's journal, every MAC, the chain and its witnessed generation verified.
+        ``owner``: the caller is about to drive the run (a journal ahead of its witness
+        rolls the witness forward; a moved run is refused)."""
+
+    def append_records(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None,
+        *,
+        fencing_token: int | None = None,
+        output: bool | None = None,
+    ) -> None:
+        """Commit ``events`` to their run's journal, durable first at an output point
+        (``runtime/driving/durability.py``); ``fencing_token`` is checked in the commit's
+        transaction. ``output``: whether the last record is an output point, when the
+        caller knows."""
+
+    def check_driving(self, run_id: str) -> None:
+        """Called before every step: raises when this ledger stops driving ``run_id``
+        (a worker draining)."""
