@@ -20,6 +20,7 @@ import rfc8785
 from crashproof.errors import SerializationError
 
 __all__ = [
+    "NO_ARGS_DIGEST",
     "args_digest",
     "ascii_json",
     "canonical_digest",
@@ -137,6 +138,11 @@ def canonical_digest(value: Any, *, what: str, key: str | None = None) -> str:
             "recorded. Pass only JSON values (str, int within +/-2**53, float, bool, None, "
             "lists, dicts with str keys), or close over other objects in the function."
         ) from None
+
+
+# The digest of "no arguments" (``args_digest((), {})``), the usual case of a step, computed
+# once: replay compares it for every recorded call without arguments.
+NO_ARGS_DIGEST = canonical_digest({"args": [], "kwargs": {}}, what="no arguments")
 
 
 def _named(what: str, key: str | None) -> str:

@@ -19,8 +19,8 @@ from typing import Any, NoReturn, TypeVar
 
 from crashproof.errors import CrashproofError, NonDeterminismError
 from crashproof.journal.codec import (
+    NO_ARGS_DIGEST,
     args_digest,
-    canonical_digest,
     decode,
     encode,
     error_from_record,
@@ -50,8 +50,6 @@ T = TypeVar("T")
 
 _NO_RETRY = RetryPolicy(attempts=1)
 _BUDGETED = (StepKind.STEP, StepKind.DECIDE)  # acts are metered in ``act``
-# Digest of "no arguments", the common case, computed once.
-_EMPTY_ARGS = canonical_digest({"args": [], "kwargs": {}}, what="no arguments")
 _SUCCEEDED = StepStatus.SUCCEEDED.value
 _STEP_DONE = EventType.STEP_DONE
 # What errors name, per kind (formatted with the key only when one is raised).
@@ -210,7 +208,7 @@ class Context:
             self._counts[name] = n = n + 1
             key = f"{name}#{n}"
         digest = (
-            _EMPTY_ARGS
+            NO_ARGS_DIGEST
             if not args and not kwargs
             else args_digest(args, kwargs, what=_ARGUMENTS_OF[kind], key=key)
         )
@@ -404,7 +402,7 @@ class Context:
             key,
             {
                 "kind": StepKind.PATCHED.value,
-                "digest": _EMPTY_ARGS,
+                "digest": NO_ARGS_DIGEST,
                 "status": StepStatus.SUCCEEDED.value,
                 "attempt": 1,
                 "started_at": now,

@@ -145,14 +145,14 @@ def _outcome(result: subprocess.CompletedProcess[str]) -> tuple[int, str, str]:
     return result.returncode, result.stdout, result.stderr
 
 
-def _not_done(exc: GitCommandError) -> Exception:
+def not_done(exc: GitCommandError) -> Exception:
     """A failure before the effect's single step (the ref update): nothing happened."""
     if _LOCKED in exc.stderr:
         return RetryableError(f"another git process holds a lock: {exc}")
     return PermanentError(str(exc))
 
 
-def _ref_failure(exc: GitCommandError) -> Exception:
+def ref_failure(exc: GitCommandError) -> Exception:
     """Classify a failed compare-and-swap ``update-ref``."""
     if _LOCKED in exc.stderr:
         return RetryableError(f"another git process holds a lock: {exc}")
@@ -161,7 +161,7 @@ def _ref_failure(exc: GitCommandError) -> Exception:
     return exc  # ambiguous: the runtime looks it up
 
 
-def _push_failure(result: subprocess.CompletedProcess[str], dst: str) -> Exception:
+def push_failure(result: subprocess.CompletedProcess[str], dst: str) -> Exception:
     """A refused push changed nothing on the remote; anything else is ambiguous."""
     error = GitCommandError(["push", "--porcelain", "..."], *_outcome(result))
     for line in result.stdout.splitlines():

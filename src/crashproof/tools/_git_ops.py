@@ -14,9 +14,9 @@ from crashproof.errors import DriftError, PermanentError
 from crashproof.tools._git_cli import (
     GitCli,
     GitCommandError,
-    _not_done,
-    _push_failure,
-    _ref_failure,
+    not_done,
+    push_failure,
+    ref_failure,
 )
 from crashproof.tools.port import Call, Receipt
 
@@ -64,7 +64,7 @@ class GitOps(GitCli):
             base_tree = self._tree_of(base)
             full_message = self._with_trailers(message, call)
         except GitCommandError as exc:  # only a scratch index was touched: nothing happened
-            raise _not_done(exc) from None
+            raise not_done(exc) from None
         if tree == base_tree and not allow_empty:
             what = "the working tree" if paths is None else f"the paths {paths}"
             raise PermanentError(f"git commit: nothing to commit, {what} match {ref} at {base}")
@@ -115,14 +115,14 @@ class GitOps(GitCli):
                 env=_identity(prepared["author_name"], prepared["author_email"]),
             )
         except GitCommandError as exc:  # the branch has not moved: nothing happened
-            raise _not_done(exc) from None
+            raise not_done(exc) from None
         subject = prepared["message"].splitlines()[0]
         try:
             self._run(
                 "update-ref", "-m", f"commit (crashproof): {subject}", "HEAD", sha, base or ""
             )
         except GitCommandError as exc:
-            raise _ref_failure(exc) from None
+            raise ref_failure(exc) from None
         call.crash_point("committed")  # the branch moved, no receipt yet
         return _commit_receipt(sha, ref, call.intent_digest)
 
@@ -260,7 +260,7 @@ class GitOps(GitCli):
                 again = self._lookup_branch(call, prepared)  # DriftError when elsewhere
                 if again is not None:
                     return again
-            raise _ref_failure(exc) from None
+            raise ref_failure(exc) from None
         call.crash_point("created")
         return _branch_receipt(prepared)
 
@@ -302,7 +302,7 @@ class GitOps(GitCli):
         verify = [] if self.hooks else ["--no-verify"]
         result = self._run("push", "--porcelain", *verify, remote, f"{sha}:{dst}", check=False)
         if result.returncode != 0:
-            raise _push_failure(result, dst)
+            raise push_failure(result, dst)
         call.crash_point("pushed")  # the remote moved, no receipt yet
         return _push_receipt(prepared)
 

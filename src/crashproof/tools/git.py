@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from crashproof.errors import PermanentError
-from crashproof.tools._git_cli import GitCommandError, _not_done
+from crashproof.tools._git_cli import GitCommandError, not_done
 from crashproof.tools._git_ops import INTENT_TRAILER, OPERATION_TRAILER, GitOps
 from crashproof.tools.port import Call, Observation, Receipt, Tool
 
@@ -110,7 +110,7 @@ class GitTool(GitOps, Tool):
         try:
             return step(call)
         except GitCommandError as exc:  # prepare only reads (and uses a scratch index)
-            raise _not_done(exc) from None
+            raise not_done(exc) from None
 
     def execute(self, call: Call) -> Receipt:
         return self._dispatch(call, self._execute_commit, self._execute_branch, self._execute_push)

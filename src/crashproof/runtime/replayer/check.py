@@ -25,10 +25,10 @@ from crashproof.errors import (
     PermanentError,
     RetryableError,
 )
-from crashproof.journal.codec import args_digest
+from crashproof.journal.codec import NO_ARGS_DIGEST, args_digest
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, StepKind
-from crashproof.runtime.context import _EMPTY_ARGS, Context
+from crashproof.runtime.context import Context
 from crashproof.runtime.replayer.contracts import explain_contract_change
 from crashproof.runtime.steps.acts import intent_digest
 from crashproof.runtime.workflow import Workflow
@@ -125,7 +125,7 @@ class ReplayContext(Context):
         self._check_usable()
         key = self._take_key(name)
         digest = (
-            _EMPTY_ARGS
+            NO_ARGS_DIGEST
             if not args and not kwargs
             else args_digest(args, kwargs, what=f"arguments of {kind} {key!r}")
         )
