@@ -111,6 +111,11 @@ class ReplayContext(Context):
         self.mismatch: dict[str, Any] | None = None
         self._tool_call: tuple[Tool, dict[str, Any]] | None = None
 
+    @property
+    def replayed(self) -> int:
+        """How many recorded steps the code has matched so far."""
+        return self._cursor
+
     # -- matching without running ------------------------------------------
 
     def _call(
@@ -254,7 +259,7 @@ def replay_events(
             problem = f"the code now raises {type(exc).__name__}: {exc}"
         elif outcome is not None and outcome.type is EventType.RUN_SUCCEEDED:
             problem = f"the recorded run succeeded, the code now raises {type(exc).__name__}"
-    replayed = ctx._cursor
+    replayed = ctx.replayed
     if ctx.mismatch is not None:
         m = ctx.mismatch
         detail = f"non-deterministic at step {m['step']} ({m.get('reason') or ''})"
