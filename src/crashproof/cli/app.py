@@ -17,9 +17,9 @@ import typer
 from crashproof.cli.exitcodes import EXIT_CODES_TEXT, CliError, ExitCode, failure_for
 from crashproof.cli.limits import MaxCost, MaxDecisions, MaxSteps, MaxTokens, MaxWall, run_options
 from crashproof.cli.loading import (
+    app_policies,
     app_tools,
     app_workflows,
-    import_module,
     load_policy,
     load_workflow,
     parse_args,
@@ -33,12 +33,19 @@ from crashproof.cli.render import (
     print_runs,
     run_summary,
 )
-from crashproof.cli.settings import DEFAULT_DB, ENV_DB, Settings, State, open_ledger, resolve
+from crashproof.cli.settings import (
+    DbOption,
+    JsonOption,
+    Settings,
+    State,
+    VerboseOption,
+    command_settings,
+    open_ledger,
+)
 from crashproof.cli.timeline import environments_table, print_timeline
 from crashproof.errors import CrashproofError
 from crashproof.journal.records import Limits, RunStatus
 from crashproof.runtime.guards.budget import operator, parse_raises, raise_limits
-from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.audit import run_timeline
 from crashproof.runtime.options import RunOptions
@@ -59,31 +66,6 @@ app = typer.Typer(
     rich_markup_mode="markdown",  # joins hard-wrapped docstring lines into paragraphs
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        metavar="URL",
-        show_default=False,
-        help=(
-            f"Ledger URL: sqlite:///relative.db, sqlite:////absolute.db or memory://. "
-            f"Default: ${ENV_DB}, else {DEFAULT_DB}."
-        ),
-    ),
-]
-JsonOption = Annotated[
-    bool,
-    typer.Option("--json", help="Print machine-readable JSON on stdout instead of tables."),
-]
-VerboseOption = Annotated[
-    bool,
-    typer.Option("--verbose", "-v", help="Log at INFO on stderr; show tracebacks of errors."),
-]
-
-
-def _settings(ctx: typer.Context, db: str | None, as_json: bool, verbose: bool) -> Settings:
-    return resolve(ctx.ensure_object(State), db=db, as_json=as_json, verbose=verbose)
 
 
 @app.callback()
@@ -180,7 +162,7 @@ def run_command(
     Running the same --run-id again returns the recorded result without repeating any
     step; the same --run-id with other --arg values is a conflict (exit 4).
     """
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     workflow = load_workflow(target)
     args = parse_args(arg or [])
     if not run_id.strip():
@@ -206,16 +188,6 @@ def run_command(
             run_id,
             lambda: ledger.run(workflow, run_id=run_id, options=options, **args),
         )
-
-
-def _app_policies(module_names: list[str]) -> list[Policy]:
-    """Every cp.Policy instance in the given modules' globals."""
-    found: dict[int, Policy] = {}
-    for name in module_names:
-        for obj in vars(import_module(name)).values():
-            if isinstance(obj, Policy):
-                found.setdefault(id(obj), obj)
-    return list(found.values())
 
 
 @app.command("resume")
@@ -291,9 +263,9 @@ def resume_command(
     recorded outcome. A run stopped at a budget (status stopped, reason budget:KIND)
     exits 6 until its limit is raised with --raise-budget KIND=LIMIT.
     """
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     workflows = app_workflows(app_modules)
-    policies = _app_policies(app_modules)
+    policies = app_policies(app_modules)
     try:
         raises = parse_raises(raise_budget or []) or None
     except ValueError as exc:
@@ -368,7 +340,7 @@ def runs_command(
     verbose: VerboseOption = False,
 ) -> int:
     """List the runs in the ledger, oldest first."""
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         infos = ledger.runs(status)
         leases = ledger.leases()
@@ -401,7 +373,7 @@ def show_command(
     verbose: VerboseOption = False,
 ) -> int:
     """Show one run: header, step timeline, then result, error or evidence."""
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         info = ledger.get_run(run_id)
         entries = run_timeline(ledger, run_id) if timeline else None
@@ -449,7 +421,7 @@ def reconcile_command(
     needs_review (nobody can tell). Exit 0 when all are confirmed, 4 when any drifted,
     3 when some need review.
     """
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     tools = app_tools(app_modules or [])
     with open_ledger(settings, create=False) as ledger:
         run_ids = [run_id] if run_id is not None else [info.run_id for info in ledger.runs()]

@@ -10,10 +10,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from crashproof.cli.app import DbOption, JsonOption, VerboseOption, _settings, app
+from crashproof.cli.app import app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.render import console, emit_json
-from crashproof.cli.settings import open_ledger
+from crashproof.cli.settings import (
+    DbOption,
+    JsonOption,
+    VerboseOption,
+    command_settings,
+    open_ledger,
+)
 from crashproof.integrity.signing import generate_keypair
 
 approvers_app = typer.Typer(
@@ -70,7 +76,7 @@ def keygen_command(
 ) -> int:
     """Make an Ed25519 key pair: FILE (private, mode 0600) and FILE.pub (public, to
     register with `crashproof approvers add`). Existing files are never overwritten."""
-    _settings(ctx, None, False, verbose)
+    command_settings(ctx, None, False, verbose)
     try:
         fingerprint = generate_keypair(file)
     except FileExistsError as exc:
@@ -91,7 +97,7 @@ def add_command(
     verbose: VerboseOption = False,
 ) -> int:
     """Register an approver (journaled, attributable; one key per name, for good)."""
-    settings = _settings(ctx, db, False, verbose)
+    settings = command_settings(ctx, db, False, verbose)
     try:
         pem = public_key.read_text()
     except OSError as exc:
@@ -112,7 +118,7 @@ def list_command(
     verbose: VerboseOption = False,
 ) -> int:
     """List the registered approvers: name, key fingerprint, who added them and when."""
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         approvers = sorted(ledger.approvers().values(), key=lambda a: a.name)
     if settings.json:
@@ -145,7 +151,7 @@ def approve_command(
     """Sign an approval of the act a run waits on, and journal it. It binds the run, step,
     operation id, intent digest, generation, policy, an expiry and a one-time nonce;
     `crashproof resume RUN_ID --app MODULE` then executes exactly that act, once."""
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     seconds = parse_ttl(ttl)
     with open_ledger(settings, create=False) as ledger:
         document = ledger.approve(run_id, step, key=key, ttl=seconds, by=by)
@@ -181,7 +187,7 @@ def review_list_command(
     verbose: VerboseOption = False,
 ) -> int:
     """List review cases (every needs_review freeze), oldest first."""
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         cases = ledger.review_cases(run_id, state=state)
     if settings.json:
@@ -203,7 +209,7 @@ def review_show_command(
 ) -> int:
     """Show one review case with all its evidence (JSON): pending intent, digests, the
     receipt and its fingerprint, generation, the step's trace, the case fingerprint."""
-    settings = _settings(ctx, db, True, verbose)
+    settings = command_settings(ctx, db, True, verbose)
     with open_ledger(settings, create=False) as ledger:
         case = ledger.review_case(case_id)
     emit_json(case.to_json())
@@ -231,7 +237,7 @@ def review_decide_command(
     epoch on resume; abort: the run fails, evidence kept. The receipt is re-read before
     the decision is consumed: if it changed, the case stays open. continue (only for a run
     imported from a copy): you vouch that the source did not go on; the run resumes."""
-    settings = _settings(ctx, db, False, verbose)
+    settings = command_settings(ctx, db, False, verbose)
     with open_ledger(settings, create=False) as ledger:
         ledger.decide(case_id, decision, key=key, by=by)
         status = ledger.get_run(case_id.rpartition("#")[0]).status.value

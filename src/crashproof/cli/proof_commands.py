@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from crashproof.cli.app import JsonOption, VerboseOption, _settings, app
+from crashproof.cli.app import app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.render import console, emit_json
+from crashproof.cli.settings import JsonOption, VerboseOption, command_settings
 
 
 @app.command("demo")
@@ -28,7 +29,7 @@ def demo_command(
     verbose: VerboseOption = False,
 ) -> int:
     """Watch crashproof survive crashes: the built-in demo scenario, crashed and resumed."""
-    _settings(ctx, None, False, verbose)
+    command_settings(ctx, None, False, verbose)
     try:
         # Imported here: the demo pulls in the verifier, which plain commands never need.
         from crashproof.verify.demo import run_demo
@@ -151,7 +152,7 @@ def verify_command(
     SAME, REFUSED (stopped for review, with its reason) or DIVERGED. Exit code 0 when
     nothing DIVERGED, 1 otherwise.
     """
-    settings = _settings(ctx, None, as_json, verbose)
+    settings = command_settings(ctx, None, as_json, verbose)
     contention = _contention_points(contention_points)
     # Imported here: plain commands never need the verifier.
     from rich.console import Console

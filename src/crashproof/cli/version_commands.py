@@ -14,11 +14,11 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from crashproof.cli.app import JsonOption, VerboseOption, _settings, app
+from crashproof.cli.app import app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.loading import app_workflows
 from crashproof.cli.render import console, emit_json
-from crashproof.cli.settings import sqlite_path
+from crashproof.cli.settings import JsonOption, VerboseOption, command_settings, sqlite_path
 from crashproof.errors import LedgerError
 from crashproof.integrity.keys import resolve_keyring
 from crashproof.integrity.seal import Sealer
@@ -68,7 +68,7 @@ def replay_command(
     `non-deterministic at step K (recorded X, code now Y)`; exit 0 when every run is
     compatible, 4 when any is not. Run it in CI before deploying workflow code.
     """
-    settings = _settings(ctx, None, as_json, verbose)
+    settings = command_settings(ctx, None, as_json, verbose)
     workflows = app_workflows(modules)
     verdicts = replay_check(workflows, source, run_ids=run_ids or None)
     if settings.json:
@@ -105,7 +105,7 @@ def migrate_command(
     recorded, only when nothing is unresolved. Exit 0 when the ledger is (or can be made)
     current, 4 when something is unresolved (nothing is written).
     """
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     if settings.db.startswith(("postgresql://", "postgres://")):
         return _migrate_postgres(settings.db, preview, settings.json)
     path = sqlite_path(settings.db)
