@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 
-from crashproof.cli.app import app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.settings import (
     DbOption,
@@ -26,9 +25,10 @@ from crashproof.cli.settings import (
 from crashproof.integrity import checkpoint
 from crashproof.runtime.operations.transfer import ImportPlan
 
+__all__ = ["export_run", "import_run", "render_plan"]
 
-@app.command("export")
-def export_command(
+
+def export_run(
     ctx: typer.Context,
     run_id: Annotated[
         str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to export.")
@@ -108,8 +108,7 @@ def export_command(
     return int(ExitCode.OK)
 
 
-@app.command("import")
-def import_command(
+def import_run(
     ctx: typer.Context,
     file: Annotated[
         Path,

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from crashproof.cli.app import app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.limits import MaxCost, MaxDecisions, MaxSteps, MaxTokens, MaxWall, run_options
 from crashproof.cli.loading import app_policies, app_workflows, load_policy
@@ -17,9 +16,10 @@ from crashproof.cli.settings import DbOption, VerboseOption, command_settings, o
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.worker import Worker
 
+__all__ = ["run_worker"]
 
-@app.command("worker")
-def worker_command(
+
+def run_worker(
     ctx: typer.Context,
     app_modules: Annotated[
         list[str],

@@ -14,7 +14,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from crashproof.cli.app import app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.loading import app_workflows
 from crashproof.cli.render import console, emit_json
@@ -27,11 +26,10 @@ from crashproof.journal.records import RunInfo
 from crashproof.runtime.replayer.sources import replay_check
 from crashproof.store.migrate import apply_plan, open_for_migration, plan_migration
 
-__all__ = ["print_versions", "versions_in_flight"]
+__all__ = ["migrate_ledger", "print_versions", "replay_runs", "versions_in_flight"]
 
 
-@app.command("replay")
-def replay_command(
+def replay_runs(
     ctx: typer.Context,
     modules: Annotated[
         list[str],
@@ -83,8 +81,7 @@ def replay_command(
     return int(ExitCode.CONFLICT if any(not v.ok for v in verdicts) else ExitCode.OK)
 
 
-@app.command("migrate")
-def migrate_command(
+def migrate_ledger(
     ctx: typer.Context,
     preview: Annotated[
         bool,

@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from crashproof.cli.app import app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.render import console, emit_json
 from crashproof.cli.settings import (
@@ -23,9 +22,10 @@ from crashproof.cli.settings import (
 )
 from crashproof.integrity.keys import KEY_BYTES, key_id
 
+__all__ = ["check_journals", "make_journal_key", "reanchor_run"]
 
-@app.command("check")
-def check_command(
+
+def check_journals(
     ctx: typer.Context,
     run_id: Annotated[
         str | None,
@@ -56,8 +56,7 @@ def check_command(
     return int(ExitCode.LEDGER_UNUSABLE) if bad else int(ExitCode.OK)
 
 
-@app.command("reanchor")
-def reanchor_command(
+def reanchor_run(
     ctx: typer.Context,
     run_id: Annotated[
         str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to re-anchor.")
@@ -78,8 +77,7 @@ def reanchor_command(
     return int(ExitCode.OK)
 
 
-@app.command("keygen")
-def keygen_command(
+def make_journal_key(
     ctx: typer.Context,
     file: Annotated[
         Path | None,

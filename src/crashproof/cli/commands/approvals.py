@@ -1,4 +1,8 @@
-"""`crashproof approvers`, `approve` and `review`: humans in the loop, with signatures."""
+"""`crashproof approvers`, `approve` and `review`: humans in the loop, with signatures.
+
+``crashproof.cli.app`` registers ``approve`` at the top level, the others under the
+``approvers`` and ``review`` groups.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from crashproof.cli.app import app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.render import console, emit_json
 from crashproof.cli.settings import (
@@ -22,16 +25,16 @@ from crashproof.cli.settings import (
 )
 from crashproof.integrity.signing import generate_keypair
 
-approvers_app = typer.Typer(
-    help="The approvers registry: who may sign approvals and review decisions.",
-    no_args_is_help=True,
-)
-review_app = typer.Typer(
-    help="Review cases of runs in needs_review, and signed replan/abort/continue decisions.",
-    no_args_is_help=True,
-)
-app.add_typer(approvers_app, name="approvers")
-app.add_typer(review_app, name="review")
+__all__ = [
+    "add_approver",
+    "approve",
+    "decide_review_case",
+    "list_approvers",
+    "list_review_cases",
+    "make_approver_key",
+    "parse_ttl",
+    "show_review_case",
+]
 
 KeyOption = Annotated[
     Path,
@@ -65,8 +68,7 @@ def parse_ttl(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-@approvers_app.command("keygen")
-def keygen_command(
+def make_approver_key(
     ctx: typer.Context,
     file: Annotated[
         Path,
@@ -85,8 +87,7 @@ def keygen_command(
     return int(ExitCode.OK)
 
 
-@approvers_app.command("add")
-def add_command(
+def add_approver(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(metavar="NAME", help="The approver's name.")],
     public_key: Annotated[
@@ -110,8 +111,7 @@ def add_command(
     return int(ExitCode.OK)
 
 
-@approvers_app.command("list")
-def list_command(
+def list_approvers(
     ctx: typer.Context,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -131,8 +131,7 @@ def list_command(
     return int(ExitCode.OK)
 
 
-@app.command("approve")
-def approve_command(
+def approve(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run awaiting approval.")],
     step: Annotated[
@@ -166,8 +165,7 @@ def approve_command(
     return int(ExitCode.OK)
 
 
-@review_app.command("list")
-def review_list_command(
+def list_review_cases(
     ctx: typer.Context,
     run_id: Annotated[
         str | None,
@@ -200,8 +198,7 @@ def review_list_command(
     return int(ExitCode.OK)
 
 
-@review_app.command("show")
-def review_show_command(
+def show_review_case(
     ctx: typer.Context,
     case_id: Annotated[str, typer.Argument(metavar="CASE", help="The case id (RUN_ID#SEQ).")],
     db: DbOption = None,
@@ -216,8 +213,7 @@ def review_show_command(
     return int(ExitCode.OK)
 
 
-@review_app.command("decide")
-def review_decide_command(
+def decide_review_case(
     ctx: typer.Context,
     case_id: Annotated[str, typer.Argument(metavar="CASE", help="The case id (RUN_ID#SEQ).")],
     decision: Annotated[

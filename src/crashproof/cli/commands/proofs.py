@@ -8,14 +8,14 @@ from typing import Annotated
 
 import typer
 
-from crashproof.cli.app import app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.render import console, emit_json
 from crashproof.cli.settings import JsonOption, VerboseOption, command_settings
 
+__all__ = ["VerifyMode", "demo", "verify_recovery"]
 
-@app.command("demo")
-def demo_command(
+
+def demo(
     ctx: typer.Context,
     workdir: Annotated[
         Path | None,
@@ -64,8 +64,7 @@ def _contention_points(value: str) -> int | None:
     )
 
 
-@app.command("verify")
-def verify_command(
+def verify_recovery(
     ctx: typer.Context,
     target: Annotated[
         str,
