@@ -22,6 +22,7 @@ from crashproof.runtime.workflow import RESERVED_PARAMS, Workflow
 from crashproof.tools.port import Tool
 
 __all__ = [
+    "app_policies",
     "app_tools",
     "app_workflows",
     "import_module",
@@ -172,6 +173,16 @@ def app_tools(module_names: Sequence[str]) -> list[Tool]:
             if isinstance(obj, Tool):
                 tools.setdefault(obj.name, obj)
     return list(tools.values())
+
+
+def app_policies(module_names: Sequence[str]) -> list[Policy]:
+    """Every cp.Policy instance in the given modules' globals (``resume``/``worker --app``)."""
+    found: dict[int, Policy] = {}
+    for name in module_names:
+        for obj in vars(import_module(name)).values():
+            if isinstance(obj, Policy):
+                found.setdefault(id(obj), obj)
+    return list(found.values())
 
 
 def _reject_constant(name: str) -> Any:

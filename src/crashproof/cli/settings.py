@@ -14,17 +14,54 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.runtime.ledger import DURABILITY_MODES, Ledger
 
-__all__ = ["DEFAULT_DB", "ENV_DB", "Settings", "State", "open_ledger", "sqlite_path"]
+__all__ = [
+    "DEFAULT_DB",
+    "ENV_DB",
+    "DbOption",
+    "JsonOption",
+    "Settings",
+    "State",
+    "VerboseOption",
+    "command_settings",
+    "open_ledger",
+    "sqlite_path",
+]
 
 DEFAULT_DB = "sqlite:///crashproof.db"
 ENV_DB = "CRASHPROOF_DB"
 ENV_DURABILITY = "CRASHPROOF_DURABILITY"  # output (default), full or normal
 _SQLITE = "sqlite:///"
 _URL_HINT = "use sqlite:///relative.db, sqlite:////absolute/path.db or memory://"
+
+# The three options every command accepts, and the root callback too (see the module
+# docstring); typer reads these declarations when app.py registers a command.
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        metavar="URL",
+        show_default=False,
+        help=(
+            f"Ledger URL: sqlite:///relative.db, sqlite:////absolute.db or memory://. "
+            f"Default: ${ENV_DB}, else {DEFAULT_DB}."
+        ),
+    ),
+]
+JsonOption = Annotated[
+    bool,
+    typer.Option("--json", help="Print machine-readable JSON on stdout instead of tables."),
+]
+VerboseOption = Annotated[
+    bool,
+    typer.Option("--verbose", "-v", help="Log at INFO on stderr; show tracebacks of errors."),
+]
 
 
 @dataclass(slots=True)
@@ -62,6 +99,11 @@ def resolve(state: State, *, db: str | None, as_json: bool, verbose: bool) -> Se
     if url is None:
         url, source = DEFAULT_DB, "the default"
     return Settings(db=url, db_source=source, json=state.json or as_json, verbose=state.verbose)
+
+
+def command_settings(ctx: typer.Context, db: str | None, as_json: bool, verbose: bool) -> Settings:
+    """A command's settings: its own --db/--json/--verbose over the root callback's."""
+    return resolve(ctx.ensure_object(State), db=db, as_json=as_json, verbose=verbose)
 
 
 def sqlite_path(url: str) -> Path | None:

@@ -12,15 +12,23 @@ from typing import Annotated, Any
 
 import typer
 
-from crashproof.cli.app import DbOption, JsonOption, VerboseOption, _settings, app
 from crashproof.cli.exitcodes import CliError, ExitCode
-from crashproof.cli.settings import Settings, open_ledger, sqlite_path
+from crashproof.cli.settings import (
+    DbOption,
+    JsonOption,
+    Settings,
+    VerboseOption,
+    command_settings,
+    open_ledger,
+    sqlite_path,
+)
 from crashproof.integrity import checkpoint
 from crashproof.runtime.operations.transfer import ImportPlan
 
+__all__ = ["export_run", "import_run", "render_plan"]
 
-@app.command("export")
-def export_command(
+
+def export_run(
     ctx: typer.Context,
     run_id: Annotated[
         str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to export.")
@@ -59,7 +67,7 @@ def export_command(
     with this checkpoint, and this ledger refuses to run or resume it from then on; it
     continues where the checkpoint is imported (`crashproof import`). Exporting a moved
     run again writes the same checkpoint. --copy writes nothing."""
-    settings = _settings(ctx, db, False, verbose)
+    settings = command_settings(ctx, db, False, verbose)
     if out is not None and out.exists():  # checked before the run is moved
         raise CliError(
             ExitCode.USAGE,
@@ -100,8 +108,7 @@ def export_command(
     return int(ExitCode.OK)
 
 
-@app.command("import")
-def import_command(
+def import_run(
     ctx: typer.Context,
     file: Annotated[
         Path,
@@ -132,7 +139,7 @@ def import_command(
     format is migrated (1 -> 2: the derived header fields are folded from the records).
     Any mismatch: nothing is written. Logged with --by. --preview shows the run, its
     generation, the format migration and the derived fields, and writes nothing."""
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     if not preview and not by:
         raise CliError(
             ExitCode.USAGE,

@@ -9,17 +9,17 @@ from typing import Annotated
 
 import typer
 
-from crashproof.cli.app import DbOption, VerboseOption, _app_policies, _settings, app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.limits import MaxCost, MaxDecisions, MaxSteps, MaxTokens, MaxWall, run_options
-from crashproof.cli.loading import app_workflows, load_policy
-from crashproof.cli.settings import open_ledger
+from crashproof.cli.loading import app_policies, app_workflows, load_policy
+from crashproof.cli.settings import DbOption, VerboseOption, command_settings, open_ledger
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.worker import Worker
 
+__all__ = ["run_worker"]
 
-@app.command("worker")
-def worker_command(
+
+def run_worker(
     ctx: typer.Context,
     app_modules: Annotated[
         list[str],
@@ -80,7 +80,7 @@ def worker_command(
     exits 0. With --policy/--max-*, only runs bound to that policy and those limits are
     driven (others are refused, logged as "refused" or "error", and left alone).
     """
-    settings = _settings(ctx, db, False, verbose)
+    settings = command_settings(ctx, db, False, verbose)
     if concurrency < 1 or not poll > 0 or not lease > 0:
         raise CliError(
             ExitCode.USAGE,
@@ -93,7 +93,7 @@ def worker_command(
         limits = options.limits if options is not None else None
         options = RunOptions(limits=limits, policy=load_policy(policy))
     workflows = app_workflows(app_modules)
-    policies = _app_policies(app_modules)
+    policies = app_policies(app_modules)
     with open_ledger(settings, create=False) as ledger:
         ledger.lease_seconds = lease
         for workflow in workflows:

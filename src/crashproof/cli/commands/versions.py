@@ -14,11 +14,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from crashproof.cli.app import JsonOption, VerboseOption, _settings, app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.loading import app_workflows
 from crashproof.cli.render import console, emit_json
-from crashproof.cli.settings import sqlite_path
+from crashproof.cli.settings import JsonOption, VerboseOption, command_settings, sqlite_path
 from crashproof.errors import LedgerError
 from crashproof.integrity.keys import resolve_keyring
 from crashproof.integrity.seal import Sealer
@@ -27,11 +26,10 @@ from crashproof.journal.records import RunInfo
 from crashproof.runtime.replayer.sources import replay_check
 from crashproof.store.migrate import apply_plan, open_for_migration, plan_migration
 
-__all__ = ["print_versions", "versions_in_flight"]
+__all__ = ["migrate_ledger", "print_versions", "replay_runs", "versions_in_flight"]
 
 
-@app.command("replay")
-def replay_command(
+def replay_runs(
     ctx: typer.Context,
     modules: Annotated[
         list[str],
@@ -68,7 +66,7 @@ def replay_command(
     `non-deterministic at step K (recorded X, code now Y)`; exit 0 when every run is
     compatible, 4 when any is not. Run it in CI before deploying workflow code.
     """
-    settings = _settings(ctx, None, as_json, verbose)
+    settings = command_settings(ctx, None, as_json, verbose)
     workflows = app_workflows(modules)
     verdicts = replay_check(workflows, source, run_ids=run_ids or None)
     if settings.json:
@@ -83,8 +81,7 @@ def replay_command(
     return int(ExitCode.CONFLICT if any(not v.ok for v in verdicts) else ExitCode.OK)
 
 
-@app.command("migrate")
-def migrate_command(
+def migrate_ledger(
     ctx: typer.Context,
     preview: Annotated[
         bool,
@@ -105,7 +102,7 @@ def migrate_command(
     recorded, only when nothing is unresolved. Exit 0 when the ledger is (or can be made)
     current, 4 when something is unresolved (nothing is written).
     """
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     if settings.db.startswith(("postgresql://", "postgres://")):
         return _migrate_postgres(settings.db, preview, settings.json)
     path = sqlite_path(settings.db)

@@ -11,15 +11,21 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from crashproof.cli.app import DbOption, JsonOption, VerboseOption, _settings, app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.render import console, emit_json
-from crashproof.cli.settings import open_ledger
+from crashproof.cli.settings import (
+    DbOption,
+    JsonOption,
+    VerboseOption,
+    command_settings,
+    open_ledger,
+)
 from crashproof.integrity.keys import KEY_BYTES, key_id
 
+__all__ = ["check_journals", "make_journal_key", "reanchor_run"]
 
-@app.command("check")
-def check_command(
+
+def check_journals(
     ctx: typer.Context,
     run_id: Annotated[
         str | None,
@@ -33,7 +39,7 @@ def check_command(
 ) -> int:
     """Verify every journal record: its HMAC, the chain, the order, and the generation
     witness (like git fsck; read-only). Exit 0 when every run is sound, 5 otherwise."""
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         report = ledger.check(run_id)
     bad = [(rid, problem) for rid, problem in report if problem is not None]
@@ -50,8 +56,7 @@ def check_command(
     return int(ExitCode.LEDGER_UNUSABLE) if bad else int(ExitCode.OK)
 
 
-@app.command("reanchor")
-def reanchor_command(
+def reanchor_run(
     ctx: typer.Context,
     run_id: Annotated[
         str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to re-anchor.")
@@ -65,15 +70,14 @@ def reanchor_command(
 ) -> int:
     """Trust a run's journal as it is now: set its generation witness to match (after a
     lost witness, or a journal restored on purpose). Logged with --by."""
-    settings = _settings(ctx, db, False, verbose)
+    settings = command_settings(ctx, db, False, verbose)
     with open_ledger(settings, create=False) as ledger:
         generation = ledger.reanchor(run_id, by=by)
     sys.stderr.write(f"run {run_id!r} re-anchored at generation {generation} by {by}\n")
     return int(ExitCode.OK)
 
 
-@app.command("keygen")
-def keygen_command(
+def make_journal_key(
     ctx: typer.Context,
     file: Annotated[
         Path | None,
@@ -87,7 +91,7 @@ def keygen_command(
     verbose: VerboseOption = False,
 ) -> int:
     """Make a new random journal key (64 hex digits) for CRASHPROOF_KEY or a key file."""
-    _settings(ctx, None, False, verbose)
+    command_settings(ctx, None, False, verbose)
     key = secrets.token_hex(KEY_BYTES)
     if file is None:
         sys.stdout.write(key + "\n")

@@ -1,4 +1,8 @@
-"""`crashproof approvers`, `approve` and `review`: humans in the loop, with signatures."""
+"""`crashproof approvers`, `approve` and `review`: humans in the loop, with signatures.
+
+``crashproof.cli.app`` registers ``approve`` at the top level, the others under the
+``approvers`` and ``review`` groups.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +14,27 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from crashproof.cli.app import DbOption, JsonOption, VerboseOption, _settings, app
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.render import console, emit_json
-from crashproof.cli.settings import open_ledger
+from crashproof.cli.settings import (
+    DbOption,
+    JsonOption,
+    VerboseOption,
+    command_settings,
+    open_ledger,
+)
 from crashproof.integrity.signing import generate_keypair
 
-approvers_app = typer.Typer(
-    help="The approvers registry: who may sign approvals and review decisions.",
-    no_args_is_help=True,
-)
-review_app = typer.Typer(
-    help="Review cases of runs in needs_review, and signed replan/abort/continue decisions.",
-    no_args_is_help=True,
-)
-app.add_typer(approvers_app, name="approvers")
-app.add_typer(review_app, name="review")
+__all__ = [
+    "add_approver",
+    "approve",
+    "decide_review_case",
+    "list_approvers",
+    "list_review_cases",
+    "make_approver_key",
+    "parse_ttl",
+    "show_review_case",
+]
 
 KeyOption = Annotated[
     Path,
@@ -59,8 +68,7 @@ def parse_ttl(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-@approvers_app.command("keygen")
-def keygen_command(
+def make_approver_key(
     ctx: typer.Context,
     file: Annotated[
         Path,
@@ -70,7 +78,7 @@ def keygen_command(
 ) -> int:
     """Make an Ed25519 key pair: FILE (private, mode 0600) and FILE.pub (public, to
     register with `crashproof approvers add`). Existing files are never overwritten."""
-    _settings(ctx, None, False, verbose)
+    command_settings(ctx, None, False, verbose)
     try:
         fingerprint = generate_keypair(file)
     except FileExistsError as exc:
@@ -79,8 +87,7 @@ def keygen_command(
     return int(ExitCode.OK)
 
 
-@approvers_app.command("add")
-def add_command(
+def add_approver(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(metavar="NAME", help="The approver's name.")],
     public_key: Annotated[
@@ -91,7 +98,7 @@ def add_command(
     verbose: VerboseOption = False,
 ) -> int:
     """Register an approver (journaled, attributable; one key per name, for good)."""
-    settings = _settings(ctx, db, False, verbose)
+    settings = command_settings(ctx, db, False, verbose)
     try:
         pem = public_key.read_text()
     except OSError as exc:
@@ -104,15 +111,14 @@ def add_command(
     return int(ExitCode.OK)
 
 
-@approvers_app.command("list")
-def list_command(
+def list_approvers(
     ctx: typer.Context,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
     """List the registered approvers: name, key fingerprint, who added them and when."""
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         approvers = sorted(ledger.approvers().values(), key=lambda a: a.name)
     if settings.json:
@@ -125,8 +131,7 @@ def list_command(
     return int(ExitCode.OK)
 
 
-@app.command("approve")
-def approve_command(
+def approve(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run awaiting approval.")],
     step: Annotated[
@@ -145,7 +150,7 @@ def approve_command(
     """Sign an approval of the act a run waits on, and journal it. It binds the run, step,
     operation id, intent digest, generation, policy, an expiry and a one-time nonce;
     `crashproof resume RUN_ID --app MODULE` then executes exactly that act, once."""
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     seconds = parse_ttl(ttl)
     with open_ledger(settings, create=False) as ledger:
         document = ledger.approve(run_id, step, key=key, ttl=seconds, by=by)
@@ -160,8 +165,7 @@ def approve_command(
     return int(ExitCode.OK)
 
 
-@review_app.command("list")
-def review_list_command(
+def list_review_cases(
     ctx: typer.Context,
     run_id: Annotated[
         str | None,
@@ -181,7 +185,7 @@ def review_list_command(
     verbose: VerboseOption = False,
 ) -> int:
     """List review cases (every needs_review freeze), oldest first."""
-    settings = _settings(ctx, db, as_json, verbose)
+    settings = command_settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         cases = ledger.review_cases(run_id, state=state)
     if settings.json:
@@ -194,8 +198,7 @@ def review_list_command(
     return int(ExitCode.OK)
 
 
-@review_app.command("show")
-def review_show_command(
+def show_review_case(
     ctx: typer.Context,
     case_id: Annotated[str, typer.Argument(metavar="CASE", help="The case id (RUN_ID#SEQ).")],
     db: DbOption = None,
@@ -203,15 +206,14 @@ def review_show_command(
 ) -> int:
     """Show one review case with all its evidence (JSON): pending intent, digests, the
     receipt and its fingerprint, generation, the step's trace, the case fingerprint."""
-    settings = _settings(ctx, db, True, verbose)
+    settings = command_settings(ctx, db, True, verbose)
     with open_ledger(settings, create=False) as ledger:
         case = ledger.review_case(case_id)
     emit_json(case.to_json())
     return int(ExitCode.OK)
 
 
-@review_app.command("decide")
-def review_decide_command(
+def decide_review_case(
     ctx: typer.Context,
     case_id: Annotated[str, typer.Argument(metavar="CASE", help="The case id (RUN_ID#SEQ).")],
     decision: Annotated[
@@ -231,7 +233,7 @@ def review_decide_command(
     epoch on resume; abort: the run fails, evidence kept. The receipt is re-read before
     the decision is consumed: if it changed, the case stays open. continue (only for a run
     imported from a copy): you vouch that the source did not go on; the run resumes."""
-    settings = _settings(ctx, db, False, verbose)
+    settings = command_settings(ctx, db, False, verbose)
     with open_ledger(settings, create=False) as ledger:
         ledger.decide(case_id, decision, key=key, by=by)
         status = ledger.get_run(case_id.rpartition("#")[0]).status.value

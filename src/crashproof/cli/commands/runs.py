@@ -1,0 +1,404 @@
+"""`crashproof run`, `resume`, `runs`, `show` and `reconcile`: starting runs, driving
+them on, and looking at them.
+
+Each command is a thin shell over the Ledger. Commands raise; ``crashproof.cli.main``
+turns every error into one error line, one hint line and an exit code (see
+``crashproof.cli.exitcodes``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from crashproof.cli.commands.versions import print_versions
+from crashproof.cli.exitcodes import CliError, ExitCode, failure_for
+from crashproof.cli.limits import MaxCost, MaxDecisions, MaxSteps, MaxTokens, MaxWall, run_options
+from crashproof.cli.loading import (
+    app_policies,
+    app_tools,
+    app_workflows,
+    load_policy,
+    load_workflow,
+    parse_args,
+)
+from crashproof.cli.render import (
+    console,
+    emit_json,
+    lease_json,
+    print_checks,
+    print_run,
+    print_runs,
+    run_summary,
+)
+from crashproof.cli.settings import (
+    DbOption,
+    JsonOption,
+    Settings,
+    VerboseOption,
+    command_settings,
+    open_ledger,
+)
+from crashproof.cli.timeline import environments_table, print_timeline
+from crashproof.errors import CrashproofError
+from crashproof.journal.records import Limits, RunStatus
+from crashproof.runtime.guards.budget import operator, parse_raises, raise_limits
+from crashproof.runtime.ledger import Ledger
+from crashproof.runtime.operations.audit import run_timeline
+from crashproof.runtime.options import RunOptions
+
+__all__ = ["list_runs", "reconcile_runs", "resume_run", "show_run", "start_run"]
+
+
+def _finish(ledger: Ledger, settings: Settings, run_id: str, go: Callable[[], Any]) -> int:
+    """Drive a run with ``go`` and print its outcome; errors propagate to ``main``."""
+    try:
+        result = go()
+    except CrashproofError as exc:
+        failure = failure_for(exc)
+        stopped = (ExitCode.RUN_FAILED, ExitCode.RUN_FROZEN, ExitCode.RUN_INTERRUPTED)
+        if settings.json and failure is not None and failure.code in stopped:
+            # The run exists and ended (or stopped): scripts get its record too.
+            with contextlib.suppress(CrashproofError):
+                emit_json(ledger.get_run(run_id).to_json())
+        raise
+    info = ledger.get_run(run_id)
+    if settings.json:
+        emit_json(info.to_json())
+    else:
+        emit_json(result)
+        sys.stderr.write(run_summary(info) + "\n")
+    return int(ExitCode.OK)
+
+
+def start_run(
+    ctx: typer.Context,
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:WORKFLOW",
+            show_default=False,
+            help="The workflow to run, e.g. flows:upgrade (MODULE is imported from the "
+            "current directory first, like python -m).",
+        ),
+    ],
+    run_id: Annotated[
+        str,
+        typer.Option(
+            "--run-id",
+            metavar="ID",
+            show_default=False,
+            help="The run's stable id, derived from business intent; it is the run's "
+            "idempotency key.",
+        ),
+    ],
+    arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--arg",
+            "-a",
+            metavar="KEY=VALUE",
+            show_default=False,
+            help="A workflow argument; VALUE is parsed as JSON when it is valid JSON, "
+            "else kept as a string. Repeatable.",
+        ),
+    ] = None,
+    max_steps: MaxSteps = None,
+    max_decisions: MaxDecisions = None,
+    max_tokens: MaxTokens = None,
+    max_cost: MaxCost = None,
+    max_wall: MaxWall = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            metavar="MODULE:ATTRIBUTE",
+            show_default=False,
+            help="A cp.Policy the run is bound to (allowlist, scopes, risk, approvals); "
+            "recorded when the run starts.",
+        ),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Start a run, or resume it if it exists with the same input; print its result.
+
+    Running the same --run-id again returns the recorded result without repeating any
+    step; the same --run-id with other --arg values is a conflict (exit 4).
+    """
+    settings = command_settings(ctx, db, as_json, verbose)
+    workflow = load_workflow(target)
+    args = parse_args(arg or [])
+    if not run_id.strip():
+        raise CliError(ExitCode.USAGE, "--run-id is empty", "give the run a stable, non-empty id")
+    try:
+        workflow.bind_input(args)
+    except TypeError as exc:
+        params = list(inspect.signature(workflow.fn).parameters)[1:]
+        raise CliError(
+            ExitCode.USAGE,
+            str(exc),
+            f"{target} takes: {', '.join(params) or 'no arguments'} (pass them with --arg)",
+        ) from exc
+    options = run_options(max_steps, max_decisions, max_tokens, max_cost, max_wall)
+    if policy is not None:
+        limits = options.limits if options is not None else None
+        options = RunOptions(limits=limits, policy=load_policy(policy))
+    with open_ledger(settings, create=True) as ledger:
+        ledger.register(workflow)
+        return _finish(
+            ledger,
+            settings,
+            run_id,
+            lambda: ledger.run(workflow, run_id=run_id, options=options, **args),
+        )
+
+
+def resume_run(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to resume.")
+    ],
+    app_modules: Annotated[
+        list[str],
+        typer.Option(
+            "--app",
+            metavar="MODULE",
+            show_default=False,
+            help="Module whose workflows are registered (every crashproof workflow in its "
+            "globals), and policies (every cp.Policy). Repeatable.",
+        ),
+    ],
+    raise_budget: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--raise-budget",
+            metavar="KIND=LIMIT",
+            show_default=False,
+            help="Raise one of the run's limits to LIMIT (the new total, not an increment; "
+            "'none' lifts it). KIND: steps, decisions, tokens, cost, wall_time (seconds "
+            "since the run first started). Journaled with --by. Repeatable.",
+        ),
+    ] = None,
+    rebind_policy: Annotated[
+        str | None,
+        typer.Option(
+            "--rebind-policy",
+            metavar="VERSION",
+            show_default=False,
+            help="Bind the run to the cp.Policy of this version found in the --app modules "
+            "(journaled with --by), instead of the policy it recorded.",
+        ),
+    ] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            show_default=False,
+            help="Who raises the budget or re-binds the policy (default: the OS user).",
+        ),
+    ] = None,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over",
+            help="Take the run over from the worker holding its lease, even before the "
+            "lease expires; that worker is fenced out (its next journal write is refused).",
+        ),
+    ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            metavar="SECONDS",
+            help="If another worker holds the run, wait up to SECONDS for it to be "
+            "released or to expire before giving up (exit 4).",
+        ),
+    ] = 0.0,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Resume a run in this process and drive it to completion; print its result.
+
+    Recorded steps are replayed, never re-executed; a run that already ended returns its
+    recorded outcome. A run stopped at a budget (status stopped, reason budget:KIND)
+    exits 6 until its limit is raised with --raise-budget KIND=LIMIT.
+    """
+    settings = command_settings(ctx, db, as_json, verbose)
+    workflows = app_workflows(app_modules)
+    policies = app_policies(app_modules)
+    try:
+        raises = parse_raises(raise_budget or []) or None
+    except ValueError as exc:
+        raise CliError(
+            ExitCode.USAGE, str(exc), "e.g. --raise-budget tokens=5000 --raise-budget cost=2.5"
+        ) from None
+    rebind = None
+    if rebind_policy is not None:
+        rebind = next((p for p in policies if p.version == rebind_policy), None)
+        if rebind is None:
+            offered = ", ".join(sorted(p.version for p in policies)) or "none"
+            raise CliError(
+                ExitCode.USAGE,
+                f"no cp.Policy with version {rebind_policy!r} in the --app modules "
+                f"(found: {offered})",
+                "define the policy in a module and pass it with --app",
+            )
+    with open_ledger(settings, create=False) as ledger:
+        for workflow in workflows:
+            ledger.register(workflow)
+        for policy in policies:
+            ledger.register_policy(policy)
+        if raises or rebind is not None:  # refuse bad operator input as usage, before anything
+            try:
+                operator(by)
+                if raises:
+                    raise_limits(ledger.get_run(run_id).limits or Limits(), raises)
+            except ValueError as exc:
+                raise CliError(
+                    ExitCode.USAGE,
+                    str(exc),
+                    "--raise-budget sets a new, higher limit; see `crashproof show RUN_ID` "
+                    "for the current ones",
+                ) from None
+        return _finish(
+            ledger,
+            settings,
+            run_id,
+            lambda: ledger.resume(
+                run_id,
+                raise_budget=raises,
+                rebind_policy=rebind,
+                by=by,
+                take_over=take_over,
+                wait=wait,
+            ),
+        )
+
+
+def list_runs(
+    ctx: typer.Context,
+    status: Annotated[
+        RunStatus | None,
+        typer.Option(
+            "--status",
+            metavar="STATUS",
+            show_default=False,
+            help=f"Only runs with this status: {', '.join(s.value for s in RunStatus)}.",
+        ),
+    ] = None,
+    by_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Count the runs in flight (not ended) per workflow name and version: an "
+            "old version can be retired when no run is left on it.",
+        ),
+    ] = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """List the runs in the ledger, oldest first."""
+    settings = command_settings(ctx, db, as_json, verbose)
+    with open_ledger(settings, create=False) as ledger:
+        infos = ledger.runs(status)
+        leases = ledger.leases()
+    if by_version:
+        print_versions(settings.json, infos)
+        return int(ExitCode.OK)
+    if settings.json:
+        emit_json([lease_json(info.to_json(), leases.get(info.run_id)) for info in infos])
+    else:
+        print_runs(console(), infos, status.value if status is not None else None, leases)
+    return int(ExitCode.OK)
+
+
+def show_run(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to show.")
+    ],
+    timeline: Annotated[
+        bool,
+        typer.Option(
+            "--timeline",
+            help="Every journal record instead: when, what, and who wrote it (worker, "
+            "operator) with which crashproof, workflow and policy versions.",
+        ),
+    ] = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Show one run: header, step timeline, then result, error or evidence."""
+    settings = command_settings(ctx, db, as_json, verbose)
+    with open_ledger(settings, create=False) as ledger:
+        info = ledger.get_run(run_id)
+        entries = run_timeline(ledger, run_id) if timeline else None
+    if entries is not None:
+        if settings.json:
+            emit_json({"run_id": run_id, "status": info.status.value, "timeline": entries})
+        else:
+            print_timeline(console(), run_id, entries, info.evidence)
+    elif settings.json:
+        emit_json(info.to_json())
+    else:
+        print_run(console(), info)
+        envs = environments_table(info.evidence)
+        if envs is not None:
+            console().print(envs)
+    return int(ExitCode.OK)
+
+
+def reconcile_runs(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[RUN_ID]", show_default=False, help="The run to check (default: all)."
+        ),
+    ] = None,
+    app_modules: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--app",
+            metavar="MODULE",
+            show_default=False,
+            help="Module whose crashproof tools (Tool instances in its globals) answer the "
+            "lookups. Repeatable.",
+        ),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Compare every recorded receipt with the tool's own lookup (read-only).
+
+    Each act is confirmed, drifted (the world no longer matches the journal) or
+    needs_review (nobody can tell). Exit 0 when all are confirmed, 4 when any drifted,
+    3 when some need review.
+    """
+    settings = command_settings(ctx, db, as_json, verbose)
+    tools = app_tools(app_modules or [])
+    with open_ledger(settings, create=False) as ledger:
+        run_ids = [run_id] if run_id is not None else [info.run_id for info in ledger.runs()]
+        checks = [check for rid in run_ids for check in ledger.reconcile(rid, tools)]
+    if settings.json:
+        emit_json([check.to_json() for check in checks])
+    else:
+        print_checks(console(), checks)
+    statuses = {check.status for check in checks}
+    if "drifted" in statuses:
+        return int(ExitCode.CONFLICT)
+    if "needs_review" in statuses:
+        return int(ExitCode.RUN_FROZEN)
+    return int(ExitCode.OK)
