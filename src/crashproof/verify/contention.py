@@ -21,7 +21,6 @@ either kind.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -43,6 +42,7 @@ from crashproof.verify.trial_kit import (
     PAUSED_AT,
     Mode,
     NotReached,
+    child_env,
     crash_once,
     env_dir,
     inspect_trial,
@@ -217,15 +217,6 @@ def _command(target: str | None, directory: Path, *flags: str) -> list[str]:
     return [sys.executable, "-m", module, target, str(directory), "0", *flags]
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    paths = [p for p in sys.path if p]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
-
-
 def _exit(who: str, child: subprocess.Popen[str], notes: list[str], problems: list[str]) -> None:
     try:
         _, err = child.communicate(timeout=CHILD_TIMEOUT)
@@ -249,7 +240,7 @@ def _spawn(command: list[str]) -> subprocess.Popen[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=_child_env(),
+        env=child_env(),
     )
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "PAUSED_AT",
     "Mode",
     "NotReached",
+    "child_env",
     "crash_child",
     "crash_inproc",
     "crash_once",
@@ -178,19 +179,30 @@ def crash_inproc(
         close_env(env)
 
 
-def crash_child(target: str | None, directory: Path, at: int) -> str:
-    """Run the scenario in a child process that SIGKILLs itself at crash point ``at``."""
-    if target is None:
-        raise ScenarioError("subprocess mode needs the scenario's MODULE:ATTRIBUTE")
+def child_env() -> dict[str, str]:
+    """This process's environment, with a PYTHONPATH under which a child process imports
+    what this process can (the scenario's module among them)."""
     env = dict(os.environ)
     paths = [p for p in sys.path if p]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)  # the child imports what this process can
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def crash_child(target: str | None, directory: Path, at: int) -> str:
+    """Run the scenario in a child process that SIGKILLs itself at crash point ``at``."""
+    if target is None:
+        raise ScenarioError("subprocess mode needs the scenario's MODULE:ATTRIBUTE")
     command = [sys.executable, "-m", "crashproof.verify._child", target, str(directory), str(at)]
     try:
         child = subprocess.run(
-            command, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT, check=False
+            command,
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=CHILD_TIMEOUT,
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:
         raise NotReached(
