@@ -29,12 +29,10 @@ from crashproof._faults import CrashPoints
 from crashproof.errors import LeaseHeld, RunFrozen, StaleLeaseError
 from crashproof.runtime.ledger import Ledger
 from crashproof.verify.scenario import close_env, load_scenario
-from crashproof.verify.trials import CRASHED_AT, DURABILITY, env_dir, ledger_url
+from crashproof.verify.trial_kit import CRASHED_AT, DURABILITY, GO, PAUSED_AT, env_dir, ledger_url
 
-__all__ = ["GO", "PAUSED_AT", "main"]
+__all__ = ["main"]
 
-PAUSED_AT = "paused-at"
-GO = "go"
 _PAUSE_LIMIT = 120.0  # seconds a paused child waits for GO before it gives up
 
 

@@ -21,7 +21,6 @@ either kind.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -33,21 +32,24 @@ from typing import Any
 
 from crashproof._faults import CrashPoints
 from crashproof.errors import LeaseHeld, RunFrozen, StaleLeaseError
-from crashproof.verify._child import GO, PAUSED_AT
 from crashproof.verify.history import CrashSnapshot
 from crashproof.verify.report import Case, CaseKind, CaseResult, Reference, Verdict
 from crashproof.verify.scenario import Scenario, ScenarioError, close_env
-from crashproof.verify.trials import (
+from crashproof.verify.stale import stale_case
+from crashproof.verify.trial_kit import (
     CHILD_TIMEOUT,
+    GO,
+    PAUSED_AT,
     Mode,
-    _inspect,
-    _ledger,
-    _NotReached,
-    _resume_and_judge,
-    _run,
-    _snapshot,
+    NotReached,
+    child_env,
     crash_once,
     env_dir,
+    inspect_trial,
+    open_ledger,
+    resume_and_judge,
+    run_scenario,
+    take_snapshot,
 )
 
 __all__ = ["RACE", "TAKE_OVER", "VARIANTS", "contention_case"]
@@ -72,8 +74,6 @@ def contention_case(
     if mode == "powercut":
         raise ScenarioError(f"{case.kind.value} cases run in inproc or subprocess mode")
     if case.kind is CaseKind.STALE_CHECKPOINT:
-        from crashproof.verify.stale import stale_case
-
         return stale_case(scenario, reference, case, directory, mode, target)
     crashes = [crash_once(scenario, directory, case, mode, target)]
     if case.variant == RACE:
@@ -87,14 +87,14 @@ def contention_case(
         take = _take_over_children if mode == "subprocess" else _take_over_threads
         notes, problems, taken = take(scenario, directory, case.recovery_at, target)
         crashes += taken[:1]  # the first recoverer's state when the second took over
-        after = _inspect(scenario, directory)
+        after = inspect_trial(scenario, directory)
         # The first recoverer's calls after the take-over were made in vain (it learns
         # it was fenced out at its next commit): not counted against the run.
         discount = dict(Counter(after.calls) - Counter(taken[1].calls)) if taken else {}
     else:
         raise ValueError(f"unknown two-recoverers case: {case.label}")
-    crashes.append(_inspect(scenario, directory))
-    result = _resume_and_judge(scenario, reference, case, directory, crashes, discount)
+    crashes.append(inspect_trial(scenario, directory))
+    result = resume_and_judge(scenario, reference, case, directory, crashes, discount)
     return _merge(result, notes, problems)
 
 
@@ -125,12 +125,12 @@ def _recover(
     points: CrashPoints | None = None,
 ) -> BaseException | None:
     try:
-        with _ledger(directory, points) as ledger:
+        with open_ledger(directory, points) as ledger:
             if take_over:
                 ledger.register(scenario.workflow_factory(env))
                 ledger.resume(scenario.resolved_run_id, take_over=True)
             else:
-                _run(scenario, ledger, env)
+                run_scenario(scenario, ledger, env)
     except Exception as exc:
         return exc
     return None
@@ -172,8 +172,8 @@ def _take_over_threads(
     try:
 
         def take_over(point: str) -> None:  # runs inside the first recoverer, paused
-            with _ledger(directory) as reader:
-                taken.append(_snapshot(scenario, env, reader))
+            with open_ledger(directory) as reader:
+                taken.append(take_snapshot(scenario, env, reader))
             second: list[BaseException | None] = [None]
 
             def drive() -> None:
@@ -185,13 +185,13 @@ def _take_over_threads(
             if thread.is_alive():
                 problems.append(f"the second recoverer hung ({CHILD_TIMEOUT:.0f} s)")
             _outcome(f"second recoverer (take-over at {point})", second[0], notes, problems)
-            with _ledger(directory) as reader:
-                taken.append(_snapshot(scenario, env, reader))
+            with open_ledger(directory) as reader:
+                taken.append(take_snapshot(scenario, env, reader))
 
         points = CrashPoints(at=at, action=take_over)
         first = _recover(scenario, directory, env, points=points)
         if points.fired is None:
-            raise _NotReached(f"the first recoverer finished before its crash point #{at}")
+            raise NotReached(f"the first recoverer finished before its crash point #{at}")
         _fenced(first, notes, problems)
         return notes, problems, taken
     finally:
@@ -217,15 +217,6 @@ def _command(target: str | None, directory: Path, *flags: str) -> list[str]:
     return [sys.executable, "-m", module, target, str(directory), "0", *flags]
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    paths = [p for p in sys.path if p]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
-
-
 def _exit(who: str, child: subprocess.Popen[str], notes: list[str], problems: list[str]) -> None:
     try:
         _, err = child.communicate(timeout=CHILD_TIMEOUT)
@@ -249,7 +240,7 @@ def _spawn(command: list[str]) -> subprocess.Popen[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=_child_env(),
+        env=child_env(),
     )
 
 
@@ -277,12 +268,12 @@ def _take_over_children(
         go.touch()
         first.kill()
         first.communicate()
-        raise _NotReached(f"the first recoverer never reached its crash point #{at}")
+        raise NotReached(f"the first recoverer never reached its crash point #{at}")
     point = paused.read_text(encoding="utf-8")
-    taken.append(_inspect(scenario, directory))
+    taken.append(inspect_trial(scenario, directory))
     second = _spawn(_command(target, directory, "--take-over"))
     _exit(f"second recoverer (take-over at {point})", second, notes, problems)
-    taken.append(_inspect(scenario, directory))
+    taken.append(inspect_trial(scenario, directory))
     go.touch()
     _exit("first recoverer", first, notes, problems)
     notes[:] = [

@@ -45,7 +45,14 @@ from crashproof.verify.history import (
 )
 from crashproof.verify.report import Case, CaseResult, Reference, Verdict
 from crashproof.verify.scenario import Scenario, close_env
-from crashproof.verify.trials import DURABILITY, Mode, _ledger, _run, crash_once, env_dir
+from crashproof.verify.trial_kit import (
+    DURABILITY,
+    Mode,
+    crash_once,
+    env_dir,
+    open_ledger,
+    run_scenario,
+)
 
 __all__ = ["stale_case"]
 
@@ -64,7 +71,7 @@ def stale_case(
     run_id = scenario.resolved_run_id
     crash_once(scenario, directory, case, mode, target)
     problems: list[str] = []
-    with _ledger(directory) as ledger:
+    with open_ledger(directory) as ledger:
         copy = ledger.export_run(run_id, copy=True)
         held = recorded_decisions(read_run(ledger, run_id))
         original = intents(read_run(ledger, run_id))
@@ -78,7 +85,7 @@ def stale_case(
         scenario, reference, case, directory, fresh, moved, (held, original), problems
     )
     generation = _generation(copy)
-    with _ledger(directory) as ledger:
+    with open_ledger(directory) as ledger:
         found, same = _import_same(ledger, copy, generation, generation + 1)
     problems += found
     found, witnessed = _import_witnessed(directory, copy, generation, run_id)
@@ -102,10 +109,10 @@ def _source_refuses(scenario: Scenario[Any], directory: Path) -> list[str]:
     env = scenario.env_factory(env_dir(directory))
     problems = []
     try:
-        with _ledger(directory) as ledger:
+        with open_ledger(directory) as ledger:
             before = observe(scenario, env, ledger)
             try:
-                _run(scenario, ledger, env)
+                run_scenario(scenario, ledger, env)
             except RunMoved:
                 pass
             except Exception as exc:
@@ -132,7 +139,7 @@ def _import_copy(scenario: Scenario[Any], directory: Path, copy: Any) -> tuple[l
     there.mkdir(exist_ok=True)
     env = scenario.env_factory(env_dir(directory))
     try:
-        with _ledger(there) as ledger:
+        with open_ledger(there) as ledger:
             before = observe(scenario, env, ledger, fingerprint=True)
             try:
                 ledger.import_run(copy, by=_BY)
@@ -141,7 +148,7 @@ def _import_copy(scenario: Scenario[Any], directory: Path, copy: Any) -> tuple[l
             status = ledger.get_run(scenario.resolved_run_id).status
             stop: Exception | None = None
             try:
-                _run(scenario, ledger, env)
+                run_scenario(scenario, ledger, env)
             except Exception as exc:
                 stop = exc
             after = observe(scenario, env, ledger)
@@ -240,7 +247,7 @@ def _resume_fresh(
     held, original = known
     env = scenario.env_factory(env_dir(directory))
     try:
-        with _ledger(fresh) as ledger:
+        with open_ledger(fresh) as ledger:
             try:
                 ledger.import_run(document, by=_BY)
             except CheckpointRejected as exc:
@@ -249,7 +256,7 @@ def _resume_fresh(
             before = Counter(scenario.model_calls(env)) if scenario.model_calls else Counter()
             stop: Exception | None = None
             try:
-                _run(scenario, ledger, env)
+                run_scenario(scenario, ledger, env)
             except Exception as exc:
                 stop = exc
             obs = observe(scenario, env, ledger)
