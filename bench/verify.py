@@ -17,7 +17,7 @@ of ``examples/``, measured in one process on one disk, printed side by side:
   finished, imported three ways and resumed), per mode, with its verdicts.
 
 All ledgers use durability "normal", as the verifier's do (a process crash keeps what the
-OS holds; see ``crashproof.verify.trials.DURABILITY``).
+OS holds; see ``crashproof.verify.trial_kit.DURABILITY``).
 
 Usage: python bench/verify.py [--repeats 3] [--subprocess-points 10] [--contention-points 4]
 [--dir DIR]

@@ -190,7 +190,7 @@ def test_cli_prints_counts_per_kind(
 def test_contention_is_on_by_default_and_bounded() -> None:
     """``crashproof verify`` runs the new kinds unless told not to; the CLI's default
     (spelled out there, so plain commands never import the verifier) is the library's."""
-    from crashproof.cli.proof_commands import verify_command
+    from crashproof.cli.commands.proofs import verify_recovery as verify_command
 
     report = verify(sc.TINY, seed=1, recovery_points=0)
     assert report.contention_points == DEFAULT_CONTENTION_POINTS == 2

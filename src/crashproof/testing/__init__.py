@@ -21,7 +21,7 @@ from crashproof.verify.render import report_text
 from crashproof.verify.report import Report
 from crashproof.verify.runner import verify
 from crashproof.verify.scenario import Scenario
-from crashproof.verify.trials import Mode
+from crashproof.verify.trial_kit import Mode
 
 __all__ = ["assert_recovery_equivalent"]
 

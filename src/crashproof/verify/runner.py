@@ -40,7 +40,8 @@ from crashproof.verify.report import (
     Verdict,
 )
 from crashproof.verify.scenario import Scenario, ScenarioError, load_scenario, scenario_target
-from crashproof.verify.trials import Mode, run_case, run_reference
+from crashproof.verify.trial_kit import Mode
+from crashproof.verify.trials import run_case, run_reference
 
 __all__ = ["MODES", "Progress", "contention_cases", "recovery_candidates", "verify"]
 

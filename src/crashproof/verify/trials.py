@@ -28,20 +28,14 @@ from crashproof.verify.history import CrashSnapshot, check_reference, observe, s
 from crashproof.verify.report import Case, CaseKind, CaseResult, Reference, Verdict
 from crashproof.verify.scenario import Scenario, ScenarioError, close_env
 from crashproof.verify.trial_kit import (
-    CHILD_TIMEOUT,
-    CRASHED_AT,
-    DURABILITY,
     Mode,
     NotReached,
     crash_child,
     crash_inproc,
-    crash_once,
     deliver_again,
-    discounted,
     durable_snapshots,
     env_dir,
     inspect_trial,
-    ledger_url,
     open_ledger,
     resume_and_judge,
     run_scenario,
@@ -49,18 +43,7 @@ from crashproof.verify.trial_kit import (
 
 # The names this module exported before the shared ones moved to trial_kit stay importable
 # from here (crashproof.testing takes Mode from this module).
-__all__ = [
-    "CHILD_TIMEOUT",
-    "CRASHED_AT",
-    "crash_once",
-    "discounted",
-    "DURABILITY",
-    "Mode",
-    "env_dir",
-    "ledger_url",
-    "run_case",
-    "run_reference",
-]
+__all__ = ["run_case", "run_reference"]
 
 
 # -- the reference run ----------------------------------------------------------
