@@ -65,6 +65,7 @@ __all__ = [
     "StepRecord",
     "act_intent",
     "act_unknown",
+    "any_record",
     "approval_consumed",
     "approval_granted",
     "approver_added",
@@ -488,7 +489,7 @@ review_decided = _view(ReviewDecided)
 review_consumed = _view(ReviewConsumed)
 run_moved = _view(RunMoved)
 run_imported = _view(RunImported)
-# Views over several record types (the caller knows only which few).
+# Views over several record types (the caller knows only which few, or none: any_record).
 step_record = _view(StepRecord)
 drive_record = _view(DriveRecord)
 outcome = cast("Callable[[Event], Outcome]", _PAYLOAD)
@@ -497,6 +498,7 @@ run_state = cast("Callable[[Event], RunState]", _PAYLOAD)
 consumption = cast("Callable[[Event], Consumption]", _PAYLOAD)
 signed_record = cast("Callable[[Event], SignedRecord]", _PAYLOAD)
 operator_record = cast("Callable[[Event], OperatorRecord]", _PAYLOAD)
+any_record = cast("Callable[[Event], Payload]", _PAYLOAD)
 
 
 def expect(event: Event, *types: EventType) -> None:
