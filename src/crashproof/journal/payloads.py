@@ -2,29 +2,31 @@
 
 What each record means is documented where it is written (the module named on its
 class); this module is the one place its shape is declared: one ``TypedDict`` per
-:class:`EventType`, keys in the order the writers put them (the stored bytes depend on
-that order, so a writer keeps its own; the order here is only for the reader).
+:class:`EventType`, its keys in the order their main writer puts them. The stored bytes
+follow each writer's own order; nothing here builds, copies or checks a payload.
 
 A key that a writer leaves out in some cases, or that older journals lack, is
-``NotRequired``; its comment says when it is there. Readers read such keys with
-``.get`` and must keep doing so: a journal written before the key existed replays
-through the same code (tests/golden holds journals of earlier formats).
+``NotRequired``; its comment says when it is there. Such a key is read with ``.get``
+unless the record's other fields say it is there (a failed step_done has its error):
+a journal written before the key existed replays through the same code (tests/golden
+holds journals of earlier formats).
 
 Reading: ``payloads.step_done(event)["digest"]`` is ``event.payload["digest"]``, typed —
 the same dict, no copy, no check (the caller knows the record's type: it tested
-``event.type``, or the index it read put only that type there). Where a function is
-handed a record it does not test itself, :func:`expect` checks the type first.
-mypy checks the key of every ``[...]`` read and every write of a declared key; it does
-not check the key of a ``.get`` (PEP 589 lets ``.get`` take any string, typed
-``object``), so a misspelt ``.get`` key shows only where its ``object`` value is used.
+``event.type``, or the index it read holds only that type). Where a function is handed
+a record whose type it does not test, :func:`expect` checks it first. mypy checks the
+key of every ``[...]`` read and every write, and the type of every value read; it does
+not check the key of a ``.get`` (PEP 589 lets ``.get`` take any string, its value then
+typed ``object``), so a misspelt ``.get`` key shows only where that value is used.
 
-Writing: build the TypedDict (``payloads.RunThawed(status="running")`` or an annotated
-literal), and hand it to ``Event`` / ``Context.append_event`` through :func:`as_dict`,
-as those take the plain ``dict[str, Any]`` every record is.
+Writing: build the TypedDict (``payloads.RunThawed(status="running")``, or an annotated
+literal) and hand it to ``Event`` / ``Context.append_event`` through :func:`as_dict`:
+they take the plain ``dict[str, Any]`` every payload is.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: a TypedDict learns which keys are
+# NotRequired from its evaluated annotations (Python 3.11), so with string annotations
+# its __required_keys__ would name every key.
 from collections.abc import Callable
 from typing import Any, NotRequired, Required, TypedDict, TypeVar, cast
 
