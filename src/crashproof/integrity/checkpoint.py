@@ -52,6 +52,7 @@ import rfc8785
 from crashproof.errors import CheckpointRejected, IntegrityError, JournalTampered, UnknownKeyId
 from crashproof.integrity.keys import Keyring
 from crashproof.integrity.seal import Sealer
+from crashproof.journal import payloads
 from crashproof.journal.records import BUDGET_KINDS, EventType, RunStatus
 
 __all__ = [
@@ -436,11 +437,12 @@ def _check_first(run: RunHeader, records: Sequence[Record]) -> None:
         started = None
     if not isinstance(started, dict):
         raise CheckpointRejected(f"checkpoint of run {run.run_id!r}: record 0 is unreadable")
+    recorded = payloads.of(payloads.RunStarted, started)
     for name in ("workflow", "version", "input_digest"):
-        if started.get(name) != getattr(run, name):
+        if recorded.get(name) != getattr(run, name):
             raise CheckpointRejected(
                 f"checkpoint of run {run.run_id!r}: run {name} {getattr(run, name)!r} differs "
-                f"from the journal's {started.get(name)!r}"
+                f"from the journal's {recorded.get(name)!r}"
             )
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from crashproof.errors import IntegrityError
+from crashproof.journal import payloads
 from crashproof.journal.records import (
     Budget,
     Event,
@@ -45,6 +46,15 @@ _OPEN_STATUS = {
 }
 _STEP_EVENTS = (EventType.STEP_DONE, *_OPEN_STATUS)
 _STEP_DONE = EventType.STEP_DONE
+# What a step's entry takes from its records when set (Literal: mypy checks each name is
+# a key of the record read).
+_OPEN_FIELDS: tuple[Literal["operation_id", "intent_digest"], ...] = (
+    "operation_id",
+    "intent_digest",
+)
+_DONE_FIELDS: tuple[
+    Literal["model", "usage", "cost", "operation_id", "intent_digest", "failure"], ...
+] = ("model", "usage", "cost", "operation_id", "intent_digest", "failure")
 
 
 @dataclass(slots=True)
@@ -73,8 +83,8 @@ def index_journal(events: Sequence[Event]) -> Replay:
         run = events[0].run_id if events else "?"
         raise IntegrityError(f"run {run!r}: journal does not begin with run_started")
     replay = Replay(started=events[0], done=[])
-    replay.limits = events[0].payload.get("limits")
-    replay.policy = events[0].payload.get("policy")
+    replay.limits = payloads.run_started(events[0]).get("limits")
+    replay.policy = payloads.run_started(events[0]).get("policy")
     done, open_acts = replay.done, replay.open_acts
     for expected, event in enumerate(events):
         if event.seq != expected:
@@ -102,9 +112,9 @@ def index_journal(events: Sequence[Event]) -> Replay:
         elif kind is EventType.RUN_THAWED:
             replay.outcome = None
         elif kind is EventType.BUDGET_RAISED:
-            replay.limits = event.payload["new"]
+            replay.limits = payloads.budget_raised(event)["new"]
         elif kind is EventType.POLICY_REBOUND:
-            replay.policy = event.payload["new"]
+            replay.policy = payloads.policy_rebound(event)["new"]
         elif kind is EventType.RUN_MOVED:
             replay.moved = event
         elif kind is EventType.RUN_IMPORTED:
@@ -117,7 +127,7 @@ def step_times(event: Event) -> tuple[float | None, float | None]:
     """When a recorded step started and ended: ``started_at``/``ended_at`` in its
     payload (acts, failures, and successful steps of older journals), or its duration
     ``took_us`` ending at the record's own ``created_at`` (successful steps now)."""
-    p = event.payload
+    p = payloads.step_record(event)
     took = p.get("took_us")
     if isinstance(took, int) and not isinstance(took, bool) and "started_at" not in p:
         return event.created_at - took / 1e6, event.created_at
@@ -134,14 +144,14 @@ def tokens_of(usage: dict[str, Any] | None) -> int:
     return sum(v for v in usage.values() if isinstance(v, int) and not isinstance(v, bool))
 
 
-def _cost_of(payload: dict[str, Any]) -> float:
+def _cost_of(payload: payloads.StepDone) -> float:
     cost = payload.get("cost")
     if isinstance(cost, int | float) and not isinstance(cost, bool):
         return float(cost)
     return 0.0
 
 
-def spend(budget: Budget, payload: dict[str, Any]) -> Budget:
+def spend(budget: Budget, payload: payloads.StepDone) -> Budget:
     """``budget`` plus what one recorded step (a STEP_DONE payload) consumed."""
     kind = payload.get("kind")
     if kind not in _BUDGETED:
@@ -171,7 +181,7 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
     for event in events:
         if event.key is None or event.type not in _STEP_EVENTS:
             continue
-        p = event.payload
+        p = payloads.step_record(event)
         info = steps.setdefault(
             event.key,
             {"key": event.key, "kind": StepKind(p["kind"]), "attempts": 0, "started_at": None},
@@ -184,17 +194,18 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
         info["error"] = p.get("error")
         if event.type is not EventType.STEP_DONE:
             info["status"] = _OPEN_STATUS[event.type]
-            for name in ("operation_id", "intent_digest"):
+            for name in _OPEN_FIELDS:
                 if p.get(name) is not None:
                     info[name] = p[name]
             continue
-        info["status"] = StepStatus(p["status"])
-        for name in ("model", "usage", "cost", "operation_id", "intent_digest", "failure"):
-            if p.get(name) is not None:
-                info[name] = p[name]
-        if "outbox" in p:
+        done = payloads.step_done(event)
+        info["status"] = StepStatus(done["status"])
+        for fieldname in _DONE_FIELDS:
+            if done.get(fieldname) is not None:
+                info[fieldname] = done[fieldname]
+        if "outbox" in done:
             info["delivery"] = "delivered" if event.key not in replay.undelivered else "pending"
-        budget = spend(budget, p)
+        budget = spend(budget, done)
     outcome = replay.outcome
     result = error = evidence = reason = None
     status = RunStatus.RUNNING
@@ -202,16 +213,17 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
         if outcome.type is EventType.RUN_SUCCEEDED:
             status, result = RunStatus.SUCCEEDED, outcome.value
         elif outcome.type is EventType.RUN_FAILED:
-            status, error = RunStatus.FAILED, outcome.payload.get("error")
+            status, error = RunStatus.FAILED, payloads.run_failed(outcome).get("error")
             if isinstance(error, dict):
                 reason = f"{error.get('type')}: {error.get('message')}"
         else:  # frozen or stopped: the record names its status and reason
-            status = RunStatus(outcome.payload.get("status", RunStatus.NEEDS_REVIEW.value))
-            reason = outcome.payload.get("reason")
-            evidence = outcome.payload.get("evidence")
+            halted = payloads.frozen_or_stopped(outcome)
+            status = RunStatus(halted.get("status", RunStatus.NEEDS_REVIEW.value))
+            reason = halted.get("reason")
+            evidence = halted.get("evidence")
     if replay.moved is not None:  # its continuation lives where the checkpoint went
         status, reason = RunStatus.MOVED, moved_reason(replay.moved)
-    started = replay.started.payload
+    started = payloads.run_started(replay.started)
     return RunInfo(
         run_id=row.run_id,
         workflow=str(started.get("workflow", row.workflow)),
@@ -235,7 +247,8 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
 
 def moved_reason(event: Event) -> str:
     """What a ``run_moved`` record says, for people: when, by whom, at which generation."""
-    p = event.payload
+    payloads.expect(event, EventType.RUN_MOVED)
+    p = payloads.run_moved(event)
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(p.get("time", 0.0))))
     return (
         f"exported as a move at generation {event.seq + 1} on {when} by {p.get('by')}; "
@@ -247,7 +260,7 @@ def _humans(events: Sequence[Event]) -> tuple[dict[str, Any], ...]:
     """Approvals and review decisions journaled into the run (expired ones included),
     each with whether it was consumed."""
     used = {
-        e.payload.get("nonce")
+        payloads.consumption(e).get("nonce")
         for e in events
         if e.type in (EventType.APPROVAL_CONSUMED, EventType.REVIEW_CONSUMED)
     }
@@ -255,14 +268,15 @@ def _humans(events: Sequence[Event]) -> tuple[dict[str, Any], ...]:
     for e in events:
         if e.type not in (EventType.APPROVAL_GRANTED, EventType.REVIEW_DECIDED):
             continue
-        document = e.payload.get("approval") or e.payload.get("decision") or {}
+        signed = payloads.signed_record(e)
+        document = signed.get("approval") or signed.get("decision") or {}
         statement = document.get("statement") or {} if isinstance(document, dict) else {}
         out.append(
             {
                 "seq": e.seq,
                 "type": e.type.value,
                 "step": e.key,
-                "by": e.payload.get("by"),
+                "by": signed.get("by"),
                 "signer": statement.get("approver") or statement.get("reviewer"),
                 "decision": statement.get("decision", "approve"),
                 "expires_at": statement.get("expires_at"),

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 from crashproof.errors import CrashproofError, NonDeterminismError
+from crashproof.journal import payloads
 from crashproof.journal.codec import (
     NO_ARGS_DIGEST,
     args_digest,
@@ -179,7 +180,10 @@ class Context:
         elif recorded is None:  # live: the new code is here first
             self._record_marker(name)
             answer = True
-        elif recorded.key == self._key_for(name) and recorded.payload["kind"] == StepKind.PATCHED:
+        elif (
+            recorded.key == self._key_for(name)
+            and payloads.step_done(recorded)["kind"] == StepKind.PATCHED
+        ):
             self._take_key(name)
             self._cursor += 1
             answer = True
@@ -239,7 +243,7 @@ class Context:
         """The recorded outcome of a matching call; nothing runs."""
         self._cursor += 1
         self._match(recorded, key, kind, digest)
-        payload = recorded.payload
+        payload = payloads.step_done(recorded)
         if payload["status"] == StepStatus.SUCCEEDED:
             return recorded.value
         raise error_from_record(payload["error"])
@@ -279,7 +283,7 @@ class Context:
         attempt = 1
         if earlier:  # a crash interrupted the wait after a failed attempt: finish waiting
             attempt = len(earlier) + 1
-            last = earlier[-1].payload
+            last = payloads.attempt_failed(earlier[-1])
             remaining = float(last["ended_at"]) + float(last["retry_in"]) - time.time()
             if remaining > 0:
                 time.sleep(remaining)
@@ -298,15 +302,17 @@ class Context:
                     self.append_event(
                         EventType.ATTEMPT_FAILED,
                         key,
-                        {
-                            "kind": kind.value,
-                            "digest": digest,
-                            "attempt": attempt,
-                            "error": error_record(exc),
-                            "started_at": started,
-                            "ended_at": ended,
-                            "retry_in": delay,
-                        },
+                        payloads.as_dict(
+                            payloads.AttemptFailed(
+                                kind=kind.value,
+                                digest=digest,
+                                attempt=attempt,
+                                error=error_record(exc),
+                                started_at=started,
+                                ended_at=ended,
+                                retry_in=delay,
+                            )
+                        ),
                     )
                     time.sleep(delay)
                     attempt += 1
@@ -314,15 +320,17 @@ class Context:
                 self.append_event(
                     EventType.STEP_DONE,
                     key,
-                    {
-                        "kind": kind.value,
-                        "digest": digest,
-                        "status": StepStatus.FAILED.value,
-                        "attempt": attempt,
-                        "error": error_record(exc),
-                        "started_at": started,
-                        "ended_at": ended,
-                    },
+                    payloads.as_dict(
+                        payloads.StepDone(
+                            kind=kind.value,
+                            digest=digest,
+                            status=StepStatus.FAILED.value,
+                            attempt=attempt,
+                            error=error_record(exc),
+                            started_at=started,
+                            ended_at=ended,
+                        )
+                    ),
                 )
                 raise
             finally:
@@ -375,15 +383,16 @@ class Context:
     ) -> None:
         """A successful step's record when budgets count it or it opens a drive (its
         session added by append_event): the payload as a dict too."""
-        payload: dict[str, Any] = {
+        done: payloads.StepDone = {
             "kind": kind._value_,
             "digest": digest,
             "status": _SUCCEEDED,
             "attempt": attempt,
             "took_us": took,
         }
-        if spent is not None:
-            payload.update(spent)
+        if spent is not None:  # a Decision's model, usage and cost, in this order
+            done.update({"model": spent["model"], "usage": spent["usage"], "cost": spent["cost"]})
+        payload = payloads.as_dict(done)
         if self.session is not None:  # the drive's first record: append_event adds it
             self.append_event(EventType.STEP_DONE, key, payload, value_json)
             return
@@ -400,19 +409,21 @@ class Context:
         self.append_event(
             EventType.STEP_DONE,
             key,
-            {
-                "kind": StepKind.PATCHED.value,
-                "digest": NO_ARGS_DIGEST,
-                "status": StepStatus.SUCCEEDED.value,
-                "attempt": 1,
-                "started_at": now,
-                "ended_at": now,
-            },
+            payloads.as_dict(
+                payloads.StepDone(
+                    kind=StepKind.PATCHED.value,
+                    digest=NO_ARGS_DIGEST,
+                    status=StepStatus.SUCCEEDED.value,
+                    attempt=1,
+                    started_at=now,
+                    ended_at=now,
+                )
+            ),
             "true",
         )
 
     def _match(self, recorded: Event, key: str, kind: StepKind, digest: str) -> None:
-        payload = recorded.payload
+        payload = payloads.step_done(recorded)
         if (
             recorded.key == key
             and payload["kind"] == kind.value
@@ -449,13 +460,15 @@ class Context:
             self.append_event(
                 EventType.RUN_FROZEN,
                 key,
-                {
-                    "status": RunStatus.NEEDS_REVIEW.value,
-                    "reason": reason,
-                    "evidence": evidence,
-                    "retryable": retryable,
-                    "error": error_record(exc),
-                },
+                payloads.as_dict(
+                    payloads.RunFrozen(
+                        status=RunStatus.NEEDS_REVIEW.value,
+                        reason=reason,
+                        evidence=evidence,
+                        retryable=retryable,
+                        error=error_record(exc),
+                    )
+                ),
                 status=(RunStatus.NEEDS_REVIEW, reason),
             )
             self.frozen = exc
@@ -465,7 +478,10 @@ class Context:
     def thaw(self) -> None:
         """Lift a retryable freeze so that this resume retries (journaled)."""
         self.append_event(
-            EventType.RUN_THAWED, None, {"status": "running"}, status=(RunStatus.RUNNING, None)
+            EventType.RUN_THAWED,
+            None,
+            payloads.as_dict(payloads.RunThawed(status="running")),
+            status=(RunStatus.RUNNING, None),
         )
 
     def crash_point_for(self, key: str) -> Callable[[str], None]:
@@ -584,6 +600,6 @@ class Context:
         status = RunStatus.SUCCEEDED if type_ is EventType.RUN_SUCCEEDED else RunStatus.FAILED
         reason = None
         if type_ is EventType.RUN_FAILED:
-            err = payload["error"]
+            err = payloads.of(payloads.RunFailed, payload)["error"]
             reason = f"{err['type']}: {err['message']}"
         self.append_event(type_, None, payload, value_json, status=(status, reason))

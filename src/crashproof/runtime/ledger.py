@@ -29,6 +29,7 @@ from crashproof.errors import (
 from crashproof.integrity.keys import Keyring, resolve_keyring
 from crashproof.integrity.seal import Sealer
 from crashproof.integrity.witness import Witness, compare
+from crashproof.journal import payloads
 from crashproof.journal.codec import (
     canonical_digest,
     decode,
@@ -282,7 +283,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
             replay = index_journal(self.journal(run_id))
             finished = _outcome(run_id, replay)
             if finished is not None and not (
-                replay.outcome and replay.outcome.payload.get("retryable")
+                replay.outcome and payloads.outcome(replay.outcome).get("retryable")
             ):
                 self._store.sync()  # the outcome leaves again: durable first
                 return finished()
@@ -381,7 +382,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         replay = index_journal(events)
         if replay.undelivered:  # delivered again below: durable first (a crash may have
             self._store.sync()  # left them unsynced)
-        started = replay.started.payload
+        started = payloads.run_started(replay.started)
         if not workflow.can_resume(str(started.get("version"))):
             raise UnknownWorkflow(
                 f"run {run_id!r} started on workflow {workflow.name!r} version "
@@ -406,7 +407,10 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         outcome = replay.outcome
         if outcome is not None and (
             outcome.type is EventType.RUN_STOPPED  # bind_run found the budget raised
-            or (outcome.type is EventType.RUN_FROZEN and outcome.payload.get("retryable"))
+            or (
+                outcome.type is EventType.RUN_FROZEN
+                and payloads.run_frozen(outcome).get("retryable")
+            )
         ):
             ctx.thaw()  # e.g. a lookup was unavailable: this resume looks again
         else:
@@ -423,13 +427,15 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
                 raise  # the ledger, not the workflow, is at fault: keep the run resumable
             self._refuse_unreplayed(run_id, ctx, "raised")
             error = error_record(exc)
-            ctx.finish(EventType.RUN_FAILED, {"error": error}, None)
+            ctx.finish(
+                EventType.RUN_FAILED, payloads.as_dict(payloads.RunFailed(error=error)), None
+            )
             raise RunFailed(run_id, error, exc) from exc
         if ctx.frozen is not None:
             raise self._frozen(run_id, ctx)
         self._refuse_unreplayed(run_id, ctx, "returned")
         value_json = encode(result, what=f"the result of run {run_id!r}")
-        ctx.finish(EventType.RUN_SUCCEEDED, {}, value_json)
+        ctx.finish(EventType.RUN_SUCCEEDED, payloads.as_dict(payloads.RunSucceeded()), value_json)
         log.info("run succeeded", extra={"run_id": run_id})
         return decode(value_json)
 
@@ -551,18 +557,19 @@ def _outcome(run_id: str, replay: Replay) -> Callable[[], Any] | None:
         value = event.value
         return lambda: value
     if event.type is EventType.RUN_FAILED:
-        error = event.payload.get("error") or {}
+        error = payloads.run_failed(event).get("error") or {}
 
         def failed() -> Any:
             raise RunFailed(run_id, error)
 
         return failed
-    status = str(event.payload.get("status", RunStatus.NEEDS_REVIEW.value))
-    reason = str(event.payload.get("reason", ""))
-    evidence = event.payload.get("evidence")
+    halted = payloads.frozen_or_stopped(event)
+    status = str(halted.get("status", RunStatus.NEEDS_REVIEW.value))
+    reason = str(halted.get("reason", ""))
+    evidence = halted.get("evidence")
 
     # The cause is the same kind of error the workflow saw when the run froze.
-    recorded = event.payload.get("error")
+    recorded = halted.get("error")
     cause = error_from_record(recorded) if isinstance(recorded, dict) else None
     if isinstance(cause, NonDeterminismError):
         cause.evidence = evidence or {}

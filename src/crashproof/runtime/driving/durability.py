@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from crashproof.journal import payloads
 from crashproof.journal.records import Event, EventType
 
 __all__ = ["OUTCOMES", "output_point", "share_witness_writes"]
@@ -51,7 +52,7 @@ def output_point(event: Event) -> bool:
     (and every earlier one) must be durable first, and the witness may advance."""
     type_ = event.type
     if type_ is _STEP_DONE:  # the usual record first: it runs for every journal commit
-        return "outbox" in event.payload
+        return "outbox" in payloads.step_done(event)
     if type_ is _ACT_INTENT:
         return not _UNSAFE_SKIP_INTENT_SYNC
     return type_ in OUTCOMES

@@ -34,6 +34,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from crashproof.integrity.signing import key_fingerprint, sign_statement, verify_statement
+from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.guards.approvers import REGISTRY_RUN, Approver, registry_of
@@ -59,7 +60,7 @@ def awaiting(events: list[Event], step: str | None = None) -> Event | None:
     for event in reversed(events):
         if (
             event.type is EventType.RUN_FROZEN
-            and event.payload.get("status") == RunStatus.AWAITING_APPROVAL.value
+            and payloads.run_frozen(event).get("status") == RunStatus.AWAITING_APPROVAL.value
             and (step is None or event.key == step)
         ):
             return event
@@ -68,7 +69,8 @@ def awaiting(events: list[Event], step: str | None = None) -> Event | None:
 
 def expectation(freeze: Event) -> dict[str, Any]:
     """What an approval of the act pending at ``freeze`` must bind."""
-    pending = (freeze.payload.get("evidence") or {}).get("pending_act") or {}
+    payloads.expect(freeze, EventType.RUN_FROZEN)
+    pending = (payloads.run_frozen(freeze).get("evidence") or {}).get("pending_act") or {}
     policy = pending.get("policy") or {}
     return {
         "run_id": pending.get("run_id", freeze.run_id),
@@ -111,7 +113,7 @@ def consumed_nonces(events: list[Event]) -> dict[str, Event]:
     used: dict[str, Event] = {}
     for event in events:
         if event.type in (EventType.APPROVAL_CONSUMED, EventType.REVIEW_CONSUMED):
-            used[str(event.payload.get("nonce"))] = event
+            used[str(payloads.consumption(event).get("nonce"))] = event
     return used
 
 
@@ -187,7 +189,7 @@ def approval_for(
         if (
             event.type is EventType.APPROVAL_CONSUMED
             and event.key == key
-            and event.payload.get("intent_digest") == digest
+            and payloads.approval_consumed(event).get("intent_digest") == digest
         ):
             return dict(event.payload), []
     freeze = awaiting(events, key)
@@ -205,11 +207,11 @@ def approval_for(
     for event in reversed(events):
         if event.type is not EventType.APPROVAL_GRANTED or event.key != key:
             continue
-        document: Any = event.payload.get("approval")
+        document: Any = payloads.approval_granted(event).get("approval")
         reason = check_approval(document, expect, registry, used, now)
         if reason is None:
             statement = document["statement"]
-            consumed = {
+            built: payloads.ApprovalConsumed = {
                 "nonce": statement["nonce"],
                 "approver": statement["approver"],
                 "approval_seq": event.seq,
@@ -218,6 +220,7 @@ def approval_for(
                 "intent_digest": digest,
                 "time": now,
             }
+            consumed = payloads.as_dict(built)
             ctx.append_event(EventType.APPROVAL_CONSUMED, key, consumed)
             return consumed, []
         statement = document.get("statement") if isinstance(document, dict) else None

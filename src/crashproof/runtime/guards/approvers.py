@@ -20,6 +20,7 @@ from typing import Any
 
 from crashproof.errors import CrashproofError
 from crashproof.integrity.signing import key_fingerprint, load_public_key
+from crashproof.journal import payloads
 from crashproof.journal.records import Event, EventType
 
 __all__ = ["REGISTRY_RUN", "Approver", "added_event", "registry_of", "reserved"]
@@ -61,7 +62,7 @@ def registry_of(events: list[Event]) -> dict[str, Approver]:
     for event in events:
         if event.type is not EventType.APPROVER_ADDED:
             continue
-        p = event.payload
+        p = payloads.approver_added(event)
         out[str(p["name"])] = Approver(
             name=str(p["name"]),
             public_key=str(p["public_key"]),

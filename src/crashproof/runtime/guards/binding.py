@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crashproof.errors import CrashproofError, PolicyMismatch
+from crashproof.journal import payloads
 from crashproof.journal.fold import Replay, index_journal, spend
 from crashproof.journal.records import Budget, Event, EventType, Limits
 from crashproof.runtime.guards.budget import (
@@ -91,7 +92,10 @@ def bind_run(
     runs = (
         outcome is None
         or outcome.type is EventType.RUN_STOPPED
-        or (outcome.type is EventType.RUN_FROZEN and bool(outcome.payload.get("retryable")))
+        or (
+            outcome.type is EventType.RUN_FROZEN
+            and bool(payloads.run_frozen(outcome).get("retryable"))
+        )
     )
     rebind = changes.rebind_policy if changes else None
     policy = rebind
@@ -107,10 +111,10 @@ def bind_run(
         limits = Limits.from_json(replay.limits)
         used = Budget()
         for event in replay.done:
-            used = spend(used, event.payload)
+            used = spend(used, payloads.step_done(event))
         elapsed = time.time() - replay.started.created_at
         # The same check the call that did not start will meet when the replay reaches it.
-        call = str((outcome.payload.get("evidence") or {}).get("next_kind", "decide"))
+        call = str((payloads.run_stopped(outcome).get("evidence") or {}).get("next_kind", "decide"))
         kind = reached(limits, used, elapsed, call)
         if kind is not None:
             raise stopped_error(run_id, kind, limits, used, elapsed)
@@ -120,7 +124,7 @@ def bind_run(
 def _check_limits(run_id: str, replay: Replay, options: RunOptions | None) -> None:
     if options is None or options.limits is None:
         return
-    started = Limits.from_json(replay.started.payload.get("limits"))
+    started = Limits.from_json(payloads.run_started(replay.started).get("limits"))
     if options.limits != started:
         raise LimitsMismatch(
             f"run {run_id!r} started with limits {started.to_json()}, this call passes "

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from crashproof.errors import RunStopped
+from crashproof.journal import payloads
 from crashproof.journal.fold import Replay, spend
 from crashproof.journal.records import (
     BUDGET_KINDS,
@@ -77,12 +78,12 @@ class Meter:
         self.used = Budget()
         if self.active:  # every recorded step counts, replayed or not yet
             for event in replay.done:
-                self.used = spend(self.used, event.payload)
+                self.used = spend(self.used, payloads.step_done(event))
 
     def count(self, payload: dict[str, Any]) -> None:
         """A step finished live (called for every STEP_DONE the context commits)."""
         if self.active:
-            self.used = spend(self.used, payload)
+            self.used = spend(self.used, payloads.of(payloads.StepDone, payload))
 
     def check(self, ctx: RunSession, key: str, call: StepKind) -> None:
         """Stop the run (journaled, raises RunStopped) if the new ``call`` would go past
@@ -162,7 +163,11 @@ def _stop(
     ctx.append_event(
         EventType.RUN_STOPPED,
         key,
-        {"status": RunStatus.STOPPED.value, "reason": exc.reason, "evidence": evidence},
+        payloads.as_dict(
+            payloads.RunStopped(
+                status=RunStatus.STOPPED.value, reason=exc.reason, evidence=evidence
+            )
+        ),
         status=(RunStatus.STOPPED, exc.reason),
     )
     # Like a freeze: every later ctx call raises it again, even if the workflow catches it.

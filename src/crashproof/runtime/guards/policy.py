@@ -52,6 +52,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from crashproof.errors import ApprovalRequired, CrashproofError, PolicyViolation
+from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, encode, error_record
 from crashproof.journal.records import EventType, RunStatus, StepKind, StepStatus
 from crashproof.runtime.port import RunSession
@@ -336,25 +337,27 @@ def _refuse(
     ctx.append_event(
         EventType.STEP_DONE,
         key,
-        {
-            "kind": StepKind.ACT.value,
-            "digest": digest,
-            "status": StepStatus.FAILED.value,
-            "failure": "policy",
-            "attempt": 0,  # never attempted
-            "operation_id": f"{ctx.run_id}/{key}",
-            "intent_digest": digest,
-            "error": error_record(exc),
-            "policy": {
-                **policy.record(),
-                "rule": verdict.rule,
-                "reason": verdict.reason,
-                "tool": tool.name,
-                "tool_version": tool.version,
-            },
-            "started_at": now,
-            "ended_at": now,
-        },
+        payloads.as_dict(
+            payloads.StepDone(
+                kind=StepKind.ACT.value,
+                digest=digest,
+                status=StepStatus.FAILED.value,
+                failure="policy",
+                attempt=0,  # never attempted
+                operation_id=f"{ctx.run_id}/{key}",
+                intent_digest=digest,
+                error=error_record(exc),
+                policy={
+                    **policy.record(),
+                    "rule": verdict.rule,
+                    "reason": verdict.reason,
+                    "tool": tool.name,
+                    "tool_version": tool.version,
+                },
+                started_at=now,
+                ended_at=now,
+            )
+        ),
         # What was refused, as evidence (never replayed: replay raises the error).
         encode({"refused": {"params": params}}, what=f"the params of act {key!r}"),
     )
@@ -409,13 +412,15 @@ def _await_approval(
     ctx.append_event(
         EventType.RUN_FROZEN,
         key,
-        {
-            "status": RunStatus.AWAITING_APPROVAL.value,
-            "reason": reason,
-            "evidence": evidence,
-            "retryable": False,
-            "error": error_record(exc),
-        },
+        payloads.as_dict(
+            payloads.RunFrozen(
+                status=RunStatus.AWAITING_APPROVAL.value,
+                reason=reason,
+                evidence=evidence,
+                retryable=False,
+                error=error_record(exc),
+            )
+        ),
         status=(RunStatus.AWAITING_APPROVAL, reason),
     )
     ctx.halt(exc, evidence)

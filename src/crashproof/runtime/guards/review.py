@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from crashproof.errors import CrashproofError, DriftError, RunFailed
 from crashproof.integrity.signing import key_fingerprint, sign_statement, verify_statement
+from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.guards.approvals import consumed_nonces
@@ -129,7 +130,7 @@ def _receipt_fingerprint(receipt: Any) -> str | None:
 
 def _case(events: list[Event], freeze: Event) -> dict[str, Any]:
     """The evidence of the case opened by ``freeze`` (covered by its fingerprint)."""
-    p = freeze.payload
+    p = payloads.run_frozen(freeze)
     evidence = p.get("evidence") or {}
     key = freeze.key
     trace = [
@@ -179,13 +180,21 @@ def cases_of(events: list[Event]) -> list[ReviewCase]:
             EventType.RUN_THAWED,
         ):
             last_outcome = event
-    decided = {e.payload.get("case_id"): e for e in events if e.type is EventType.REVIEW_DECIDED}
-    consumed = {e.payload.get("case_id") for e in events if e.type is EventType.REVIEW_CONSUMED}
+    decided = {
+        payloads.review_decided(e).get("case_id"): e
+        for e in events
+        if e.type is EventType.REVIEW_DECIDED
+    }
+    consumed = {
+        payloads.review_consumed(e).get("case_id")
+        for e in events
+        if e.type is EventType.REVIEW_CONSUMED
+    }
     out = []
     for event in events:
         if (
             event.type is not EventType.RUN_FROZEN
-            or event.payload.get("status") != RunStatus.NEEDS_REVIEW.value
+            or payloads.run_frozen(event).get("status") != RunStatus.NEEDS_REVIEW.value
         ):
             continue
         case_id = f"{event.run_id}#{event.seq}"
@@ -205,11 +214,13 @@ def cases_of(events: list[Event]) -> list[ReviewCase]:
                 run_id=event.run_id,
                 seq=event.seq,
                 key=event.key,
-                reason=str(event.payload.get("reason", "")),
+                reason=str(payloads.run_frozen(event).get("reason", "")),
                 state=state,
                 fingerprint=canonical_digest(evidence, what=f"review case {case_id}"),
                 evidence=evidence,
-                decision=None if decision is None else decision.payload.get("decision"),
+                decision=None
+                if decision is None
+                else payloads.review_decided(decision).get("decision"),
             )
         )
     return out
@@ -253,7 +264,9 @@ def check_decision(
     nonce = document["statement"]["nonce"]
     used = consumed_nonces(events)
     decided = [e for e in events if e.type is EventType.REVIEW_DECIDED]
-    if nonce in used or any(e.payload["decision"]["statement"]["nonce"] == nonce for e in decided):
+    if nonce in used or any(
+        payloads.review_decided(e)["decision"]["statement"]["nonce"] == nonce for e in decided
+    ):
         return f"its nonce {nonce} was already used in this run"
     if case.state != "open":
         return f"case {case.case_id} is {case.state}, not open"
@@ -333,7 +346,7 @@ def decided_epoch(ctx: RunSession, key: str, tool: Tool) -> tuple[int, list[Even
     decision, consumed = case_events(events, key)
     if decision is None:
         return None
-    statement = decision.payload["decision"]["statement"]
+    statement = payloads.review_decided(decision)["decision"]["statement"]
     if consumed is None:
         case = next((c for c in cases_of(events) if c.case_id == statement["case_id"]), None)
         if case is None:
@@ -342,7 +355,9 @@ def decided_epoch(ctx: RunSession, key: str, tool: Tool) -> tuple[int, list[Even
                 "which its journal does not hold; nothing was executed"
             )
         problem = verify_decision(
-            decision.payload["decision"], case, registry_of(ctx.journal(REGISTRY_RUN))
+            payloads.review_decided(decision)["decision"],
+            case,
+            registry_of(ctx.journal(REGISTRY_RUN)),
         )
         if problem is not None:  # e.g. the registry changed since: the case stays open
             ctx.freeze(
@@ -356,7 +371,7 @@ def decided_epoch(ctx: RunSession, key: str, tool: Tool) -> tuple[int, list[Even
             _drifted(ctx, key, case, seen, receipt)
         epoch = _epoch(events, key) + (1 if statement["decision"] == "replan" else 0)
         quarantined = [_operation_id(ctx.run_id, key, n) for n in range(1, epoch)]
-        payload = {
+        payload: payloads.ReviewConsumed = {
             "case_id": case.case_id,
             "case_fingerprint": case.fingerprint,
             "decision": statement["decision"],
@@ -366,13 +381,13 @@ def decided_epoch(ctx: RunSession, key: str, tool: Tool) -> tuple[int, list[Even
             "quarantined": quarantined,
             "time": time.time(),
         }
-        ctx.append_event(EventType.REVIEW_CONSUMED, key, payload)
+        ctx.append_event(EventType.REVIEW_CONSUMED, key, payloads.as_dict(payload))
         consumed_seq = ctx.next_seq - 1
     else:
-        payload = consumed.payload
+        payload = payloads.review_consumed(consumed)
         consumed_seq = consumed.seq
     if payload["decision"] == "abort":
-        _abort(ctx, payload)
+        _abort(ctx, payloads.as_dict(payload))
     fresh = [
         e
         for e in events
@@ -392,7 +407,7 @@ def _epoch(events: list[Event], key: str) -> int:
     epoch = 1
     for event in events:
         if event.type is EventType.REVIEW_CONSUMED and event.key == key:
-            epoch = int(event.payload.get("epoch", epoch))
+            epoch = int(payloads.review_consumed(event).get("epoch", epoch))
     return epoch
 
 
@@ -464,12 +479,17 @@ def _drifted(
 
 
 def _abort(ctx: RunSession, consumed: dict[str, Any]) -> NoReturn:
+    review = payloads.of(payloads.ReviewConsumed, consumed)
     error = {
         "type": "ReviewAborted",
-        "message": f"aborted by {consumed['reviewer']} on review case {consumed['case_id']}",
+        "message": f"aborted by {review['reviewer']} on review case {review['case_id']}",
     }
     exc = RunFailed(ctx.run_id, error)
-    ctx.finish(EventType.RUN_FAILED, {"error": error, "review": consumed}, None)
+    ctx.finish(
+        EventType.RUN_FAILED,
+        payloads.as_dict(payloads.RunFailed(error=error, review=consumed)),
+        None,
+    )
     ctx.halt(exc)  # nothing more runs in this drive, whatever the workflow catches
     raise exc
 
@@ -487,7 +507,7 @@ def abort_events(run_id: str, seq: int, case: ReviewCase, document: dict[str, An
         document,
         "abort",
         EventType.RUN_FAILED,
-        lambda consumed: {"error": error, "review": consumed},
+        lambda consumed: payloads.as_dict(payloads.RunFailed(error=error, review=consumed)),
     )
 
 
@@ -504,7 +524,9 @@ def continue_events(
         document,
         "continue",
         EventType.RUN_THAWED,
-        lambda _consumed: {"status": "running", "by": reviewer, "decision_seq": seq},
+        lambda _consumed: payloads.as_dict(
+            payloads.RunThawed(status="running", by=reviewer, decision_seq=seq)
+        ),
     )
 
 
@@ -522,7 +544,7 @@ def _consumed_then(
     consumption)."""
     statement = document["statement"]
     now = time.time()
-    consumed = {
+    built: payloads.ReviewConsumed = {
         "case_id": case.case_id,
         "case_fingerprint": case.fingerprint,
         "decision": decision,
@@ -532,6 +554,7 @@ def _consumed_then(
         "quarantined": [],
         "time": now,
     }
+    consumed = payloads.as_dict(built)
     return [
         Event(run_id, seq + 1, EventType.REVIEW_CONSUMED, case.key, consumed, now),
         Event(run_id, seq + 2, then, None, then_payload(consumed), now),

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from crashproof._version import __version__
 from crashproof.errors import RunNotFound
+from crashproof.journal import payloads
 from crashproof.journal.records import Event, EventType
 from crashproof.runtime.driving.leases import HOST
 from crashproof.runtime.guards.policy import Policy
@@ -78,7 +79,7 @@ def timeline(events: Sequence[Event]) -> list[dict[str, Any]]:
     and the operator for operator decisions)."""
     if not events:
         return []
-    started = events[0].payload
+    started = payloads.run_started(events[0])
     starter = started.get("started_by") or {}
     policy = started.get("policy") or {}
     current: dict[str, Any] = {
@@ -98,7 +99,7 @@ def timeline(events: Sequence[Event]) -> list[dict[str, Any]]:
             "key": event.key,
             "summary": _summary(event),
         }
-        p = event.payload.get("session")
+        p = payloads.drive_record(event).get("session")
         if isinstance(p, dict):
             current = {
                 "session": event.seq,
@@ -111,9 +112,10 @@ def timeline(events: Sequence[Event]) -> list[dict[str, Any]]:
                 pending.update(current)
             waiting = []
         elif event.type in _OPERATOR or (
-            event.type is EventType.RUN_THAWED and "by" in event.payload  # thawed by a human
+            event.type is EventType.RUN_THAWED and "by" in payloads.run_thawed(event)  # by a human
         ):
-            entry["operator"] = {"by": event.payload.get("by"), "host": event.payload.get("host")}
+            who = payloads.operator_record(event)
+            entry["operator"] = {"by": who.get("by"), "host": who.get("host")}
             waiting.append(entry)
         elif waiting:  # no session followed the operator records: they stay with the last
             waiting = []
@@ -123,13 +125,15 @@ def timeline(events: Sequence[Event]) -> list[dict[str, Any]]:
 
 
 def _summary(event: Event) -> str:
-    p = event.payload
     kind = event.type
     if kind is EventType.RUN_STARTED:
-        return f"workflow {p.get('workflow')} v{p.get('version')} started"
+        started = payloads.run_started(event)
+        return f"workflow {started.get('workflow')} v{started.get('version')} started"
     if kind is EventType.ACT_INTENT:
-        return f"intent: {p.get('tool')} v{p.get('tool_version')}, attempt {p.get('attempt')}"
+        i = payloads.act_intent(event)
+        return f"intent: {i.get('tool')} v{i.get('tool_version')}, attempt {i.get('attempt')}"
     if kind is EventType.STEP_DONE:
+        p = payloads.step_done(event)
         status = p.get("status")
         receipt = p.get("receipt") or {}
         if receipt:
@@ -138,25 +142,30 @@ def _summary(event: Event) -> str:
             return f"{p.get('kind')} {status} ({p.get('model')})"
         return f"{p.get('kind')} {status}"
     if kind is EventType.RUN_MOVED:
-        return f"operator {p.get('by')}@{p.get('host')}: exported, moved out of this ledger"
+        m = payloads.run_moved(event)
+        return f"operator {m.get('by')}@{m.get('host')}: exported, moved out of this ledger"
     if kind is EventType.RUN_IMPORTED:
+        imported = payloads.run_imported(event)
         return (
-            f"operator {p.get('by')}@{p.get('host')}: imported a {p.get('transfer')}, "
-            f"checkpoint {p.get('checkpoint')}"
+            f"operator {imported.get('by')}@{imported.get('host')}: imported a "
+            f"{imported.get('transfer')}, checkpoint {imported.get('checkpoint')}"
         )
     if kind in _OPERATOR:
-        return f"operator {p.get('by')}@{p.get('host')}: {_change(p)}"
+        who = payloads.operator_record(event)
+        return f"operator {who.get('by')}@{who.get('host')}: {_change(who)}"
     if kind in (EventType.RUN_FROZEN, EventType.RUN_STOPPED):
-        return f"{p.get('status')}: {p.get('reason')}"
+        halted = payloads.frozen_or_stopped(event)
+        return f"{halted.get('status')}: {halted.get('reason')}"
     if kind is EventType.RUN_FAILED:
-        error = p.get("error") or {}
+        error = payloads.run_failed(event).get("error") or {}
         return f"failed: {error.get('type')}: {error.get('message')}"
-    if "error" in p and isinstance(p["error"], dict):
-        return f"{p['error'].get('type')}: {p['error'].get('message')}"
+    recorded = payloads.any_record(event).get("error")  # attempts, unknown acts, outbox
+    if isinstance(recorded, dict):
+        return f"{recorded.get('type')}: {recorded.get('message')}"
     return ""
 
 
-def _change(payload: dict[str, Any]) -> str:
+def _change(payload: payloads.OperatorRecord) -> str:
     old, new = payload.get("old"), payload.get("new")
     if isinstance(old, dict) and isinstance(new, dict) and "version" in new:
         return f"policy {old.get('version')} -> {new.get('version')}"

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from crashproof.integrity.checkpoint import Record
+from crashproof.journal import payloads
 from crashproof.journal.codec import decode
 from crashproof.journal.fold import index_journal, spend
 from crashproof.journal.records import Budget, Event, EventType
@@ -58,7 +59,7 @@ def derive_fields(run_id: str, records: Sequence[Record]) -> dict[str, Any]:
     granted = consumed = 0
     for event in events:
         if event.type is EventType.STEP_DONE:
-            budget = spend(budget, event.payload)
+            budget = spend(budget, payloads.step_done(event))
         elif event.type is EventType.APPROVAL_GRANTED:
             granted += 1
         elif event.type is EventType.APPROVAL_CONSUMED:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from crashproof.errors import IntegrityError, LeaseHeld, RunNotFound
+from crashproof.journal import payloads
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.driving.leases import Heartbeat, claim, release, stop_driving
@@ -87,10 +88,10 @@ class LedgerCare(DriveHost):
         if replay.undelivered:  # a crashed process may have left them unsynced
             self.store.sync()
         for key, event in replay.undelivered.items():
-            outbox = event.payload["outbox"]
+            outbox = payloads.step_done(event)["outbox"]
             tool = tools.get(outbox["tool"])
             if tool is not None and deliver(
-                append, run_id, key, tool, outbox["message"], event.payload["digest"]
+                append, run_id, key, tool, outbox["message"], payloads.step_done(event)["digest"]
             ):
                 delivered += 1
         return delivered

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from crashproof.errors import RunMoved
 from crashproof.integrity import checkpoint
+from crashproof.journal import payloads
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.driving.leases import claim, release, stop_driving
@@ -47,12 +48,13 @@ log = logging.getLogger("crashproof.runtime.ledger")
 
 def moved_error(store: Store, run_id: str, moved: Event) -> RunMoved:
     """The refusal for a run whose journal ends with ``moved``."""
-    when = float(moved.payload.get("time", moved.created_at))
+    payloads.expect(moved, EventType.RUN_MOVED)
+    when = float(payloads.run_moved(moved).get("time", moved.created_at))
     return RunMoved(
         run_id,
         generation=moved.seq + 1,
         checkpoint=checkpoint_digest(store, run_id),
-        by=str(moved.payload.get("by")),
+        by=str(payloads.run_moved(moved).get("by")),
         moved_at=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when)),
     )
 
@@ -105,7 +107,7 @@ def _status_before(events: list[Event]) -> str:
         return RunStatus.SUCCEEDED.value
     if outcome.type is EventType.RUN_FAILED:
         return RunStatus.FAILED.value
-    return str(outcome.payload.get("status", RunStatus.NEEDS_REVIEW.value))
+    return str(payloads.frozen_or_stopped(outcome).get("status", RunStatus.NEEDS_REVIEW.value))
 
 
 def move_back(ledger: DriveHost, found: checkpoint.Checkpoint, by: str) -> str:

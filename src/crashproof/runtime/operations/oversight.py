@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from crashproof.errors import ApprovalRefused, DecisionRefused, RunNotFound
 from crashproof.integrity.signing import key_fingerprint, load_private_key
+from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.runtime.driving.leases import claim, release, stop_driving
@@ -123,7 +124,9 @@ class LedgerHumans(DriveHost):
             seq=0,
             type=EventType.RUN_STARTED,
             key=None,
-            payload={"workflow": REGISTRY_RUN, "version": "1", "input_digest": digest},
+            payload=payloads.as_dict(
+                payloads.RunStarted(workflow=REGISTRY_RUN, version="1", input_digest=digest)
+            ),
             value_json="{}",
             created_at=now,
         )
@@ -201,7 +204,9 @@ class LedgerHumans(DriveHost):
                 seq=len(events) + 1,
                 type=EventType.RUN_THAWED,
                 key=None,
-                payload={"status": "running", "by": who["by"], "approval_seq": len(events)},
+                payload=payloads.as_dict(
+                    payloads.RunThawed(status="running", by=who["by"], approval_seq=len(events))
+                ),
                 created_at=now,
             )
             return [granted, thawed], (RunStatus.RUNNING, None)
@@ -281,14 +286,16 @@ class LedgerHumans(DriveHost):
                 return [decided, *added], (RunStatus.RUNNING, None)
             if not case.replannable:  # abort (a replan was refused): nothing to re-read
                 added = abort_events(run_id, len(events), case, document)
-                failure = added[-1].payload["error"]
+                failure = payloads.run_failed(added[-1])["error"]
                 return [decided, *added], (RunStatus.FAILED, f"ReviewAborted: {failure['message']}")
             thawed = Event(
                 run_id=run_id,
                 seq=len(events) + 1,
                 type=EventType.RUN_THAWED,
                 key=None,
-                payload={"status": "running", "by": who["by"], "decision_seq": len(events)},
+                payload=payloads.as_dict(
+                    payloads.RunThawed(status="running", by=who["by"], decision_seq=len(events))
+                ),
                 created_at=now,
             )
             return [decided, thawed], (RunStatus.RUNNING, None)
@@ -314,7 +321,7 @@ def _awaiting_freeze(run_id: str, events: list[Event], step: str | None) -> Even
         what = f"step {step!r}" if step else "an act"
         raise ApprovalRefused(
             f"run {run_id!r} is not awaiting approval of {what} (its latest state: "
-            f"{(last.payload.get('status') if last else None) or status}); nothing was "
+            f"{(payloads.run_state(last).get('status') if last else None) or status}); nothing was "
             "signed or journaled. `crashproof show RUN` says what it waits on"
         )
     return freeze

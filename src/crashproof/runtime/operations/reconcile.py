@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crashproof.errors import DriftError, OutcomeUnknown
+from crashproof.journal import payloads
 from crashproof.journal.codec import error_record
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, StepStatus
@@ -60,8 +61,8 @@ def reconcile_events(run_id: str, events: list[Event], tools: Iterable[Tool]) ->
             intents[event.key] = event
         elif (
             event.type is EventType.STEP_DONE
-            and event.payload.get("kind") == "act"
-            and event.payload.get("status") == StepStatus.SUCCEEDED
+            and payloads.step_done(event).get("kind") == "act"
+            and payloads.step_done(event).get("status") == StepStatus.SUCCEEDED
         ):
             acts.append(_with_call(run_id, event, intents.get(str(event.key)), by_name))
     last_on_target: dict[tuple[str, str], str] = {}
@@ -78,7 +79,7 @@ def reconcile_events(run_id: str, events: list[Event], tools: Iterable[Tool]) ->
             ActCheck(
                 run_id=run_id,
                 step=key,
-                operation_id=str(event.payload.get("operation_id")),
+                operation_id=str(payloads.step_done(event).get("operation_id")),
                 tool=tool_name,
                 status=status,
                 detail=detail,
@@ -95,7 +96,7 @@ def _check(
     last_on_target: dict[tuple[str, str], str],
 ) -> tuple[str, str]:
     key = str(event.key)
-    if "outbox" in event.payload:
+    if "outbox" in payloads.step_done(event):
         if key in undelivered:
             return "needs_review", "outbox message committed but not delivered yet"
         return "confirmed", "outbox message delivered"
@@ -107,7 +108,7 @@ def _check(
         return "confirmed", f"superseded by {later!r} on {target}"
     if not tool.supports_lookup:
         return "needs_review", f"{tool.name} cannot look effects up"
-    recorded = event.payload.get("receipt") or {}
+    recorded = payloads.step_done(event).get("receipt") or {}
     try:
         found = tool.lookup(call)
     except DriftError as exc:
@@ -144,17 +145,17 @@ def _with_call(
     call = Call(
         run_id=run_id,
         step=str(done.key),
-        operation_id=str(done.payload.get("operation_id")),
-        intent_digest=str(done.payload.get("intent_digest")),
+        operation_id=str(payloads.step_done(done).get("operation_id")),
+        intent_digest=str(payloads.step_done(done).get("intent_digest")),
         params=recorded.get("params") or {},
-        attempt=int(intent.payload.get("attempt", 1)),
+        attempt=int(payloads.act_intent(intent).get("attempt", 1)),
         prepared=recorded.get("prepared"),
     )
     return done, call, tool
 
 
 def _tool_name(event: Event) -> str:
-    payload = event.payload
+    payload = payloads.step_done(event)
     if "outbox" in payload:
         return str(payload["outbox"].get("tool"))
     return str((payload.get("receipt") or {}).get("tool", "?"))

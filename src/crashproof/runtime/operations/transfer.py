@@ -34,6 +34,7 @@ from crashproof.errors import CheckpointRejected, LedgerError, RunNotFound
 from crashproof.integrity import checkpoint
 from crashproof.integrity.seal import Sealer
 from crashproof.integrity.witness import Witness
+from crashproof.journal import payloads
 from crashproof.journal.codec import decode, encode
 from crashproof.journal.fold import fold_run
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
@@ -255,18 +256,18 @@ def arrival_events(found: checkpoint.Checkpoint, by: str, seq: int) -> list[Even
     ]
     if found.move or _UNSAFE_COPY_RUNNABLE or _status(run_id, found.records, events)[0].terminal:
         return events  # a move is the one continuation; an ended run does nothing more
-    freeze = {
-        "status": RunStatus.NEEDS_REVIEW.value,
-        "reason": COPY_REASON,
-        "evidence": {"imported_copy": imported},
-    }
+    freeze = payloads.RunFrozen(
+        status=RunStatus.NEEDS_REVIEW.value,
+        reason=COPY_REASON,
+        evidence={"imported_copy": imported},
+    )
     events.append(
         Event(
             run_id=run_id,
             seq=seq + 1,
             type=EventType.RUN_FROZEN,
             key=None,
-            payload=freeze,
+            payload=payloads.as_dict(freeze),
             created_at=now,
         )
     )
@@ -379,12 +380,13 @@ def _arrived(run_id: str, stored: Sequence[RawRecord], found: checkpoint.Checkpo
             return 0
         first = checkpoint.Record(*stored[len(records)])
         if first.type == EventType.RUN_IMPORTED.value and (
-            decode(first.payload).get("checkpoint") == found.digest
+            payloads.of(payloads.RunImported, decode(first.payload)).get("checkpoint")
+            == found.digest
         ):
             more = stored[len(records) + 1 : len(records) + 2]
-            frozen = bool(more) and "imported_copy" in (
-                decode(checkpoint.Record(*more[0]).payload).get("evidence") or {}
-            )
+            after = decode(checkpoint.Record(*more[0]).payload) if more else {}
+            evidence = payloads.of(payloads.RunFrozen, after).get("evidence")  # a copy's freeze?
+            frozen = "imported_copy" in (evidence or {})
             return 2 if frozen else 1
     differ = next(
         (i for i, (s, r) in enumerate(zip(head, records, strict=False)) if s != r),

@@ -25,6 +25,7 @@ from crashproof.errors import (
     PermanentError,
     RetryableError,
 )
+from crashproof.journal import payloads
 from crashproof.journal.codec import NO_ARGS_DIGEST, args_digest
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, StepKind
@@ -139,7 +140,7 @@ class ReplayContext(Context):
             return self._replay(recorded, key, kind, digest)
         self._check_open_acts(key)
         attempts = self._failed_attempts.get(key)
-        if attempts and attempts[-1].payload.get("digest") != digest:
+        if attempts and payloads.attempt_failed(attempts[-1]).get("digest") != digest:
             self._differs(len(self._done) + 1, key, kind.value, attempts[-1], digest)
         raise _EndOfJournal
 
@@ -155,7 +156,7 @@ class ReplayContext(Context):
         in_flight = self._open_acts.get(key)
         if in_flight:
             intents = [e for e in in_flight if e.type is EventType.ACT_INTENT]
-            if intents and intents[-1].payload.get("digest") != digest:
+            if intents and payloads.act_intent(intents[-1]).get("digest") != digest:
                 self._tool_call = (tool, params)
                 self._differs(len(self._done) + 1, key, StepKind.ACT.value, intents[-1], digest)
         raise _EndOfJournal
@@ -181,7 +182,7 @@ class ReplayContext(Context):
         raise exc
 
     def _match(self, recorded: Event, key: str, kind: StepKind, digest: str) -> None:
-        payload = recorded.payload
+        payload = payloads.step_done(recorded)
         if (
             recorded.key == key
             and payload["kind"] == kind.value
@@ -193,7 +194,7 @@ class ReplayContext(Context):
         self._differs(self._cursor, key, kind.value, recorded, digest)
 
     def _differs(self, step: int, key: str, kind: str, recorded: Event, digest: str) -> NoReturn:
-        payload = recorded.payload
+        payload = payloads.step_record(recorded)  # a step_done, attempt_failed or act_intent
         old = _describe(str(payload["kind"]), str(recorded.key), str(payload["digest"]))
         new = _describe(kind, key, digest)
         contract = None
@@ -218,7 +219,7 @@ def replay_events(
 ) -> ReplayVerdict:
     """Replay one run's verified journal against ``workflow`` (None: not in the code)."""
     replay = index_journal(events)
-    started = replay.started.payload
+    started = payloads.run_started(replay.started)
     run_id = events[0].run_id
     name, version = str(started.get("workflow")), str(started.get("version"))
     base: dict[str, Any] = {
@@ -315,6 +316,6 @@ def replay_runs(
     by_name = {wf.name: wf for wf in workflows}
     verdicts = []
     for events in journals:
-        name = str(events[0].payload.get("workflow")) if events else ""
+        name = str(payloads.run_started(events[0]).get("workflow")) if events else ""
         verdicts.append(replay_events(by_name.get(name), events, scratch))
     return verdicts

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from crashproof.journal.records import Event
+from crashproof.journal import payloads
+from crashproof.journal.records import Event, EventType
 from crashproof.runtime.steps.acts import intent_digest
 from crashproof.tools.port import Tool
 
@@ -45,7 +46,9 @@ def explain_contract_change(
     contract did not change (the params did)."""
     if intent is None:
         return None
-    old_tool, old = intent.payload.get("tool"), str(intent.payload.get("tool_version"))
+    payloads.expect(intent, EventType.ACT_INTENT)
+    recorded_intent = payloads.act_intent(intent)
+    old_tool, old = recorded_intent.get("tool"), str(recorded_intent.get("tool_version"))
     if old_tool != tool.name or old == tool.version:
         return None
     change = f"tool {tool.name!r} contract changed {old} -> {tool.version}"

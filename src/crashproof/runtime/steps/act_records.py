@@ -14,6 +14,7 @@ from __future__ import annotations
 from json.encoder import encode_basestring as _quoted
 from typing import Any
 
+from crashproof.journal import payloads
 from crashproof.journal.codec import encode
 from crashproof.journal.records import StepKind, StepStatus
 from crashproof.tools.port import Call, Tool
@@ -30,7 +31,7 @@ def intent_payload(
 ) -> tuple[dict[str, Any], str]:
     """An ``act_intent`` payload and its stored text."""
     digest = call.intent_digest
-    payload: dict[str, Any] = {
+    intent: payloads.ActIntent = {
         "kind": _ACT,
         "digest": digest,
         "operation_id": call.operation_id,
@@ -41,8 +42,9 @@ def intent_payload(
         "started_at": started,
     }
     if observed:  # runtime/steps/environment.py
-        payload["observed"] = observed
-        return payload, encode(payload, what=_TEXT)
+        intent["observed"] = observed
+        return payloads.as_dict(intent), encode(intent, what=_TEXT)
+    payload = payloads.as_dict(intent)
     name, version, attempt = tool.name, tool.version, call.attempt
     if not (type(name) is str and type(version) is str and type(attempt) is int):
         return payload, encode(payload, what=_TEXT)
@@ -67,7 +69,7 @@ def receipt_payload(
     """A successful act's ``step_done`` payload and its stored text. ``observed``: the
     environment as the act left it (``{"observed": ...}``, or nothing)."""
     digest = call.intent_digest
-    payload: dict[str, Any] = {
+    receipt: payloads.StepDone = {
         "kind": _ACT,
         "digest": digest,
         "status": _SUCCEEDED,
@@ -84,8 +86,10 @@ def receipt_payload(
         # It ended when its record is made (created_at): the duration as whole
         # microseconds, as steps record it (journal/fold.py step_times reads both).
         "took_us": took_us,
-        **observed,
     }
+    if observed:  # {"observed": ...} (observe_after), the last key; or nothing
+        receipt["observed"] = observed["observed"]
+    payload = payloads.as_dict(receipt)
     name, version, attempt = tool.name, tool.version, call.attempt
     if observed or not (
         type(name) is str

@@ -28,6 +28,7 @@ from crashproof.errors import (
     RetryableError,
     StaleLeaseError,
 )
+from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
 from crashproof.runtime.port import RunSession
@@ -129,20 +130,21 @@ def _recover(ctx: RunSession, tool: Tool, call: Call, open_events: list[Event]) 
     if not intents:
         raise CrashproofError(f"act {call.step!r}: journal holds no intent for an open act")
     last = intents[-1]
-    if last.payload["digest"] != call.intent_digest:
+    intent = payloads.act_intent(last)
+    if intent["digest"] != call.intent_digest:
         ctx.freeze(
             f"non-determinism at act {call.step!r}: the journaled intent for operation "
-            f"{call.operation_id!r} has digest {last.payload['digest']}, the code now "
+            f"{call.operation_id!r} has digest {intent['digest']}, the code now "
             f"produces {call.intent_digest}; nothing was executed",
             {
                 "operation_id": call.operation_id,
-                "journaled_digest": last.payload["digest"],
+                "journaled_digest": intent["digest"],
                 "code_digest": call.intent_digest,
             },
             key=call.step,
         )
     recorded = last.value or {}
-    call = _with(call, attempt=int(last.payload["attempt"]), prepared=recorded.get("prepared"))
+    call = _with(call, attempt=int(intent["attempt"]), prepared=recorded.get("prepared"))
     return _reconcile(ctx, tool, call)
 
 
@@ -175,15 +177,17 @@ def _execute(ctx: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Any:
             ctx.append_event(
                 EventType.ACT_UNKNOWN,
                 call.step,
-                {
-                    "kind": _ACT,
-                    "digest": call.intent_digest,
-                    "operation_id": call.operation_id,
-                    "attempt": call.attempt,
-                    "error": error_record(exc),
-                    "started_at": started,
-                    "ended_at": time.time(),
-                },
+                payloads.as_dict(
+                    payloads.ActUnknown(
+                        kind=_ACT,
+                        digest=call.intent_digest,
+                        operation_id=call.operation_id,
+                        attempt=call.attempt,
+                        error=error_record(exc),
+                        started_at=started,
+                        ended_at=time.time(),
+                    )
+                ),
             )
             return _reconcile(ctx, tool, call, rounds + 1)
         return _journal_receipt(ctx, tool, call, receipt, started, reconciled=False)
@@ -338,19 +342,21 @@ def _journal_failed(
     ctx.append_event(
         EventType.STEP_DONE,
         call.step,
-        {
-            "kind": _ACT,
-            "digest": call.intent_digest,
-            "status": StepStatus.FAILED.value,
-            "failure": failure,
-            "attempt": call.attempt,
-            "operation_id": call.operation_id,
-            "intent_digest": call.intent_digest,
-            "error": error_record(failed),
-            "cause": error_record(cause),
-            "started_at": started,
-            "ended_at": time.time(),
-        },
+        payloads.as_dict(
+            payloads.StepDone(
+                kind=_ACT,
+                digest=call.intent_digest,
+                status=StepStatus.FAILED.value,
+                failure=failure,
+                attempt=call.attempt,
+                operation_id=call.operation_id,
+                intent_digest=call.intent_digest,
+                error=error_record(failed),
+                cause=error_record(cause),
+                started_at=started,
+                ended_at=time.time(),
+            )
+        ),
     )
 
 

@@ -46,6 +46,7 @@ import logging
 from typing import Any
 
 from crashproof.errors import EnvironmentChanged
+from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, error_record
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import EventType, StepKind
@@ -115,14 +116,15 @@ class WorldCheck:
         for event in replay.done:
             if not event.mentions("observed"):
                 continue
-            payload = event.payload
+            payload = payloads.step_done(event)
             observed = payload.get("observed")
             if observed and event.key is not None and payload.get("kind") == StepKind.ACT:
                 self._note(event.key, observed, None, pending=False)
         for key, events in replay.open_acts.items():
             for event in events:
-                observed = event.payload.get("observed")
-                if event.type is EventType.ACT_INTENT and observed:
+                is_intent = event.type is EventType.ACT_INTENT  # an act_unknown observes nothing
+                observed = payloads.act_intent(event).get("observed") if is_intent else None
+                if observed:
                     self._note(key, observed["before"], observed, pending=True)
                     break
         self.pending = bool(self.recorded)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from crashproof.journal import payloads
 from crashproof.journal.codec import encode, error_record
 from crashproof.journal.records import EventType, StepKind, StepStatus
 from crashproof.runtime.port import RunSession
@@ -33,17 +34,19 @@ def enqueue(ctx: RunSession, key: str, tool: Tool, params: dict[str, Any], diges
     ctx.append_event(
         EventType.STEP_DONE,
         key,
-        {
-            "kind": StepKind.ACT.value,
-            "digest": digest,
-            "status": StepStatus.SUCCEEDED.value,
-            "attempt": 1,
-            "operation_id": operation_id,
-            "intent_digest": digest,
-            "outbox": {"tool": tool.name, "message": params},
-            "started_at": now,
-            "ended_at": now,
-        },
+        payloads.as_dict(
+            payloads.StepDone(
+                kind=StepKind.ACT.value,
+                digest=digest,
+                status=StepStatus.SUCCEEDED.value,
+                attempt=1,
+                operation_id=operation_id,
+                intent_digest=digest,
+                outbox=payloads.Outbox(tool=tool.name, message=params),
+                started_at=now,
+                ended_at=now,
+            )
+        ),
         encode(result, what=f"outbox act {key!r}"),
     )
     deliver(ctx.append_event, ctx.run_id, key, tool, params, digest)
@@ -71,16 +74,22 @@ def deliver(
         append(
             EventType.OUTBOX_FAILED,
             key,
-            {"operation_id": call.operation_id, "error": error_record(exc), "at": time.time()},
+            payloads.as_dict(
+                payloads.OutboxFailed(
+                    operation_id=call.operation_id, error=error_record(exc), at=time.time()
+                )
+            ),
         )
         return False
     append(
         EventType.OUTBOX_DELIVERED,
         key,
-        {
-            "operation_id": call.operation_id,
-            "receipt_id": getattr(receipt, "receipt_id", None),
-            "at": time.time(),
-        },
+        payloads.as_dict(
+            payloads.OutboxDelivered(
+                operation_id=call.operation_id,
+                receipt_id=getattr(receipt, "receipt_id", None),
+                at=time.time(),
+            )
+        ),
     )
     return True

@@ -1,0 +1,527 @@
+"""The shape of every journal record's payload, declared once, and typed views to read them.
+
+What each record means is documented where it is written (the module named on its
+class); this module is the one place its shape is declared: one ``TypedDict`` per
+:class:`EventType`, its keys in the order their main writer puts them. The stored bytes
+follow each writer's own order; nothing here builds, copies or checks a payload.
+
+A key that a writer leaves out in some cases, or that older journals lack, is
+``NotRequired``; its comment says when it is there. Such a key is read with ``.get``
+unless the record's other fields say it is there (a failed step_done has its error):
+a journal written before the key existed replays through the same code (tests/golden
+holds journals of earlier formats).
+
+Reading: ``payloads.step_done(event)["digest"]`` is ``event.payload["digest"]``, typed —
+the same dict, no copy, no check (the caller knows the record's type: it tested
+``event.type``, or the index it read holds only that type). Where a function is handed
+a record whose type it does not test, :func:`expect` checks it first. mypy checks the
+key of every ``[...]`` read and every write, and the type of every value read; it does
+not check the key of a ``.get`` (PEP 589 lets ``.get`` take any string, its value then
+typed ``object``), so a misspelt ``.get`` key shows only where that value is used.
+
+Writing: build the TypedDict (``payloads.RunThawed(status="running")``, or an annotated
+literal) and hand it to ``Event`` / ``Context.append_event`` through :func:`as_dict`:
+they take the plain ``dict[str, Any]`` every payload is.
+"""
+
+# No ``from __future__ import annotations`` here: a TypedDict learns which keys are
+# NotRequired from its evaluated annotations (Python 3.11), so with string annotations
+# its __required_keys__ would name every key.
+from collections.abc import Callable
+from typing import Any, NotRequired, Required, TypedDict, TypeVar, cast
+
+from crashproof.journal.records import Event, EventType
+
+__all__ = [
+    "ActIntent",
+    "ActUnknown",
+    "ApprovalConsumed",
+    "ApprovalGranted",
+    "ApproverAdded",
+    "AttemptFailed",
+    "BudgetRaised",
+    "Consumption",
+    "DriveRecord",
+    "FrozenOrStopped",
+    "OperatorRecord",
+    "Outbox",
+    "OutboxDelivered",
+    "OutboxFailed",
+    "Outcome",
+    "Payload",
+    "PolicyRebound",
+    "ReviewConsumed",
+    "ReviewDecided",
+    "RunFailed",
+    "RunFrozen",
+    "RunImported",
+    "RunMoved",
+    "RunStarted",
+    "RunState",
+    "RunStopped",
+    "RunSucceeded",
+    "RunThawed",
+    "Session",
+    "SignedRecord",
+    "StepDone",
+    "StepRecord",
+    "act_intent",
+    "act_unknown",
+    "any_record",
+    "approval_consumed",
+    "approval_granted",
+    "approver_added",
+    "as_dict",
+    "attempt_failed",
+    "budget_raised",
+    "consumption",
+    "drive_record",
+    "expect",
+    "frozen_or_stopped",
+    "of",
+    "operator_record",
+    "outbox_delivered",
+    "outbox_failed",
+    "outcome",
+    "policy_rebound",
+    "review_consumed",
+    "review_decided",
+    "run_failed",
+    "run_frozen",
+    "run_imported",
+    "run_moved",
+    "run_started",
+    "run_state",
+    "run_stopped",
+    "run_succeeded",
+    "run_thawed",
+    "signed_record",
+    "step_done",
+    "step_record",
+]
+
+# Nested values (errors, evidence, limits, policy records, signed documents, receipts,
+# observations) stay ``dict[str, Any]``: they are built and read by functions typed so,
+# and a TypedDict is not a ``dict[str, Any]`` to mypy. Their shapes are named in comments.
+ErrorRecord = dict[str, Any]  # codec.error_record: type, message (+ args, os_args)
+LimitsRecord = dict[str, int | float | None]  # records.Limits.to_json(): a limit per kind
+PolicyRecord = dict[str, Any]  # runtime/guards/policy.py Policy.record(): version, digest, identity
+
+
+class Session(TypedDict):
+    """The driving session, in the first record a drive writes (runtime/operations/audit.py
+    begin_session)."""
+
+    worker: str  # host:pid:nonce
+    crashproof: str  # the package's version
+    host: str
+    pid: int
+    workflow: str
+    workflow_version: str
+    policy_version: str | None
+    fencing_token: int | None
+    python: str
+
+
+class DriveRecord(TypedDict):
+    """What any record a drive writes through its Context may carry: the session, in the
+    drive's first record only (runtime/context.py append_event). Records an operator or
+    an import writes never do."""
+
+    session: NotRequired[Session]
+
+
+# -- a run's start and its outcomes ---------------------------------------------------
+
+
+class RunStarted(TypedDict):
+    """``run_started``: runtime/ledger.py ``_record``; the approvers registry's first record
+    (runtime/operations/oversight.py) has only workflow, version and input_digest."""
+
+    workflow: str
+    version: str
+    input_digest: str
+    limits: NotRequired[LimitsRecord]  # the run was started with cp.Limits
+    policy: NotRequired[PolicyRecord]  # the run was started with a cp.Policy
+    # worker, crashproof, host, pid (runtime/operations/audit.py started_by); absent in
+    # journals before the audit timeline and in the registry's first record.
+    started_by: NotRequired[dict[str, Any]]
+
+
+class RunSucceeded(DriveRecord):
+    """``run_succeeded``: nothing but the session (the result is the record's value)."""
+
+
+class RunFailed(DriveRecord):
+    """``run_failed``: runtime/ledger.py; runtime/guards/review.py for a reviewer's abort."""
+
+    error: ErrorRecord
+    review: NotRequired[dict[str, Any]]  # an abort: the review_consumed payload
+
+
+class RunFrozen(DriveRecord):
+    """``run_frozen``: runtime/context.py ``freeze`` (needs_review), runtime/guards/policy.py
+    (awaiting_approval), runtime/operations/transfer.py (an imported copy)."""
+
+    status: str  # RunStatus.NEEDS_REVIEW or AWAITING_APPROVAL
+    reason: str
+    evidence: dict[str, Any]
+    # Both absent in an imported copy's freeze (transfer.py) and in journals before the
+    # act protocol; readers take a missing retryable as False.
+    retryable: NotRequired[bool]
+    error: NotRequired[ErrorRecord]  # what the workflow saw: the same error is raised again
+
+
+class RunStopped(DriveRecord):
+    """``run_stopped``: runtime/guards/budget.py (a budget reached)."""
+
+    status: str  # RunStatus.STOPPED
+    reason: str  # budget:<kind>
+    evidence: dict[str, Any]  # limit, used, limits, next_step, next_kind
+
+
+class RunThawed(DriveRecord):
+    """``run_thawed``: runtime/context.py ``thaw`` (a resume lifts a retryable freeze) has
+    only the status; a human's thaw names who and which record decided it
+    (runtime/operations/oversight.py, runtime/guards/review.py ``continue_events``)."""
+
+    status: str  # "running"
+    by: NotRequired[str]  # the operator who submitted it (for a continue: the reviewer)
+    approval_seq: NotRequired[int]  # thawed by the approval_granted at that seq
+    decision_seq: NotRequired[int]  # thawed by the review_decided at that seq
+
+
+# -- steps and acts -----------------------------------------------------------------
+
+
+class StepRecord(DriveRecord, total=False):
+    """What a reader of any step record (step_done, attempt_failed, act_intent,
+    act_unknown; journal/fold.py) may find: the keys they share, each absent where its
+    record type has none. A view for reading across the four types, not a written shape."""
+
+    kind: Required[str]  # a StepKind value
+    digest: Required[str]  # the arguments' digest (an act: its intent digest)
+    attempt: Required[int]
+    started_at: float
+    ended_at: float
+    took_us: int
+    error: ErrorRecord
+    operation_id: str
+    intent_digest: str
+
+
+class Outbox(TypedDict):
+    """An outbox act's message, in its step_done (runtime/steps/outbox.py)."""
+
+    tool: str
+    message: dict[str, Any]  # the act's params
+
+
+class StepDone(DriveRecord):
+    """``step_done``, a step's final outcome. Written by runtime/context.py (steps,
+    decisions, patched markers: succeeded or failed), runtime/steps/act_records.py (an
+    act's receipt), runtime/steps/acts.py (an act that failed), runtime/steps/outbox.py
+    (an outbox act) and runtime/guards/policy.py (an act the policy refused)."""
+
+    kind: str  # a StepKind value
+    digest: str
+    status: str  # StepStatus.SUCCEEDED or FAILED
+    attempt: int  # 0: a policy refusal, never attempted
+    # Successful steps and act receipts: the duration, ending at the record's created_at.
+    took_us: NotRequired[int]
+    # Failed steps, markers, outbox acts, refusals; successful steps and receipts of
+    # journals before took_us (journal/fold.py step_times reads both forms).
+    started_at: NotRequired[float]
+    ended_at: NotRequired[float]
+    error: NotRequired[ErrorRecord]  # failed: the error replay raises again
+    # A decision that returned a cp.Decision: all three, each possibly None.
+    model: NotRequired[str | None]
+    usage: NotRequired[dict[str, int] | None]
+    cost: NotRequired[float | None]
+    operation_id: NotRequired[str]  # acts
+    intent_digest: NotRequired[str]  # acts (the same as digest)
+    # An act's receipt: tool, tool_version, receipt_id, result_digest, reconciled.
+    receipt: NotRequired[dict[str, Any]]
+    observed: NotRequired[dict[str, Any]]  # the environment the act left (an Observation)
+    outbox: NotRequired[Outbox]
+    failure: NotRequired[str]  # failed acts: "permanent", "retryable", "policy"
+    cause: NotRequired[ErrorRecord]  # failed acts: the tool's own error
+    # Policy refusals: the policy record with rule, reason, tool, tool_version.
+    policy: NotRequired[dict[str, Any]]
+
+
+class AttemptFailed(DriveRecord):
+    """``attempt_failed``: runtime/context.py (one failed attempt, retried after retry_in)."""
+
+    kind: str
+    digest: str
+    attempt: int
+    error: ErrorRecord
+    started_at: float
+    ended_at: float
+    retry_in: float  # seconds: a resume finishes the wait
+
+
+class ActIntent(DriveRecord):
+    """``act_intent``: runtime/steps/act_records.py (before a tool executes, per attempt);
+    the params and prepared data are the record's value."""
+
+    kind: str  # "act"
+    digest: str
+    operation_id: str
+    intent_digest: str
+    tool: str
+    tool_version: str
+    attempt: int
+    started_at: float
+    # The first attempt of an act whose tool observes: {"before", "expected"}
+    # (runtime/steps/environment.py).
+    observed: NotRequired[dict[str, Any]]
+
+
+class ActUnknown(DriveRecord):
+    """``act_unknown``: runtime/steps/acts.py (the tool's outcome is unknown)."""
+
+    kind: str  # "act"
+    digest: str
+    operation_id: str
+    attempt: int
+    error: ErrorRecord
+    started_at: float
+    ended_at: float
+
+
+class OutboxDelivered(DriveRecord):
+    """``outbox_delivered``: runtime/steps/outbox.py (from a drive or from
+    Ledger.dispatch_outbox, which carries no session)."""
+
+    operation_id: str
+    receipt_id: str | None
+    at: float
+
+
+class OutboxFailed(DriveRecord):
+    """``outbox_failed``: runtime/steps/outbox.py (the message stays pending)."""
+
+    operation_id: str
+    error: ErrorRecord
+    at: float
+
+
+# -- operator records, approvals and reviews ------------------------------------------
+
+
+class BudgetRaised(TypedDict):
+    """``budget_raised``: runtime/guards/budget.py (an operator raised the limits)."""
+
+    by: str
+    host: str
+    old: LimitsRecord
+    new: LimitsRecord
+    changed: dict[str, list[int | float | None]]  # kind -> [old, new], changed kinds only
+
+
+class PolicyRebound(TypedDict):
+    """``policy_rebound``: runtime/guards/binding.py (an operator re-bound the run)."""
+
+    by: str
+    host: str
+    old: PolicyRecord | None  # None: the run had no policy
+    new: PolicyRecord
+
+
+class ApproverAdded(TypedDict):
+    """``approver_added``, in the registry run: runtime/guards/approvers.py."""
+
+    by: str
+    host: str
+    time: float
+    name: str
+    public_key: str  # PEM
+    fingerprint: str
+
+
+class ApprovalGranted(TypedDict):
+    """``approval_granted``: runtime/operations/oversight.py."""
+
+    by: str
+    host: str
+    time: float
+    approval: dict[str, Any]  # the signed document: statement, signature
+
+
+class ApprovalConsumed(DriveRecord):
+    """``approval_consumed``: runtime/guards/approvals.py (just before the act's intent)."""
+
+    nonce: str
+    approver: str
+    approval_seq: int  # the approval_granted it consumes
+    statement_digest: str
+    operation_id: str
+    intent_digest: str
+    time: float
+
+
+class ReviewDecided(TypedDict):
+    """``review_decided``: runtime/operations/oversight.py."""
+
+    by: str
+    host: str
+    time: float
+    case_id: str
+    decision: dict[str, Any]  # the signed document: statement, signature (not a name)
+
+
+class ReviewConsumed(DriveRecord):
+    """``review_consumed``: runtime/guards/review.py (at the act, or at once)."""
+
+    case_id: str
+    case_fingerprint: str
+    decision: str  # "replan", "abort", "continue" (review_decided's is the document)
+    nonce: str
+    reviewer: str
+    epoch: int  # the epoch the act runs under from now on
+    quarantined: list[str]  # operation ids never used again
+    time: float
+
+
+class RunMoved(TypedDict):
+    """``run_moved``: runtime/operations/moving.py (exported as a move)."""
+
+    by: str
+    host: str
+    time: float
+    generation: int
+    left: str  # the status the run left in
+
+
+class RunImported(TypedDict):
+    """``run_imported``: runtime/operations/transfer.py."""
+
+    by: str
+    host: str
+    time: float
+    checkpoint: str  # the document's digest
+    generation: int
+    transfer: str  # "move" or "copy"
+    format: int  # the document's schema version
+    signed_with: str  # the id of the key that signed the document
+
+
+# -- unions readers meet ----------------------------------------------------------------
+
+# The latest of these is a Replay's ``outcome`` (journal/fold.py).
+Outcome = RunSucceeded | RunFailed | RunFrozen | RunStopped
+FrozenOrStopped = RunFrozen | RunStopped  # an outcome that is no end: it names its status
+# The records after which a run stands where it is (a freeze, an end, a thaw).
+RunState = Outcome | RunThawed
+Consumption = ApprovalConsumed | ReviewConsumed  # a nonce used
+SignedRecord = ApprovalGranted | ReviewDecided  # a signed document journaled
+# What an operator appends (each names its own by and host), and a human's thaw.
+OperatorRecord = (
+    BudgetRaised
+    | PolicyRebound
+    | ApproverAdded
+    | ApprovalGranted
+    | ReviewDecided
+    | RunMoved
+    | RunImported
+    | RunThawed
+)
+Payload = (
+    RunStarted
+    | StepDone
+    | AttemptFailed
+    | RunSucceeded
+    | RunFailed
+    | RunFrozen
+    | RunThawed
+    | ActIntent
+    | ActUnknown
+    | OutboxDelivered
+    | OutboxFailed
+    | RunStopped
+    | BudgetRaised
+    | PolicyRebound
+    | ApproverAdded
+    | ApprovalGranted
+    | ApprovalConsumed
+    | ReviewDecided
+    | ReviewConsumed
+    | RunMoved
+    | RunImported
+)
+
+# -- the views ------------------------------------------------------------------------
+
+P = TypeVar("P")
+
+# Every view is Event.payload's getter itself, typed: calling it costs less than reading
+# ``event.payload`` (no descriptor lookup), where a function returning a cast costs two
+# calls more — twice a read's time, on the replay path (runtime/context.py _replay).
+_GETTER = vars(Event).get("payload")
+if not isinstance(_GETTER, property) or _GETTER.fget is None:
+    raise TypeError("journal/payloads.py reads Event.payload through its property getter")
+_PAYLOAD: Callable[[Event], dict[str, Any]] = _GETTER.fget
+
+
+def _view(shape: type[P]) -> Callable[[Event], P]:
+    """The view of records shaped ``shape``: their payload dict as it is."""
+    return cast("Callable[[Event], P]", _PAYLOAD)
+
+
+run_started = _view(RunStarted)
+step_done = _view(StepDone)
+attempt_failed = _view(AttemptFailed)
+run_succeeded = _view(RunSucceeded)
+run_failed = _view(RunFailed)
+run_frozen = _view(RunFrozen)
+run_thawed = _view(RunThawed)
+act_intent = _view(ActIntent)
+act_unknown = _view(ActUnknown)
+outbox_delivered = _view(OutboxDelivered)
+outbox_failed = _view(OutboxFailed)
+run_stopped = _view(RunStopped)
+budget_raised = _view(BudgetRaised)
+policy_rebound = _view(PolicyRebound)
+approver_added = _view(ApproverAdded)
+approval_granted = _view(ApprovalGranted)
+approval_consumed = _view(ApprovalConsumed)
+review_decided = _view(ReviewDecided)
+review_consumed = _view(ReviewConsumed)
+run_moved = _view(RunMoved)
+run_imported = _view(RunImported)
+# Views over several record types (the caller knows only which few, or none: any_record).
+step_record = _view(StepRecord)
+drive_record = _view(DriveRecord)
+outcome = cast("Callable[[Event], Outcome]", _PAYLOAD)
+frozen_or_stopped = cast("Callable[[Event], FrozenOrStopped]", _PAYLOAD)
+run_state = cast("Callable[[Event], RunState]", _PAYLOAD)
+consumption = cast("Callable[[Event], Consumption]", _PAYLOAD)
+signed_record = cast("Callable[[Event], SignedRecord]", _PAYLOAD)
+operator_record = cast("Callable[[Event], OperatorRecord]", _PAYLOAD)
+any_record = cast("Callable[[Event], Payload]", _PAYLOAD)
+
+
+def expect(event: Event, *types: EventType) -> None:
+    """Refuse a record of another type than ``types``: for a function handed one record
+    whose type it does not test itself, where another would be its caller's bug. Not for
+    hot paths (the views never check)."""
+    if event.type not in types:
+        names = " or ".join(t.value for t in types)
+        raise TypeError(
+            f"run {event.run_id!r} record {event.seq} is a {event.type.value} record, not {names}"
+        )
+
+
+def of(shape: type[P], payload: dict[str, Any]) -> P:
+    """A payload dict not read from a record (a function's argument), read as ``shape``:
+    the same dict."""
+    return cast(P, payload)
+
+
+def as_dict(payload: Payload) -> dict[str, Any]:
+    """A payload built as its TypedDict, as the ``dict[str, Any]`` that ``Event`` and
+    ``Context.append_event`` take: the same dict (a TypedDict is a plain dict at run time,
+    but not a ``dict[str, Any]`` to mypy)."""
+    return cast("dict[str, Any]", payload)
