@@ -157,7 +157,8 @@ def args_digest(
     Replay computes it for every recorded call, so positional arguments that are safe
     ints, ASCII strings, bools or None (the usual case) are spelled out directly, in
     exactly the bytes RFC 8785 gives them; one such argument (the most usual case) without
-    a loop."""
+    a loop. Kept: ~1.3 µs, 8 % of a live step, 32 % of a replayed one, 6-7 % of a decision
+    (bench/handbuilt.py, 2026-12-01)."""
     if not kwargs:
         if len(args) == 1:
             arg = args[0]

@@ -86,17 +86,6 @@ class RunSession(Protocol):
     ) -> None:
         """Append one record (and change the run's status with it)."""
 
-    def append_built(
-        self,
-        type_: EventType,
-        key: str,
-        payload: dict[str, Any],
-        text: str,
-        value_json: str | None,
-    ) -> None:
-        """``append_event`` for a payload whose stored text the caller built: exactly
-        ``codec.encode(payload)`` (``runtime/steps/act_records.py``)."""
-
     def freeze(
         self,
         reason: str,

@@ -176,7 +176,7 @@ def check_approval(
 
 
 def approval_for(
-    ctx: RunSession,
+    session: RunSession,
     key: str,
     digest: str,
     expect_policy: dict[str, Any],
@@ -184,7 +184,7 @@ def approval_for(
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The approval that lets the act ``key`` (intent ``digest``) run now, consumed
     (journaled) before returning; else None and the approvals refused, with reasons."""
-    events = ctx.journal()
+    events = session.journal()
     for event in reversed(events):  # consumed, then a crash before the intent: go on
         if (
             event.type is EventType.APPROVAL_CONSUMED
@@ -200,7 +200,7 @@ def approval_for(
     # another policy under the same step is not what anyone approved.
     # Nor is the same act against a target that changed since the approver looked.
     expect.update(intent_digest=digest, policy=expect_policy, environment_fingerprint=environment)
-    registry = registry_of(ctx.journal(REGISTRY_RUN))
+    registry = registry_of(session.journal(REGISTRY_RUN))
     used = consumed_nonces(events)
     now = time.time()
     refused: list[dict[str, Any]] = []
@@ -221,7 +221,7 @@ def approval_for(
                 "time": now,
             }
             consumed = payloads.as_dict(built)
-            ctx.append_event(EventType.APPROVAL_CONSUMED, key, consumed)
+            session.append_event(EventType.APPROVAL_CONSUMED, key, consumed)
             return consumed, []
         statement = document.get("statement") if isinstance(document, dict) else None
         refused.append({"seq": event.seq, "reason": reason, "approval": statement})

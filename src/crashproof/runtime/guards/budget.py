@@ -85,7 +85,7 @@ class Meter:
         if self.active:
             self.used = spend(self.used, payloads.of(payloads.StepDone, payload))
 
-    def check(self, ctx: RunSession, key: str, call: StepKind) -> None:
+    def check(self, session: RunSession, key: str, call: StepKind) -> None:
         """Stop the run (journaled, raises RunStopped) if the new ``call`` would go past
         a limit already reached."""
         if not self.active:
@@ -93,7 +93,7 @@ class Meter:
         elapsed = time.time() - self.started_at
         kind = reached(self.limits, self.used, elapsed, call.value)
         if kind is not None:
-            _stop(ctx, key, call, kind, self.limits, self.used, elapsed)
+            _stop(session, key, call, kind, self.limits, self.used, elapsed)
 
 
 def reached(limits: Limits, used: Budget, elapsed: float, call: str) -> str | None:
@@ -143,7 +143,7 @@ def stopped_error(
 
 
 def _stop(
-    ctx: RunSession,
+    session: RunSession,
     key: str,
     call: StepKind,
     kind: str,
@@ -151,7 +151,7 @@ def _stop(
     used: Budget,
     elapsed: float,
 ) -> NoReturn:
-    exc = stopped_error(ctx.run_id, kind, limits, used, elapsed)
+    exc = stopped_error(session.run_id, kind, limits, used, elapsed)
     evidence = {
         "reason": exc.reason,
         "limit": {"kind": kind, "limit": limits.get(kind), "used": _usage(used, elapsed)[kind]},
@@ -160,7 +160,7 @@ def _stop(
         "next_step": key,  # the call that did not start
         "next_kind": call.value,
     }
-    ctx.append_event(
+    session.append_event(
         EventType.RUN_STOPPED,
         key,
         payloads.as_dict(
@@ -171,7 +171,7 @@ def _stop(
         status=(RunStatus.STOPPED, exc.reason),
     )
     # Like a freeze: every later ctx call raises it again, even if the workflow catches it.
-    ctx.halt(exc, evidence)
+    session.halt(exc, evidence)
     raise exc
 
 

@@ -289,7 +289,7 @@ def _field(tool: Tool, params: Mapping[str, Any], name: str) -> list[str] | None
 
 
 def admit_act(
-    ctx: RunSession,
+    session: RunSession,
     policy: Policy | None,
     key: str,
     tool: Tool,
@@ -302,15 +302,15 @@ def admit_act(
         return
     verdict = policy.evaluate(tool, params)
     if not verdict.allowed:
-        _refuse(ctx, policy, key, tool, params, digest, verdict)
+        _refuse(session, policy, key, tool, params, digest, verdict)
     if verdict.needs_approval:
-        approval, refused = _approval_for(ctx, policy, key, tool, digest)
+        approval, refused = _approval_for(session, policy, key, tool, digest)
         if approval is None:
-            _await_approval(ctx, policy, key, tool, params, digest, verdict, refused)
+            _await_approval(session, policy, key, tool, params, digest, verdict, refused)
 
 
 def _approval_for(
-    ctx: RunSession, policy: Policy, key: str, tool: Tool, digest: str
+    session: RunSession, policy: Policy, key: str, tool: Tool, digest: str
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The signed approval that lets act ``key`` with intent ``digest`` proceed, already
     consumed (journaled), or None with the journaled approvals that were refused and why
@@ -318,11 +318,11 @@ def _approval_for(
     from crashproof.runtime.guards.approvals import approval_for
 
     bound = {"version": policy.version, "digest": policy.digest}
-    return approval_for(ctx, key, digest, bound, environment_fingerprint(tool))
+    return approval_for(session, key, digest, bound, environment_fingerprint(tool))
 
 
 def _refuse(
-    ctx: RunSession,
+    session: RunSession,
     policy: Policy,
     key: str,
     tool: Tool,
@@ -334,7 +334,7 @@ def _refuse(
         f"act {key!r} refused by policy {policy.version!r}: {verdict.reason}; nothing was executed"
     )
     now = time.time()
-    ctx.append_event(
+    session.append_event(
         EventType.STEP_DONE,
         key,
         payloads.as_dict(
@@ -344,7 +344,7 @@ def _refuse(
                 status=StepStatus.FAILED.value,
                 failure="policy",
                 attempt=0,  # never attempted
-                operation_id=f"{ctx.run_id}/{key}",
+                operation_id=f"{session.run_id}/{key}",
                 intent_digest=digest,
                 error=error_record(exc),
                 policy={
@@ -365,7 +365,7 @@ def _refuse(
 
 
 def _await_approval(
-    ctx: RunSession,
+    session: RunSession,
     policy: Policy,
     key: str,
     tool: Tool,
@@ -375,9 +375,9 @@ def _await_approval(
     refused: list[dict[str, Any]] | None = None,
 ) -> NoReturn:
     pending = {
-        "run_id": ctx.run_id,
+        "run_id": session.run_id,
         "step": key,
-        "operation_id": f"{ctx.run_id}/{key}",
+        "operation_id": f"{session.run_id}/{key}",
         "intent_digest": digest,
         "tool": tool.name,
         "tool_version": tool.version,
@@ -409,7 +409,7 @@ def _await_approval(
         evidence,
     )
     reason = str(exc)
-    ctx.append_event(
+    session.append_event(
         EventType.RUN_FROZEN,
         key,
         payloads.as_dict(
@@ -423,5 +423,5 @@ def _await_approval(
         ),
         status=(RunStatus.AWAITING_APPROVAL, reason),
     )
-    ctx.halt(exc, evidence)
+    session.halt(exc, evidence)
     raise exc

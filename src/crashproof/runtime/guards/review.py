@@ -338,11 +338,11 @@ def case_events(events: list[Event], key: str) -> tuple[Event | None, Event | No
     return decision, consumed
 
 
-def decided_epoch(ctx: RunSession, key: str, tool: Tool) -> tuple[int, list[Event]] | None:
+def decided_epoch(session: RunSession, key: str, tool: Tool) -> tuple[int, list[Event]] | None:
     """For an act in flight whose case was decided: consume the decision (re-reading the
     receipt first) and return the epoch to run it under with that epoch's open records;
     abort fails the run. None when no decision applies to ``key``."""
-    events = ctx.journal()
+    events = session.journal()
     decision, consumed = case_events(events, key)
     if decision is None:
         return None
@@ -351,26 +351,26 @@ def decided_epoch(ctx: RunSession, key: str, tool: Tool) -> tuple[int, list[Even
         case = next((c for c in cases_of(events) if c.case_id == statement["case_id"]), None)
         if case is None:
             raise CrashproofError(
-                f"run {ctx.run_id!r}: a decision names review case {statement['case_id']!r}, "
+                f"run {session.run_id!r}: a decision names review case {statement['case_id']!r}, "
                 "which its journal does not hold; nothing was executed"
             )
         problem = verify_decision(
             payloads.review_decided(decision)["decision"],
             case,
-            registry_of(ctx.journal(REGISTRY_RUN)),
+            registry_of(session.journal(REGISTRY_RUN)),
         )
         if problem is not None:  # e.g. the registry changed since: the case stays open
-            ctx.freeze(
+            session.freeze(
                 f"review case {case.case_id}: the decision no longer verifies ({problem}); "
                 "nothing was executed: review again",
                 {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id},
                 key=key,
             )
-        seen, receipt = _reread(ctx, key, tool, case)
+        seen, receipt = _reread(session, key, tool, case)
         if seen is not None:
-            _drifted(ctx, key, case, seen, receipt)
+            _drifted(session, key, case, seen, receipt)
         epoch = _epoch(events, key) + (1 if statement["decision"] == "replan" else 0)
-        quarantined = [_operation_id(ctx.run_id, key, n) for n in range(1, epoch)]
+        quarantined = [_operation_id(session.run_id, key, n) for n in range(1, epoch)]
         payload: payloads.ReviewConsumed = {
             "case_id": case.case_id,
             "case_fingerprint": case.fingerprint,
@@ -381,13 +381,13 @@ def decided_epoch(ctx: RunSession, key: str, tool: Tool) -> tuple[int, list[Even
             "quarantined": quarantined,
             "time": time.time(),
         }
-        ctx.append_event(EventType.REVIEW_CONSUMED, key, payloads.as_dict(payload))
-        consumed_seq = ctx.next_seq - 1
+        session.append_event(EventType.REVIEW_CONSUMED, key, payloads.as_dict(payload))
+        consumed_seq = session.next_seq - 1
     else:
         payload = payloads.review_consumed(consumed)
         consumed_seq = consumed.seq
     if payload["decision"] == "abort":
-        _abort(ctx, payloads.as_dict(payload))
+        _abort(session, payloads.as_dict(payload))
     fresh = [
         e
         for e in events
@@ -412,7 +412,7 @@ def _epoch(events: list[Event], key: str) -> int:
 
 
 def _reread(
-    ctx: RunSession, key: str, tool: Tool, case: ReviewCase
+    session: RunSession, key: str, tool: Tool, case: ReviewCase
 ) -> tuple[str | None, dict[str, Any] | None]:
     """Re-read the tool's authoritative receipt for the case's operation: (None, _) when
     it is what the case holds, else (what changed, the receipt held now)."""
@@ -420,12 +420,12 @@ def _reread(
     if not tool.supports_lookup:
         return None, None  # nothing authoritative to re-read: decided on the journal's evidence
     call = Call(
-        run_id=ctx.run_id,
+        run_id=session.run_id,
         step=key,
         operation_id=str(pending.get("operation_id")),
         intent_digest=str(pending.get("intent_digest")),
         params=dict(pending.get("params") or {}),
-        fencing_token=ctx.fencing_token,
+        fencing_token=session.fencing_token,
         attempt=int(pending.get("attempt", 1)),
         prepared=pending.get("prepared"),
     )
@@ -465,12 +465,12 @@ def _reread(
 
 
 def _drifted(
-    ctx: RunSession, key: str, case: ReviewCase, seen: str, receipt: dict[str, Any] | None
+    session: RunSession, key: str, case: ReviewCase, seen: str, receipt: dict[str, Any] | None
 ) -> NoReturn:
     """Freeze again: a new case, holding the receipt as it is now, supersedes this one."""
     evidence = {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id}
     evidence.update(receipt=receipt, changed_since_decision=seen)
-    ctx.freeze(
+    session.freeze(
         f"review case {case.case_id}: the receipt changed since the decision was signed "
         f"({seen}); the decision was not applied and nothing was executed: review again",
         evidence,
@@ -478,19 +478,19 @@ def _drifted(
     )
 
 
-def _abort(ctx: RunSession, consumed: dict[str, Any]) -> NoReturn:
+def _abort(session: RunSession, consumed: dict[str, Any]) -> NoReturn:
     review = payloads.of(payloads.ReviewConsumed, consumed)
     error = {
         "type": "ReviewAborted",
         "message": f"aborted by {review['reviewer']} on review case {review['case_id']}",
     }
-    exc = RunFailed(ctx.run_id, error)
-    ctx.finish(
+    exc = RunFailed(session.run_id, error)
+    session.finish(
         EventType.RUN_FAILED,
         payloads.as_dict(payloads.RunFailed(error=error, review=consumed)),
         None,
     )
-    ctx.halt(exc)  # nothing more runs in this drive, whatever the workflow catches
+    session.halt(exc)  # nothing more runs in this drive, whatever the workflow catches
     raise exc
 
 

@@ -147,7 +147,7 @@ class WorldCheck:
             entry = self._tools.setdefault(id(tool), (tool, []))
             entry[1].append(key)
 
-    def check(self, ctx: RunSession, key: str | None = None, tool: Tool | None = None) -> None:
+    def check(self, session: RunSession, key: str | None = None, tool: Tool | None = None) -> None:
         """Before the first live call of this drive (``key``/``tool``: the act about to
         run or be reconciled, if it is one). Freezes the run on any change."""
         if not self.pending:
@@ -170,7 +170,7 @@ class WorldCheck:
                     changes.append(change)
         if changes:
             names = ", ".join(f"{c['tool']} ({c['change']})" for c in changes)
-            ctx.freeze(
+            session.freeze(
                 f"the environment drifted since the run last acted on it: {names}; "
                 "nothing was executed. Compare the recorded and observed states; a resume "
                 "observes again and goes on only once the environment is restored",
@@ -180,7 +180,7 @@ class WorldCheck:
                 error=EnvironmentChanged,
             )
         if unobservable:
-            ctx.freeze(
+            session.freeze(
                 "could not observe the environment before resuming ("
                 + "; ".join(f"{u['tool']}: {u['error']['message']}" for u in unobservable)
                 + "); nothing was executed, a later resume observes again",

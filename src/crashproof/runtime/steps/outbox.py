@@ -26,12 +26,12 @@ log = logging.getLogger(__name__)
 Append = Callable[[EventType, str, dict[str, Any]], None]
 
 
-def enqueue(ctx: RunSession, key: str, tool: Tool, params: dict[str, Any], digest: str) -> Any:
+def enqueue(session: RunSession, key: str, tool: Tool, params: dict[str, Any], digest: str) -> Any:
     """Commit the message as the step's result, then try to deliver it once."""
-    operation_id = f"{ctx.run_id}/{key}"
+    operation_id = f"{session.run_id}/{key}"
     result = {"operation_id": operation_id, "outbox": tool.name}
     now = time.time()
-    ctx.append_event(
+    session.append_event(
         EventType.STEP_DONE,
         key,
         payloads.as_dict(
@@ -49,7 +49,7 @@ def enqueue(ctx: RunSession, key: str, tool: Tool, params: dict[str, Any], diges
         ),
         encode(result, what=f"outbox act {key!r}"),
     )
-    deliver(ctx.append_event, ctx.run_id, key, tool, params, digest)
+    deliver(session.append_event, session.run_id, key, tool, params, digest)
     return result
 
 
