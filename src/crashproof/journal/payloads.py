@@ -110,7 +110,7 @@ PolicyRecord = dict[str, Any]  # runtime/guards/policy.py Policy.record(): versi
 
 class Session(TypedDict):
     """The driving session, in the first record a drive writes (runtime/operations/audit.py
-    begin_session)."""
+    session_record)."""
 
     worker: str  # host:pid:nonce
     crashproof: str  # the package's version
