@@ -14,6 +14,10 @@ background thread until ``stop()``:
 - ``POST /_control`` with a JSON object of fault counters (see ``Faults``) arms faults
   from another process; ``arm(**faults)`` does it from this one.
 
+``IdempotentServer(state_file, keeps_fingerprints=False)`` is a target that dedupes by
+key only, like the README's old example: it stores no intent digest, echoes none, and
+answers a repeated key with the stored resource whatever the payload.
+
 Every request is counted per key and method, and recorded with its headers. The state
 (resources, counts, requests, fencing) is kept in a JSON file, rewritten atomically after
 every change, and reloaded by a server started on the same file.
@@ -80,8 +84,11 @@ class _Server(ThreadingHTTPServer):
 class IdempotentServer:
     """See the module docstring. Use as a context manager or ``start()``/``stop()``."""
 
-    def __init__(self, state_file: Path, faults: Faults | None = None) -> None:
+    def __init__(
+        self, state_file: Path, faults: Faults | None = None, *, keeps_fingerprints: bool = True
+    ) -> None:
         self.state_file = Path(state_file)
+        self.keeps_fingerprints = keeps_fingerprints
         self.faults = faults or Faults()
         self._lock = threading.Lock()
         self._state: dict[str, Any] = {
@@ -196,13 +203,11 @@ class IdempotentServer:
     def _create(self, key: str, digest: str, body: Any) -> dict[str, Any]:
         number = self._state["next_id"]
         self._state["next_id"] = number + 1
-        resource = {
-            "id": f"res-{number}",
-            "idempotency_key": key,
-            "intent_digest": digest,
-            "body": body,
-        }
-        self._state["resources"][key] = {"digest": digest, "resource": resource}
+        resource = {"id": f"res-{number}", "idempotency_key": key, "body": body}
+        if self.keeps_fingerprints:
+            resource["intent_digest"] = digest
+        stored = digest if self.keeps_fingerprints else None
+        self._state["resources"][key] = {"digest": stored, "resource": resource}
         return resource
 
     def _take(self, name: str, key: str | None) -> bool:
@@ -258,7 +263,7 @@ class IdempotentServer:
                 return
             entry = self._state["resources"].get(key)
             if entry is not None:
-                if entry["digest"] != digest:
+                if entry["digest"] is not None and entry["digest"] != digest:
                     handler.reply(
                         422,
                         {
@@ -269,7 +274,7 @@ class IdempotentServer:
                         digest=entry["digest"],
                     )
                 else:
-                    handler.reply(200, entry["resource"], digest=digest)
+                    handler.reply(200, entry["resource"], digest=entry["digest"])
                 return
             resource = self._create(key, digest, body)
             for name in ("drop_after_commit", "sleep_after_commit", "fail_after_commit"):
@@ -282,11 +287,11 @@ class IdempotentServer:
             handler.drop()
         elif after == "sleep_after_commit":
             time.sleep(pause)
-            handler.reply(201, resource, digest=digest)
+            handler.reply(201, resource, digest=resource.get("intent_digest"))
         elif after == "fail_after_commit":
             handler.reply(500, {"title": "failed after committing"})
         else:
-            handler.reply(201, resource, digest=digest)
+            handler.reply(201, resource, digest=resource.get("intent_digest"))
 
     def handle_get(self, handler: _Handler) -> None:
         key = unquote(handler.path[len(BY_KEY) :]) if handler.path.startswith(BY_KEY) else None

@@ -74,6 +74,9 @@ class GitTool(GitOps, Tool):
     version: ClassVar[str] = "1"
     supports_lookup: ClassVar[bool] = True
     idempotent_execute: ClassVar[bool] = False
+    # A commit is found by its trailer, which carries the intent digest; a branch or a
+    # push is found only at the very sha its intent names (state-addressed).
+    matches_intent: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -104,6 +104,11 @@ class Tool:
       target dedupes by key), so re-executing after a crash is safe.
     - ``honours_fencing``: the target rejects calls carrying a fencing token lower than
       the highest it has seen.
+    - ``matches_intent``: the target finds an operation id only together with the intent
+      it was done with (a state-addressed target: the file holds exactly the intended
+      bytes). Without it, a receipt that ``lookup`` returns must carry the intent digest
+      the target stored with the operation id: one that carries none proves nothing
+      (another caller may have used the key) and the act freezes for review.
     - ``deferred``: an outbox; see ``crashproof.tools.outbox``.
     """
 
@@ -112,6 +117,7 @@ class Tool:
     supports_lookup: ClassVar[bool] = True
     idempotent_execute: ClassVar[bool] = False
     honours_fencing: ClassVar[bool] = False
+    matches_intent: ClassVar[bool] = False
     # An outbox: the params are journaled as the step's result and ``execute`` delivers
     # them after that commit, at least once, keyed by operation id (tools/outbox.py).
     deferred: ClassVar[bool] = False

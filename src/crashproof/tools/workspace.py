@@ -53,6 +53,8 @@ class Workspace(Tool):
     version: ClassVar[str] = "1"
     supports_lookup: ClassVar[bool] = True
     idempotent_execute: ClassVar[bool] = True
+    # State-addressed: lookup answers only when the file holds this intent's result hash.
+    matches_intent: ClassVar[bool] = True
 
     def __init__(self, root: str | os.PathLike[str], *, observe_ignore: Sequence[str] = ()) -> None:
         """``observe_ignore``: fnmatch globs (on the POSIX relative path) of files that

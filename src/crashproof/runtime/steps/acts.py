@@ -298,12 +298,23 @@ def _journal_receipt(
             f"intent is {call.intent_digest}; nothing else executes",
             {
                 **_evidence(call),
-                "receipt": {
-                    "receipt_id": receipt.receipt_id,
-                    "intent_digest": receipt.intent_digest,
-                    "result": receipt.result,
-                },
+                "receipt": _receipt_evidence(receipt),
             },
+            key=call.step,
+            error=ReceiptConflict,
+        )
+    if reconciled and receipt.intent_digest is None and not tool.matches_intent:
+        # A found effect may be another caller's under the same key: it is this act's
+        # only when the target shows the intent (001: a key reused with another intent
+        # must conflict; a lookup that cannot tell is no match).
+        session.freeze(
+            f"act {call.step!r}: {tool.name} holds operation {call.operation_id!r} but "
+            "cannot show which intent (its receipt has no intent digest), so it is not "
+            "taken as this act's effect; nothing else executes. Review the receipt. A tool "
+            "should return the digest the target stored with the operation id "
+            "(cp.Receipt(..., intent_digest=...)), or declare matches_intent when "
+            "its lookup matches key and intent",
+            {**_evidence(call), "receipt": _receipt_evidence(receipt)},
             key=call.step,
             error=ReceiptConflict,
         )
@@ -318,6 +329,14 @@ def _journal_receipt(
     )
     session.append_event(EventType.STEP_DONE, call.step, payloads.as_dict(payload), value_json)
     return decode(value_json)
+
+
+def _receipt_evidence(receipt: Receipt) -> dict[str, Any]:
+    return {
+        "receipt_id": receipt.receipt_id,
+        "intent_digest": receipt.intent_digest,
+        "result": receipt.result,
+    }
 
 
 def _receipt_json(receipt: Any, step: str) -> tuple[str, str | None]:
