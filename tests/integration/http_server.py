@@ -153,6 +153,15 @@ class IdempotentServer:
             self._save()
             return resource
 
+    def edit(self, key: str, body: Any) -> dict[str, Any]:
+        """Change the stored resource of ``key`` in place: same id, same stored digest,
+        another body (the target's own later edit of the result)."""
+        with self._lock:
+            resource: dict[str, Any] = self._state["resources"][key]["resource"]
+            resource["body"] = body
+            self._save()
+            return dict(resource)
+
     def seed_in_flight(self, key: str, digest: str, body: Any, lookups: int) -> None:
         """Mark ``key`` as being processed by an earlier request: POSTs get 409, lookups
         409 until ``lookups`` of them have been answered, then the resource commits."""

@@ -199,6 +199,27 @@ def test_a_receipt_that_changed_after_signing_keeps_the_case_open(
     assert server.count(NEW, "POST") == 1
 
 
+def test_a_result_that_changed_after_signing_keeps_the_case_open(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    # Same receipt id, same stored intent digest, another result: before, only the id and
+    # the digest were compared and the replan ran over a result the reviewer never saw.
+    ledger, flow, case = conflicted(server, tool, ledger_at, keys)
+    ledger.decide(case.case_id, "replan", key=keys["bob"])
+    edited = server.edit(OLD, {"name": "edited after the review"})
+    assert edited["id"] == case.evidence["receipt"]["receipt_id"]
+
+    again = resumed(ledger_at, flow, None)
+    with pytest.raises(cp.RunFrozen, match="changed since the decision was signed") as frozen:
+        again.resume(RUN)
+    assert "result" in str(frozen.value)
+    assert server.count(NEW, "POST") == 0
+    assert "review_consumed" not in types(again)
+    cases = again.review_cases(RUN)
+    assert [c.state for c in cases] == ["superseded", "open"]
+    assert cases[1].evidence["receipt"]["result"]["body"] == {"name": "edited after the review"}
+
+
 def test_decisions_that_do_not_fit_the_case_are_refused(
     server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
 ) -> None:

@@ -83,6 +83,7 @@ id maps to one printable key.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -92,6 +93,7 @@ from urllib.parse import quote
 import httpx
 
 from crashproof.errors import (
+    CrashproofError,
     DriftError,
     OutcomeUnknown,
     PermanentError,
@@ -376,6 +378,13 @@ class HttpTool(Tool):
                 f"unprocessable), and the target does not name another intent: "
                 f"{_snippet(response)}"
             )
+        if self.supports_lookup:
+            # The stored resource itself, as lookup reads it, is the receipt a review
+            # binds and re-reads later; the 422's body is only an error document.
+            with contextlib.suppress(CrashproofError, LookupFailed):  # then the 422's body
+                found = self.lookup(call)
+                if found is not None and found.intent_digest == stored:
+                    return found
         resource = data.get(self.id_key) if isinstance(data, dict) else None
         return Receipt(
             receipt_id=(

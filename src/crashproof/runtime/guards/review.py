@@ -446,22 +446,39 @@ def _reread(
             "result": found.result,
         }
     )
-    now = (
-        None
-        if not isinstance(found, Receipt)
-        else {"receipt_id": found.receipt_id, "intent_digest": found.intent_digest}
-    )
-    then = (
-        None
-        if not isinstance(held, dict)
-        else {"receipt_id": held.get("receipt_id"), "intent_digest": held.get("intent_digest")}
-    )
-    if now == then:
+    # Every field of the receipt, its result included: a decision signed over one result
+    # is not consumed over another (the seed: any drifted field keeps the case frozen).
+    changed = _changed_fields(held if isinstance(held, dict) else None, receipt)
+    if not changed:
         return None, receipt
+    if receipt is None or not isinstance(held, dict):
+        now = "nothing" if receipt is None else f"receipt {receipt['receipt_id']!r}"
+        then = "nothing" if not isinstance(held, dict) else f"receipt {held.get('receipt_id')!r}"
+        return f"{tool.name} now holds {now} for {call.operation_id!r}, the case had {then}", (
+            receipt
+        )
     return (
-        f"{tool.name} now holds {now or 'nothing'} for {call.operation_id!r}, "
-        f"the case had {then or 'nothing'}"
+        f"{tool.name}'s receipt for {call.operation_id!r} changed: {', '.join(changed)} "
+        "differ from the case's"
     ), receipt
+
+
+_RECEIPT_FIELDS = ("receipt_id", "intent_digest", "result")
+
+
+def _changed_fields(held: dict[str, Any] | None, now: dict[str, Any] | None) -> list[str]:
+    """The receipt fields that differ (all of them when one side holds none); values are
+    compared by their canonical digests (a journal's copy decoded, a tool's as made)."""
+    if held is None or now is None:
+        return [] if held is now else list(_RECEIPT_FIELDS)
+    return [name for name in _RECEIPT_FIELDS if _digest(held.get(name)) != _digest(now.get(name))]
+
+
+def _digest(value: Any) -> str | None:
+    try:
+        return canonical_digest(value, what="a receipt field")
+    except CrashproofError:
+        return None  # not JSON: never equal to what the case holds (a JSON copy)
 
 
 def _drifted(
