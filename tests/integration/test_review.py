@@ -326,3 +326,52 @@ def test_a_decision_moved_to_a_ledger_that_does_not_trust_its_signer_is_not_appl
     assert server.count(NEW, "POST") == 0
     assert [c.state for c in elsewhere.review_cases(RUN)] == ["superseded", "open"]
     elsewhere.close()
+
+
+class Mailer(cp.Tool):
+    """A target with neither lookup nor dedupe: an act whose reply was lost freezes."""
+
+    name = "mailer"
+    version = "1"
+    supports_lookup = False
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.lose_reply = True
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        self.sent.append(call.operation_id)
+        if self.lose_reply:
+            self.lose_reply = False
+            raise TimeoutError("the reply was lost")  # an unknown outcome
+        return cp.Receipt(call.operation_id, {"sent": call.operation_id})
+
+
+def test_a_replan_of_an_act_that_cannot_be_re_read_needs_it_stated(
+    ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    # Before, a tool without lookup got no re-read at all and any replan ran. Now the
+    # decision must state that no re-read is possible, or the case stays frozen.
+    mailer = Mailer()
+
+    @cp.workflow("mail", version="1")
+    def mail(ctx: cp.Context) -> Any:
+        return ctx.act("send", mailer, to="ops")
+
+    ledger = ledger_at()
+    with pytest.raises(cp.RunFrozen):
+        ledger.run(mail, run_id="mail:1")
+    ledger.add_approver("bob", keys["bob"].with_name("bob.pem.pub").read_text(), by="root")
+    (case,) = ledger.review_cases("mail:1")
+    ledger.decide(case.case_id, "replan", key=keys["bob"])
+    with pytest.raises(cp.RunFrozen, match="does not state that no re-read is possible"):
+        ledger.resume("mail:1")
+    assert mailer.sent == ["mail:1/send"]  # nothing executed
+    cases = ledger.review_cases("mail:1")
+    assert [c.state for c in cases] == ["superseded", "open"]
+
+    ledger.decide(cases[1].case_id, "replan", key=keys["bob"], no_reread=True)
+    assert ledger.resume("mail:1") == {"sent": "mail:1/send@2"}
+    assert mailer.sent == ["mail:1/send", "mail:1/send@2"]
+    decided = [e for e in ledger._store.load_events("mail:1") if e.type is EventType.REVIEW_DECIDED]
+    assert [d.payload["decision"]["statement"].get("no_reread") for d in decided] == [None, True]

@@ -31,7 +31,7 @@ from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
 from crashproof.runtime.guards.budget import Meter
 from crashproof.runtime.guards.policy import Policy, admit_act
-from crashproof.runtime.guards.review import decided_epoch
+from crashproof.runtime.guards.replan import decided_epoch
 from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
 from crashproof.runtime.port import ActSettings, DriveHost
 from crashproof.runtime.steps.acts import intent_digest, perform_act

@@ -225,6 +225,14 @@ def decide_review_case(
     ],
     key: KeyOption = Path("reviewer.pem"),
     by: ByOption = None,
+    no_reread: Annotated[
+        bool,
+        typer.Option(
+            "--no-reread",
+            help="The act's tool cannot look its receipt up: decide on the case's evidence "
+            "alone (a replan of such an act needs it).",
+        ),
+    ] = False,
     db: DbOption = None,
     verbose: VerboseOption = False,
 ) -> int:
@@ -235,7 +243,7 @@ def decide_review_case(
     imported from a copy): you vouch that the source did not go on; the run resumes."""
     settings = command_settings(ctx, db, False, verbose)
     with open_ledger(settings, create=False) as ledger:
-        ledger.decide(case_id, decision, key=key, by=by)
+        ledger.decide(case_id, decision, key=key, by=by, no_reread=no_reread)
         status = ledger.get_run(case_id.rpartition("#")[0]).status.value
     sys.stderr.write(f"{decision} signed for case {case_id}; the run is now {status}\n")
     if status == "running":

@@ -4,7 +4,8 @@
   run is bound to, changed only by journaled operator actions;
 - ``policy``: which tools a run may use and which acts need approval (admission);
 - ``approvals``, ``approvers``: signed approvals and their trust root;
-- ``review``: review cases and signed replan/abort decisions.
+- ``review``: review cases and signed replan/abort decisions; ``replan``: a decision
+  consumed on resume, after the receipt is re-read.
 
 May import: ``journal``, ``tools``, ``integrity``, ``errors``, ``runtime.port``,
 ``runtime.options`` and ``runtime.steps``. Never ``runtime.context`` or ``runtime.ledger``.

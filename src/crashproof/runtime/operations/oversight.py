@@ -241,14 +241,22 @@ class LedgerHumans(DriveHost):
         )
 
     def decide(
-        self, case_id: str, decision: str, *, key: SigningKey, by: str | None = None
+        self,
+        case_id: str,
+        decision: str,
+        *,
+        key: SigningKey,
+        by: str | None = None,
+        no_reread: bool = False,
     ) -> dict[str, Any]:
         """Sign ``replan`` or ``abort`` for a review case with ``key`` (a registered
-        reviewer's Ed25519 key) and journal it; returns the signed document."""
+        reviewer's Ed25519 key) and journal it; returns the signed document.
+        ``no_reread``: state that the receipt cannot be re-read before the decision is
+        consumed (the act's tool has no lookup); a replan of such an act needs it."""
         private = _key(key)
         reviewer = self._signer(private, DecisionRefused)
         case = self.review_case(case_id)
-        document = sign_decision(private, reviewer, case, decision)
+        document = sign_decision(private, reviewer, case, decision, no_reread=no_reread)
         self.submit_decision(case_id, document, by=by)
         return document
 
