@@ -311,3 +311,107 @@ def test_two_threads_of_one_ledger_never_drive_one_run(tmp_path: Path) -> None:
     first.join(5)
     assert executes == ["s/call"]
     assert shared.run(slow, run_id="s") == {"ok": True}
+
+
+# -- lease receipts (003: resume_lease_receipt) ---------------------------------------
+
+
+def lease_receipts(ledger: cp.Ledger, run_id: str = "r") -> list[dict[str, Any]]:
+    """The lease receipt of every drive that wrote something, in journal order."""
+    sessions = [e.payload.get("session") for e in ledger.journal(run_id)]
+    return [s["lease"] for s in sessions if isinstance(s, dict) and "lease" in s]
+
+
+def _foreign_lease(db_path: Path, owner: str, ttl: float) -> None:
+    store = SQLiteStore(db_path)
+    try:
+        store.claim("r", owner, ttl)
+    finally:
+        store.close()
+
+
+def test_a_new_run_records_a_new_lease(tmp_path: Path, open_ledger: LedgerFactory) -> None:
+    gate = Gate()
+    gate.opened.set()
+    ledger = open_ledger()
+    ledger.run(gated_workflow(gate, TargetTool(Target(tmp_path / "t.json"))), run_id="r", size="s")
+    (receipt,) = lease_receipts(ledger)
+    assert receipt == {
+        "lease_id": "r@1",
+        "owner": ledger.worker_id,
+        "previous_owner": None,
+        "previous_token": 0,
+        "token": 1,
+        "expires_at": receipt["expires_at"],
+        "decision": "new",
+    }
+    assert receipt["expires_at"] > time.time()
+
+
+def test_a_takeover_of_a_dead_process_records_who_was_fenced_out_and_why(
+    tmp_path: Path, db_path: Path, open_ledger: LedgerFactory
+) -> None:
+    # Before: the lease row was overwritten and the journal named the new session only.
+    wf = _started_run(open_ledger, TargetTool(Target(tmp_path / "t.json")))
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead = f"{socket.gethostname()}:{int(child.stdout)}:dead"
+    _foreign_lease(db_path, dead, 60.0)
+    ledger = open_ledger()
+    ledger.register(wf)
+    ledger.resume("r")
+    (receipt,) = lease_receipts(ledger)
+    assert (receipt["previous_owner"], receipt["previous_token"]) == (dead, 1)
+    assert (receipt["token"], receipt["lease_id"]) == (2, "r@2")
+    assert receipt["decision"] == f"dead pid {int(child.stdout)}"
+    from crashproof.runtime.operations.audit import run_timeline
+
+    summaries = [e["summary"] for e in run_timeline(ledger, "r") if "lease" in e]
+    assert summaries[0].startswith(f"lease 2 (dead pid {int(child.stdout)}; before: {dead}")
+
+
+@pytest.mark.parametrize(
+    ("ttl", "take_over", "decision"),
+    [(0.3, False, "expired"), (60.0, True, "take-over requested")],
+)
+def test_an_expired_or_requested_takeover_says_so(
+    tmp_path: Path,
+    db_path: Path,
+    open_ledger: LedgerFactory,
+    ttl: float,
+    take_over: bool,
+    decision: str,
+) -> None:
+    wf = _started_run(open_ledger, TargetTool(Target(tmp_path / "t.json")))
+    _foreign_lease(db_path, "elsewhere:1:abcd", ttl)
+    if not take_over:
+        time.sleep(ttl + 0.1)
+    ledger = open_ledger()
+    ledger.register(wf)
+    ledger.resume("r", take_over=take_over)
+    (receipt,) = lease_receipts(ledger)
+    assert (receipt["previous_owner"], receipt["decision"]) == ("elsewhere:1:abcd", decision)
+
+
+def test_a_drive_that_crashed_in_this_process_is_taken_over_as_abandoned(
+    tmp_path: Path, open_ledger: LedgerFactory
+) -> None:
+    target = Target(tmp_path / "t.json")
+    gate = Gate()
+    gate.opened.set()
+    wf = gated_workflow(gate, TargetTool(target))
+    first = open_ledger(crash_points=cp.CrashPoints(match="after_commit[step_done:wait]"))
+    with pytest.raises(cp.SimulatedCrash):
+        first.run(wf, run_id="r", size="s")
+    second = open_ledger()
+    second.register(wf)
+    second.resume("r")  # takes the crashed drive's lease over (abandoned in this process)
+    third = open_ledger()
+    third.register(wf)
+    third.resume("r")  # the run ended: answers from its journal, writes nothing
+    decisions = [r["decision"] for r in lease_receipts(third)]
+    assert decisions == ["new", "abandoned in this process"]

@@ -43,6 +43,7 @@ __all__ = [
     "Consumption",
     "DriveRecord",
     "FrozenOrStopped",
+    "LeaseReceipt",
     "OperatorRecord",
     "Outbox",
     "OutboxDelivered",
@@ -108,6 +109,18 @@ LimitsRecord = dict[str, int | float | None]  # records.Limits.to_json(): a limi
 PolicyRecord = dict[str, Any]  # runtime/guards/policy.py Policy.record(): version, digest, identity
 
 
+class LeaseReceipt(TypedDict):
+    """The lease a drive runs under (runtime/driving/leases.py Grant.receipt)."""
+
+    lease_id: str  # run_id@token
+    owner: str
+    previous_owner: str | None
+    previous_token: int
+    token: int
+    expires_at: float
+    decision: str  # new, released, expired, same owner, dead pid N, take-over requested
+
+
 class Session(TypedDict):
     """The driving session, in the first record a drive writes (runtime/operations/audit.py
     session_record)."""
@@ -121,6 +134,7 @@ class Session(TypedDict):
     policy_version: str | None
     fencing_token: int | None
     python: str
+    lease: NotRequired[LeaseReceipt]  # journals written before 2026-12-01 lack it
 
 
 class DriveRecord(TypedDict):

@@ -41,7 +41,7 @@ from crashproof.journal.fold import Replay, fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
 from crashproof.runtime.context import Context
 from crashproof.runtime.driving.durability import output_point, share_witness_writes
-from crashproof.runtime.driving.leases import HOST, Heartbeat, release, stop_driving
+from crashproof.runtime.driving.leases import HOST, Grant, Heartbeat, release, stop_driving
 from crashproof.runtime.driving.queue import Draining, LedgerQueue
 from crashproof.runtime.driving.urls import (
     DURABILITY_MODES,
@@ -350,12 +350,13 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         """Claim the run's lease, drive the run under it, release it. A crash
         (SimulatedCrash, or any BaseException that is not an Exception) leaves the lease
         to expire, as a dead process would."""
-        lease = self._lease_for(run_id, take_over, wait)  # a new claim, or the queue's
+        grant = self._lease_for(run_id, take_over, wait)  # a new claim, or the queue's
+        lease = grant.lease
         heartbeat = Heartbeat(
             self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token))
         )
         try:
-            result = self._drive_owned(workflow, run_id, options, changes, lease.token)
+            result = self._drive_owned(workflow, run_id, options, changes, grant)
         except Exception:
             heartbeat.stop()
             release(self._store, run_id, heartbeat.lease)
@@ -376,8 +377,9 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         run_id: str,
         options: RunOptions | None,
         changes: OperatorChanges | None,
-        token: int,
+        grant: Grant,
     ) -> Any:
+        token = grant.lease.token
         events = self.journal(run_id, owner=True)
         replay = index_journal(events)
         if replay.undelivered:  # delivered again below: durable first (a crash may have
@@ -403,7 +405,8 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         ctx = Context(self, run_id, replay)
         ctx.fencing_token = token
         ctx.policy = policy
-        ctx.session = session_record(self.worker_id, workflow, policy, token)  # audit.py
+        # The drive's first record names its session and the lease it runs under.
+        ctx.session = session_record(self.worker_id, workflow, policy, grant.receipt(run_id))
         outcome = replay.outcome
         if outcome is not None and (
             outcome.type is EventType.RUN_STOPPED  # bind_run found the budget raised

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from crashproof.errors import RunNotFound, StaleLeaseError
 from crashproof.journal.records import Event, RunRow, RunStatus
-from crashproof.store.port import Lease, StatusChange, blob_digest, check_claimable
+from crashproof.store.port import Lease, StatusChange, blob_digest, check_claimable, lease_was_live
 from crashproof.store.queue import Claimed, LeaseInfo, runnable_key
 
 __all__ = ["MemoryStore"]
@@ -102,7 +102,8 @@ class MemoryStore:
             held_by, expires_at, token = self._leases.get(run_id, (None, None, 0))
             now = time.time()
             check_claimable(run_id, held_by, expires_at, now, owner, take_over)
-            lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds)
+            live = lease_was_live(held_by, expires_at, now, owner)
+            lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds, held_by, live)
             self._leases[run_id] = (owner, lease.expires_at, lease.token)
             return lease
 
@@ -145,7 +146,7 @@ class MemoryStore:
                     and runnable_key(row.workflow, row.version) in wanted
                     and row.run_id not in skipped
                 ):
-                    lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds)
+                    lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds, held_by)
                     self._leases[row.run_id] = (owner, lease.expires_at, lease.token)
                     return Claimed(row.run_id, lease, held_by)
             return None

@@ -26,6 +26,7 @@ __all__ = [
     "StatusChange",
     "Store",
     "lease_held",
+    "lease_was_live",
     "unreadable",
 ]
 
@@ -49,12 +50,22 @@ GENESIS = ""  # the "previous MAC" of a run's first record
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A worker's claim on a run: who, with which fencing token, until when (epoch
-    seconds by the store's clock), renewed for ``ttl_seconds`` at a time."""
+    seconds by the store's clock), renewed for ``ttl_seconds`` at a time. A claim also
+    says what it replaced, read in its own transaction: ``previous_owner`` (None: nobody
+    held the run) and ``previous_live`` (that holder's lease had not expired: taken over).
+    The previous token is ``token - 1``: every claim adds one."""
 
     owner: str
     token: int
     expires_at: float
     ttl_seconds: float
+    previous_owner: str | None = None
+    previous_live: bool = False
+
+
+def lease_was_live(held_by: str | None, expires_at: float | None, now: float, owner: str) -> bool:
+    """Whether a claim by ``owner`` at ``now`` takes a live lease of another holder."""
+    return held_by is not None and held_by != owner and expires_at is not None and expires_at > now
 
 
 def check_claimable(

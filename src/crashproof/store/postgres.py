@@ -43,6 +43,7 @@ from crashproof.store.port import (
     RecordSealer,
     blob_digest,
     check_claimable,
+    lease_was_live,
     unreadable,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
@@ -245,12 +246,13 @@ class PostgresStore(PostgresAppend):
                 raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
             held_by, expires_at, _token, now = found
             check_claimable(run_id, held_by, expires_at, now, owner, take_over)
+            live = lease_was_live(held_by, expires_at, now, owner)
             claimed = cur.execute(
                 self._q["claim_lease"], (owner, float(ttl_seconds), run_id)
             ).fetchone()
             if claimed is None:  # the row is locked: cannot happen
                 raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
-            return Lease(owner, int(claimed[0]), float(claimed[1]), ttl_seconds)
+            return Lease(owner, int(claimed[0]), float(claimed[1]), ttl_seconds, held_by, live)
 
     def renew(self, run_id: str, lease: Lease) -> Lease:
         with self._transaction() as cur:
@@ -334,7 +336,8 @@ class PostgresStore(PostgresAppend):
         if found is None:
             return None
         run_id, token, expires_at, previous = found
-        return Claimed(run_id, Lease(owner, int(token), float(expires_at), ttl_seconds), previous)
+        lease = Lease(owner, int(token), float(expires_at), ttl_seconds, previous)
+        return Claimed(run_id, lease, previous)
 
     def leases(self) -> dict[str, LeaseInfo]:
         with self._read() as cur:

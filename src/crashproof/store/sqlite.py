@@ -34,6 +34,7 @@ from crashproof.store.port import (
     RecordSealer,
     StatusChange,
     check_claimable,
+    lease_was_live,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
@@ -231,7 +232,8 @@ class SQLiteStore(SQLiteJournal):
             held_by, expires_at, token = found
             now = time.time()  # one host: the local clock
             check_claimable(run_id, held_by, expires_at, now, owner, take_over)
-            lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds)
+            live = lease_was_live(held_by, expires_at, now, owner)
+            lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds, held_by, live)
             conn.execute(_Q["claim_lease"], (owner, lease.expires_at, run_id))
             return lease
 
@@ -278,7 +280,7 @@ class SQLiteStore(SQLiteJournal):
             if found is None:
                 return None
             run_id, previous, token = found
-            lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds)
+            lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds, previous)
             conn.execute(_Q["claim_lease"], (owner, lease.expires_at, run_id))
             return Claimed(run_id, lease, previous)
 

@@ -10,12 +10,23 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from crashproof.errors import CrashproofError, LeaseHeld, StaleLeaseError
 from crashproof.store.port import Lease, Store
 
-__all__ = ["HOST", "Heartbeat", "abandoned", "adopt", "claim", "release", "stop_driving"]
+__all__ = [
+    "HOST",
+    "Grant",
+    "Heartbeat",
+    "abandoned",
+    "adopt",
+    "claim",
+    "release",
+    "stop_driving",
+]
 
 log = logging.getLogger("crashproof.runtime.ledger")
 
@@ -26,6 +37,45 @@ HOST = socket.gethostname()
 DRIVING: set[tuple[str, str]] = set()
 DRIVING_LOCK = threading.Lock()
 _WAIT_POLL = 0.1  # seconds between claims while waiting for a held lease
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A lease this process claimed, and why it could take a live lease of another
+    holder (``takeover``: the holder is gone; None: it was not live, or an operator
+    asked for the take-over)."""
+
+    lease: Lease
+    takeover: str | None = None
+
+    def receipt(self, run_id: str) -> dict[str, Any]:
+        """What the drive journals about its lease (003: ``resume_lease_receipt``): lease
+        id, owner, the previous owner and token, the new token, its expiry, and the
+        decision that let this owner in."""
+        lease = self.lease
+        previous = lease.previous_owner
+        if previous is None:
+            decision = "new" if lease.token == 1 else "released"
+        elif previous == lease.owner:
+            decision = "same owner"
+        elif not lease.previous_live:
+            decision = "expired"
+        else:
+            decision = self.takeover or "take-over requested"
+        return {
+            "lease_id": f"{run_id}@{lease.token}",
+            "owner": lease.owner,
+            "previous_owner": previous,
+            "previous_token": lease.token - 1,
+            "token": lease.token,
+            "expires_at": lease.expires_at,
+            "decision": decision,
+        }
+
+
+def _gone(owner: str) -> str:
+    pid = owner.rsplit(":", 2)[1]
+    return "abandoned in this process" if pid == str(os.getpid()) else f"dead pid {pid}"
 
 
 def abandoned(owner: str, run_id: str) -> bool:
@@ -93,7 +143,7 @@ class Heartbeat:
 
 def claim(
     store: Store, run_id: str, owner: str, ttl: float, take_over: bool, wait: float = 0.0
-) -> Lease:
+) -> Grant:
     """Claim the run's lease for ``owner``; a holder that is provably gone is taken over.
     ``wait``: seconds to keep trying while another worker holds it (then LeaseHeld)."""
     # Listed before the claim, so that no other Ledger of this process ever sees
@@ -117,12 +167,12 @@ def claim(
         raise
 
 
-def adopt(run_id: str, lease: Lease) -> Lease:
+def adopt(run_id: str, lease: Lease) -> Grant:
     """Drive ``run_id`` under a lease its owner claimed already (a worker's claim from the
     queue, which bumped the fencing token): listed as driving, as ``claim`` does, with no
     second claim (a durable transaction and a token increment saved per queued run)."""
     _start_driving(lease.owner, run_id)
-    return lease
+    return Grant(lease)
 
 
 def _start_driving(owner: str, run_id: str) -> None:
@@ -138,14 +188,14 @@ def _start_driving(owner: str, run_id: str) -> None:
         DRIVING.add((owner, run_id))
 
 
-def _claim_once(store: Store, run_id: str, owner: str, ttl: float, take_over: bool) -> Lease:
+def _claim_once(store: Store, run_id: str, owner: str, ttl: float, take_over: bool) -> Grant:
     try:
-        return store.claim(run_id, owner, ttl, take_over=take_over)
+        return Grant(store.claim(run_id, owner, ttl, take_over=take_over))
     except LeaseHeld as held:
         if held.owner is None or not abandoned(held.owner, run_id):
             raise
         log.info("taking over an abandoned lease", extra={"run_id": run_id, "owner": held.owner})
-        return store.claim(run_id, owner, ttl, take_over=True)
+        return Grant(store.claim(run_id, owner, ttl, take_over=True), _gone(held.owner))
 
 
 def release(store: Store, run_id: str, lease: Lease) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError
-from crashproof.runtime.driving.leases import adopt, claim, release
+from crashproof.runtime.driving.leases import Grant, adopt, claim, release
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.workflow import Workflow
 from crashproof.store.port import Lease, Store
@@ -93,7 +93,7 @@ class LedgerQueue:
             if unused is not None:  # the drive never started (e.g. the run had ended)
                 release(self._store, run_id, unused)
 
-    def _lease_for(self, run_id: str, take_over: bool, wait: float) -> Lease:
+    def _lease_for(self, run_id: str, take_over: bool, wait: float) -> Grant:
         """The lease a drive of ``run_id`` runs under: the queue claim's, when this Ledger's
         worker claimed the run just now, else a new claim."""
         held = self._claimed.pop(run_id, None)

@@ -58,18 +58,21 @@ def started_by(worker_id: str) -> dict[str, Any]:
 
 
 def session_record(
-    worker_id: str, workflow: Workflow[Any], policy: Policy | None, fencing_token: int | None
+    worker_id: str, workflow: Workflow[Any], policy: Policy | None, lease: dict[str, Any]
 ) -> dict[str, Any]:
     """What the first record of a drive says of its session (the Context adds it to the
     first record it writes, so a drive that writes nothing, e.g. one answering a recorded
-    outcome, leaves no trace)."""
+    outcome, leaves no trace), the lease it runs under included: ``lease`` is its receipt
+    (``driving/leases.py`` ``Grant.receipt``: previous owner and token, new token, expiry
+    and the decision that let this worker in)."""
     return {
         **started_by(worker_id),
         "workflow": workflow.name,
         "workflow_version": workflow.version,
         "policy_version": None if policy is None else policy.version,
-        "fencing_token": fencing_token,
+        "fencing_token": lease["token"],
         "python": platform.python_version(),
+        "lease": lease,
     }
 
 
@@ -111,6 +114,14 @@ def timeline(events: Sequence[Event]) -> list[dict[str, Any]]:
             for pending in waiting:
                 pending.update(current)
             waiting = []
+            lease = p.get("lease")
+            if isinstance(lease, dict):  # the lease receipt of this drive (since 2026-12)
+                entry["lease"] = lease
+                was = lease.get("previous_owner") or "nobody"
+                entry["summary"] = (
+                    f"lease {lease.get('token')} ({lease.get('decision')}; before: {was}, "
+                    f"token {lease.get('previous_token')}); {entry['summary']}"
+                ).removesuffix("; ")
         elif event.type in _OPERATOR or (
             event.type is EventType.RUN_THAWED and "by" in payloads.run_thawed(event)  # by a human
         ):

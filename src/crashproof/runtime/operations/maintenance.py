@@ -55,7 +55,7 @@ class LedgerCare(DriveHost):
         if not index_journal(self.journal(run_id)).undelivered:
             return 0  # the common case: no lease taken, nothing written
         try:
-            lease = claim(self.store, run_id, self.worker_id, self.lease_seconds, False)
+            lease = claim(self.store, run_id, self.worker_id, self.lease_seconds, False).lease
         except LeaseHeld:
             log.info("outbox skipped: the run is held", extra={"run_id": run_id})
             return 0

@@ -132,7 +132,7 @@ def _leased(ledger: DriveHost, run_id: str) -> Iterator[Lease]:
     """The run's lease for one move (LeaseHeld if a live worker holds it), released
     after; on a crash-like BaseException it is left to expire, as a driver's is."""
     store = ledger.store
-    lease = claim(store, run_id, ledger.worker_id, ledger.lease_seconds, False)
+    lease = claim(store, run_id, ledger.worker_id, ledger.lease_seconds, False).lease
     try:
         yield lease
     except BaseException as exc:

@@ -60,7 +60,7 @@ class LedgerHumans(DriveHost):
 
     def _operator_append(self, run_id: str, build: Build) -> list[Event]:
         """Under the run's lease: read its journal, build records, commit them at once."""
-        lease = claim(self.store, run_id, self.worker_id, self.lease_seconds, False)
+        lease = claim(self.store, run_id, self.worker_id, self.lease_seconds, False).lease
         try:
             events = self.journal(run_id, owner=True)
             added, status = build(events)
