@@ -162,6 +162,12 @@ class IdempotentServer:
             self._save()
             return dict(resource)
 
+    def forget(self, key: str) -> None:
+        """Delete the stored resource of ``key`` (someone removed it at the target)."""
+        with self._lock:
+            del self._state["resources"][key]
+            self._save()
+
     def seed_in_flight(self, key: str, digest: str, body: Any, lookups: int) -> None:
         """Mark ``key`` as being processed by an earlier request: POSTs get 409, lookups
         409 until ``lookups`` of them have been answered, then the resource commits."""

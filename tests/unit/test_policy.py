@@ -24,13 +24,16 @@ class Counting(cp.Tool):
 
     def __init__(self) -> None:
         self.executed: list[dict[str, Any]] = []
+        self.done: dict[str, cp.Receipt] = {}  # by operation id: what a resume re-reads
 
     def execute(self, call: cp.Call) -> cp.Receipt:
         self.executed.append(call.params)
-        return cp.Receipt(f"r{len(self.executed)}", {"n": len(self.executed)})
+        receipt = cp.Receipt(f"r{len(self.executed)}", {"n": len(self.executed)})
+        self.done[call.operation_id] = receipt
+        return receipt
 
     def lookup(self, call: cp.Call) -> cp.Receipt | None:
-        return None
+        return self.done.get(call.operation_id)
 
 
 class Other(Counting):

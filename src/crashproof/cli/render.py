@@ -23,7 +23,7 @@ from rich.text import Text
 from crashproof.cli.exitcodes import Failure
 from crashproof.journal.fold import tokens_of
 from crashproof.journal.records import RunInfo, RunStatus, StepInfo, StepStatus
-from crashproof.runtime.operations.reconcile import ActCheck
+from crashproof.runtime.steps.reconcile import ActCheck
 from crashproof.store.queue import LeaseInfo
 
 __all__ = [

@@ -38,6 +38,7 @@ from crashproof.runtime.steps.acts import intent_digest, perform_act
 from crashproof.runtime.steps.decisions import check_decision
 from crashproof.runtime.steps.environment import WorldCheck
 from crashproof.runtime.steps.outbox import deliver, enqueue
+from crashproof.runtime.steps.reconcile import ResumeReread
 from crashproof.tools.port import Tool
 
 __all__ = ["Context"]
@@ -89,6 +90,7 @@ class Context:
         self.meter = Meter(replay)
         self.policy: Policy | None = None
         self.world = WorldCheck(replay)  # re-observed before the first live call
+        self.reread = ResumeReread(replay)  # receipts looked up again, then too
         self.session: dict[str, Any] | None = None  # put in this drive's first record
 
     # -- the public calls --------------------------------------------------
@@ -129,6 +131,8 @@ class Context:
         if recorded is not None:
             if self.world.pending:
                 self.world.seen(key, tool)
+            if self.reread.pending:
+                self.reread.seen(key, tool)
             result = self._replay(recorded, key, StepKind.ACT, digest)
             if self._undelivered.pop(key, None) is not None:  # committed, never delivered
                 self.world.check(self)
@@ -235,7 +239,7 @@ class Context:
                 value_json = recorded.value_json
                 return None if value_json is None else decode(value_json)
             return self._replay(recorded, key, kind, digest)
-        if self.world.pending or self._open_acts:
+        if self.world.pending or self._open_acts or self.reread.pending:
             self._before_live(key)
         if self.meter.active and kind in _BUDGETED and key not in self._failed_attempts:
             self.meter.check(self, key, kind)  # (not for a retry in progress)
@@ -257,6 +261,8 @@ class Context:
         this very call. ``tool``: the act's, handed to the environment check."""
         if self.world.pending:
             self.world.check(self, key, tool)
+        if self.reread.pending:
+            self.reread.check(self)
         self._check_open_acts(key)
 
     def _check_open_acts(self, key: str) -> None:

@@ -437,6 +437,11 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         if ctx.frozen is not None:
             raise self._frozen(run_id, ctx)
         self._refuse_unreplayed(run_id, ctx, "returned")
+        if ctx.reread.pending:  # nothing ran live: the receipts are re-read before the outcome
+            try:
+                ctx.reread.check(ctx)
+            except CrashproofError:
+                raise self._frozen(run_id, ctx) from None
         value_json = encode(result, what=f"the result of run {run_id!r}")
         ctx.finish(EventType.RUN_SUCCEEDED, payloads.as_dict(payloads.RunSucceeded()), value_json)
         log.info("run succeeded", extra={"run_id": run_id})

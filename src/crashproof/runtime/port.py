@@ -28,7 +28,7 @@ __all__ = ["ActSettings", "DriveHost", "RunSession"]
 
 class ActSettings:
     """Bounds of the act protocol (per ledger): how often a retryable failure and a lookup
-    are tried, and the backoff between tries."""
+    are tried, the backoff between tries, and how many receipts a resume re-reads at once."""
 
     def __init__(
         self,
@@ -37,8 +37,11 @@ class ActSettings:
         lookup_attempts: int = 4,
         backoff: float = 0.2,
         max_backoff: float = 5.0,
+        reread_workers: int = 8,
     ) -> None:
         self.retryable_attempts = retryable_attempts
+        # Completed acts whose receipts a resume looks up again at once (threads).
+        self.reread_workers = reread_workers
         self.lookup_attempts = lookup_attempts
         self.backoff = backoff
         self.max_backoff = max_backoff

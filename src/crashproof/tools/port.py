@@ -118,6 +118,11 @@ class Tool:
     idempotent_execute: ClassVar[bool] = False
     honours_fencing: ClassVar[bool] = False
     matches_intent: ClassVar[bool] = False
+    # Every resume looks completed acts up again before its first live call, and freezes
+    # the run when a receipt is gone or changed (the tool's copy is the authority). False
+    # skips that for this tool (a costly lookup, a target that forgets old keys): a
+    # deleted or changed effect then replays as success from the journal's copy.
+    reread_receipts: ClassVar[bool] = True
     # An outbox: the params are journaled as the step's result and ``execute`` delivers
     # them after that commit, at least once, keyed by operation id (tools/outbox.py).
     deferred: ClassVar[bool] = False

@@ -15,9 +15,9 @@ from crashproof.journal import payloads
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.driving.leases import Heartbeat, claim, release, stop_driving
-from crashproof.runtime.operations.reconcile import ActCheck, reconcile_events
 from crashproof.runtime.port import DriveHost
 from crashproof.runtime.steps.outbox import deliver
+from crashproof.runtime.steps.reconcile import ActCheck, reconcile_events
 from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class LedgerCare(DriveHost):
 
     def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
         """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``
-        or ``needs_review`` per act (see ``crashproof.runtime.operations.reconcile``). Read-only."""
+        or ``needs_review`` per act (see ``crashproof.runtime.steps.reconcile``). Read-only."""
         if self.store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
         return reconcile_events(run_id, self.journal(run_id), tools)

@@ -1,0 +1,313 @@
+"""Reconciliation: compare every receipt a run recorded with what its tool says now.
+
+The tool's receipt is the authority; the ledger's copy is a cache. ``reconcile`` asks
+each tool to look up each recorded act and reports it as
+
+- ``confirmed``: the tool holds the same effect (same receipt id, same intent);
+- ``drifted``: the tool holds something else, or nothing any more (deleted, reverted,
+  changed by someone else) — the journal is no longer the world;
+- ``needs_review``: nobody can tell (no lookup, the lookup failed, the tool is not
+  available here, an outbox message still pending).
+
+State-addressed tools (the workspace) describe *what* an act changes through
+``Tool.target_of(call)``; only the last act on each target can still be seen in the
+world, so earlier ones are reported confirmed and superseded rather than drifted.
+
+Two callers: ``crashproof reconcile`` (``Ledger.reconcile``, read-only, every act of a
+run against the tools given), and every resume (:func:`reread_receipts`): before its
+first live call, the completed acts whose tools replay handed over are looked up again,
+a few at a time, and a drifted one freezes the run (``runtime/context.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from crashproof.errors import CrashproofError, DriftError, OutcomeUnknown
+from crashproof.journal import payloads
+from crashproof.journal.codec import canonical_digest, error_record
+from crashproof.journal.fold import Replay, index_journal
+from crashproof.journal.records import Event, EventType, StepStatus
+from crashproof.runtime.port import RunSession
+from crashproof.tools.port import Call, Receipt, Tool
+
+__all__ = ["ActCheck", "ResumeReread", "reconcile_events", "reread_receipts"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActCheck:
+    run_id: str
+    step: str
+    operation_id: str
+    tool: str
+    status: str  # confirmed | drifted | needs_review
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "step": self.step,
+            "operation_id": self.operation_id,
+            "tool": self.tool,
+            "status": self.status,
+            "detail": self.detail,
+        }
+
+
+def reconcile_events(run_id: str, events: list[Event], tools: Iterable[Tool]) -> list[ActCheck]:
+    """Check every succeeded act of one run's journal against its tool's lookup."""
+    by_name = {tool.name: tool for tool in tools}
+    tool_of = lambda done: by_name.get(_tool_name(done))  # noqa: E731
+    acts = _acts(run_id, events, tool_of)
+    undelivered = index_journal(events).undelivered
+    last_on_target = _last_on_target(run_id, events, acts, by_name.get)
+    return [_checked(run_id, act, undelivered, last_on_target) for act in acts]
+
+
+def reread_receipts(
+    run_id: str, events: list[Event], tools: Mapping[str, Tool], workers: int
+) -> list[ActCheck]:
+    """The completed acts of ``events`` whose tool (by act key: the objects replay handed
+    to them) can look up and does not opt out (``Tool.reread_receipts``), looked up again,
+    ``workers`` at a time; one check each, in journal order."""
+    acts = _acts(run_id, events, lambda done: tools.get(str(done.key)))
+    by_name = {tool.name: tool for tool in tools.values()}
+    last_on_target = _last_on_target(run_id, events, acts, by_name.get)
+    wanted = [
+        act
+        for act in acts
+        if act[2] is not None
+        and act[1] is not None
+        and act[2].supports_lookup
+        and act[2].reread_receipts
+        and "outbox" not in payloads.step_done(act[0])
+    ]
+    if not wanted:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(wanted)))) as pool:
+        return list(pool.map(lambda act: _checked(run_id, act, {}, last_on_target), wanted))
+
+
+_Act = tuple[Event, Call | None, Tool | None]
+_ACT_TEXT = '{"kind":"act",'  # how every act's step_done text begins (act_records.py)
+
+
+class ResumeReread:
+    """One per Context: the tools replay hands to completed acts, and the one-time
+    re-read of their receipts before the drive's first live call (or its outcome)."""
+
+    def __init__(self, replay: Replay) -> None:
+        # Only a drive that replays a completed act has anything to re-read.
+        self.pending = any((e.payload_json or "").startswith(_ACT_TEXT) for e in replay.done)
+        self._tools: dict[str, Tool] = {}
+
+    def seen(self, key: str, tool: Tool) -> None:
+        """Replay handed ``tool`` to the recorded act ``key``."""
+        self._tools[key] = tool
+
+    def check(self, session: RunSession) -> None:
+        """Look the receipts up again; freeze on any that is gone or changed (for
+        review), or that no lookup could answer (retryable: a later resume asks again)."""
+        if not self.pending:
+            return
+        self.pending = False
+        if not self._tools:
+            return
+        workers = session.act_settings.reread_workers
+        checks = reread_receipts(session.run_id, session.journal(), self._tools, workers)
+        drifted = [c for c in checks if c.status == "drifted"]
+        if drifted:
+            session.freeze(
+                f"{len(drifted)} completed act(s) no longer match their tool's receipt, "
+                f"first {drifted[0].step!r} ({drifted[0].detail}); the journal's copy is "
+                "not replayed as success and nothing was executed: review the receipts",
+                {"receipts": [c.to_json() for c in drifted]},
+                key=drifted[0].step,
+                error=DriftError,
+            )
+        unknown = [c for c in checks if c.status == "needs_review"]
+        if unknown:
+            session.freeze(
+                f"the receipts of {len(unknown)} completed act(s) could not be re-read, "
+                f"first {unknown[0].step!r} ({unknown[0].detail}); nothing was executed, "
+                "a later resume reads them again",
+                {"receipts": [c.to_json() for c in unknown]},
+                key=unknown[0].step,
+                retryable=True,
+                error=DriftError,
+            )
+
+
+def _acts(run_id: str, events: list[Event], tool_of: Callable[[Event], Tool | None]) -> list[_Act]:
+    intents: dict[str, Event] = {}
+    acts: list[_Act] = []
+    for event in events:
+        if event.type is EventType.ACT_INTENT and event.key is not None:
+            intents[event.key] = event
+        elif (
+            event.type is EventType.STEP_DONE
+            and payloads.step_done(event).get("kind") == "act"
+            and payloads.step_done(event).get("status") == StepStatus.SUCCEEDED
+        ):
+            acts.append(_with_call(run_id, event, intents.get(str(event.key)), tool_of(event)))
+    return acts
+
+
+def _last_on_target(
+    run_id: str, events: list[Event], acts: list[_Act], by_name: Callable[[str], Tool | None]
+) -> dict[tuple[str, str], str]:
+    """The last act on each target, completed or still in flight: an act in flight may
+    have applied already (a crash after its write), so it supersedes the earlier ones."""
+    last: dict[tuple[str, str], str] = {}
+    for event, call, tool in acts:
+        target = tool.target_of(call) if tool is not None and call is not None else None
+        if target is not None and tool is not None:
+            last[(tool.name, target)] = str(event.key)
+    done = {str(event.key) for event, _, _ in acts}
+    for key, intent in _open_intents(events, done).items():
+        tool = by_name(str(payloads.act_intent(intent).get("tool")))
+        if tool is None:
+            continue
+        call = _call(run_id, key, intent)
+        target = tool.target_of(call)
+        if target is not None:
+            last[(tool.name, target)] = key
+    return last
+
+
+def _open_intents(events: list[Event], done: set[str]) -> dict[str, Event]:
+    """The last intent of every act that has no final record (in flight, or unknown)."""
+    finished = {
+        str(e.key)
+        for e in events
+        if e.type is EventType.STEP_DONE and payloads.step_done(e).get("kind") == "act"
+    }
+    return {
+        str(e.key): e
+        for e in events
+        if e.type is EventType.ACT_INTENT and str(e.key) not in finished | done
+    }
+
+
+def _checked(
+    run_id: str,
+    act: _Act,
+    undelivered: dict[str, Event],
+    last_on_target: dict[tuple[str, str], str],
+) -> ActCheck:
+    event, call, tool = act
+    status, detail = _check(event, call, tool, undelivered, last_on_target)
+    return ActCheck(
+        run_id=run_id,
+        step=str(event.key),
+        operation_id=str(payloads.step_done(event).get("operation_id")),
+        tool=_tool_name(event),
+        status=status,
+        detail=detail,
+    )
+
+
+def _check(
+    event: Event,
+    call: Call | None,
+    tool: Tool | None,
+    undelivered: dict[str, Event],
+    last_on_target: dict[tuple[str, str], str],
+) -> tuple[str, str]:
+    key = str(event.key)
+    if "outbox" in payloads.step_done(event):
+        if key in undelivered:
+            return "needs_review", "outbox message committed but not delivered yet"
+        return "confirmed", "outbox message delivered"
+    if tool is None or call is None:
+        return "needs_review", f"tool {_tool_name(event)!r} is not available here"
+    target = tool.target_of(call)
+    if target is not None and last_on_target.get((tool.name, target)) != key:
+        later = last_on_target.get((tool.name, target))
+        return "confirmed", f"superseded by {later!r} on {target}"
+    if not tool.supports_lookup:
+        return "needs_review", f"{tool.name} cannot look effects up"
+    recorded = payloads.step_done(event).get("receipt") or {}
+    try:
+        found = tool.lookup(call)
+    except DriftError as exc:
+        return "drifted", str(exc)
+    except OutcomeUnknown as exc:
+        return "needs_review", f"lookup cannot tell: {exc}"
+    except Exception as exc:
+        return "needs_review", f"lookup failed: {error_record(exc)['message']}"
+    return _compare(found, recorded, call, event.value)
+
+
+def _compare(
+    found: Receipt | None, recorded: dict[str, Any], call: Call, result: Any
+) -> tuple[str, str]:
+    """Field by field: the effect is there, under this intent, with the receipt id and
+    the result the journal holds (the tool's namespace and version are the intent's)."""
+    if found is None:
+        return "drifted", "the tool no longer holds this effect"
+    if found.intent_digest is not None and found.intent_digest != call.intent_digest:
+        return "drifted", (
+            f"the tool holds intent {found.intent_digest}, the journal {call.intent_digest}"
+        )
+    if found.receipt_id != recorded.get("receipt_id"):
+        return "drifted", (
+            f"the tool's receipt is {found.receipt_id!r}, the journal's "
+            f"{recorded.get('receipt_id')!r}"
+        )
+    # The results as values (RFC 8785 digests): a target may send its keys in any order.
+    now, then = _canonical(found.result), _canonical(result)
+    if now is None or now != then:
+        return "drifted", (
+            f"the tool's receipt {found.receipt_id!r} holds another result than the journal "
+            f"(canonical digest {now}, the journal's {then})"
+        )
+    return "confirmed", f"receipt {found.receipt_id!r}"
+
+
+def _canonical(value: Any) -> str | None:
+    try:
+        return canonical_digest(value, what="a receipt's result")
+    except CrashproofError:
+        return None
+
+
+def _with_call(run_id: str, done: Event, intent: Event | None, tool: Tool | None) -> _Act:
+    if intent is None:
+        return done, None, tool
+    recorded = intent.value or {}
+    call = Call(
+        run_id=run_id,
+        step=str(done.key),
+        operation_id=str(payloads.step_done(done).get("operation_id")),
+        intent_digest=str(payloads.step_done(done).get("intent_digest")),
+        params=recorded.get("params") or {},
+        attempt=int(payloads.act_intent(intent).get("attempt", 1)),
+        prepared=recorded.get("prepared"),
+    )
+    return done, call, tool
+
+
+def _call(run_id: str, key: str, intent: Event) -> Call:
+    """The call an act's intent record describes (an act in flight has no receipt)."""
+    recorded = intent.value or {}
+    p = payloads.act_intent(intent)
+    return Call(
+        run_id=run_id,
+        step=key,
+        operation_id=str(p.get("operation_id")),
+        intent_digest=str(p.get("intent_digest")),
+        params=recorded.get("params") or {},
+        attempt=int(p.get("attempt", 1)),
+        prepared=recorded.get("prepared"),
+    )
+
+
+def _tool_name(event: Event) -> str:
+    payload = payloads.step_done(event)
+    if "outbox" in payload:
+        return str(payload["outbox"].get("tool"))
+    return str((payload.get("receipt") or {}).get("tool", "?"))
