@@ -368,3 +368,33 @@ def test_an_approval_for_a_run_that_moved_out_is_refused_and_nothing_is_written(
     assert types(ledger) == before
     assert ledger.get_run(RUN).status is cp.RunStatus.MOVED
     assert server.total_requests() == 0
+
+
+def test_an_approval_that_expired_after_its_effect_committed_reconciles_without_a_new_one(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    # Unproven before (#28): the approval is consumed before the intent, the effect
+    # commits, the reply is lost and the process dies; the resume comes after the
+    # approval's expiry. The act is reconciled by lookup: no new approval is needed,
+    # nothing is sent again.
+    import time
+
+    flow = deploy(tool)
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    ledger.approve(RUN, "create", key=keys["alice"], ttl=0.5)
+    server.arm(drop_after_commit=1, key=KEY)  # committed at the target, reply lost
+    crashing = ledger_at(crash_points=cp.CrashPoints(match="before_commit[act_unknown:create]"))
+    crashing.register(flow)
+    with pytest.raises(cp.SimulatedCrash):
+        crashing.resume(RUN)
+    assert server.count(KEY, "POST") == 1
+    time.sleep(0.6)  # the approval has expired now
+
+    again = ledger_at()
+    again.register(flow)
+    assert again.resume(RUN) == server.resource(KEY)["id"]  # type: ignore[index]
+    assert server.count(KEY, "POST") == 1
+    assert types(again).count("approval_consumed") == 1
+    assert "approval_granted" in types(again)

@@ -307,3 +307,49 @@ def test_the_run_index_is_a_cache_never_trusted(tmp_path: Path) -> None:
     assert [i.run_id for i in ledger.runs(status="running")] == ["r"]
     assert ledger.runs(status="succeeded") == []
     assert ledger.run(make(target), run_id="r")[-1] == {"id": "rec-1"}  # replay unaffected
+
+
+def _generation(tmp_path: Path) -> int | None:
+    with open_ledger(tmp_path) as ledger:
+        witness = ledger.witness
+        assert witness is not None
+        return witness.get("r")
+
+
+def test_a_refused_state_never_advances_the_witness(tmp_path: Path) -> None:
+    # Unproven before (#28): whatever is refused (a tampered journal, a frozen run asked
+    # to go on) leaves the witnessed generation where it was, so nothing refused can
+    # later pass for a newer state.
+    target = crashed_before_act(tmp_path)
+    before = _generation(tmp_path)
+    edit(tmp_path, "UPDATE events SET value = '\"+line-9\"' WHERE run_id = 'r' AND seq = 2")
+    resume_fails(tmp_path, target, cp.JournalTampered)
+    assert _generation(tmp_path) == before
+
+    frozen = tmp_path / "frozen"
+    frozen.mkdir()
+    crash = cp.CrashPoints(match="before_commit[run_succeeded]")
+    with open_ledger(frozen, crash_points=crash) as ledger:
+
+        @ledger.workflow("stuck", version="1")
+        def recorded(ctx: cp.Context) -> Any:
+            return ctx.step("a", lambda: 1)
+
+        with pytest.raises(cp.SimulatedCrash):
+            ledger.run(recorded, run_id="r")
+    with open_ledger(frozen) as ledger:
+
+        @ledger.workflow("stuck", version="1")
+        def changed(ctx: cp.Context) -> Any:
+            return ctx.step("b", lambda: 2)  # the journal holds "a" here: non-determinism
+
+        with pytest.raises(cp.RunFrozen):
+            ledger.resume("r")
+        witness = ledger.witness
+        assert witness is not None
+        generation = witness.get("r")
+        for _ in range(3):  # each resume is refused: the run waits for a review
+            with pytest.raises(cp.RunFrozen):
+                ledger.resume("r")
+        assert witness.get("r") == generation
+        assert len(ledger.journal("r")) == generation

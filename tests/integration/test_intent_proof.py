@@ -161,3 +161,34 @@ def test_the_shipped_state_addressed_tools_declare_it() -> None:
     assert GitTool.matches_intent is True
     assert HttpTool.matches_intent is False  # it proves the intent with the digest header
     assert cp.Tool.matches_intent is False
+
+
+def test_the_same_operation_executed_twice_directly_lands_once(
+    tmp_path: Path, server: IdempotentServer
+) -> None:
+    # Unproven before (#28): the target's dedupe, not the runtime, is what makes a second
+    # execute of one operation id harmless. Both shipped deduping tools, called directly.
+    call = cp.Call(
+        run_id=RUN, step="create", operation_id=K1, intent_digest="ab" * 32, params={"body": {}}
+    )
+    with make_tool(server.url) as tool:
+        first, second = tool.execute(call), tool.execute(call)
+    assert first.receipt_id == second.receipt_id
+    assert len(server.resources()) == 1
+    assert server.count(K1, "POST") == 2
+
+    workspace = cp.Workspace(tmp_path / "ws")
+    params = {"op": "append", "path": "notes.txt", "text": "+once\n"}
+    ws_call = cp.Call(
+        run_id=RUN, step="w", operation_id=f"{RUN}/w", intent_digest="cd" * 32, params=params
+    )
+    ws_call = cp.Call(
+        run_id=RUN,
+        step="w",
+        operation_id=f"{RUN}/w",
+        intent_digest="cd" * 32,
+        params=params,
+        prepared=workspace.prepare(ws_call),
+    )
+    assert workspace.execute(ws_call).receipt_id == workspace.execute(ws_call).receipt_id
+    assert (tmp_path / "ws" / "notes.txt").read_text() == "+once\n"
