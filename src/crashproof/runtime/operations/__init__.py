@@ -2,7 +2,6 @@
 
 - ``maintenance``: check, re-anchor, reconcile, outbox delivery, export/import (a
   ``Ledger`` mixin); ``oversight``: approvers, approvals, review decisions (a mixin);
-- ``reconcile``: recorded receipts compared with their tools;
 - ``transfer``, ``moving``, ``checkpoint_fields``: signed checkpoints and moves;
 - ``audit``: who wrote each record, when, with which versions.
 

@@ -1,10 +1,12 @@
 """Recorders of a run in progress: what one ``ctx`` call writes to the journal.
 
 - ``acts``: the act protocol (intent, execute, receipt, reconciliation in between);
-  ``act_records``: its record payloads as stored text;
+  ``act_records``: its two record payloads;
 - ``decisions``: what a model's decision reports about itself (model, usage, cost);
 - ``outbox``: deferred deliveries, journaled in the step's own commit;
-- ``environment``: the world an act saw, observed again on resume.
+- ``environment``: the world an act saw, observed again on resume;
+- ``reconcile``: recorded receipts compared with their tools (by ``crashproof
+  reconcile``, and by every resume before its first live call).
 
 May import: ``journal``, ``tools``, ``errors``, ``runtime.port`` and ``runtime.options``.
 Never ``runtime.context`` or ``runtime.ledger``: a recorder sees a run only through the
