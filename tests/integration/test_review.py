@@ -375,3 +375,46 @@ def test_a_replan_of_an_act_that_cannot_be_re_read_needs_it_stated(
     assert mailer.sent == ["mail:1/send", "mail:1/send@2"]
     decided = [e for e in ledger._store.load_events("mail:1") if e.type is EventType.REVIEW_DECIDED]
     assert [d.payload["decision"]["statement"].get("no_reread") for d in decided] == [None, True]
+
+
+def test_a_decision_is_not_consumed_by_other_code_than_it_was_signed_for(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    # Before, a decision bound the case only: a replan signed while version 1 ran was
+    # consumed by version 2 code (compatible_with) the reviewer never saw.
+    ledger, _, case = conflicted(server, tool, ledger_at, keys)
+    assert case.versions == {"workflow": "1", "policy": None}
+    document = ledger.decide(case.case_id, "replan", key=keys["bob"])
+    assert document["statement"]["versions"] == {"workflow": "1", "policy": None}
+
+    @cp.workflow("release", version="2", compatible_with=["1"])
+    def newer(ctx: cp.Context) -> Any:
+        ctx.step("plan", lambda: "plan")
+        return ctx.act("create", tool, body={"name": "v7"})["id"]
+
+    again = ledger_at()
+    again.register(newer)
+    with pytest.raises(cp.RunFrozen, match="this drive runs") as frozen:
+        again.resume(RUN)
+    assert frozen.value.status == "needs_review"
+    assert server.count(NEW, "POST") == 0
+    cases = again.review_cases(RUN)
+    assert [c.state for c in cases] == ["superseded", "open"]
+    assert cases[1].versions == {"workflow": "2", "policy": None}
+    # Signed again under the versions now running, it goes through once.
+    again.decide(cases[1].case_id, "replan", key=keys["bob"])
+    assert again.resume(RUN) == server.resource(NEW)["id"]  # type: ignore[index]
+    assert server.count(NEW, "POST") == 1
+
+
+def test_a_decision_signed_for_other_versions_than_the_case_is_refused(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    ledger, _, case = conflicted(server, tool, ledger_at, keys)
+    bob = load_private_key(keys["bob"])
+    document = sign_decision(bob, "bob", case, "replan")
+    other = cp.ReviewCase(**{**{f: getattr(case, f) for f in case.__slots__}, "versions": {}})
+    forged = sign_decision(bob, "bob", other, "replan")
+    assert document["statement"]["versions"] != forged["statement"]["versions"]
+    with pytest.raises(cp.DecisionRefused, match="signed for workflow/policy versions"):
+        ledger.submit_decision(case.case_id, forged)

@@ -92,6 +92,7 @@ class Context:
         self.world = WorldCheck(replay)  # re-observed before the first live call
         self.reread = ResumeReread(replay)  # receipts looked up again, then too
         self.session: dict[str, Any] | None = None  # put in this drive's first record
+        self.versions: dict[str, str | None] = {}  # workflow and policy: set by the ledger
 
     # -- the public calls --------------------------------------------------
 

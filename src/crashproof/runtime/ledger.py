@@ -407,6 +407,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         ctx.policy = policy
         # The drive's first record names its session and the lease it runs under.
         ctx.session = session_record(self.worker_id, workflow, policy, grant.receipt(run_id))
+        ctx.versions = {"workflow": workflow.version, "policy": policy.version if policy else None}
         outcome = replay.outcome
         if outcome is not None and (
             outcome.type is EventType.RUN_STOPPED  # bind_run found the budget raised

@@ -74,6 +74,10 @@ class RunSession(Protocol):
     def next_seq(self) -> int:
         """The sequence number the run's next record gets."""
 
+    @property
+    def versions(self) -> dict[str, str | None]:
+        """The versions this drive runs under: ``{"workflow": ..., "policy": ...}``."""
+
     def journal(self, run_id: str | None = None) -> list[Event]:
         """A verified journal of this ledger: this run's (default), or another's (the
         approvers registry)."""

@@ -49,6 +49,15 @@ def decided_epoch(session: RunSession, key: str, tool: Tool) -> tuple[int, list[
                 {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id},
                 key=key,
             )
+        if statement.get("versions") != session.versions:
+            # Code or policy changed since the reviewer signed: decide again under them.
+            session.freeze(
+                f"review case {case.case_id}: the decision was signed for workflow/policy "
+                f"versions {statement.get('versions')}, this drive runs {session.versions}; "
+                "nothing was executed: review again",
+                {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id},
+                key=key,
+            )
         if (
             statement["decision"] == "replan"
             and not tool.supports_lookup

@@ -32,7 +32,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -76,6 +76,9 @@ class ReviewCase:
     fingerprint: str
     evidence: dict[str, Any]  # everything the fingerprint covers
     decision: dict[str, Any] | None = None  # the signed decision, once there is one
+    # The workflow and policy versions the run was driven under when it froze: a decision
+    # binds them, and is consumed only by a drive under the same ones.
+    versions: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def replannable(self) -> bool:
@@ -188,7 +191,18 @@ def cases_of(events: list[Event]) -> list[ReviewCase]:
         if e.type is EventType.REVIEW_CONSUMED
     }
     out = []
+    started = payloads.run_started(events[0]) if events else None
+    versions: dict[str, str | None] = {
+        "workflow": None if started is None else started.get("version"),
+        "policy": None if started is None else (started.get("policy") or {}).get("version"),
+    }
     for event in events:
+        session = payloads.drive_record(event).get("session")
+        if isinstance(session, dict):  # each drive names the versions it runs under
+            versions = {
+                "workflow": session.get("workflow_version"),
+                "policy": session.get("policy_version"),
+            }
         if (
             event.type is not EventType.RUN_FROZEN
             or payloads.run_frozen(event).get("status") != RunStatus.NEEDS_REVIEW.value
@@ -218,6 +232,7 @@ def cases_of(events: list[Event]) -> list[ReviewCase]:
                 decision=None
                 if decision is None
                 else payloads.review_decided(decision).get("decision"),
+                versions=dict(versions),
             )
         )
     return out
@@ -253,6 +268,7 @@ def sign_decision(
     }
     if no_reread:  # only when stated: earlier statements stay byte for byte as they were
         statement["no_reread"] = True
+    statement["versions"] = dict(case.versions)
     return {"statement": statement, "signature": sign_statement(key, statement)}
 
 
@@ -300,6 +316,11 @@ def verify_decision(document: Any, case: ReviewCase, registry: dict[str, Approve
         )
     if statement.get("run_id") != case.run_id or statement.get("case_id") != case.case_id:
         return f"it decides case {statement.get('case_id')!r}, not {case.case_id!r}"
+    if statement.get("versions") != case.versions:
+        return (
+            f"it was signed for workflow/policy versions {statement.get('versions')}, the case "
+            f"froze under {case.versions}: review it again"
+        )
     if statement.get("case_fingerprint") != case.fingerprint:
         return (
             f"it was signed on case fingerprint {statement.get('case_fingerprint')}, the "
