@@ -44,6 +44,8 @@ COLLECTION = "/resources"
 BY_KEY = "/resources/by-key/"
 CONTROL = "/_control"
 DIGEST_HEADER = "Crashproof-Intent-Digest"
+APPROVAL_HEADER = "Crashproof-Approval-Digest"
+COMMITTED_HEADER = "Crashproof-Committed-At"
 
 
 @dataclass
@@ -89,6 +91,7 @@ class IdempotentServer:
     ) -> None:
         self.state_file = Path(state_file)
         self.keeps_fingerprints = keeps_fingerprints
+        self.clock_offset = 0.0  # seconds added to commit times (a target that commits late)
         self.faults = faults or Faults()
         self._lock = threading.Lock()
         self._state: dict[str, Any] = {
@@ -215,14 +218,23 @@ class IdempotentServer:
             {"method": method, "path": path, "key": key, "headers": headers}
         )
 
-    def _create(self, key: str, digest: str, body: Any) -> dict[str, Any]:
+    def _create(
+        self, key: str, digest: str, body: Any, approval: str | None = None
+    ) -> dict[str, Any]:
         number = self._state["next_id"]
         self._state["next_id"] = number + 1
         resource = {"id": f"res-{number}", "idempotency_key": key, "body": body}
         if self.keeps_fingerprints:
             resource["intent_digest"] = digest
         stored = digest if self.keeps_fingerprints else None
-        self._state["resources"][key] = {"digest": stored, "resource": resource}
+        self._state["resources"][key] = {
+            "digest": stored,
+            "resource": resource,
+            # The approval bound to the effect and when it committed (a fingerprinting
+            # target keeps both; the plain one neither).
+            "approval": approval if self.keeps_fingerprints else None,
+            "committed_at": time.time() + self.clock_offset if self.keeps_fingerprints else None,
+        }
         return resource
 
     def _take(self, name: str, key: str | None) -> bool:
@@ -289,9 +301,10 @@ class IdempotentServer:
                         digest=entry["digest"],
                     )
                 else:
-                    handler.reply(200, entry["resource"], digest=entry["digest"])
+                    handler.reply(200, entry["resource"], digest=entry["digest"], entry=entry)
                 return
-            resource = self._create(key, digest, body)
+            resource = self._create(key, digest, body, handler.headers.get(APPROVAL_HEADER))
+            created = self._state["resources"][key]
             for name in ("drop_after_commit", "sleep_after_commit", "fail_after_commit"):
                 if self._take(name, key):
                     after = name
@@ -302,11 +315,11 @@ class IdempotentServer:
             handler.drop()
         elif after == "sleep_after_commit":
             time.sleep(pause)
-            handler.reply(201, resource, digest=resource.get("intent_digest"))
+            handler.reply(201, resource, digest=resource.get("intent_digest"), entry=created)
         elif after == "fail_after_commit":
             handler.reply(500, {"title": "failed after committing"})
         else:
-            handler.reply(201, resource, digest=resource.get("intent_digest"))
+            handler.reply(201, resource, digest=resource.get("intent_digest"), entry=created)
 
     def handle_get(self, handler: _Handler) -> None:
         key = unquote(handler.path[len(BY_KEY) :]) if handler.path.startswith(BY_KEY) else None
@@ -334,7 +347,7 @@ class IdempotentServer:
             if entry is None:
                 handler.reply(404, {"title": f"no resource for key {key!r}"})
             else:
-                handler.reply(200, entry["resource"], digest=entry["digest"])
+                handler.reply(200, entry["resource"], digest=entry["digest"], entry=entry)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -346,7 +359,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.server.app.handle_get(self)
 
-    def reply(self, status: int, payload: Any, *, digest: str | None = None) -> None:
+    def reply(
+        self,
+        status: int,
+        payload: Any,
+        *,
+        digest: str | None = None,
+        entry: dict[str, Any] | None = None,
+    ) -> None:
         data = b"" if payload is None else json.dumps(payload).encode()
         with contextlib.suppress(OSError):  # the client may have given up (timeout)
             self.send_response(status)
@@ -354,6 +374,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(data)))
             if digest is not None:
                 self.send_header(DIGEST_HEADER, digest)
+            if entry is not None and entry.get("approval"):
+                self.send_header(APPROVAL_HEADER, entry["approval"])
+            if entry is not None and entry.get("committed_at") is not None:
+                self.send_header(COMMITTED_HEADER, repr(entry["committed_at"]))
             self.end_headers()
             self.wfile.write(data)
 

@@ -398,3 +398,69 @@ def test_an_approval_that_expired_after_its_effect_committed_reconciles_without_
     assert server.count(KEY, "POST") == 1
     assert types(again).count("approval_consumed") == 1
     assert "approval_granted" in types(again)
+
+
+# -- approval-bound receipts (001: an adapter others can reach binds the approval) ------
+
+
+class SharedHttpTool(HttpTool):
+    """A target other callers can reach: its receipts must bind the approval."""
+
+    shared = True
+
+
+def _approved_run(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> tuple[cp.Ledger, cp.Workflow[Any], dict[str, Any]]:
+    flow = deploy(tool)
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    document = ledger.approve(RUN, "create", key=keys["alice"], ttl=600)
+    return ledger, flow, document
+
+
+def test_the_target_receives_and_binds_the_approval_it_acts_under(
+    server: IdempotentServer, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    with SharedHttpTool(
+        server.url, "/resources", lookup_path="/resources/by-key/{operation_id}"
+    ) as shared:
+        ledger, _, document = _approved_run(server, shared, ledger_at, keys)
+        assert ledger.resume(RUN) == server.resource(KEY)["id"]  # type: ignore[index]
+    consumed = next(e for e in ledger.journal(RUN) if e.type is EventType.APPROVAL_CONSUMED)
+    headers = server.requests(KEY)[-1]["headers"]
+    assert headers["Crashproof-Approval-Digest"] == consumed.payload["statement_digest"]
+    assert float(headers["Crashproof-Approval-Expires"]) == document["statement"]["expires_at"]
+    assert consumed.payload["expires_at"] == document["statement"]["expires_at"]
+
+
+def test_an_effect_the_target_committed_after_the_approval_expired_goes_to_review(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    # Before: a receipt carried no commit time, so an effect a queueing target committed
+    # after the approval expired was reconciled as approved.
+    ledger, _, _ = _approved_run(server, tool, ledger_at, keys)
+    server.clock_offset = 3600.0  # the target commits (by its clock) an hour later
+    with pytest.raises(cp.RunFrozen, match="after the approval expired") as frozen:
+        ledger.resume(RUN)
+    assert frozen.value.status == "needs_review"
+    evidence = frozen.value.evidence or {}
+    assert evidence["receipt"]["committed_at"] > evidence["approval"]["expires_at"]
+    assert server.count(KEY, "POST") == 1
+
+
+def test_a_shared_targets_receipt_without_the_approval_binding_goes_to_review(
+    tmp_path: Path, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    plain = IdempotentServer(tmp_path / "plain.json", keeps_fingerprints=False).start()
+    try:
+        with SharedHttpTool(
+            plain.url, "/resources", lookup_path="/resources/by-key/{operation_id}"
+        ) as shared:
+            ledger, _, _ = _approved_run(plain, shared, ledger_at, keys)
+            with pytest.raises(cp.RunFrozen, match="does not bind the approval"):
+                ledger.resume(RUN)
+        assert plain.count(KEY, "POST") == 1
+    finally:
+        plain.stop()

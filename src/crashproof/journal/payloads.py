@@ -374,6 +374,7 @@ class ApprovalConsumed(DriveRecord):
     operation_id: str
     intent_digest: str
     time: float
+    expires_at: NotRequired[float | None]  # the approval's expiry (records since 2026-12)
 
 
 class ReviewDecided(TypedDict):

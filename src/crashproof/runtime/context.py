@@ -29,6 +29,7 @@ from crashproof.journal.codec import (
 )
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
+from crashproof.runtime.guards.approvals import approval_in_flight
 from crashproof.runtime.guards.budget import Meter
 from crashproof.runtime.guards.policy import Policy, admit_act
 from crashproof.runtime.guards.replan import decided_epoch
@@ -145,13 +146,17 @@ class Context:
             if decided is not None:
                 self._open_acts.pop(key)
                 return perform_act(self, key, tool, params, digest, decided[1], decided[0])
+        approval = None  # the one it consumed, when the policy wants one (guards/approvals.py)
         if key not in self._open_acts:  # new work; an act in flight is reconciled first
             self.meter.check(self, key, StepKind.ACT)
             if self.policy is not None:
-                admit_act(self, self.policy, key, tool, params, digest)
+                approval = admit_act(self, self.policy, key, tool, params, digest)
+        elif self.policy is not None:
+            approval = approval_in_flight(self, key, digest)
         if tool.deferred:
             return enqueue(self, key, tool, params, digest)
-        return perform_act(self, key, tool, params, digest, self._open_acts.pop(key, []))
+        open_events = self._open_acts.pop(key, [])
+        return perform_act(self, key, tool, params, digest, open_events, approval=approval)
 
     def now(self) -> dt.datetime:
         """The current UTC time, recorded: replay returns the same instant."""

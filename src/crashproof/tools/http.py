@@ -8,6 +8,8 @@ lookup_path="/resources/by-key/{operation_id}")`` sends, for
     Idempotency-Key: "<run_id>/<step key>"      (an RFC 8941 sf-string, as the IETF draft says)
     Crashproof-Intent-Digest: <64 hex>          (SHA-256 of the act's intent)
     Fencing-Token: <int>                        (only when the run has one)
+    Crashproof-Approval-Digest: <64 hex>        (an approved act: the approval's digest
+    Crashproof-Approval-Expires: <epoch s>       and expiry, for the target to bind/enforce)
     Content-Type: application/json
 
     <params["body"] as JSON>
@@ -22,7 +24,9 @@ fingerprint of the payload) *in the same transaction* as the effect; answer a re
 key with the same digest with the stored response; answer a key reused with another
 digest with ``422`` (naming the stored digest in a ``Crashproof-Intent-Digest`` header
 or an ``intent_digest`` body field); answer a key whose first request is still being
-processed with ``409``. Echo the stored digest on every answer about a key. For recovery,
+processed with ``409``. Echo the stored digest on every answer about a key, and, for an
+approved act, the approval digest bound to the effect (``Crashproof-Approval-Digest``)
+and its commit time (``Crashproof-Committed-At``, epoch seconds). For recovery,
 serve ``GET lookup_path``: ``200`` with the stored resource (and digest) when the key was
 done, ``404`` only when it definitely was not (and is not in flight: answer ``409`` then).
 
@@ -115,6 +119,11 @@ __all__ = [
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 DIGEST_HEADER = "Crashproof-Intent-Digest"
 FENCING_HEADER = "Fencing-Token"
+# An approved act: the approval's statement digest and expiry go to the target, which
+# binds the digest to the effect and answers with it and its commit time.
+APPROVAL_HEADER = "Crashproof-Approval-Digest"
+APPROVAL_EXPIRES_HEADER = "Crashproof-Approval-Expires"
+COMMITTED_HEADER = "Crashproof-Committed-At"
 
 _PARAMS = frozenset({"body", "path"})
 # Printable ASCII but for space and "%": kept as is in the wire key.
@@ -224,6 +233,9 @@ class HttpTool(Tool):
         }
         if call.fencing_token is not None:
             headers[FENCING_HEADER] = str(call.fencing_token)
+        if call.approval is not None:
+            headers[APPROVAL_HEADER] = str(call.approval.get("digest"))
+            headers[APPROVAL_EXPIRES_HEADER] = repr(call.approval.get("expires_at"))
         try:
             response = self._client.request(
                 self.method,
@@ -273,6 +285,8 @@ class HttpTool(Tool):
             receipt_id=str(data[self.id_key]),
             result=data,
             intent_digest=self._stored_digest(response, data),
+            committed_at=_committed_at(response),
+            approval_digest=response.headers.get(APPROVAL_HEADER) or None,
         )
 
     def observe(self) -> Observation | None:
@@ -348,6 +362,8 @@ class HttpTool(Tool):
                 receipt_id="" if receipt_id is None else str(receipt_id),
                 result=data if data is not None else response.text,
                 intent_digest=self._stored_digest(response, data),
+                committed_at=_committed_at(response),
+                approval_digest=response.headers.get(APPROVAL_HEADER) or None,
             )
         if status == 409:
             raise OutcomeUnknown(
@@ -410,6 +426,15 @@ class HttpTool(Tool):
 def _check_path(path: str, what: str) -> None:
     if not isinstance(path, str) or not path.startswith("/"):
         raise ValueError(f"{what} must start with '/', not {path!r}")
+
+
+def _committed_at(response: httpx.Response) -> float | None:
+    """The target's commit time of the effect (epoch seconds), when it says one."""
+    value = response.headers.get(COMMITTED_HEADER)
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        return None
 
 
 def _json(response: httpx.Response) -> Any:

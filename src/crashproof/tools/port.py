@@ -32,6 +32,10 @@ class Call:
     fencing_token: int | None = None
     attempt: int = 1
     prepared: dict[str, Any] | None = None
+    # The signed approval this act consumed, when its policy needed one: ``{"digest",
+    # "expires_at", "approver"}``. A tool whose target others can reach forwards it, so
+    # the target binds it to the effect and enforces the expiry itself.
+    approval: dict[str, Any] | None = None
     # Tools call this at the instants a crash matters most ("written", "renamed"): the
     # verifier arms it; otherwise it does nothing.
     crash_point: Callable[[str], None] = field(default=_no_crash_point, repr=False)
@@ -44,12 +48,18 @@ class Receipt:
     ``receipt_id`` names the effect in the tool's own terms (a resource id, a commit
     sha, a content hash); ``result`` (JSON) is what the workflow gets back; a tool that
     stores the intent digest beside the effect returns it so crashproof can detect a
-    key reused with another intent.
+    key reused with another intent. An approved act's receipt may say when the effect
+    committed and which approval the target bound to it (``committed_at``,
+    ``approval_digest``): committed after the approval expired, it goes to review.
     """
 
     receipt_id: str
     result: Any = None
     intent_digest: str | None = None
+    # The target's own record of the effect, when it keeps one: when it committed (epoch
+    # seconds, the target's clock) and the approval digest it bound to it.
+    committed_at: float | None = None
+    approval_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +133,10 @@ class Tool:
     # skips that for this tool (a costly lookup, a target that forgets old keys): a
     # deleted or changed effect then replays as success from the journal's copy.
     reread_receipts: ClassVar[bool] = True
+    # Other callers can reach this target (a shared API, not a private workspace): an
+    # approved act's receipt must carry the approval digest the target bound to the
+    # effect, or the act goes to review instead of being reconciled automatically.
+    shared: ClassVar[bool] = False
     # An outbox: the params are journaled as the step's result and ``execute`` delivers
     # them after that commit, at least once, keyed by operation id (tools/outbox.py).
     deferred: ClassVar[bool] = False

@@ -175,6 +175,29 @@ def check_approval(
     return None
 
 
+def binding(consumed: dict[str, Any]) -> dict[str, Any]:
+    """What an act carries of the approval it consumed (``Call.approval``): the signed
+    statement's digest, its expiry and the approver."""
+    return {
+        "digest": consumed.get("statement_digest"),
+        "expires_at": consumed.get("expires_at"),
+        "approver": consumed.get("approver"),
+    }
+
+
+def approval_in_flight(session: RunSession, key: str, digest: str) -> dict[str, Any] | None:
+    """The binding of the approval an act in flight consumed before its intent (None:
+    it needed none)."""
+    for event in reversed(session.journal()):
+        if (
+            event.type is EventType.APPROVAL_CONSUMED
+            and event.key == key
+            and payloads.approval_consumed(event).get("intent_digest") == digest
+        ):
+            return binding(dict(event.payload))
+    return None
+
+
 def approval_for(
     session: RunSession,
     key: str,
@@ -219,6 +242,7 @@ def approval_for(
                 "operation_id": statement["operation_id"],
                 "intent_digest": digest,
                 "time": now,
+                "expires_at": statement.get("expires_at"),
             }
             consumed = payloads.as_dict(built)
             session.append_event(EventType.APPROVAL_CONSUMED, key, consumed)

@@ -295,18 +295,23 @@ def admit_act(
     tool: Tool,
     params: dict[str, Any],
     digest: str,
-) -> None:
+) -> dict[str, Any] | None:
     """Let a new act through, or refuse it (journaled, PolicyViolation), or stop the run
-    in awaiting_approval (ApprovalRequired). Called before anything of the act commits."""
+    in awaiting_approval (ApprovalRequired). Called before anything of the act commits.
+    Returns the binding of the approval it consumed (``Call.approval``), if one was due."""
     if policy is None:
-        return
+        return None
     verdict = policy.evaluate(tool, params)
     if not verdict.allowed:
         _refuse(session, policy, key, tool, params, digest, verdict)
-    if verdict.needs_approval:
-        approval, refused = _approval_for(session, policy, key, tool, digest)
-        if approval is None:
-            _await_approval(session, policy, key, tool, params, digest, verdict, refused)
+    if not verdict.needs_approval:
+        return None
+    from crashproof.runtime.guards.approvals import binding
+
+    approval, refused = _approval_for(session, policy, key, tool, digest)
+    if approval is None:
+        _await_approval(session, policy, key, tool, params, digest, verdict, refused)
+    return binding(approval)
 
 
 def _approval_for(

@@ -99,6 +99,7 @@ def perform_act(
     digest: str,
     open_events: list[Event],
     epoch: int = 1,
+    approval: dict[str, Any] | None = None,
 ) -> Any:
     """Run (or recover) the act ``key`` live; returns the receipt's result. ``epoch``:
     above 1 after a reviewed replan quarantined the earlier operation ids (``@2``...)."""
@@ -111,6 +112,7 @@ def perform_act(
         fencing_token=session.fencing_token,
         attempt=1,
         crash_point=session.crash_point_for(key),
+        approval=approval,
     )
     if open_events:
         return _recover(session, tool, call, open_events)
@@ -318,6 +320,8 @@ def _journal_receipt(
             key=call.step,
             error=ReceiptConflict,
         )
+    if call.approval is not None:
+        _check_approval_binding(session, tool, call, receipt)
     payload = receipt_payload(
         tool,
         call,
@@ -329,6 +333,39 @@ def _journal_receipt(
     )
     session.append_event(EventType.STEP_DONE, call.step, payloads.as_dict(payload), value_json)
     return decode(value_json)
+
+
+def _check_approval_binding(session: RunSession, tool: Tool, call: Call, receipt: Receipt) -> None:
+    """An approved act's receipt within its approval (001: an adapter others can reach
+    binds the approval and a trusted commit time; past the expiry, or unbound, it is for
+    a human to judge, not for automatic reconciliation)."""
+    approval = call.approval or {}
+    expires, committed = approval.get("expires_at"), receipt.committed_at
+    problem = None
+    if isinstance(expires, int | float) and committed is not None and committed > expires:
+        problem = (
+            f"the effect committed at {committed:.3f}, after the approval expired at {expires:.3f}"
+        )
+    elif tool.shared and receipt.approval_digest != approval.get("digest"):
+        problem = (
+            f"{tool.name} is shared and its receipt does not bind the approval "
+            f"(receipt: {receipt.approval_digest}, approval: {approval.get('digest')})"
+        )
+    if problem is not None:
+        session.freeze(
+            f"act {call.step!r}: {problem}; it is not taken as the approved effect and "
+            "nothing else executes: review it",
+            {
+                **_evidence(call),
+                "approval": approval,
+                "receipt": {
+                    **_receipt_evidence(receipt),
+                    "committed_at": committed,
+                    "approval_digest": receipt.approval_digest,
+                },
+            },
+            key=call.step,
+        )
 
 
 def _receipt_evidence(receipt: Receipt) -> dict[str, Any]:
