@@ -262,9 +262,9 @@ class Context:
 
     def _before_live(self, key: str, tool: Tool | None = None) -> None:
         """The one gate before any call runs live (a step, a decision, an act, new or
-        reconciled): the environment is observed again, once per drive, before the first
-        live call (``runtime/steps/environment.py``), then an act left in flight must be
-        this very call. ``tool``: the act's, handed to the environment check."""
+        reconciled): once per drive the environment is observed again and the completed
+        acts' receipts are re-read (``runtime/steps/environment.py``, ``reconcile.py``),
+        then an act left in flight must be this very call. ``tool``: the act's."""
         if self.world.pending:
             self.world.check(self, key, tool)
         if self.reread.pending:
