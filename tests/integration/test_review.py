@@ -418,3 +418,63 @@ def test_a_decision_signed_for_other_versions_than_the_case_is_refused(
     assert document["statement"]["versions"] != forged["statement"]["versions"]
     with pytest.raises(cp.DecisionRefused, match="signed for workflow/policy versions"):
         ledger.submit_decision(case.case_id, forged)
+
+
+class Forge(cp.Tool):
+    """An in-memory target that observes its environment (a repository head) and holds
+    the act's operation id under another caller's intent: a receipt conflict."""
+
+    name = "forge"
+    version = "1"
+
+    def __init__(self) -> None:
+        self.head = "h1"
+        self.created: list[str] = []
+
+    def observe(self) -> cp.Observation:
+        return cp.Observation("forge:repo", self.head)
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        if call.operation_id.endswith("@2"):
+            self.created.append(call.operation_id)
+            return cp.Receipt(call.operation_id, {"ok": True}, call.intent_digest)
+        return cp.Receipt("theirs", {"ok": False}, "0" * 64)  # the key is another's
+
+    def lookup(self, call: cp.Call) -> cp.Receipt | None:
+        if call.operation_id in self.created:
+            return cp.Receipt(call.operation_id, {"ok": True}, call.intent_digest)
+        if call.operation_id.endswith("@2"):
+            return None
+        return cp.Receipt("theirs", {"ok": False}, "0" * 64)
+
+
+def test_an_environment_change_after_signing_re_freezes(
+    ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    # Before: an act in flight without an expected result passes the resume's
+    # environment check (its own effect could explain any change), and the replan ran on
+    # a repository the reviewer never saw.
+    forge = Forge()
+
+    @cp.workflow("ship", version="1")
+    def ship(ctx: cp.Context) -> Any:
+        return ctx.act("open", forge, title="t")
+
+    ledger = ledger_at()
+    with pytest.raises(cp.RunFrozen):
+        ledger.run(ship, run_id="ship:1")
+    ledger.add_approver("bob", keys["bob"].with_name("bob.pem.pub").read_text(), by="root")
+    (case,) = ledger.review_cases("ship:1")
+    assert case.evidence["frozen"]["environment_fingerprint"]
+    ledger.decide(case.case_id, "replan", key=keys["bob"])
+    forge.head = "h2"  # the repository moved on after the reviewer signed
+    with pytest.raises(cp.RunFrozen, match="changed since the case froze"):
+        ledger.resume("ship:1")
+    assert forge.created == []
+    assert "review_consumed" not in [e.type.value for e in ledger.journal("ship:1")]
+    cases = ledger.review_cases("ship:1")
+    assert [c.state for c in cases] == ["superseded", "open"]
+    # Decided again on the world as it is now, the replan runs once.
+    ledger.decide(cases[1].case_id, "replan", key=keys["bob"])
+    assert ledger.resume("ship:1") == {"ok": True}
+    assert forge.created == ["ship:1/open@2"]

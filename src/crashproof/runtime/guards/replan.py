@@ -16,6 +16,7 @@ from crashproof.journal.records import Event, EventType
 from crashproof.runtime.guards.approvers import REGISTRY_RUN, registry_of
 from crashproof.runtime.guards.review import ReviewCase, case_events, cases_of, verify_decision
 from crashproof.runtime.port import RunSession
+from crashproof.runtime.steps.environment import environment_fingerprint
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["decided_epoch"]
@@ -56,6 +57,22 @@ def decided_epoch(session: RunSession, key: str, tool: Tool) -> tuple[int, list[
                 f"versions {statement.get('versions')}, this drive runs {session.versions}; "
                 "nothing was executed: review again",
                 {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id},
+                key=key,
+            )
+        frozen_in = (case.evidence.get("frozen") or {}).get("environment_fingerprint")
+        replan = statement["decision"] == "replan"  # an abort runs nothing: always allowed
+        if replan and frozen_in is not None and environment_fingerprint(tool) != frozen_in:
+            # The world the reviewer judged is gone: an act in flight without an expected
+            # result passes the resume's environment check, so it is compared here.
+            session.freeze(
+                f"review case {case.case_id}: the environment {tool.name} acts on changed "
+                "since the case froze; the decision was not applied and nothing was "
+                "executed: review again",
+                {
+                    **(case.evidence.get("frozen") or {}),
+                    "supersedes": case.case_id,
+                    "environment_fingerprint": environment_fingerprint(tool),
+                },
                 key=key,
             )
         if (

@@ -33,7 +33,11 @@ from crashproof.journal.codec import canonical_digest, decode, encode, error_rec
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.act_records import intent_payload, receipt_payload
-from crashproof.runtime.steps.environment import observe_after, observe_before
+from crashproof.runtime.steps.environment import (
+    environment_fingerprint,
+    observe_after,
+    observe_before,
+)
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["intent_digest", "perform_act"]
@@ -173,7 +177,7 @@ def _execute(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> An
             _journal_intent(session, tool, call)
             continue
         except DriftError as exc:
-            _freeze_drift(session, call, exc)
+            _freeze_drift(session, tool, call, exc)
         except StaleLeaseError:
             raise  # another worker owns the run: stop here, record nothing
         except Exception as exc:  # timeouts, dropped connections, anything else: unknown
@@ -205,7 +209,7 @@ def _reconcile(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> 
         session.freeze(
             f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
             "cannot look it up: not re-executed automatically",
-            _evidence(call),
+            _evidence(call, tool),
             key=call.step,
         )
     failures: list[dict[str, Any]] = []
@@ -217,18 +221,18 @@ def _reconcile(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> 
             session.freeze(
                 f"act {call.step!r}: {tool.name} cannot tell whether operation "
                 f"{call.operation_id!r} happened ({exc}); a later resume looks it up again",
-                {**_evidence(call), "lookup_error": error_record(exc)},
+                {**_evidence(call, tool), "lookup_error": error_record(exc)},
                 key=call.step,
                 retryable=True,
             )
         except DriftError as exc:
-            _freeze_drift(session, call, exc)
+            _freeze_drift(session, tool, call, exc)
         except NotImplementedError:  # declared lookup, never implemented: no retry helps
             session.freeze(
                 f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
                 "does not implement lookup (set supports_lookup = False, or implement it): "
                 "not re-executed automatically",
-                _evidence(call),
+                _evidence(call, tool),
                 key=call.step,
             )
         except Exception as exc:
@@ -242,7 +246,7 @@ def _reconcile(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> 
     session.freeze(
         f"act {call.step!r}: lookup unavailable ({tool.name} failed {len(failures)} "
         "lookups); a later resume tries again",
-        {**_evidence(call), "lookup_errors": failures},
+        {**_evidence(call, tool), "lookup_errors": failures},
         key=call.step,
         retryable=True,
     )
@@ -257,7 +261,7 @@ def _execute_again(session: RunSession, tool: Tool, call: Call, rounds: int) -> 
         session.freeze(
             f"act {call.step!r}: {tool.name} left the outcome unknown {rounds} times in a "
             "row and found nothing done; a later resume tries again",
-            _evidence(call),
+            _evidence(call, tool),
             key=call.step,
             retryable=True,
         )
@@ -290,7 +294,7 @@ def _journal_receipt(
         session.freeze(
             f"act {call.step!r}: {tool.name} returned an invalid receipt ({problem}); the "
             "effect may have happened, so it is not re-executed",
-            {**_evidence(call), "receipt_repr": repr(receipt)[:2000]},
+            {**_evidence(call, tool), "receipt_repr": repr(receipt)[:2000]},
             key=call.step,
         )
     if receipt.intent_digest is not None and receipt.intent_digest != call.intent_digest:
@@ -299,7 +303,7 @@ def _journal_receipt(
             f"{call.operation_id!r} with intent {receipt.intent_digest}, the journal's "
             f"intent is {call.intent_digest}; nothing else executes",
             {
-                **_evidence(call),
+                **_evidence(call, tool),
                 "receipt": _receipt_evidence(receipt),
             },
             key=call.step,
@@ -316,7 +320,7 @@ def _journal_receipt(
             "should return the digest the target stored with the operation id "
             "(cp.Receipt(..., intent_digest=...)), or declare matches_intent when "
             "its lookup matches key and intent",
-            {**_evidence(call), "receipt": _receipt_evidence(receipt)},
+            {**_evidence(call, tool), "receipt": _receipt_evidence(receipt)},
             key=call.step,
             error=ReceiptConflict,
         )
@@ -356,7 +360,7 @@ def _check_approval_binding(session: RunSession, tool: Tool, call: Call, receipt
             f"act {call.step!r}: {problem}; it is not taken as the approved effect and "
             "nothing else executes: review it",
             {
-                **_evidence(call),
+                **_evidence(call, tool),
                 "approval": approval,
                 "receipt": {
                     **_receipt_evidence(receipt),
@@ -418,22 +422,28 @@ def _journal_failed(
     )
 
 
-def _freeze_drift(session: RunSession, call: Call, exc: DriftError) -> None:
+def _freeze_drift(session: RunSession, tool: Tool, call: Call, exc: DriftError) -> None:
     session.freeze(
         f"act {call.step!r}: the target drifted ({exc}); nothing was executed",
-        {**_evidence(call), "drift": error_record(exc)},
+        {**_evidence(call, tool), "drift": error_record(exc)},
         key=call.step,
         error=DriftError,
     )
 
 
-def _evidence(call: Call) -> dict[str, Any]:
-    return {
+def _evidence(call: Call, tool: Tool) -> dict[str, Any]:
+    evidence: dict[str, Any] = {
         "operation_id": call.operation_id,
         "intent_digest": call.intent_digest,
         "attempt": call.attempt,
         "params": call.params,
     }
+    # The environment as the case froze, for a tool that observes one: a decision on the
+    # case is consumed only while it still holds (runtime/guards/replan.py).
+    seen = environment_fingerprint(tool)
+    if seen is not None:
+        evidence["environment_fingerprint"] = seen
+    return evidence
 
 
 def _with(call: Call, **changes: Any) -> Call:
