@@ -188,13 +188,19 @@ def binding(consumed: dict[str, Any]) -> dict[str, Any]:
 def approval_in_flight(session: RunSession, key: str, digest: str) -> dict[str, Any] | None:
     """The binding of the approval an act in flight consumed before its intent (None:
     it needed none)."""
-    for event in reversed(session.journal()):
+    consumed = _consumed(session.journal(), key, digest)
+    return None if consumed is None else binding(dict(consumed.payload))
+
+
+def _consumed(events: list[Event], key: str, digest: str) -> Event | None:
+    """The approval consumed for act ``key`` with intent ``digest``, if any (the last)."""
+    for event in reversed(events):
         if (
             event.type is EventType.APPROVAL_CONSUMED
             and event.key == key
             and payloads.approval_consumed(event).get("intent_digest") == digest
         ):
-            return binding(dict(event.payload))
+            return event
     return None
 
 
@@ -208,13 +214,9 @@ def approval_for(
     """The approval that lets the act ``key`` (intent ``digest``) run now, consumed
     (journaled) before returning; else None and the approvals refused, with reasons."""
     events = session.journal()
-    for event in reversed(events):  # consumed, then a crash before the intent: go on
-        if (
-            event.type is EventType.APPROVAL_CONSUMED
-            and event.key == key
-            and payloads.approval_consumed(event).get("intent_digest") == digest
-        ):
-            return dict(event.payload), []
+    found = _consumed(events, key, digest)  # then a crash before the intent: go on
+    if found is not None:
+        return dict(found.payload), []
     freeze = awaiting(events, key)
     if freeze is None:
         return None, []  # never asked: the act must wait first

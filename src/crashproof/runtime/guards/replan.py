@@ -44,36 +44,34 @@ def decided_epoch(session: RunSession, key: str, tool: Tool) -> tuple[int, list[
             registry_of(session.journal(REGISTRY_RUN)),
         )
         if problem is not None:  # e.g. the registry changed since: the case stays open
-            session.freeze(
-                f"review case {case.case_id}: the decision no longer verifies ({problem}); "
-                "nothing was executed: review again",
-                {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id},
-                key=key,
+            _refreeze(
+                session,
+                key,
+                case,
+                f"the decision no longer verifies ({problem}); nothing was executed: review again",
             )
         if statement.get("versions") != session.versions:
             # Code or policy changed since the reviewer signed: decide again under them.
-            session.freeze(
-                f"review case {case.case_id}: the decision was signed for workflow/policy "
-                f"versions {statement.get('versions')}, this drive runs {session.versions}; "
-                "nothing was executed: review again",
-                {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id},
-                key=key,
+            _refreeze(
+                session,
+                key,
+                case,
+                f"the decision was signed for workflow/policy versions "
+                f"{statement.get('versions')}, this drive runs {session.versions}; nothing "
+                "was executed: review again",
             )
         frozen_in = (case.evidence.get("frozen") or {}).get("environment_fingerprint")
         replan = statement["decision"] == "replan"  # an abort runs nothing: always allowed
         if replan and frozen_in is not None and environment_fingerprint(tool) != frozen_in:
             # The world the reviewer judged is gone: an act in flight without an expected
             # result passes the resume's environment check, so it is compared here.
-            session.freeze(
-                f"review case {case.case_id}: the environment {tool.name} acts on changed "
-                "since the case froze; the decision was not applied and nothing was "
-                "executed: review again",
-                {
-                    **(case.evidence.get("frozen") or {}),
-                    "supersedes": case.case_id,
-                    "environment_fingerprint": environment_fingerprint(tool),
-                },
-                key=key,
+            _refreeze(
+                session,
+                key,
+                case,
+                f"the environment {tool.name} acts on changed since the case froze; the "
+                "decision was not applied and nothing was executed: review again",
+                environment_fingerprint=environment_fingerprint(tool),
             )
         if (
             statement["decision"] == "replan"
@@ -82,17 +80,26 @@ def decided_epoch(session: RunSession, key: str, tool: Tool) -> tuple[int, list[
         ):
             # Nothing authoritative to re-read: a replan goes on the journal's evidence
             # alone only when the reviewer signed exactly that.
-            session.freeze(
-                f"review case {case.case_id}: {tool.name} cannot look its receipt up, so it "
-                "cannot be re-read before the replan, and the decision does not state that "
-                "no re-read is possible; nothing was executed. Sign the replan again with "
-                "no_reread=True (CLI: --no-reread) to decide on the journal's evidence alone",
-                {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id},
-                key=key,
+            _refreeze(
+                session,
+                key,
+                case,
+                f"{tool.name} cannot look its receipt up, so it cannot be re-read before the "
+                "replan, and the decision does not state that no re-read is possible; "
+                "nothing was executed. Sign the replan again with no_reread=True (CLI: "
+                "--no-reread) to decide on the journal's evidence alone",
             )
         seen, receipt = _reread(session, key, tool, case)
         if seen is not None:
-            _drifted(session, key, case, seen, receipt)
+            _refreeze(
+                session,
+                key,
+                case,
+                f"the receipt changed since the decision was signed ({seen}); the decision "
+                "was not applied and nothing was executed: review again",
+                receipt=receipt,
+                changed_since_decision=seen,
+            )
         epoch = _epoch(events, key) + (1 if statement["decision"] == "replan" else 0)
         quarantined = [_operation_id(session.run_id, key, n) for n in range(1, epoch)]
         payload: payloads.ReviewConsumed = {
@@ -205,16 +212,14 @@ def _digest(value: Any) -> str | None:
         return None  # not JSON: never equal to what the case holds (a JSON copy)
 
 
-def _drifted(
-    session: RunSession, key: str, case: ReviewCase, seen: str, receipt: dict[str, Any] | None
+def _refreeze(
+    session: RunSession, key: str, case: ReviewCase, why: str, **evidence: Any
 ) -> NoReturn:
-    """Freeze again: a new case, holding the receipt as it is now, supersedes this one."""
-    evidence = {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id}
-    evidence.update(receipt=receipt, changed_since_decision=seen)
+    """Freeze again: a new case, holding the case's evidence plus what is new, supersedes
+    this one (its decision is spent)."""
     session.freeze(
-        f"review case {case.case_id}: the receipt changed since the decision was signed "
-        f"({seen}); the decision was not applied and nothing was executed: review again",
-        evidence,
+        f"review case {case.case_id}: {why}",
+        {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id, **evidence},
         key=key,
     )
 

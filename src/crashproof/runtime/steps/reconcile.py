@@ -166,19 +166,19 @@ def _last_on_target(
         target = tool.target_of(call) if tool is not None and call is not None else None
         if target is not None and tool is not None:
             last[(tool.name, target)] = str(event.key)
-    done = {str(event.key) for event, _, _ in acts}
-    for key, intent in _open_intents(events, done).items():
-        tool = by_name(str(payloads.act_intent(intent).get("tool")))
+    for key, intent in _open_intents(events).items():
+        p = payloads.act_intent(intent)
+        tool = by_name(str(p.get("tool")))
         if tool is None:
             continue
-        call = _call(run_id, key, intent)
+        call = _call(run_id, key, intent, p.get("operation_id"), p.get("intent_digest"))
         target = tool.target_of(call)
         if target is not None:
             last[(tool.name, target)] = key
     return last
 
 
-def _open_intents(events: list[Event], done: set[str]) -> dict[str, Event]:
+def _open_intents(events: list[Event]) -> dict[str, Event]:
     """The last intent of every act that has no final record (in flight, or unknown)."""
     finished = {
         str(e.key)
@@ -188,7 +188,7 @@ def _open_intents(events: list[Event], done: set[str]) -> dict[str, Event]:
     return {
         str(e.key): e
         for e in events
-        if e.type is EventType.ACT_INTENT and str(e.key) not in finished | done
+        if e.type is EventType.ACT_INTENT and str(e.key) not in finished
     }
 
 
@@ -278,30 +278,24 @@ def _canonical(value: Any) -> str | None:
 def _with_call(run_id: str, done: Event, intent: Event | None, tool: Tool | None) -> _Act:
     if intent is None:
         return done, None, tool
-    recorded = intent.value or {}
-    call = Call(
-        run_id=run_id,
-        step=str(done.key),
-        operation_id=str(payloads.step_done(done).get("operation_id")),
-        intent_digest=str(payloads.step_done(done).get("intent_digest")),
-        params=recorded.get("params") or {},
-        attempt=int(payloads.act_intent(intent).get("attempt", 1)),
-        prepared=recorded.get("prepared"),
+    p = payloads.step_done(done)  # the receipt names the operation that completed
+    return (
+        done,
+        _call(run_id, str(done.key), intent, p.get("operation_id"), p.get("intent_digest")),
+        tool,
     )
-    return done, call, tool
 
 
-def _call(run_id: str, key: str, intent: Event) -> Call:
-    """The call an act's intent record describes (an act in flight has no receipt)."""
+def _call(run_id: str, key: str, intent: Event, operation_id: object, digest: object) -> Call:
+    """The call an act's intent record describes, for ``operation_id`` and ``digest``."""
     recorded = intent.value or {}
-    p = payloads.act_intent(intent)
     return Call(
         run_id=run_id,
         step=key,
-        operation_id=str(p.get("operation_id")),
-        intent_digest=str(p.get("intent_digest")),
+        operation_id=str(operation_id),
+        intent_digest=str(digest),
         params=recorded.get("params") or {},
-        attempt=int(p.get("attempt", 1)),
+        attempt=int(payloads.act_intent(intent).get("attempt", 1)),
         prepared=recorded.get("prepared"),
     )
 
