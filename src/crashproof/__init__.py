@@ -11,10 +11,12 @@ from crashproof.errors import (
     ActFailed,
     ApprovalRefused,
     ApprovalRequired,
+    AsyncMisuse,
     CheckpointRejected,
     CrashproofError,
     DecisionRefused,
     DriftError,
+    DriveCancelled,
     EnvironmentChanged,
     IntegrityError,
     JournalRolledBack,
@@ -54,6 +56,7 @@ from crashproof.journal.records import (
     StepKind,
     StepStatus,
 )
+from crashproof.runtime.async_context import AsyncContext
 from crashproof.runtime.context import Context
 from crashproof.runtime.guards.approvers import Approver
 from crashproof.runtime.guards.policy import Policy
@@ -74,6 +77,8 @@ __all__ = [
     "ApprovalRefused",
     "ApprovalRequired",
     "Approver",
+    "AsyncContext",
+    "AsyncMisuse",
     "Budget",
     "Call",
     "CheckpointRejected",
@@ -83,6 +88,7 @@ __all__ = [
     "Decision",
     "DecisionRefused",
     "DriftError",
+    "DriveCancelled",
     "EnvironmentChanged",
     "ImportPlan",
     "IntegrityError",

@@ -21,6 +21,8 @@
     ├── RunStopped                   the run stopped cleanly (a budget reached); resumable
     ├── RunMoved                     the run was exported as a move: it continues elsewhere
     ├── PolicyMismatch               resumed under another policy than the run recorded
+    ├── AsyncMisuse                  sync and async mixed up, or a ctx call off the run's task
+    ├── DriveCancelled               an async drive was cancelled; nothing recorded, resumable
     ├── ApprovalRequired             an act's risk level needs an approval first
     ├── ApprovalRefused              a signed approval does not release the act; not journaled
     ├── DecisionRefused              a signed review decision does not fit the case; not journaled
@@ -47,11 +49,13 @@ from typing import Any
 __all__ = [
     "ActFailed",
     "ApprovalRefused",
+    "AsyncMisuse",
     "ApprovalRequired",
     "CheckpointRejected",
     "CrashproofError",
     "DecisionRefused",
     "DriftError",
+    "DriveCancelled",
     "EnvironmentChanged",
     "IntegrityError",
     "JournalRolledBack",
@@ -340,6 +344,28 @@ class PolicyMismatch(CrashproofError):
         self.recorded = recorded  # the run's policy version (None: it has no policy)
         self.offered = offered  # the version(s) this process offers (None: none)
         super().__init__(detail)
+
+
+class AsyncMisuse(CrashproofError):
+    """Sync and async mixed up (an async workflow, step function or tool met the sync
+    entry point, or the reverse), or a ctx call from a task other than the workflow's
+    own: refused before anything of it was recorded; the run stays resumable."""
+
+
+class DriveCancelled(CrashproofError):
+    """An async drive was cancelled (``asyncio.CancelledError``, ``asyncio.timeout``) inside
+    a ctx call: as after a crash there, nothing of that call was recorded, nothing more
+    is recorded in this drive, and the run stays resumable (an act it cancelled after
+    ``execute`` began is looked up on resume)."""
+
+    def __init__(self, run_id: str, key: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: its drive was cancelled at {key!r}; nothing of that call was "
+            "recorded and nothing more is in this drive (as after a crash there). Resume "
+            "the run to go on; to bound a call's time, put the deadline inside the step"
+        )
+        self.run_id = run_id
+        self.key = key
 
 
 class SimulatedCrash(BaseException):

@@ -15,6 +15,7 @@ import random as _random
 import time
 import uuid as _uuid
 from collections.abc import Callable
+from types import GeneratorType
 from typing import Any, NoReturn, TypeVar
 
 from crashproof.errors import CrashproofError, NonDeterminismError
@@ -33,11 +34,12 @@ from crashproof.runtime.guards.approvals import approval_in_flight
 from crashproof.runtime.guards.budget import Meter
 from crashproof.runtime.guards.policy import Policy, admit_act
 from crashproof.runtime.guards.replan import decided_epoch
-from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
+from crashproof.runtime.options import StepOptions
 from crashproof.runtime.port import ActSettings, DriveHost
 from crashproof.runtime.steps.acts import intent_digest, perform_act
-from crashproof.runtime.steps.decisions import check_decision
 from crashproof.runtime.steps.environment import WorldCheck
+from crashproof.runtime.steps.handoff import Work, async_methods, async_tool_refused, run_sync
+from crashproof.runtime.steps.live import live_call
 from crashproof.runtime.steps.outbox import deliver, enqueue
 from crashproof.runtime.steps.reconcile import ResumeReread
 from crashproof.tools.port import Tool
@@ -51,13 +53,12 @@ def _no_crash_point(name: str) -> None:
 
 T = TypeVar("T")
 
-_NO_RETRY = RetryPolicy(attempts=1)
 _BUDGETED = (StepKind.STEP, StepKind.DECIDE)  # acts are metered in ``act``
+_UNGATED = (StepKind.NOW, StepKind.RANDOM, StepKind.UUID)  # reach nothing outside
 _SUCCEEDED = StepStatus.SUCCEEDED.value
 _STEP_DONE = EventType.STEP_DONE
 # What errors name, per kind (formatted with the key only when one is raised).
 _ARGUMENTS_OF = {kind: f"arguments of {kind.value}" for kind in StepKind}
-_RESULT_OF = {kind: f"the result of {kind.value}" for kind in StepKind}
 # A successful step's payload text up to its digest: codec.encode's exact bytes for
 # {"kind", "digest", "status", "attempt", "took_us"} (built directly: tests pin it).
 # Kept: ~1.0 µs of a ~16 µs live step, 6 % (A/B +6-8 %); bench/handbuilt.py, 2026-12-01.
@@ -94,8 +95,9 @@ class Context:
         self.reread = ResumeReread(replay)  # receipts looked up again, then too
         self.session: dict[str, Any] | None = None  # put in this drive's first record
         self.versions: dict[str, str | None] = {}  # workflow and policy: set by the ledger
+        self.last_key: str | None = None  # of the latest step, decision or act begun
 
-    # -- the public calls --------------------------------------------------
+    # -- the public calls (the sync shell: runtime/async_context.py is the other) ----
 
     def step(
         self,
@@ -107,7 +109,8 @@ class Context:
         **kwargs: Any,
     ) -> T:
         """Run ``fn(*args, **kwargs)`` once; record its JSON result; replay it afterwards."""
-        return self._call(StepKind.STEP, name, fn, args, kwargs, options)  # type: ignore[no-any-return]
+        work = self.begin_call(StepKind.STEP, name, fn, args, kwargs, options)
+        return run_sync(work) if type(work) is GeneratorType else work  # type: ignore[no-any-return]
 
     def decide(
         self,
@@ -120,14 +123,24 @@ class Context:
     ) -> Any:
         """Ask a model (or anything that decides) once. ``fn`` may return a ``cp.Decision``
         to record model, usage and cost. A recorded decision is never asked again."""
-        return self._call(StepKind.DECIDE, name, fn, args, kwargs, options)
+        work = self.begin_call(StepKind.DECIDE, name, fn, args, kwargs, options)
+        return run_sync(work) if type(work) is GeneratorType else work
 
     def act(self, name: str, tool: Tool, /, **params: Any) -> Any:
         """Perform a side effect through ``tool`` under the act protocol; returns the
         receipt's result. Its operation id is ``run_id/step_key``: the same on every
         attempt and in every process, so the tool can dedupe and look it up."""
+        methods = async_methods(tool)
+        if methods:  # refused before anything, on replay too (its receipts are re-read)
+            raise async_tool_refused(tool, name, methods)
+        work = self.begin_act(name, tool, params)
+        return run_sync(work) if type(work) is GeneratorType else work
+
+    def begin_act(self, name: str, tool: Tool, params: dict[str, Any]) -> Any:
+        """The act's recorded result when replay returns it, else the work to drive (a
+        generator: ``handoff.run_sync`` or ``run_async``)."""
         self._check_usable()
-        key = self._take_key(name)
+        key = self.last_key = self._take_key(name)
         digest = intent_digest(tool, params, key)
         recorded = self._peek()
         if recorded is not None:
@@ -136,44 +149,57 @@ class Context:
             if self.reread.pending:
                 self.reread.seen(key, tool)
             result = self._replay(recorded, key, StepKind.ACT, digest)
-            if self._undelivered.pop(key, None) is not None:  # committed, never delivered
-                self.world.check(self)
-                deliver(self.append_event, self.run_id, key, tool, params, digest)
+            if key in self._undelivered:  # committed, never delivered: deliver it now
+                return self._deliver(result, key, tool, params, digest)
             return result
-        self._before_live(key, tool)
+        return self._live_act(key, tool, params, digest)
+
+    def _deliver(
+        self, result: Any, key: str, tool: Tool, params: dict[str, Any], digest: str
+    ) -> Work[Any]:
+        self._undelivered.pop(key, None)
+        yield from self.world.check(self)
+        yield from deliver(self.append_event, self.run_id, key, tool, params, digest)
+        return result
+
+    def _live_act(self, key: str, tool: Tool, params: dict[str, Any], digest: str) -> Work[Any]:
+        yield from self._before_live(key, StepKind.ACT, tool)
         if key in self._open_acts:  # frozen for review, then decided? (runtime/guards/review.py)
-            decided = decided_epoch(self, key, tool)
+            decided = yield from decided_epoch(self, key, tool)
             if decided is not None:
                 self._open_acts.pop(key)
-                return perform_act(self, key, tool, params, digest, decided[1], decided[0])
+                epoch, events = decided
+                return (yield from perform_act(self, key, tool, params, digest, events, epoch))
         approval = None  # the one it consumed, when the policy wants one (guards/approvals.py)
         if key not in self._open_acts:  # new work; an act in flight is reconciled first
             self.meter.check(self, key, StepKind.ACT)
             if self.policy is not None:
-                approval = admit_act(self, self.policy, key, tool, params, digest)
+                approval = yield from admit_act(self, self.policy, key, tool, params, digest)
         elif self.policy is not None:
             approval = approval_in_flight(self, key, digest)
         if tool.deferred:
-            return enqueue(self, key, tool, params, digest)
+            return (yield from enqueue(self, key, tool, params, digest))
         open_events = self._open_acts.pop(key, [])
-        return perform_act(self, key, tool, params, digest, open_events, approval=approval)
+        return (yield from perform_act(self, key, tool, params, digest, open_events, 1, approval))
 
     def now(self) -> dt.datetime:
         """The current UTC time, recorded: replay returns the same instant."""
-        iso = self._call(
-            StepKind.NOW, "now", lambda: dt.datetime.now(dt.UTC).isoformat(), (), {}, None
-        )
+        iso = self._recorded(StepKind.NOW, "now", lambda: dt.datetime.now(dt.UTC).isoformat())
         return dt.datetime.fromisoformat(iso)
 
     def random(self) -> float:
         """A random float in [0, 1), recorded."""
-        value: float = self._call(StepKind.RANDOM, "random", _random.random, (), {}, None)
+        value: float = self._recorded(StepKind.RANDOM, "random", _random.random)
         return value
 
     def uuid(self) -> _uuid.UUID:
         """A random UUID4, recorded."""
-        text = self._call(StepKind.UUID, "uuid", lambda: str(_uuid.uuid4()), (), {}, None)
-        return _uuid.UUID(text)
+        return _uuid.UUID(self._recorded(StepKind.UUID, "uuid", lambda: str(_uuid.uuid4())))
+
+    def _recorded(self, kind: StepKind, name: str, fn: Callable[[], Any]) -> Any:
+        """A clock or random value: no I/O, so both shells take it synchronously."""
+        work = self.begin_call(kind, name, fn, (), {}, None)
+        return run_sync(work) if type(work) is GeneratorType else work
 
     def patched(self, change_id: str) -> bool:
         """True for runs that reach this point under the new code, False for runs that
@@ -205,7 +231,7 @@ class Context:
 
     # -- matching and recording --------------------------------------------
 
-    def _call(
+    def begin_call(
         self,
         kind: StepKind,
         name: str,
@@ -214,6 +240,8 @@ class Context:
         kwargs: dict[str, Any],
         options: StepOptions | None,
     ) -> Any:
+        """The call's recorded outcome when replay returns it, else the work to drive (a
+        generator: ``handoff.run_sync`` or ``run_async``)."""
         if self.frozen is not None or self._in_step is not None or self._host.draining:
             self._check_usable()  # raises (every replayed call comes here: checked inline)
         n = self._counts.get(name)  # _take_key, inlined
@@ -222,6 +250,7 @@ class Context:
         else:
             self._counts[name] = n = n + 1
             key = f"{name}#{n}"
+        self.last_key = key
         digest = (
             NO_ARGS_DIGEST
             if not args and not kwargs
@@ -245,11 +274,23 @@ class Context:
                 value_json = recorded.value_json
                 return None if value_json is None else decode(value_json)
             return self._replay(recorded, key, kind, digest)
+        return self._live(kind, key, fn, args, kwargs, digest, options)
+
+    def _live(
+        self,
+        kind: StepKind,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        digest: str,
+        options: StepOptions | None,
+    ) -> Work[Any]:
         if self.world.pending or self._open_acts or self.reread.pending:
-            self._before_live(key)
+            yield from self._before_live(key, kind)
         if self.meter.active and kind in _BUDGETED and key not in self._failed_attempts:
             self.meter.check(self, key, kind)  # (not for a retry in progress)
-        return self._run_live(kind, key, fn, args, kwargs, digest, options)
+        return (yield from live_call(self, kind, key, fn, args, kwargs, digest, options))
 
     def _replay(self, recorded: Event, key: str, kind: StepKind, digest: str) -> Any:
         """The recorded outcome of a matching call; nothing runs."""
@@ -260,15 +301,17 @@ class Context:
             return recorded.value
         raise error_from_record(payload["error"])
 
-    def _before_live(self, key: str, tool: Tool | None = None) -> None:
+    def _before_live(self, key: str, kind: StepKind, tool: Tool | None = None) -> Work[None]:
         """The one gate before any call runs live (a step, a decision, an act, new or
         reconciled): once per drive the environment is observed again and the completed
         acts' receipts are re-read (``runtime/steps/environment.py``, ``reconcile.py``),
-        then an act left in flight must be this very call. ``tool``: the act's."""
-        if self.world.pending:
-            self.world.check(self, key, tool)
-        if self.reread.pending:
-            self.reread.check(self)
+        then an act left in flight must be this very call. ``tool``: the act's. A clock
+        or random value reaches nothing outside: it waits for the next call's gate."""
+        if kind not in _UNGATED:
+            if self.world.pending:
+                yield from self.world.check(self, key, tool)
+            if self.reread.pending:
+                yield from self.reread.check(self)
         self._check_open_acts(key)
 
     def _check_open_acts(self, key: str) -> None:
@@ -282,129 +325,58 @@ class Context:
                 key=pending,
             )
 
-    def _run_live(
-        self,
-        kind: StepKind,
-        key: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        digest: str,
-        options: StepOptions | None,
-    ) -> Any:
-        policy = (options.retry if options else None) or _NO_RETRY
-        earlier = self._failed_attempts.get(key)
-        attempt = 1
-        if earlier:  # a crash interrupted the wait after a failed attempt: finish waiting
-            attempt = len(earlier) + 1
-            last = payloads.attempt_failed(earlier[-1])
-            remaining = float(last["ended_at"]) + float(last["retry_in"]) - time.time()
-            if remaining > 0:
-                time.sleep(remaining)
-        while True:
-            started = time.time()
-            self._in_step = key
-            self._nested_call = False
-            try:
-                out = fn(*args, **kwargs)
-            except Exception as exc:
-                if self._nested_call:
-                    raise  # a misuse of ctx, not the step's outcome: record nothing
-                ended = time.time()
-                if attempt < policy.attempts and policy.retries(exc):
-                    delay = policy.delay(attempt)
-                    self.append_event(
-                        EventType.ATTEMPT_FAILED,
-                        key,
-                        payloads.as_dict(
-                            payloads.AttemptFailed(
-                                kind=kind.value,
-                                digest=digest,
-                                attempt=attempt,
-                                error=error_record(exc),
-                                started_at=started,
-                                ended_at=ended,
-                                retry_in=delay,
-                            )
-                        ),
-                    )
-                    time.sleep(delay)
-                    attempt += 1
-                    continue
-                self.append_event(
-                    EventType.STEP_DONE,
-                    key,
-                    payloads.as_dict(
-                        payloads.StepDone(
-                            kind=kind.value,
-                            digest=digest,
-                            status=StepStatus.FAILED.value,
-                            attempt=attempt,
-                            error=error_record(exc),
-                            started_at=started,
-                            ended_at=ended,
-                        )
-                    ),
-                )
-                raise
-            finally:
-                self._in_step = None
-            # The step ended when its record is made (the record's created_at); its
-            # duration as whole microseconds: an int is far cheaper to write than two
-            # float timestamps (journal/fold.py reads both forms).
-            ended = time.time()
-            took = int((ended - started) * 1e6)
-            # The payload's stored text, built directly: codec.encode's exact bytes of
-            # {"kind", "digest", "status", "attempt", "took_us"} (+ a decision's spend).
-            text = f'{_DONE_PREFIX[kind]}{digest}{_DONE_STATUS}{attempt},"took_us":{took}}}'
-            spent = None
-            if isinstance(out, Decision):
-                if kind is not StepKind.DECIDE:
-                    raise CrashproofError(f"{kind} {key!r} returned a Decision; use ctx.decide")
-                check_decision(out, key)
-                spent = {"model": out.model, "usage": out.usage, "cost": out.cost}
-                # codec.encode, not a text built by hand: that bought 0.23 µs of a ~19 µs
-                # decision, 1.2 % (bench/handbuilt.py, 2026-12-01).
-                extra = encode(spent, what="model/usage/cost of decision", key=key)
-                text = f"{text[:-1]},{extra[1:]}"
-                out = out.value
-            value_json = encode(out, what=_RESULT_OF[kind], key=key)
-            if self.session is None and not self.meter.active:
-                # The usual live step: its payload dict is never needed (the record keeps
-                # the text; anything that reads the payload decodes it), and a step's or
-                # a decision's result is no output point (runtime/driving/durability.py).
-                event = Event.stored(
-                    self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json
-                )
-                self._host.append_records(
-                    (event,), None, fencing_token=self.fencing_token, output=False
-                )
-                self._next_seq += 1
-            else:
-                self._record_done(kind, key, digest, attempt, took, spent, text, ended, value_json)
-            # The workflow sees exactly what replay will return (tuples become lists...).
-            return decode(value_json)
+    # -- the StepSession port (runtime/steps/live.py) ------------------------
 
-    def _record_done(
+    def earlier_attempts(self, key: str) -> list[Event] | None:
+        return self._failed_attempts.get(key)
+
+    def enter_step(self, key: str) -> None:
+        self._in_step = key
+        self._nested_call = False
+
+    def leave_step(self) -> bool:
+        self._in_step = None
+        return self._nested_call
+
+    def record_done(
         self,
         kind: StepKind,
         key: str,
         digest: str,
         attempt: int,
-        took: int,
+        took_us: int,
         spent: dict[str, Any] | None,
-        text: str,
         ended: float,
         value_json: str,
     ) -> None:
-        """A successful step's record when budgets count it or it opens a drive (its
-        session added by append_event): the payload as a dict too."""
+        # The payload's stored text, built directly: codec.encode's exact bytes of
+        # {"kind", "digest", "status", "attempt", "took_us"} (+ a decision's spend).
+        text = f'{_DONE_PREFIX[kind]}{digest}{_DONE_STATUS}{attempt},"took_us":{took_us}}}'
+        if spent is not None:
+            # codec.encode, not a text built by hand: that bought 0.23 µs of a ~19 µs
+            # decision, 1.2 % (bench/handbuilt.py, 2026-12-01).
+            extra = encode(spent, what="model/usage/cost of decision", key=key)
+            text = f"{text[:-1]},{extra[1:]}"
+        if self.session is None and not self.meter.active:
+            # The usual live step: its payload dict is never needed (the record keeps the
+            # text; anything that reads the payload decodes it), and a step's or a
+            # decision's result is no output point (runtime/driving/durability.py).
+            event = Event.stored(
+                self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json
+            )
+            self._host.append_records(
+                (event,), None, fencing_token=self.fencing_token, output=False
+            )
+            self._next_seq += 1
+            return
+        # Budgets count it, or it opens a drive (its session added by append_event): the
+        # payload as a dict too.
         done: payloads.StepDone = {
             "kind": kind._value_,
             "digest": digest,
             "status": _SUCCEEDED,
             "attempt": attempt,
-            "took_us": took,
+            "took_us": took_us,
         }
         if spent is not None:  # a Decision's model, usage and cost, in this order
             done.update({"model": spent["model"], "usage": spent["usage"], "cost": spent["cost"]})

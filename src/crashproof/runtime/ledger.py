@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import secrets
-import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from crashproof._faults import CrashPoints
 from crashproof.errors import (
     ActFailed,
-    ApprovalRequired,
     CrashproofError,
-    NonDeterminismError,
+    DriveCancelled,
     PermanentError,
     RetryableError,
-    RunConflict,
     RunFailed,
-    RunFrozen,
     RunNotFound,
-    RunStopped,
     StaleLeaseError,
     UnknownWorkflow,
 )
@@ -31,17 +27,17 @@ from crashproof.integrity.seal import Sealer
 from crashproof.integrity.witness import Witness, compare
 from crashproof.journal import payloads
 from crashproof.journal.codec import (
-    canonical_digest,
     decode,
     encode,
-    error_from_record,
     error_record,
 )
-from crashproof.journal.fold import Replay, fold_run, index_journal
-from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus
+from crashproof.journal.fold import fold_run, index_journal
+from crashproof.journal.records import Event, EventType, RunInfo, RunStatus
+from crashproof.runtime.async_context import AsyncContext
 from crashproof.runtime.context import Context
 from crashproof.runtime.driving.durability import output_point, share_witness_writes
 from crashproof.runtime.driving.leases import HOST, Grant, Heartbeat, release, stop_driving
+from crashproof.runtime.driving.lifecycle import record_start, recorded_outcome, stopped_error
 from crashproof.runtime.driving.queue import Draining, LedgerQueue
 from crashproof.runtime.driving.urls import (
     DURABILITY_MODES,
@@ -58,6 +54,7 @@ from crashproof.runtime.operations.moving import refuse_moved
 from crashproof.runtime.operations.oversight import LedgerHumans
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.port import ActSettings, DriveHost
+from crashproof.runtime.steps.handoff import Work, run_async, run_sync
 from crashproof.runtime.workflow import Workflow, make_workflow
 from crashproof.store.port import StatusChange, Store
 
@@ -179,7 +176,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
     def policies(self) -> dict[str, Policy]:
         return dict(self._policies)
 
-    # -- running -----------------------------------------------------------
+    # -- running (the sync entry points; the async ones follow) -----------
 
     def run(
         self,
@@ -194,61 +191,8 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         completion; returns the workflow's result. The same run id with another input
         raises RunConflict and starts nothing. ``options``: the run's ``cp.Limits`` and
         ``cp.Policy``, recorded at start (a budget reached raises RunStopped)."""
-        workflow = self._record(wf, run_id, options, input)
+        workflow = self._record(wf, run_id, options, input, is_async=False)
         return self._drive(workflow, run_id, options)  # type: ignore[no-any-return]
-
-    def _record(
-        self, wf: Workflow[R] | str, run_id: str, options: RunOptions | None, input: Any
-    ) -> Workflow[R]:
-        """Record the run's start unless it exists with the same input (else RunConflict)."""
-        workflow = self._resolve(wf)
-        options_record = start_fields(options)
-        if options is not None and options.policy is not None:
-            self.register_policy(options.policy)
-        if not isinstance(run_id, str) or not run_id or reserved(run_id):
-            raise ValueError("run_id must be a non-empty string, not under 'crashproof:'")
-        workflow.bind_input(input)
-        input_json = encode(input, what=f"the input of run {run_id!r}")
-        digest = canonical_digest(
-            {"workflow": workflow.name, "input": input}, what=f"the input of run {run_id!r}"
-        )
-        now = time.time()
-        row = RunRow(
-            run_id=run_id,
-            workflow=workflow.name,
-            version=workflow.version,
-            status=RunStatus.RUNNING,
-            input_digest=digest,
-            created_at=now,
-            updated_at=now,
-        )
-        first = Event(
-            run_id=run_id,
-            seq=0,
-            type=EventType.RUN_STARTED,
-            key=None,
-            payload={
-                "workflow": workflow.name,
-                "version": workflow.version,
-                "input_digest": digest,
-                **options_record,
-                "started_by": started_by(self.worker_id),
-            },
-            value_json=input_json,
-            created_at=now,
-        )
-        new = self._store.get_run(run_id) is None
-        if new and self._witness is not None:
-            self._witness.start(run_id)  # generation 0, before the run's first commit
-        if new:  # resuming an existing run commits nothing here: no crash point
-            self._hit("before_commit", first)
-        existing = self._store.create_run(row, first)
-        if existing is None:
-            self._hit("after_commit", first)
-            log.info("run started", extra={"run_id": run_id, "workflow": workflow.name})
-        elif existing.input_digest != digest:
-            raise RunConflict(run_id, existing.input_digest, digest)
-        return workflow
 
     def resume(
         self,
@@ -270,6 +214,70 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         next journal commit raises StaleLeaseError), or unless it is freed (released or
         expired) within ``wait`` seconds."""
         changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
+        found = self._to_resume(run_id, changes, is_async=False)
+        if not isinstance(found, Workflow):
+            return found()
+        return self._drive(found, run_id, changes=changes, take_over=take_over, wait=wait)
+
+    async def run_async(
+        self,
+        wf: Workflow[R] | str,
+        /,
+        *,
+        run_id: str,
+        options: RunOptions | None = None,
+        **input: Any,
+    ) -> R:
+        """``run`` for an ``async def`` workflow: the same journal, records and guarantees;
+        its ctx calls are awaited (``AsyncContext``). The start record and every journal
+        commit are short synchronous writes on the loop's thread."""
+        workflow = self._record(wf, run_id, options, input, is_async=True)
+        return await self._drive_async(workflow, run_id, options)  # type: ignore[no-any-return]
+
+    async def resume_async(
+        self,
+        run_id: str,
+        *,
+        raise_budget: dict[str, int | float | None] | None = None,
+        rebind_policy: Policy | None = None,
+        by: str | None = None,
+        take_over: bool = False,
+    ) -> Any:
+        """``resume`` for an ``async def`` workflow (a run started by either shell)."""
+        changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
+        found = self._to_resume(run_id, changes, is_async=True)
+        if not isinstance(found, Workflow):
+            return found()
+        return await self._drive_async(found, run_id, changes=changes, take_over=take_over)
+
+    def _record(
+        self,
+        wf: Workflow[R] | str,
+        run_id: str,
+        options: RunOptions | None,
+        input: dict[str, Any],
+        *,
+        is_async: bool | None = None,
+    ) -> Workflow[R]:
+        """Record the run's start unless it exists with the same input (else RunConflict).
+        ``is_async``: the shell that drives it next (None: a worker, either)."""
+        workflow = self._resolve(wf)
+        if is_async is not None:
+            workflow.check_shell(is_async)
+        fields = start_fields(options)
+        if options is not None and options.policy is not None:
+            self.register_policy(options.policy)
+        if not isinstance(run_id, str) or not run_id or reserved(run_id):
+            raise ValueError("run_id must be a non-empty string, not under 'crashproof:'")
+        fields["started_by"] = started_by(self.worker_id)
+        record_start(self, workflow, run_id, input, fields)
+        return workflow
+
+    def _to_resume(
+        self, run_id: str, changes: OperatorChanges, *, is_async: bool
+    ) -> Workflow[Any] | Callable[[], Any]:
+        """The workflow to drive ``run_id`` with, or the answer of a run that needs no
+        drive (ended or frozen, its code not registered here)."""
         row = self._store.get_run(run_id)
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
@@ -281,12 +289,12 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         if workflow is None and (row.status.terminal or row.status.frozen):
             # An ended or frozen run answers from its journal; its code is not needed.
             replay = index_journal(self.journal(run_id))
-            finished = _outcome(run_id, replay)
+            finished = recorded_outcome(run_id, replay)
             if finished is not None and not (
                 replay.outcome and payloads.outcome(replay.outcome).get("retryable")
             ):
                 self._store.sync()  # the outcome leaves again: durable first
-                return finished()
+                return finished
         if workflow is None:
             known = ", ".join(sorted(self._workflows)) or "none"
             raise UnknownWorkflow(
@@ -294,7 +302,8 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
                 f"here (registered: {known}); nothing was changed. Import the module that "
                 "defines it (CLI: --app MODULE)."
             )
-        return self._drive(workflow, run_id, changes=changes, take_over=take_over, wait=wait)
+        workflow.check_shell(is_async)
+        return workflow
 
     def get_run(self, run_id: str) -> RunInfo:
         """Everything known about a run, folded from its journal."""
@@ -347,16 +356,63 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         take_over: bool = False,
         wait: float = 0.0,
     ) -> Any:
-        """Claim the run's lease, drive the run under it, release it. A crash
+        """Drive the run under its lease (``_owning``), the workflow called in this thread."""
+        with self._owning(run_id, take_over, wait) as grant:
+            opened = self._open(workflow, run_id, options, changes, grant)
+            if not isinstance(opened, tuple):
+                return opened()
+            ctx, input = opened
+            try:
+                result = workflow.fn(ctx, **input)
+            except Exception as exc:
+                self._fail(run_id, ctx, exc)
+            return run_sync(self._concluded(run_id, ctx, result))
+
+    async def _drive_async(
+        self,
+        workflow: Workflow[Any],
+        run_id: str,
+        options: RunOptions | None = None,
+        *,
+        changes: OperatorChanges | None = None,
+        take_over: bool = False,
+    ) -> Any:
+        """``_drive`` for an async workflow: the same opening and conclusion, the workflow
+        awaited with an ``AsyncContext`` over the same core."""
+        with self._owning(run_id, take_over, 0.0) as grant:
+            opened = self._open(workflow, run_id, options, changes, grant)
+            if not isinstance(opened, tuple):
+                return opened()
+            core, input = opened
+            ctx = AsyncContext(core)
+            try:
+                result = await workflow.fn(ctx, **input)
+            except Exception as exc:
+                if ctx.cancelled_at is not None:  # whatever the workflow made of it
+                    raise DriveCancelled(run_id, ctx.cancelled_at) from exc
+                self._fail(run_id, core, exc)
+            finally:
+                ctx.end()
+            if ctx.cancelled_at is not None:  # the workflow swallowed the cancellation
+                raise DriveCancelled(run_id, ctx.cancelled_at)
+            return await run_async(self._concluded(run_id, core, result))
+
+    @contextlib.contextmanager
+    def _owning(self, run_id: str, take_over: bool, wait: float) -> Iterator[Grant]:
+        """Claim the run's lease, renew it while the drive runs, release it. A crash
         (SimulatedCrash, or any BaseException that is not an Exception) leaves the lease
-        to expire, as a dead process would."""
+        to expire, as a dead process would; so does a cancelled async drive, whose
+        cancelled call may still run in a worker thread."""
         grant = self._lease_for(run_id, take_over, wait)  # a new claim, or the queue's
         lease = grant.lease
         heartbeat = Heartbeat(
             self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token))
         )
         try:
-            result = self._drive_owned(workflow, run_id, options, changes, grant)
+            yield grant
+        except DriveCancelled:
+            heartbeat.stop()
+            raise
         except Exception:
             heartbeat.stop()
             release(self._store, run_id, heartbeat.lease)
@@ -369,16 +425,17 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
             self._stale.discard((run_id, lease.token))
         heartbeat.stop()
         release(self._store, run_id, heartbeat.lease)
-        return result
 
-    def _drive_owned(
+    def _open(
         self,
         workflow: Workflow[Any],
         run_id: str,
         options: RunOptions | None,
         changes: OperatorChanges | None,
         grant: Grant,
-    ) -> Any:
+    ) -> tuple[Context, dict[str, Any]] | Callable[[], Any]:
+        """The core Context for this drive and the run's input; or, for a run that has
+        ended, the answer it ended with."""
         token = grant.lease.token
         events = self.journal(run_id, owner=True)
         replay = index_journal(events)
@@ -418,31 +475,34 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         ):
             ctx.thaw()  # e.g. a lookup was unavailable: this resume looks again
         else:
-            finished = _outcome(run_id, replay)
+            finished = recorded_outcome(run_id, replay)
             if finished is not None:
                 self._store.sync()  # the outcome leaves again: durable first
-                return finished()
-        try:
-            result = workflow.fn(ctx, **(replay.started.value or {}))
-        except Exception as exc:
-            if ctx.frozen is not None:
-                raise self._frozen(run_id, ctx) from exc
-            if isinstance(exc, CrashproofError) and not isinstance(exc, _WORKFLOW_OUTCOMES):
-                raise  # the ledger, not the workflow, is at fault: keep the run resumable
-            self._refuse_unreplayed(run_id, ctx, "raised")
-            error = error_record(exc)
-            ctx.finish(
-                EventType.RUN_FAILED, payloads.as_dict(payloads.RunFailed(error=error)), None
-            )
-            raise RunFailed(run_id, error, exc) from exc
+                return finished
+        return ctx, dict(replay.started.value or {})
+
+    def _fail(self, run_id: str, ctx: Context, exc: Exception) -> NoReturn:
+        """The workflow raised ``exc``: record the run's failure, or raise what stopped it."""
         if ctx.frozen is not None:
-            raise self._frozen(run_id, ctx)
+            raise stopped_error(run_id, ctx.frozen, ctx.frozen_evidence) from exc
+        if isinstance(exc, CrashproofError) and not isinstance(exc, _WORKFLOW_OUTCOMES):
+            raise exc  # the ledger, not the workflow, is at fault: keep the run resumable
+        self._refuse_unreplayed(run_id, ctx, "raised")
+        error = error_record(exc)
+        ctx.finish(EventType.RUN_FAILED, payloads.as_dict(payloads.RunFailed(error=error)), None)
+        raise RunFailed(run_id, error, exc) from exc
+
+    def _concluded(self, run_id: str, ctx: Context, result: Any) -> Work[Any]:
+        """The workflow returned ``result``: record the run's success (after the receipt
+        re-read when nothing ran live), or raise what stopped it."""
+        if ctx.frozen is not None:
+            raise stopped_error(run_id, ctx.frozen, ctx.frozen_evidence)
         self._refuse_unreplayed(run_id, ctx, "returned")
         if ctx.reread.pending:  # nothing ran live: the receipts are re-read before the outcome
             try:
-                ctx.reread.check(ctx)
+                yield from ctx.reread.check(ctx)
             except CrashproofError:
-                raise self._frozen(run_id, ctx) from None
+                raise stopped_error(run_id, ctx.frozen, ctx.frozen_evidence) from None
         value_json = encode(result, what=f"the result of run {run_id!r}")
         ctx.finish(EventType.RUN_SUCCEEDED, payloads.as_dict(payloads.RunSucceeded()), value_json)
         log.info("run succeeded", extra={"run_id": run_id})
@@ -462,27 +522,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
                 {"unreplayed": [e.key for e in left[:20]]},
             )
         except CrashproofError:
-            raise self._frozen(run_id, ctx) from None
-
-    def _frozen(self, run_id: str, ctx: Context) -> CrashproofError:
-        cause = ctx.frozen
-        if isinstance(cause, RunFailed):  # a reviewer's abort, journaled (runtime/guards/review.py)
-            return cause
-        if isinstance(cause, RunStopped):  # a clean stop (a budget), not a freeze
-            return RunStopped(
-                run_id,
-                cause.reason,
-                cause.budget,
-                cause.limits,
-                wall_seconds=cause.wall_seconds,
-                detail=cause.detail,
-            )
-        status = (
-            RunStatus.AWAITING_APPROVAL
-            if isinstance(cause, ApprovalRequired)
-            else RunStatus.NEEDS_REVIEW
-        )
-        return RunFrozen(run_id, status.value, str(cause), cause, evidence=ctx.frozen_evidence)
+            raise stopped_error(run_id, ctx.frozen, ctx.frozen_evidence) from None
 
     # -- the DriveHost port ---------------------------------------------------
 
@@ -555,35 +595,3 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         if points is not None:
             label = event.type.value if event.key is None else f"{event.type.value}:{event.key}"
             points.hit(f"{side}[{label}]")
-
-
-def _outcome(run_id: str, replay: Replay) -> Callable[[], Any] | None:
-    """For a run that already ended: a thunk returning its result or raising its outcome."""
-    event = replay.outcome
-    if event is None:
-        return None
-    if event.type is EventType.RUN_SUCCEEDED:
-        value = event.value
-        return lambda: value
-    if event.type is EventType.RUN_FAILED:
-        error = payloads.run_failed(event).get("error") or {}
-
-        def failed() -> Any:
-            raise RunFailed(run_id, error)
-
-        return failed
-    halted = payloads.frozen_or_stopped(event)
-    status = str(halted.get("status", RunStatus.NEEDS_REVIEW.value))
-    reason = str(halted.get("reason", ""))
-    evidence = halted.get("evidence")
-
-    # The cause is the same kind of error the workflow saw when the run froze.
-    recorded = halted.get("error")
-    cause = error_from_record(recorded) if isinstance(recorded, dict) else None
-    if isinstance(cause, NonDeterminismError):
-        cause.evidence = evidence or {}
-
-    def frozen() -> Any:
-        raise RunFrozen(run_id, status, reason, cause, evidence=evidence)
-
-    return frozen

@@ -20,10 +20,10 @@ from typing import Any, NoReturn, Protocol
 from crashproof._faults import CrashPoints
 from crashproof.errors import CrashproofError, NonDeterminismError
 from crashproof.integrity.witness import Witness
-from crashproof.journal.records import Event, EventType, RunStatus
+from crashproof.journal.records import Event, EventType, RunStatus, StepKind
 from crashproof.store.port import StatusChange, Store
 
-__all__ = ["ActSettings", "DriveHost", "RunSession"]
+__all__ = ["ActSettings", "DriveHost", "RunSession", "StepSession"]
 
 
 class ActSettings:
@@ -114,6 +114,35 @@ class RunSession(Protocol):
 
     def crash_point_for(self, key: str) -> Callable[[str], None]:
         """A crash-point hook for a tool working on act ``key`` (free when unarmed)."""
+
+
+class StepSession(RunSession, Protocol):
+    """What ``runtime/steps/live.py`` needs beyond ``RunSession`` to run a step live:
+    the failed attempts the journal holds for it, the bracket around its body (a ctx call
+    inside it is a misuse), and the fast record of its success."""
+
+    def earlier_attempts(self, key: str) -> list[Event] | None:
+        """The journaled failed attempts of ``key`` (a retry in progress), or None."""
+
+    def enter_step(self, key: str) -> None:
+        """The body of ``key`` runs now: a ctx call before ``leave_step`` is refused."""
+
+    def leave_step(self) -> bool:
+        """The body returned or raised; True when a ctx call was attempted inside it."""
+
+    def record_done(
+        self,
+        kind: StepKind,
+        key: str,
+        digest: str,
+        attempt: int,
+        took_us: int,
+        spent: dict[str, Any] | None,
+        ended: float,
+        value_json: str,
+    ) -> None:
+        """Record the successful outcome of ``key`` (``spent``: a decision's model, usage
+        and cost)."""
 
 
 class DriveHost(Protocol):

@@ -1,4 +1,9 @@
-"""Workflows: a function ``(ctx, **input) -> result`` with a name and a version."""
+"""Workflows: a function ``(ctx, **input) -> result`` with a name and a version.
+
+An ``async def`` workflow is detected and driven by ``Ledger.run_async`` /
+``resume_async`` (its ctx is an ``AsyncContext``); a plain one by ``run`` / ``resume``.
+The name and version are what a run records: a sync and an async function registered
+under the same name and version are the same workflow to the journal."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from crashproof.errors import CrashproofError
+from crashproof.errors import AsyncMisuse, CrashproofError
 
 __all__ = ["RESERVED_PARAMS", "Workflow", "workflow"]
 
@@ -27,6 +32,26 @@ class Workflow(Generic[R]):
     # Older versions whose in-flight runs this code can replay (it keeps their branches,
     # e.g. behind ctx.patched): those runs resume here instead of being refused.
     compatible_with: tuple[str, ...] = ()
+
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` workflow (driven by ``run_async`` / ``resume_async``)."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    def check_shell(self, is_async: bool) -> None:
+        """Refuse an async workflow through the sync entry points, or the reverse, before
+        anything is started or changed."""
+        if self.is_async and not is_async:
+            raise AsyncMisuse(
+                f"workflow {self.name!r} is async (async def); nothing was started or "
+                "changed. Drive it with `await ledger.run_async(...)` / `resume_async(...)`"
+            )
+        if is_async and not self.is_async:
+            raise AsyncMisuse(
+                f"workflow {self.name!r} is a plain function; nothing was started or "
+                "changed. Drive it with `ledger.run(...)` / `resume(...)` (from async code: "
+                "`await asyncio.to_thread(ledger.run, ...)`), or make it `async def`"
+            )
 
     def can_resume(self, version: str) -> bool:
         return version == self.version or version in self.compatible_with

@@ -225,6 +225,40 @@ class HttpTool(Tool):
         return None
 
     def execute(self, call: Call) -> Receipt:
+        url, path, body, headers = self.request_for(call)
+        try:
+            response = self._client.request(
+                self.method, url, json=body, headers=headers, timeout=self.timeout
+            )
+        except httpx.HTTPError as exc:
+            raise self.not_sent(path, exc) from exc
+        call.crash_point("responded")  # the target answered; no receipt journaled yet
+        found = self._conflict_lookup(call) if response.status_code == 422 else None
+        return self.read_response(call, path, response, found)
+
+    def lookup(self, call: Call) -> Receipt | None:
+        url = self.lookup_url(call)
+        try:
+            response = self._client.get(url, headers=self.headers, timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise LookupFailed(f"GET {url}: {exc!r}") from exc
+        return self.read_lookup(call, url, response)
+
+    def observe(self) -> Observation | None:
+        """``GET observe_path``: instance ``http:<the document's id>`` (not the address: a
+        target that moved port is the same target), fingerprint the SHA-256 of the
+        canonical document, version its ``version`` field; the URL is in the details.
+        Raises when the target does not answer 200 with a JSON object holding the id."""
+        if self.observe_path is None:
+            return None
+        url = self.base_url + self.observe_path
+        response = self._client.get(url, headers=self.headers, timeout=self.timeout)
+        return self.read_observation(url, response)
+
+    # -- the request and the reading of its answers (shared with AsyncHttpTool) ----
+
+    def request_for(self, call: Call) -> tuple[str, str, Any, dict[str, str]]:
+        """The act's request: URL, path, JSON body and headers."""
         body, path = self._request_parts(call)
         headers = {
             **self.headers,
@@ -236,35 +270,28 @@ class HttpTool(Tool):
         if call.approval is not None:
             headers[APPROVAL_HEADER] = str(call.approval.get("digest"))
             headers[APPROVAL_EXPIRES_HEADER] = repr(call.approval.get("expires_at"))
-        try:
-            response = self._client.request(
-                self.method,
-                self.base_url + path,
-                json=body,
-                headers=headers,
-                timeout=self.timeout,
-            )
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            # No connection, so no byte of the request left this process.
-            raise RetryableError(f"{self.method} {path}: not sent ({exc!r})") from exc
-        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-            raise PermanentError(f"{self.method} {path}: not sent ({exc!r})") from exc
-        # Timeouts, dropped connections, anything else: propagate, the outcome is unknown.
-        call.crash_point("responded")  # the target answered; no receipt journaled yet
-        return self._read_response(call, path, response)
+        return self.base_url + path, path, body, headers
 
-    def lookup(self, call: Call) -> Receipt | None:
+    def not_sent(self, path: str, exc: httpx.HTTPError) -> Exception:
+        """What a transport error means: certainly not sent (retryable or permanent), or
+        the exception itself (a timeout, a dropped connection: the outcome is unknown)."""
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+            # No connection, so no byte of the request left this process.
+            return RetryableError(f"{self.method} {path}: not sent ({exc!r})")
+        if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+            return PermanentError(f"{self.method} {path}: not sent ({exc!r})")
+        return exc
+
+    def lookup_url(self, call: Call) -> str:
         if self.lookup_path is None:
             raise OutcomeUnknown(f"{self.name} tool has no lookup_path")
-        url = self.base_url + self.lookup_path.format(
+        return self.base_url + self.lookup_path.format(
             operation_id=quote(wire_key(call.operation_id), safe=""),
             run_id=quote(call.run_id, safe=""),
             step=quote(call.step, safe=""),
         )
-        try:
-            response = self._client.get(url, headers=self.headers, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise LookupFailed(f"GET {url}: {exc!r}") from exc
+
+    def read_lookup(self, call: Call, url: str, response: httpx.Response) -> Receipt | None:
         status = response.status_code
         if status == 404:
             return None
@@ -289,15 +316,7 @@ class HttpTool(Tool):
             approval_digest=response.headers.get(APPROVAL_HEADER) or None,
         )
 
-    def observe(self) -> Observation | None:
-        """``GET observe_path``: instance ``http:<the document's id>`` (not the address: a
-        target that moved port is the same target), fingerprint the SHA-256 of the
-        canonical document, version its ``version`` field; the URL is in the details.
-        Raises when the target does not answer 200 with a JSON object holding the id."""
-        if self.observe_path is None:
-            return None
-        url = self.base_url + self.observe_path
-        response = self._client.get(url, headers=self.headers, timeout=self.timeout)
+    def read_observation(self, url: str, response: httpx.Response) -> Observation:
         data = _json(response) if response.status_code == 200 else None
         if not isinstance(data, dict) or data.get(self.observe_id_key) in (None, ""):
             raise LookupFailed(
@@ -311,6 +330,14 @@ class HttpTool(Tool):
             version=version if isinstance(version, str) else None,
             details={"url": url, "document": data},
         )
+
+    def _conflict_lookup(self, call: Call) -> Receipt | None:
+        """A 422's stored resource, as lookup reads it (None: not available)."""
+        if not self.supports_lookup:
+            return None
+        with contextlib.suppress(CrashproofError, LookupFailed):
+            return self.lookup(call)
+        return None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -351,7 +378,11 @@ class HttpTool(Tool):
         key = wire_key(call.operation_id)
         return _sf_string(key) if self.quote_key else key
 
-    def _read_response(self, call: Call, path: str, response: httpx.Response) -> Receipt:
+    def read_response(
+        self, call: Call, path: str, response: httpx.Response, found: Receipt | None = None
+    ) -> Receipt:
+        """Read the act's answer (the module's table). ``found``: for a 422, what lookup
+        found under the key."""
         status = response.status_code
         where = f"{self.method} {path} (key {wire_key(call.operation_id)!r})"
         if 200 <= status < 300:
@@ -371,7 +402,7 @@ class HttpTool(Tool):
                 f"commit: {_snippet(response)}"
             )
         if status == 422:
-            return self._conflict(call, where, response)
+            return self._conflict(call, where, response, found)
         if status == 412 and call.fencing_token is not None:
             raise StaleLeaseError(
                 f"{where}: 412, the target rejected fencing token {call.fencing_token} "
@@ -383,7 +414,9 @@ class HttpTool(Tool):
             raise PermanentError(f"{where}: {status}: {_snippet(response)}")
         raise OutcomeUnknown(f"{where}: {status}, may have acted: {_snippet(response)}")
 
-    def _conflict(self, call: Call, where: str, response: httpx.Response) -> Receipt:
+    def _conflict(
+        self, call: Call, where: str, response: httpx.Response, found: Receipt | None
+    ) -> Receipt:
         """422: the key is held by another payload. A named stored digest becomes a
         receipt the runtime rejects as a ReceiptConflict, with both digests as evidence."""
         data = _json(response)
@@ -394,13 +427,10 @@ class HttpTool(Tool):
                 f"unprocessable), and the target does not name another intent: "
                 f"{_snippet(response)}"
             )
-        if self.supports_lookup:
+        if found is not None and found.intent_digest == stored:
             # The stored resource itself, as lookup reads it, is the receipt a review
             # binds and re-reads later; the 422's body is only an error document.
-            with contextlib.suppress(CrashproofError, LookupFailed):  # then the 422's body
-                found = self.lookup(call)
-                if found is not None and found.intent_digest == stored:
-                    return found
+            return found
         resource = data.get(self.id_key) if isinstance(data, dict) else None
         return Receipt(
             receipt_id=(

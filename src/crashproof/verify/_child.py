@@ -29,7 +29,15 @@ from crashproof._faults import CrashPoints
 from crashproof.errors import LeaseHeld, RunFrozen, StaleLeaseError
 from crashproof.runtime.ledger import Ledger
 from crashproof.verify.scenario import close_env, load_scenario
-from crashproof.verify.trial_kit import CRASHED_AT, DURABILITY, GO, PAUSED_AT, env_dir, ledger_url
+from crashproof.verify.trial_kit import (
+    CRASHED_AT,
+    DURABILITY,
+    GO,
+    PAUSED_AT,
+    env_dir,
+    ledger_url,
+    run_scenario,
+)
 
 __all__ = ["main"]
 
@@ -71,12 +79,7 @@ def main(argv: list[str]) -> int:
     env = scenario.env_factory(env_dir(directory))
     try:
         with Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points) as ledger:
-            workflow = scenario.workflow_factory(env)
-            if take_over:
-                ledger.register(workflow)
-                ledger.resume(scenario.resolved_run_id, take_over=True)
-            else:
-                ledger.run(workflow, run_id=scenario.resolved_run_id, **scenario.inputs)
+            run_scenario(scenario, ledger, env, take_over=take_over)
     except RunFrozen as exc:
         sys.stderr.write(f"run frozen: {exc}\n")
         return 3

@@ -126,11 +126,7 @@ def _recover(
 ) -> BaseException | None:
     try:
         with open_ledger(directory, points) as ledger:
-            if take_over:
-                ledger.register(scenario.workflow_factory(env))
-                ledger.resume(scenario.resolved_run_id, take_over=True)
-            else:
-                run_scenario(scenario, ledger, env)
+            run_scenario(scenario, ledger, env, take_over=take_over)
     except Exception as exc:
         return exc
     return None

@@ -9,6 +9,7 @@ and the file names it signals with from here. This module imports none of them.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import signal
@@ -101,9 +102,21 @@ def durable_snapshots(directory: Path) -> DurableSnapshots:
     return DurableSnapshots((directory / "ledger.db").resolve(), directory / "durable")
 
 
-def run_scenario(scenario: Scenario[Any], ledger: Ledger, env: Any) -> Any:
+def run_scenario(
+    scenario: Scenario[Any], ledger: Ledger, env: Any, *, take_over: bool = False
+) -> Any:
+    """Start (or resume) the scenario's run, or take it over: through the sync entry
+    points, or on an event loop of its own for an async workflow."""
     workflow = scenario.workflow_factory(env)
-    return ledger.run(workflow, run_id=scenario.resolved_run_id, **scenario.inputs)
+    run_id = scenario.resolved_run_id
+    if take_over:
+        ledger.register(workflow)
+        if workflow.is_async:
+            return asyncio.run(ledger.resume_async(run_id, take_over=True))
+        return ledger.resume(run_id, take_over=True)
+    if workflow.is_async:
+        return asyncio.run(ledger.run_async(workflow, run_id=run_id, **scenario.inputs))
+    return ledger.run(workflow, run_id=run_id, **scenario.inputs)
 
 
 def take_snapshot(scenario: Scenario[Any], env: Any, ledger: Ledger) -> CrashSnapshot:

@@ -3,6 +3,7 @@
 - ``leases``: one driver per run (claims, takeovers, the heartbeat);
 - ``durability``: which records are output points, forced to disk before they leave;
 - ``queue``: the ledger as a work queue for workers (a ``Ledger`` mixin);
+- ``lifecycle``: a run's start record, and the answer of a run that already ended;
 - ``urls``: opening a ledger's store and witness from its URL, and showing a URL safely.
 
 May import: ``journal``, ``store``, ``integrity``, ``errors``, ``runtime.port``,

@@ -51,7 +51,13 @@ class LedgerQueue:
         raise NotImplementedError  # provided by Ledger
 
     def _record(
-        self, wf: Workflow[R] | str, run_id: str, options: RunOptions | None, input: Any
+        self,
+        wf: Workflow[R] | str,
+        run_id: str,
+        options: RunOptions | None,
+        input: dict[str, Any],
+        *,
+        is_async: bool | None = None,
     ) -> Workflow[R]:
         raise NotImplementedError  # provided by Ledger
 

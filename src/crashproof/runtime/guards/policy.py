@@ -57,6 +57,7 @@ from crashproof.journal.codec import canonical_digest, encode, error_record
 from crashproof.journal.records import EventType, RunStatus, StepKind, StepStatus
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.environment import environment_fingerprint
+from crashproof.runtime.steps.handoff import Work
 from crashproof.tools.port import Tool
 
 __all__ = ["RISK_LEVELS", "Policy", "Verdict", "admit_act"]
@@ -295,7 +296,7 @@ def admit_act(
     tool: Tool,
     params: dict[str, Any],
     digest: str,
-) -> dict[str, Any] | None:
+) -> Work[dict[str, Any] | None]:
     """Let a new act through, or refuse it (journaled, PolicyViolation), or stop the run
     in awaiting_approval (ApprovalRequired). Called before anything of the act commits.
     Returns the binding of the approval it consumed (``Call.approval``), if one was due."""
@@ -308,14 +309,16 @@ def admit_act(
         return None
     from crashproof.runtime.guards.approvals import binding
 
-    approval, refused = _approval_for(session, policy, key, tool, digest)
+    # What the tool observes of its target now: an approval binds it (None: no observe).
+    seen = yield from environment_fingerprint(tool)
+    approval, refused = _approval_for(session, policy, key, digest, seen)
     if approval is None:
-        _await_approval(session, policy, key, tool, params, digest, verdict, refused)
+        _await_approval(session, policy, key, tool, params, digest, verdict, seen, refused)
     return binding(approval)
 
 
 def _approval_for(
-    session: RunSession, policy: Policy, key: str, tool: Tool, digest: str
+    session: RunSession, policy: Policy, key: str, digest: str, seen: str | None
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The signed approval that lets act ``key`` with intent ``digest`` proceed, already
     consumed (journaled), or None with the journaled approvals that were refused and why
@@ -323,7 +326,7 @@ def _approval_for(
     from crashproof.runtime.guards.approvals import approval_for
 
     bound = {"version": policy.version, "digest": policy.digest}
-    return approval_for(session, key, digest, bound, environment_fingerprint(tool))
+    return approval_for(session, key, digest, bound, seen)
 
 
 def _refuse(
@@ -377,6 +380,7 @@ def _await_approval(
     params: dict[str, Any],
     digest: str,
     verdict: Verdict,
+    seen: str | None,
     refused: list[dict[str, Any]] | None = None,
 ) -> NoReturn:
     pending = {
@@ -390,7 +394,7 @@ def _await_approval(
         "risk": verdict.risk,
         "policy": policy.record(),
         # What the tool observes of its target now (an approval binds it), if it observes.
-        "environment_fingerprint": environment_fingerprint(tool),
+        "environment_fingerprint": seen,
     }
     evidence: dict[str, Any] = {
         "pending_act": pending,

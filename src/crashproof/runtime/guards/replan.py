@@ -17,12 +17,15 @@ from crashproof.runtime.guards.approvers import REGISTRY_RUN, registry_of
 from crashproof.runtime.guards.review import ReviewCase, case_events, cases_of, verify_decision
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.environment import environment_fingerprint
+from crashproof.runtime.steps.handoff import Invoke, Work
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["decided_epoch"]
 
 
-def decided_epoch(session: RunSession, key: str, tool: Tool) -> tuple[int, list[Event]] | None:
+def decided_epoch(
+    session: RunSession, key: str, tool: Tool
+) -> Work[tuple[int, list[Event]] | None]:
     """For an act in flight whose case was decided: consume the decision (re-reading the
     receipt first) and return the epoch to run it under with that epoch's open records;
     abort fails the run. None when no decision applies to ``key``."""
@@ -62,7 +65,8 @@ def decided_epoch(session: RunSession, key: str, tool: Tool) -> tuple[int, list[
             )
         frozen_in = (case.evidence.get("frozen") or {}).get("environment_fingerprint")
         replan = statement["decision"] == "replan"  # an abort runs nothing: always allowed
-        if replan and frozen_in is not None and environment_fingerprint(tool) != frozen_in:
+        seen_now = (yield from environment_fingerprint(tool)) if replan and frozen_in else None
+        if replan and frozen_in is not None and seen_now != frozen_in:
             # The world the reviewer judged is gone: an act in flight without an expected
             # result passes the resume's environment check, so it is compared here.
             _refreeze(
@@ -71,7 +75,7 @@ def decided_epoch(session: RunSession, key: str, tool: Tool) -> tuple[int, list[
                 case,
                 f"the environment {tool.name} acts on changed since the case froze; the "
                 "decision was not applied and nothing was executed: review again",
-                environment_fingerprint=environment_fingerprint(tool),
+                environment_fingerprint=seen_now,
             )
         if (
             statement["decision"] == "replan"
@@ -89,7 +93,7 @@ def decided_epoch(session: RunSession, key: str, tool: Tool) -> tuple[int, list[
                 "nothing was executed. Sign the replan again with no_reread=True (CLI: "
                 "--no-reread) to decide on the journal's evidence alone",
             )
-        seen, receipt = _reread(session, key, tool, case)
+        seen, receipt = yield from _reread(session, key, tool, case)
         if seen is not None:
             _refreeze(
                 session,
@@ -144,7 +148,7 @@ def _epoch(events: list[Event], key: str) -> int:
 
 def _reread(
     session: RunSession, key: str, tool: Tool, case: ReviewCase
-) -> tuple[str | None, dict[str, Any] | None]:
+) -> Work[tuple[str | None, dict[str, Any] | None]]:
     """Re-read the tool's authoritative receipt for the case's operation: (None, _) when
     it is what the case holds, else (what changed, the receipt held now)."""
     pending = case.evidence.get("pending_intent") or {}
@@ -162,7 +166,7 @@ def _reread(
     )
     frozen = case.evidence.get("frozen") or {}
     try:
-        found = tool.lookup(call)
+        found = yield Invoke(tool.lookup, (call,), f"lookup of tool {tool.name!r}")
     except DriftError as exc:
         return (None if "drift" in frozen else f"the target drifted ({exc})"), None
     except Exception as exc:

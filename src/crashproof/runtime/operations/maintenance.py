@@ -16,6 +16,7 @@ from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.driving.leases import Heartbeat, claim, release, stop_driving
 from crashproof.runtime.port import DriveHost
+from crashproof.runtime.steps.handoff import run_sync
 from crashproof.runtime.steps.outbox import deliver
 from crashproof.runtime.steps.reconcile import ActCheck, reconcile_events
 from crashproof.tools.port import Tool
@@ -90,8 +91,9 @@ class LedgerCare(DriveHost):
         for key, event in replay.undelivered.items():
             outbox = payloads.step_done(event)["outbox"]
             tool = tools.get(outbox["tool"])
-            if tool is not None and deliver(
-                append, run_id, key, tool, outbox["message"], payloads.step_done(event)["digest"]
+            digest = payloads.step_done(event)["digest"]
+            if tool is not None and run_sync(
+                deliver(append, run_id, key, tool, outbox["message"], digest)
             ):
                 delivered += 1
         return delivered

@@ -14,6 +14,7 @@ which a command-type replay (Temporal) or a name-only check (DBOS) misses.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -29,6 +30,7 @@ from crashproof.journal import payloads
 from crashproof.journal.codec import NO_ARGS_DIGEST, args_digest
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, StepKind
+from crashproof.runtime.async_context import AsyncContext
 from crashproof.runtime.context import Context
 from crashproof.runtime.replayer.contracts import explain_contract_change
 from crashproof.runtime.steps.acts import intent_digest
@@ -119,7 +121,7 @@ class ReplayContext(Context):
 
     # -- matching without running ------------------------------------------
 
-    def _call(
+    def begin_call(
         self,
         kind: StepKind,
         name: str,
@@ -144,7 +146,7 @@ class ReplayContext(Context):
             self._differs(len(self._done) + 1, key, kind.value, attempts[-1], digest)
         raise _EndOfJournal
 
-    def act(self, name: str, tool: Tool, /, **params: Any) -> Any:
+    def begin_act(self, name: str, tool: Tool, params: dict[str, Any]) -> Any:
         self._check_usable()
         key = self._take_key(name)
         digest = intent_digest(tool, params, key)
@@ -246,7 +248,7 @@ def replay_events(
     ctx = ReplayContext(scratch, run_id, events)
     ended, problem = "reached the end of its journal", None
     try:
-        workflow.fn(ctx, **(replay.started.value or {}))
+        _call_workflow(workflow, ctx, replay.started.value or {})
         ended = "returned"
     except _EndOfJournal:
         pass
@@ -319,3 +321,15 @@ def replay_runs(
         name = str(payloads.run_started(events[0]).get("workflow")) if events else ""
         verdicts.append(replay_events(by_name.get(name), events, scratch))
     return verdicts
+
+
+def _call_workflow(workflow: Workflow[Any], ctx: ReplayContext, input: dict[str, Any]) -> None:
+    """The workflow over ``ctx``: awaited on a loop of its own when it is async."""
+    if not workflow.is_async:
+        workflow.fn(ctx, **input)
+        return
+
+    async def drive() -> None:
+        await workflow.fn(AsyncContext(ctx), **input)  # the shell made on the run's task
+
+    asyncio.run(drive())

@@ -38,6 +38,7 @@ from crashproof.runtime.steps.environment import (
     observe_after,
     observe_before,
 )
+from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["intent_digest", "perform_act"]
@@ -104,7 +105,7 @@ def perform_act(
     open_events: list[Event],
     epoch: int = 1,
     approval: dict[str, Any] | None = None,
-) -> Any:
+) -> Work[Any]:
     """Run (or recover) the act ``key`` live; returns the receipt's result. ``epoch``:
     above 1 after a reviewed replan quarantined the earlier operation ids (``@2``...)."""
     call = Call(
@@ -119,7 +120,7 @@ def perform_act(
         approval=approval,
     )
     if open_events:
-        return _recover(session, tool, call, open_events)
+        return (yield from _recover(session, tool, call, open_events))
     try:
         prepared = tool.prepare(call)
     except PermanentError as exc:  # the tool refuses the intent before anything happens
@@ -128,11 +129,11 @@ def perform_act(
         raise failed from exc
     if prepared is not None:
         call = _with(call, prepared=prepared)
-    _journal_intent(session, tool, call, observe_before(tool, call))
-    return _execute(session, tool, call)
+    _journal_intent(session, tool, call, (yield from observe_before(tool, call)))
+    return (yield from _execute(session, tool, call))
 
 
-def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Event]) -> Any:
+def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Event]) -> Work[Any]:
     intents = [e for e in open_events if e.type is EventType.ACT_INTENT]
     if not intents:
         raise CrashproofError(f"act {call.step!r}: journal holds no intent for an open act")
@@ -152,17 +153,17 @@ def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Even
         )
     recorded = last.value or {}
     call = _with(call, attempt=int(intent["attempt"]), prepared=recorded.get("prepared"))
-    return _reconcile(session, tool, call)
+    return (yield from _reconcile(session, tool, call))
 
 
-def _execute(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Any:
+def _execute(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Work[Any]:
     """Execute, then journal the receipt, or classify the failure. ``rounds``: unknown
     outcomes met so far for this act in this process."""
     settings = session.act_settings
     while True:
         started = time.time()
         try:
-            receipt = tool.execute(call)
+            receipt = yield Invoke(tool.execute, (call,), f"execute of tool {tool.name!r}")
         except PermanentError as exc:
             failed = ActFailed(f"act {call.step!r} failed permanently: {exc}")
             _journal_failed(session, call, failed, exc, started, failure="permanent")
@@ -172,12 +173,12 @@ def _execute(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> An
                 failed = ActFailed(f"act {call.step!r} failed after {call.attempt} attempts: {exc}")
                 _journal_failed(session, call, failed, exc, started, failure="retryable")
                 raise failed from exc
-            time.sleep(settings.delay(call.attempt))
+            yield Pause(settings.delay(call.attempt))
             call = _with(call, attempt=call.attempt + 1)
             _journal_intent(session, tool, call)
             continue
         except DriftError as exc:
-            _freeze_drift(session, tool, call, exc)
+            yield from _freeze_drift(session, tool, call, exc)
         except StaleLeaseError:
             raise  # another worker owns the run: stop here, record nothing
         except Exception as exc:  # timeouts, dropped connections, anything else: unknown
@@ -196,63 +197,67 @@ def _execute(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> An
                     )
                 ),
             )
-            return _reconcile(session, tool, call, rounds + 1)
-        return _journal_receipt(session, tool, call, receipt, started, reconciled=False)
+            return (yield from _reconcile(session, tool, call, rounds + 1))
+        return (
+            yield from _journal_receipt(session, tool, call, receipt, started, reconciled=False)
+        )
 
 
-def _reconcile(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Any:
+def _reconcile(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Work[Any]:
     """Lookup first; never a blind retry."""
     settings = session.act_settings
     if not tool.supports_lookup:
         if tool.idempotent_execute:
-            return _execute_again(session, tool, call, rounds)
+            return (yield from _execute_again(session, tool, call, rounds))
         session.freeze(
             f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
             "cannot look it up: not re-executed automatically",
-            _evidence(call, tool),
+            (yield from _evidence(call, tool)),
             key=call.step,
         )
     failures: list[dict[str, Any]] = []
     for attempt in range(1, settings.lookup_attempts + 1):
         started = time.time()
         try:
-            found = tool.lookup(call)
+            found = yield Invoke(tool.lookup, (call,), f"lookup of tool {tool.name!r}")
         except OutcomeUnknown as exc:
+            evidence = yield from _evidence(call, tool)
             session.freeze(
                 f"act {call.step!r}: {tool.name} cannot tell whether operation "
                 f"{call.operation_id!r} happened ({exc}); a later resume looks it up again",
-                {**_evidence(call, tool), "lookup_error": error_record(exc)},
+                {**evidence, "lookup_error": error_record(exc)},
                 key=call.step,
                 retryable=True,
             )
         except DriftError as exc:
-            _freeze_drift(session, tool, call, exc)
+            yield from _freeze_drift(session, tool, call, exc)
         except NotImplementedError:  # declared lookup, never implemented: no retry helps
             session.freeze(
                 f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
                 "does not implement lookup (set supports_lookup = False, or implement it): "
                 "not re-executed automatically",
-                _evidence(call, tool),
+                (yield from _evidence(call, tool)),
                 key=call.step,
             )
         except Exception as exc:
             failures.append(error_record(exc))
             if attempt < settings.lookup_attempts:
-                time.sleep(settings.delay(attempt))
+                yield Pause(settings.delay(attempt))
             continue
         if found is None:
-            return _execute_again(session, tool, call, rounds)
-        return _journal_receipt(session, tool, call, found, started, reconciled=True)
+            return (yield from _execute_again(session, tool, call, rounds))
+        return (yield from _journal_receipt(session, tool, call, found, started, reconciled=True))
+    evidence = yield from _evidence(call, tool)
     session.freeze(
         f"act {call.step!r}: lookup unavailable ({tool.name} failed {len(failures)} "
         "lookups); a later resume tries again",
-        {**_evidence(call, tool), "lookup_errors": failures},
+        {**evidence, "lookup_errors": failures},
         key=call.step,
         retryable=True,
     )
 
 
-def _execute_again(session: RunSession, tool: Tool, call: Call, rounds: int) -> Any:
+def _execute_again(session: RunSession, tool: Tool, call: Call, rounds: int) -> Work[Any]:
     """Not done (or not knowable, but safe to repeat): execute once more with the same
     operation id. Bounded: after ``retryable_attempts`` unknown outcomes in a row, stop
     for a later resume instead of hammering a target that keeps failing."""
@@ -261,15 +266,15 @@ def _execute_again(session: RunSession, tool: Tool, call: Call, rounds: int) -> 
         session.freeze(
             f"act {call.step!r}: {tool.name} left the outcome unknown {rounds} times in a "
             "row and found nothing done; a later resume tries again",
-            _evidence(call, tool),
+            (yield from _evidence(call, tool)),
             key=call.step,
             retryable=True,
         )
     if rounds:
-        time.sleep(settings.delay(rounds))
+        yield Pause(settings.delay(rounds))
     call = _with(call, attempt=call.attempt + 1)
     _journal_intent(session, tool, call)
-    return _execute(session, tool, call, rounds)
+    return (yield from _execute(session, tool, call, rounds))
 
 
 def _journal_intent(
@@ -288,24 +293,23 @@ def _journal_intent(
 
 def _journal_receipt(
     session: RunSession, tool: Tool, call: Call, receipt: Any, started: float, *, reconciled: bool
-) -> Any:
+) -> Work[Any]:
     value_json, problem = _receipt_json(receipt, call.step)
     if problem:
+        evidence = yield from _evidence(call, tool)
         session.freeze(
             f"act {call.step!r}: {tool.name} returned an invalid receipt ({problem}); the "
             "effect may have happened, so it is not re-executed",
-            {**_evidence(call, tool), "receipt_repr": repr(receipt)[:2000]},
+            {**evidence, "receipt_repr": repr(receipt)[:2000]},
             key=call.step,
         )
     if receipt.intent_digest is not None and receipt.intent_digest != call.intent_digest:
+        evidence = yield from _evidence(call, tool)
         session.freeze(
             f"receipt conflict at act {call.step!r}: {tool.name} holds operation "
             f"{call.operation_id!r} with intent {receipt.intent_digest}, the journal's "
             f"intent is {call.intent_digest}; nothing else executes",
-            {
-                **_evidence(call, tool),
-                "receipt": _receipt_evidence(receipt),
-            },
+            {**evidence, "receipt": _receipt_evidence(receipt)},
             key=call.step,
             error=ReceiptConflict,
         )
@@ -313,6 +317,7 @@ def _journal_receipt(
         # A found effect may be another caller's under the same key: it is this act's
         # only when the target shows the intent (001: a key reused with another intent
         # must conflict; a lookup that cannot tell is no match).
+        evidence = yield from _evidence(call, tool)
         session.freeze(
             f"act {call.step!r}: {tool.name} holds operation {call.operation_id!r} but "
             "cannot show which intent (its receipt has no intent digest), so it is not "
@@ -320,12 +325,12 @@ def _journal_receipt(
             "should return the digest the target stored with the operation id "
             "(cp.Receipt(..., intent_digest=...)), or declare matches_intent when "
             "its lookup matches key and intent",
-            {**_evidence(call, tool), "receipt": _receipt_evidence(receipt)},
+            {**evidence, "receipt": _receipt_evidence(receipt)},
             key=call.step,
             error=ReceiptConflict,
         )
     if call.approval is not None:
-        _check_approval_binding(session, tool, call, receipt)
+        yield from _check_approval_binding(session, tool, call, receipt)
     payload = receipt_payload(
         tool,
         call,
@@ -333,13 +338,15 @@ def _journal_receipt(
         sha256_hex(value_json.encode()),
         reconciled,
         int((time.time() - started) * 1e6),
-        observe_after(tool, call.step),  # the environment as the act left it
+        (yield from observe_after(tool, call.step)),  # the environment as the act left it
     )
     session.append_event(EventType.STEP_DONE, call.step, payloads.as_dict(payload), value_json)
     return decode(value_json)
 
 
-def _check_approval_binding(session: RunSession, tool: Tool, call: Call, receipt: Receipt) -> None:
+def _check_approval_binding(
+    session: RunSession, tool: Tool, call: Call, receipt: Receipt
+) -> Work[None]:
     """An approved act's receipt within its approval (001: an adapter others can reach
     binds the approval and a trusted commit time; past the expiry, or unbound, it is for
     a human to judge, not for automatic reconciliation)."""
@@ -356,11 +363,12 @@ def _check_approval_binding(session: RunSession, tool: Tool, call: Call, receipt
             f"(receipt: {receipt.approval_digest}, approval: {approval.get('digest')})"
         )
     if problem is not None:
+        evidence = yield from _evidence(call, tool)
         session.freeze(
             f"act {call.step!r}: {problem}; it is not taken as the approved effect and "
             "nothing else executes: review it",
             {
-                **_evidence(call, tool),
+                **evidence,
                 "approval": approval,
                 "receipt": {
                     **_receipt_evidence(receipt),
@@ -422,16 +430,17 @@ def _journal_failed(
     )
 
 
-def _freeze_drift(session: RunSession, tool: Tool, call: Call, exc: DriftError) -> None:
+def _freeze_drift(session: RunSession, tool: Tool, call: Call, exc: DriftError) -> Work[None]:
+    evidence = yield from _evidence(call, tool)
     session.freeze(
         f"act {call.step!r}: the target drifted ({exc}); nothing was executed",
-        {**_evidence(call, tool), "drift": error_record(exc)},
+        {**evidence, "drift": error_record(exc)},
         key=call.step,
         error=DriftError,
     )
 
 
-def _evidence(call: Call, tool: Tool) -> dict[str, Any]:
+def _evidence(call: Call, tool: Tool) -> Work[dict[str, Any]]:
     evidence: dict[str, Any] = {
         "operation_id": call.operation_id,
         "intent_digest": call.intent_digest,
@@ -440,7 +449,7 @@ def _evidence(call: Call, tool: Tool) -> dict[str, Any]:
     }
     # The environment as the case froze, for a tool that observes one: a decision on the
     # case is consumed only while it still holds (runtime/guards/replan.py).
-    seen = environment_fingerprint(tool)
+    seen = yield from environment_fingerprint(tool)
     if seen is not None:
         evidence["environment_fingerprint"] = seen
     return evidence

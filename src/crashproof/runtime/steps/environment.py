@@ -51,19 +51,25 @@ from crashproof.journal.codec import canonical_digest, error_record
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import EventType, StepKind
 from crashproof.runtime.port import RunSession
+from crashproof.runtime.steps.handoff import Invoke, Work
 from crashproof.tools.port import Call, Observation, Tool
 
-__all__ = ["WorldCheck", "observe_after", "observe_before"]
+__all__ = ["WorldCheck", "environment_fingerprint", "observe_after", "observe_before", "observing"]
 
 log = logging.getLogger(__name__)
 
 
-def observe_before(tool: Tool, call: Call) -> dict[str, Any] | None:
+def observing(tool: Tool) -> Invoke:
+    """The handoff that asks ``tool`` what it observes now."""
+    return Invoke(tool.observe, (), f"observe of tool {tool.name!r}")
+
+
+def observe_before(tool: Tool, call: Call) -> Work[dict[str, Any] | None]:
     """What the intent records: the environment before the act, and its expected result.
     An observation that fails is logged and left out (that environment is then not
     checked on resume); it never blocks the act."""
     try:
-        before = tool.observe()
+        before = yield observing(tool)
         if before is None:
             return None
         expected = tool.expect(call, before)
@@ -73,12 +79,12 @@ def observe_before(tool: Tool, call: Call) -> dict[str, Any] | None:
     return {"before": before.to_json(), "expected": expected}
 
 
-def environment_fingerprint(tool: Tool) -> str | None:
+def environment_fingerprint(tool: Tool) -> Work[str | None]:
     """One digest of what ``tool`` observes now (instance and state), which an approval
     binds; None for a tool that does not observe. An observation that fails is a value
     too ("unobservable"), so an approval made while it worked does not match it."""
     try:
-        seen = tool.observe()
+        seen = yield observing(tool)
     except Exception as exc:
         log.warning("could not observe %s for an approval: %r", tool.name, exc)
         return "unobservable"
@@ -91,12 +97,12 @@ def environment_fingerprint(tool: Tool) -> str | None:
     )
 
 
-def observe_after(tool: Tool, step: str) -> dict[str, Any]:
+def observe_after(tool: Tool, step: str) -> Work[dict[str, Any]]:
     """What the receipt records (``{"observed": ...}``, or nothing): the environment as the
     act left it. Never raises: the receipt of an effect that happened must be journaled
     whatever the observation does."""
     try:
-        after = tool.observe()
+        after = yield observing(tool)
     except Exception as exc:
         log.warning("could not observe %s after act %r: %r", tool.name, step, exc)
         return {}
@@ -147,7 +153,9 @@ class WorldCheck:
             entry = self._tools.setdefault(id(tool), (tool, []))
             entry[1].append(key)
 
-    def check(self, session: RunSession, key: str | None = None, tool: Tool | None = None) -> None:
+    def check(
+        self, session: RunSession, key: str | None = None, tool: Tool | None = None
+    ) -> Work[None]:
         """Before the first live call of this drive (``key``/``tool``: the act about to
         run or be reconciled, if it is one). Freezes the run on any change."""
         if not self.pending:
@@ -160,7 +168,7 @@ class WorldCheck:
         checked: set[str] = set()
         for tool_obj, keys in self._tools.values():
             try:
-                now = tool_obj.observe()
+                now = yield observing(tool_obj)
             except Exception as exc:
                 unobservable.append({"tool": tool_obj.name, "step": keys[0], **_err(exc)})
                 continue

@@ -17,6 +17,7 @@ from crashproof.journal import payloads
 from crashproof.journal.codec import encode, error_record
 from crashproof.journal.records import EventType, StepKind, StepStatus
 from crashproof.runtime.port import RunSession
+from crashproof.runtime.steps.handoff import Invoke, Work
 from crashproof.tools.port import Call, Tool
 
 __all__ = ["deliver", "enqueue"]
@@ -26,7 +27,9 @@ log = logging.getLogger(__name__)
 Append = Callable[[EventType, str, dict[str, Any]], None]
 
 
-def enqueue(session: RunSession, key: str, tool: Tool, params: dict[str, Any], digest: str) -> Any:
+def enqueue(
+    session: RunSession, key: str, tool: Tool, params: dict[str, Any], digest: str
+) -> Work[Any]:
     """Commit the message as the step's result, then try to deliver it once."""
     operation_id = f"{session.run_id}/{key}"
     result = {"operation_id": operation_id, "outbox": tool.name}
@@ -49,13 +52,13 @@ def enqueue(session: RunSession, key: str, tool: Tool, params: dict[str, Any], d
         ),
         encode(result, what=f"outbox act {key!r}"),
     )
-    deliver(session.append_event, session.run_id, key, tool, params, digest)
+    yield from deliver(session.append_event, session.run_id, key, tool, params, digest)
     return result
 
 
 def deliver(
     append: Append, run_id: str, key: str, tool: Tool, params: dict[str, Any], digest: str
-) -> bool:
+) -> Work[bool]:
     """Deliver one journaled message; journal the outcome. True when delivered."""
     call = Call(
         run_id=run_id,
@@ -65,7 +68,7 @@ def deliver(
         params=params,
     )
     try:
-        receipt = tool.execute(call)
+        receipt = yield Invoke(tool.execute, (call,), f"delivery by tool {tool.name!r}")
     except Exception as exc:  # the target is down: the message stays pending
         log.warning(
             "outbox delivery failed; it stays pending",

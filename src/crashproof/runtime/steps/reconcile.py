@@ -21,8 +21,7 @@ a few at a time, and a drifted one freezes the run (``runtime/context.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +31,7 @@ from crashproof.journal.codec import canonical_digest, error_record
 from crashproof.journal.fold import Replay, index_journal
 from crashproof.journal.records import Event, EventType, StepStatus
 from crashproof.runtime.port import RunSession
+from crashproof.runtime.steps.handoff import Invoke, InvokeAll, Outcome, Work, run_sync
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["ActCheck", "ResumeReread", "reconcile_events", "reread_receipts"]
@@ -64,12 +64,12 @@ def reconcile_events(run_id: str, events: list[Event], tools: Iterable[Tool]) ->
     acts = _acts(run_id, events, tool_of)
     undelivered = index_journal(events).undelivered
     last_on_target = _last_on_target(run_id, events, acts, by_name.get)
-    return [_checked(run_id, act, undelivered, last_on_target) for act in acts]
+    return run_sync(_checked(run_id, acts, undelivered, last_on_target, 1))
 
 
 def reread_receipts(
     run_id: str, events: list[Event], tools: Mapping[str, Tool], workers: int
-) -> list[ActCheck]:
+) -> Work[list[ActCheck]]:
     """The completed acts of ``events`` whose tool (by act key: the objects replay handed
     to them) can look up and does not opt out (``Tool.reread_receipts``), looked up again,
     ``workers`` at a time; one check each, in journal order."""
@@ -85,10 +85,7 @@ def reread_receipts(
         and act[2].reread_receipts
         and "outbox" not in payloads.step_done(act[0])
     ]
-    if not wanted:
-        return []
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(wanted)))) as pool:
-        return list(pool.map(lambda act: _checked(run_id, act, {}, last_on_target), wanted))
+    return (yield from _checked(run_id, wanted, {}, last_on_target, workers))
 
 
 _Act = tuple[Event, Call | None, Tool | None]
@@ -108,7 +105,7 @@ class ResumeReread:
         """Replay handed ``tool`` to the recorded act ``key``."""
         self._tools[key] = tool
 
-    def check(self, session: RunSession) -> None:
+    def check(self, session: RunSession) -> Work[None]:
         """Look the receipts up again; freeze on any that is gone or changed (for
         review), or that no lookup could answer (retryable: a later resume asks again)."""
         if not self.pending:
@@ -117,7 +114,7 @@ class ResumeReread:
         if not self._tools:
             return
         workers = session.act_settings.reread_workers
-        checks = reread_receipts(session.run_id, session.journal(), self._tools, workers)
+        checks = yield from reread_receipts(session.run_id, session.journal(), self._tools, workers)
         drifted = [c for c in checks if c.status == "drifted"]
         if drifted:
             session.freeze(
@@ -194,29 +191,43 @@ def _open_intents(events: list[Event]) -> dict[str, Event]:
 
 def _checked(
     run_id: str,
-    act: _Act,
+    acts: list[_Act],
     undelivered: dict[str, Event],
     last_on_target: dict[tuple[str, str], str],
-) -> ActCheck:
+    workers: int,
+) -> Work[list[ActCheck]]:
+    """One check per act: judged from the journal where it can be, else by its tool's
+    lookup (all of them in one handoff, ``workers`` at a time)."""
+    verdicts = [_without_lookup(act, undelivered, last_on_target) for act in acts]
+    lookups = [
+        Invoke(tool.lookup, (call,), f"lookup of tool {tool.name!r}")
+        for (_, call, tool), verdict in zip(acts, verdicts, strict=True)
+        if verdict is None and tool is not None and call is not None
+    ]
+    found: Iterator[Outcome] = iter((yield InvokeAll(lookups, workers)) if lookups else ())
+    checks = []
+    for (event, call, _), verdict in zip(acts, verdicts, strict=True):
+        if verdict is None and call is not None:
+            verdict = _judged(next(found), event, call)
+        status, detail = verdict or ("needs_review", "not checked")
+        checks.append(
+            ActCheck(
+                run_id=run_id,
+                step=str(event.key),
+                operation_id=str(payloads.step_done(event).get("operation_id")),
+                tool=_tool_name(event),
+                status=status,
+                detail=detail,
+            )
+        )
+    return checks
+
+
+def _without_lookup(
+    act: _Act, undelivered: dict[str, Event], last_on_target: dict[tuple[str, str], str]
+) -> tuple[str, str] | None:
+    """The check's outcome when the journal decides it alone; None: ask the tool."""
     event, call, tool = act
-    status, detail = _check(event, call, tool, undelivered, last_on_target)
-    return ActCheck(
-        run_id=run_id,
-        step=str(event.key),
-        operation_id=str(payloads.step_done(event).get("operation_id")),
-        tool=_tool_name(event),
-        status=status,
-        detail=detail,
-    )
-
-
-def _check(
-    event: Event,
-    call: Call | None,
-    tool: Tool | None,
-    undelivered: dict[str, Event],
-    last_on_target: dict[tuple[str, str], str],
-) -> tuple[str, str]:
     key = str(event.key)
     if "outbox" in payloads.step_done(event):
         if key in undelivered:
@@ -230,16 +241,19 @@ def _check(
         return "confirmed", f"superseded by {later!r} on {target}"
     if not tool.supports_lookup:
         return "needs_review", f"{tool.name} cannot look effects up"
-    recorded = payloads.step_done(event).get("receipt") or {}
-    try:
-        found = tool.lookup(call)
-    except DriftError as exc:
+    return None
+
+
+def _judged(found: Outcome, event: Event, call: Call) -> tuple[str, str]:
+    exc = found.error
+    if isinstance(exc, DriftError):
         return "drifted", str(exc)
-    except OutcomeUnknown as exc:
+    if isinstance(exc, OutcomeUnknown):
         return "needs_review", f"lookup cannot tell: {exc}"
-    except Exception as exc:
+    if exc is not None:
         return "needs_review", f"lookup failed: {error_record(exc)['message']}"
-    return _compare(found, recorded, call, event.value)
+    recorded = payloads.step_done(event).get("receipt") or {}
+    return _compare(found.value, recorded, call, event.value)
 
 
 def _compare(

@@ -1,0 +1,143 @@
+"""The async shell: what an ``async def`` workflow receives as ``ctx``.
+
+Every call goes to the same core as the sync ``Context`` (``context.py``): the key, the
+replay match and every record are made there; only the handoffs to user code and tools
+are awaited (``runtime/steps/handoff.py``: ``run_async``). A sync and an async drive of
+one workflow therefore write the same journal, and either may resume the other's run.
+
+Two rules keep the journal's order the workflow's order:
+
+- ctx calls come from the workflow's own task, one at a time. A task it spawns
+  (``asyncio.create_task``, ``gather``, ``wait_for`` on Python 3.11) is refused: its
+  calls would be recorded in scheduling order, which the next drive need not repeat.
+- a ctx call that is cancelled (``CancelledError``, ``asyncio.timeout``) ends the drive
+  as a crash at that point would: nothing of it is recorded, every later ctx call and
+  the workflow's return raise ``DriveCancelled``, and the run stays resumable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid as _uuid
+from collections.abc import Awaitable, Callable
+from types import GeneratorType
+from typing import Any, TypeVar
+
+from crashproof.errors import AsyncMisuse, DriveCancelled
+from crashproof.journal.records import StepKind
+from crashproof.runtime.context import Context
+from crashproof.runtime.options import StepOptions
+from crashproof.runtime.steps.handoff import run_async
+from crashproof.tools.port import Tool
+
+__all__ = ["AsyncContext"]
+
+T = TypeVar("T")
+
+
+class AsyncContext:
+    """Handed to an async workflow as its first argument: ``await ctx.step / decide /
+    act``; ``ctx.now() / random() / uuid() / patched()`` as in the sync ``Context``."""
+
+    def __init__(self, core: Context) -> None:
+        self._core = core
+        self.run_id = core.run_id
+        self._task: asyncio.Task[Any] | None = asyncio.current_task()
+        self._ended = False
+        self.cancelled_at: str | None = None  # the key of the call a cancellation hit
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T] | T],
+        /,
+        *args: Any,
+        options: StepOptions | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Run ``fn(*args, **kwargs)`` once (awaited when it is a coroutine function, else
+        in a worker thread); record its JSON result; replay it afterwards."""
+        begin = self._core.begin_call
+        return await self._drive(begin, StepKind.STEP, name, fn, args, kwargs, options)  # type: ignore[no-any-return]
+
+    async def decide(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        options: StepOptions | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Ask a model once (``fn`` as in ``step``; it may return a ``cp.Decision``). A
+        recorded decision is never asked again."""
+        return await self._drive(
+            self._core.begin_call, StepKind.DECIDE, name, fn, args, kwargs, options
+        )
+
+    async def act(self, name: str, tool: Tool, /, **params: Any) -> Any:
+        """Perform a side effect through ``tool`` under the act protocol (its methods may
+        be ``async def``; plain ones run in a worker thread); returns the receipt's
+        result. Operation id ``run_id/step_key``, as in the sync ``Context``."""
+        return await self._drive(self._core.begin_act, name, tool, params)
+
+    def now(self) -> dt.datetime:
+        """The current UTC time, recorded: replay returns the same instant."""
+        self._own()
+        return self._core.now()
+
+    def random(self) -> float:
+        """A random float in [0, 1), recorded."""
+        self._own()
+        return self._core.random()
+
+    def uuid(self) -> _uuid.UUID:
+        """A random UUID4, recorded."""
+        self._own()
+        return self._core.uuid()
+
+    def patched(self, change_id: str) -> bool:
+        """As ``Context.patched``: True for runs that reach this point under the new code."""
+        self._own()
+        return self._core.patched(change_id)
+
+    # -- the shell ---------------------------------------------------------------
+
+    async def _drive(self, begin: Callable[..., Any], *args: Any) -> Any:
+        self._own()
+        work = begin(*args)
+        if type(work) is not GeneratorType:
+            return work  # replayed: nothing to await
+        try:
+            return await run_async(work)
+        except asyncio.CancelledError:
+            self.cancelled_at = self._core.last_key or "?"
+            raise
+
+    def _own(self) -> None:
+        """Refuse a call that does not come from the workflow's task, or after a cancel."""
+        if self.cancelled_at is not None:
+            raise DriveCancelled(self.run_id, self.cancelled_at)
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no event loop in this thread: a step's worker thread
+            task = None
+        if task is self._task and not self._ended:
+            return
+        if self._ended:
+            raise AsyncMisuse(
+                f"run {self.run_id!r}: this drive has ended, so a ctx call from a task that "
+                "outlives it records nothing; await every ctx call inside the workflow"
+            )
+        raise AsyncMisuse(
+            f"run {self.run_id!r}: ctx calls must come from the workflow's own task, one at "
+            "a time (not from asyncio.create_task, gather, or wait_for on Python 3.11, nor "
+            "from inside a step): their order would depend on scheduling, which a resume "
+            "need not repeat. Nothing was recorded; await the calls in sequence (for a "
+            "deadline, put asyncio.timeout inside the step's function)"
+        )
+
+    def end(self) -> None:
+        """The workflow returned or raised: later calls from tasks it left are refused."""
+        self._ended = True
