@@ -85,6 +85,20 @@ def echo(ctx, **kwargs):
     return kwargs
 
 
+async def acompose(name):
+    _count("acompose")
+    return f"hello {name}"
+
+
+@cp.workflow("agreet", version="1")
+async def agreet(ctx, name: str):
+    """Async: interrupted (a non-JSON result) until ready.txt exists."""
+    text = await ctx.step("compose", acompose, name)
+    if not pathlib.Path("ready.txt").exists():
+        return {1, 2}
+    return {"text": text}
+
+
 def helper():
     return 1
 '''

@@ -147,3 +147,13 @@ def test_resume_of_a_run_started_on_another_version(project: Path, cli: Cli) -> 
     assert resumed.code == ExitCode.USAGE
     assert "version" in resumed.err
     assert _snapshot(cli) == before
+
+
+def test_run_and_resume_drive_an_async_workflow(project: Path, cli: Cli, calls: Calls) -> None:
+    interrupted = cli("run", "flows:agreet", "--run-id", "a:1", "--arg", "name=ada")
+    assert interrupted.code == ExitCode.RUN_INTERRUPTED, interrupted.err
+    (project / "ready.txt").write_text("", encoding="utf-8")
+    resumed = cli("resume", "a:1", "--app", "flows")
+    assert resumed.code == ExitCode.OK, resumed.err
+    assert resumed.json() == {"text": "hello ada"}
+    assert calls() == ["acompose"]  # replayed on resume, not run again

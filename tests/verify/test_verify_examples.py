@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from examples import code_agent, patch_task
+from examples import async_agent, code_agent, patch_task
 
 from crashproof.verify import (
     Case,
@@ -114,5 +114,36 @@ def test_patch_task_with_real_sigkills() -> None:
     assert report.target == "examples.patch_task:SCENARIO"
     assert len(report.of_kind(CaseKind.CRASH)) == 5
     assert 1 <= len(report.of_kind(CaseKind.DOUBLE_CRASH)) <= 5
+    assert_equivalent(report)
+    assert not report.refused
+
+
+def test_the_async_code_agent_at_every_crash_point() -> None:
+    """The async agent (async model, AsyncHttpTool, sync tools in threads) at every crash
+    point in process; its reference writes what the sync agent's does."""
+    report = verify(async_agent.SCENARIO, mode="inproc", seed=0, recovery_points=0)
+    assert len(report.of_kind(CaseKind.CRASH)) == len(report.reference.points) >= 30
+    assert "inside[act:open-pr:responded]" in report.reference.points
+    assert_equivalent(report)
+    assert not report.refused
+    assert report.reference.model_calls == {"plan": 1, "commit-message": 1}
+    sync = verify(code_agent.SCENARIO, mode="inproc", max_points=1, contention_points=0)
+    assert report.reference.fingerprint == sync.reference.fingerprint
+    assert report.reference.effects == sync.reference.effects
+    assert report.reference.steps == sync.reference.steps
+    assert report.reference.points == sync.reference.points
+
+
+@pytest.mark.parametrize("mode", ["subprocess", "powercut"])
+def test_the_async_code_agent_with_real_sigkills_and_power_cuts(mode: str) -> None:
+    report = verify(
+        async_agent.SCENARIO,
+        mode=mode,  # type: ignore[arg-type]
+        seed=3,
+        max_points=6,
+        recovery_points=1,
+        contention_points=0,
+    )
+    assert len(report.of_kind(CaseKind.CRASH)) == 6
     assert_equivalent(report)
     assert not report.refused

@@ -110,7 +110,7 @@ class AsyncContext:
         if type(work) is not GeneratorType:
             return work  # replayed: nothing to await
         try:
-            return await run_async(work)
+            return await run_async(work, self.settle)
         except asyncio.CancelledError:
             self.cancelled_at = self._core.last_key or "?"
             raise
@@ -137,6 +137,12 @@ class AsyncContext:
             "need not repeat. Nothing was recorded; await the calls in sequence (for a "
             "deadline, put asyncio.timeout inside the step's function)"
         )
+
+    async def settle(self) -> None:
+        """Before a handoff: the output points this drive committed are made durable, in
+        a worker thread (concurrent drives share the sync: store/syncing.py)."""
+        if self._core.owes_output():
+            await asyncio.to_thread(self._core.settle_output)
 
     def end(self) -> None:
         """The workflow returned or raised: later calls from tasks it left are refused."""

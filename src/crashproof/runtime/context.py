@@ -479,6 +479,13 @@ class Context:
             return _no_crash_point
         return lambda name: points.hit(f"inside[act:{key}:{name}]")
 
+    def owes_output(self) -> bool:
+        """An output point committed but not yet durable (async drives only)."""
+        return self._host.owes(self.run_id)
+
+    def settle_output(self) -> None:
+        self._host.settle(self.run_id)
+
     # -- the rest of the RunSession port ----------------------------------------
 
     @property

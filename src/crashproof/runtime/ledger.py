@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -31,10 +32,11 @@ from crashproof.journal.codec import (
     encode,
     error_record,
 )
-from crashproof.journal.fold import fold_run, index_journal
-from crashproof.journal.records import Event, EventType, RunInfo, RunStatus
+from crashproof.journal.fold import index_journal
+from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.async_context import AsyncContext
 from crashproof.runtime.context import Context
+from crashproof.runtime.driving import leases
 from crashproof.runtime.driving.durability import output_point, share_witness_writes
 from crashproof.runtime.driving.leases import HOST, Grant, Heartbeat, release, stop_driving
 from crashproof.runtime.driving.lifecycle import record_start, recorded_outcome, stopped_error
@@ -55,7 +57,7 @@ from crashproof.runtime.operations.oversight import LedgerHumans
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.port import ActSettings, DriveHost
 from crashproof.runtime.steps.handoff import Work, run_async, run_sync
-from crashproof.runtime.workflow import Workflow, make_workflow
+from crashproof.runtime.workflow import Registry, Workflow
 from crashproof.store.port import StatusChange, Store
 
 # DURABILITY_MODES and open_store live in runtime.driving.urls; re-exported for callers.
@@ -73,7 +75,7 @@ R = TypeVar("R")
 _WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
 
 
-class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
+class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
     """Durable runs of workflows. Independent instances never share state.
 
     Implements the ``DriveHost`` port (``runtime/port.py``) for its Context and its
@@ -130,51 +132,11 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         self._policies: dict[str, Policy] = {}  # by version: runs find theirs on resume
         self.crash_points = crash_points
         self.act_settings = act_settings or ActSettings()
-
-    # -- registry ----------------------------------------------------------
-
-    def workflow(
-        self, name: str, version: str = "1", *, compatible_with: Sequence[str] = ()
-    ) -> Callable[[Callable[..., R]], Workflow[R]]:
-        """Decorator: register ``fn(ctx, **input)`` under ``name`` and ``version``;
-        ``compatible_with`` lists older versions whose in-flight runs it can finish."""
-
-        def wrap(fn: Callable[..., R]) -> Workflow[R]:
-            return self.register(make_workflow(name, version, fn, compatible_with))
-
-        return wrap
-
-    def register(self, wf: Workflow[R]) -> Workflow[R]:
-        """Register a workflow made elsewhere (e.g. with ``cp.workflow``)."""
-        known = self._workflows.get(wf.name)
-        if known is not None and known is not wf and known.version != wf.version:
-            raise CrashproofError(
-                f"workflow {wf.name!r} is already registered with version {known.version!r}"
-            )
-        self._workflows[wf.name] = wf
-        return wf
-
-    @property
-    def workflows(self) -> dict[str, Workflow[Any]]:
-        return dict(self._workflows)
-
-    def register_policy(self, policy: Policy) -> Policy:
-        """Make ``policy`` available to runs bound to its version (resumes find the policy
-        a run recorded here). One content per version: changed rules need a new version."""
-        if not isinstance(policy, Policy):
-            raise TypeError(f"register_policy expects a cp.Policy, not {type(policy).__name__}")
-        known = self._policies.get(policy.version)
-        if known is not None and known.digest != policy.digest:
-            raise CrashproofError(
-                f"policy version {policy.version!r} is already registered with other rules "
-                f"(digest {known.digest}, now {policy.digest}); give changed rules a new version"
-            )
-        self._policies[policy.version] = policy
-        return policy
-
-    @property
-    def policies(self) -> dict[str, Policy]:
-        return dict(self._policies)
+        # Async drives: their output points commit at once and sync before the next
+        # handoff (settle), in a worker thread, so the loop never waits on an fsync and
+        # the runs on one loop share one (store/syncing.py). Run id -> generation owed.
+        self._deferring: set[str] = set()
+        self._owed: dict[str, int] = {}
 
     # -- running (the sync entry points; the async ones follow) -----------
 
@@ -242,13 +204,17 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         rebind_policy: Policy | None = None,
         by: str | None = None,
         take_over: bool = False,
+        wait: float = 0.0,
     ) -> Any:
-        """``resume`` for an ``async def`` workflow (a run started by either shell)."""
+        """``resume`` for an ``async def`` workflow (a run started by either shell); a
+        ``wait`` for the lease is spent in a worker thread, off the loop."""
         changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
         found = self._to_resume(run_id, changes, is_async=True)
         if not isinstance(found, Workflow):
             return found()
-        return await self._drive_async(found, run_id, changes=changes, take_over=take_over)
+        return await self._drive_async(
+            found, run_id, changes=changes, take_over=take_over, wait=wait
+        )
 
     def _record(
         self,
@@ -305,21 +271,6 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         workflow.check_shell(is_async)
         return workflow
 
-    def get_run(self, run_id: str) -> RunInfo:
-        """Everything known about a run, folded from its journal."""
-        row = self._store.get_run(run_id)
-        if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
-        return fold_run(row, self.journal(run_id))
-
-    def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
-        """All runs, oldest first, optionally only those of one status."""
-        wanted = RunStatus(status) if status is not None else None
-        rows = [row for row in self._store.list_runs() if not reserved(row.run_id)]
-        infos = [fold_run(row, self.journal(row.run_id)) for row in rows]
-        # Filtered on the status folded from each journal, not on the index row's cache.
-        return [info for info in infos if wanted is None or info.status is wanted]
-
     def close(self) -> None:
         self._store.close()
         if self._witness is not None:
@@ -357,7 +308,8 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         wait: float = 0.0,
     ) -> Any:
         """Drive the run under its lease (``_owning``), the workflow called in this thread."""
-        with self._owning(run_id, take_over, wait) as grant:
+        grant = self._lease_for(run_id, take_over, wait)  # a new claim, or the queue's
+        with self._owning(run_id, grant):
             opened = self._open(workflow, run_id, options, changes, grant)
             if not isinstance(opened, tuple):
                 return opened()
@@ -376,40 +328,65 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         *,
         changes: OperatorChanges | None = None,
         take_over: bool = False,
+        wait: float = 0.0,
     ) -> Any:
         """``_drive`` for an async workflow: the same opening and conclusion, the workflow
         awaited with an ``AsyncContext`` over the same core."""
-        with self._owning(run_id, take_over, 0.0) as grant:
-            opened = self._open(workflow, run_id, options, changes, grant)
-            if not isinstance(opened, tuple):
-                return opened()
-            core, input = opened
-            ctx = AsyncContext(core)
-            try:
-                result = await workflow.fn(ctx, **input)
-            except Exception as exc:
-                if ctx.cancelled_at is not None:  # whatever the workflow made of it
-                    raise DriveCancelled(run_id, ctx.cancelled_at) from exc
-                self._fail(run_id, core, exc)
-            finally:
-                ctx.end()
-            if ctx.cancelled_at is not None:  # the workflow swallowed the cancellation
-                raise DriveCancelled(run_id, ctx.cancelled_at)
-            return await run_async(self._concluded(run_id, core, result))
+        if wait > 0:  # polling for a lease another worker holds: not on the loop
+            grant = await asyncio.to_thread(self._lease_for, run_id, take_over, wait)
+        else:
+            grant = self._lease_for(run_id, take_over, wait)
+        self._deferring.add(run_id)
+        try:
+            with self._owning(run_id, grant, leases.TaskHeartbeat):
+                result = await self._drive_owned_async(workflow, run_id, options, changes, grant)
+        except Exception:
+            if self.owes(run_id):  # what the caller learns leaves the process: durable first
+                await asyncio.to_thread(self.settle, run_id)
+            raise
+        finally:
+            self._deferring.discard(run_id)
+        if self.owes(run_id):
+            await asyncio.to_thread(self.settle, run_id)
+        return result
+
+    async def _drive_owned_async(
+        self,
+        workflow: Workflow[Any],
+        run_id: str,
+        options: RunOptions | None,
+        changes: OperatorChanges | None,
+        grant: Grant,
+    ) -> Any:
+        opened = self._open(workflow, run_id, options, changes, grant)
+        if not isinstance(opened, tuple):
+            return opened()
+        core, input = opened
+        ctx = AsyncContext(core)
+        try:
+            result = await workflow.fn(ctx, **input)
+        except Exception as exc:
+            if ctx.cancelled_at is not None:  # whatever the workflow made of it
+                raise DriveCancelled(run_id, ctx.cancelled_at) from exc
+            self._fail(run_id, core, exc)
+        finally:
+            ctx.end()
+        if ctx.cancelled_at is not None:  # the workflow swallowed the cancellation
+            raise DriveCancelled(run_id, ctx.cancelled_at)
+        return await run_async(self._concluded(run_id, core, result), ctx.settle)
 
     @contextlib.contextmanager
-    def _owning(self, run_id: str, take_over: bool, wait: float) -> Iterator[Grant]:
-        """Claim the run's lease, renew it while the drive runs, release it. A crash
+    def _owning(
+        self, run_id: str, grant: Grant, beat: type[Heartbeat] = Heartbeat
+    ) -> Iterator[None]:
+        """Renew the run's lease while the drive runs, then release it. A crash
         (SimulatedCrash, or any BaseException that is not an Exception) leaves the lease
         to expire, as a dead process would; so does a cancelled async drive, whose
         cancelled call may still run in a worker thread."""
-        grant = self._lease_for(run_id, take_over, wait)  # a new claim, or the queue's
         lease = grant.lease
-        heartbeat = Heartbeat(
-            self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token))
-        )
+        heartbeat = beat(self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token)))
         try:
-            yield grant
+            yield
         except DriveCancelled:
             heartbeat.stop()
             raise
@@ -441,15 +418,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         replay = index_journal(events)
         if replay.undelivered:  # delivered again below: durable first (a crash may have
             self._store.sync()  # left them unsynced)
-        started = payloads.run_started(replay.started)
-        if not workflow.can_resume(str(started.get("version"))):
-            raise UnknownWorkflow(
-                f"run {run_id!r} started on workflow {workflow.name!r} version "
-                f"{started.get('version')!r}, but this process registers version "
-                f"{workflow.version!r} (compatible with {list(workflow.compatible_with)}); "
-                "nothing was changed. Deploy a worker that still registers the old version "
-                "to finish it, or declare compatible_with=[...] if this code replays it."
-            )
+        workflow.check_resumes(run_id, str(payloads.run_started(replay.started).get("version")))
         replay, policy = bind_run(
             run_id,
             events,
@@ -566,11 +535,32 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
             self._hit("before_commit", events[0])
         # Something leaves the process next?
         durable = output_point(events[-1]) if output is None else output
-        self._store.append(events, status, fencing_token=fencing_token, durable=durable)
+        run_id = events[0].run_id
+        later = durable and run_id in self._deferring  # made durable by settle()
+        self._store.append(
+            events, status, fencing_token=fencing_token, durable=not later and durable
+        )
         if self.crash_points is not None:
             self._hit("after_commit", events[0])
-        if self._witness is not None and durable:
-            self._witness.advance(events[0].run_id, events[-1].seq + 1)
+        if later:
+            self._owed[run_id] = events[-1].seq + 1
+        elif self._witness is not None and durable:
+            self._witness.advance(run_id, events[-1].seq + 1)
+
+    def owes(self, run_id: str) -> bool:
+        return run_id in self._owed
+
+    def settle(self, run_id: str) -> None:
+        """Make the run's deferred output points durable (one group sync), then advance
+        its witness: an async drive calls it in a worker thread before its next handoff."""
+        owed = self._owed.get(run_id)
+        if owed is None:
+            return
+        self._store.sync()
+        if self._witness is not None:
+            self._witness.advance(run_id, owed)
+        if self._owed.get(run_id) == owed:
+            del self._owed[run_id]
 
     def journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
         """A run's journal, every record's MAC and the chain verified by the store, and

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from crashproof.errors import AsyncMisuse, CrashproofError
+from crashproof.errors import AsyncMisuse, CrashproofError, UnknownWorkflow
+from crashproof.runtime.guards.policy import Policy
 
 __all__ = ["RESERVED_PARAMS", "Workflow", "workflow"]
 
@@ -55,6 +56,17 @@ class Workflow(Generic[R]):
 
     def can_resume(self, version: str) -> bool:
         return version == self.version or version in self.compatible_with
+
+    def check_resumes(self, run_id: str, version: str) -> None:
+        """Refuse to drive a run started on a version this code cannot replay."""
+        if not self.can_resume(version):
+            raise UnknownWorkflow(
+                f"run {run_id!r} started on workflow {self.name!r} version {version!r}, but "
+                f"this process registers version {self.version!r} (compatible with "
+                f"{list(self.compatible_with)}); nothing was changed. Deploy a worker that "
+                "still registers the old version to finish it, or declare "
+                "compatible_with=[...] if this code replays it."
+            )
 
     def bind_input(self, kwargs: dict[str, Any]) -> None:
         """Raise TypeError now, before a run exists, if ``kwargs`` do not fit the function."""
@@ -99,3 +111,54 @@ def workflow(
         return make_workflow(name, version, fn, compatible_with)
 
     return wrap
+
+
+class Registry:
+    """The workflows and policies a Ledger can drive, by name and by version (a mixin of
+    ``Ledger``, which owns the two dicts)."""
+
+    _workflows: dict[str, Workflow[Any]]
+    _policies: dict[str, Policy]
+
+    def workflow(
+        self, name: str, version: str = "1", *, compatible_with: Sequence[str] = ()
+    ) -> Callable[[Callable[..., R]], Workflow[R]]:
+        """Decorator: register ``fn(ctx, **input)`` under ``name`` and ``version``;
+        ``compatible_with`` lists older versions whose in-flight runs it can finish."""
+
+        def wrap(fn: Callable[..., R]) -> Workflow[R]:
+            return self.register(make_workflow(name, version, fn, compatible_with))
+
+        return wrap
+
+    def register(self, wf: Workflow[R]) -> Workflow[R]:
+        """Register a workflow made elsewhere (e.g. with ``cp.workflow``)."""
+        known = self._workflows.get(wf.name)
+        if known is not None and known is not wf and known.version != wf.version:
+            raise CrashproofError(
+                f"workflow {wf.name!r} is already registered with version {known.version!r}"
+            )
+        self._workflows[wf.name] = wf
+        return wf
+
+    @property
+    def workflows(self) -> dict[str, Workflow[Any]]:
+        return dict(self._workflows)
+
+    def register_policy(self, policy: Policy) -> Policy:
+        """Make ``policy`` available to runs bound to its version (resumes find the policy
+        a run recorded here). One content per version: changed rules need a new version."""
+        if not isinstance(policy, Policy):
+            raise TypeError(f"register_policy expects a cp.Policy, not {type(policy).__name__}")
+        known = self._policies.get(policy.version)
+        if known is not None and known.digest != policy.digest:
+            raise CrashproofError(
+                f"policy version {policy.version!r} is already registered with other rules "
+                f"(digest {known.digest}, now {policy.digest}); give changed rules a new version"
+            )
+        self._policies[policy.version] = policy
+        return policy
+
+    @property
+    def policies(self) -> dict[str, Policy]:
+        return dict(self._policies)

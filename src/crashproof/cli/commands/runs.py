@@ -8,6 +8,7 @@ turns every error into one error line, one hint line and an exit code (see
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import sys
@@ -156,7 +157,11 @@ def start_run(
             ledger,
             settings,
             run_id,
-            lambda: ledger.run(workflow, run_id=run_id, options=options, **args),
+            lambda: (
+                asyncio.run(ledger.run_async(workflow, run_id=run_id, options=options, **args))
+                if workflow.is_async
+                else ledger.run(workflow, run_id=run_id, options=options, **args)
+            ),
         )
 
 
@@ -273,7 +278,8 @@ def resume_run(
             ledger,
             settings,
             run_id,
-            lambda: ledger.resume(
+            lambda: _resumed(
+                ledger,
                 run_id,
                 raise_budget=raises,
                 rebind_policy=rebind,
@@ -282,6 +288,15 @@ def resume_run(
                 wait=wait,
             ),
         )
+
+
+def _resumed(ledger: Ledger, run_id: str, **how: Any) -> Any:
+    """Resume through the shell the run's workflow needs (an async one on a loop of its own)."""
+    row = ledger.store.get_run(run_id)
+    workflow = None if row is None else ledger.workflows.get(row.workflow)
+    if workflow is not None and workflow.is_async:
+        return asyncio.run(ledger.resume_async(run_id, **how))
+    return ledger.resume(run_id, **how)
 
 
 def list_runs(

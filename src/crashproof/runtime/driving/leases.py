@@ -3,6 +3,7 @@ gone), releasing, and the heartbeat that renews a lease while its run is driven.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -21,6 +22,7 @@ __all__ = [
     "HOST",
     "Grant",
     "Heartbeat",
+    "TaskHeartbeat",
     "abandoned",
     "adopt",
     "claim",
@@ -139,6 +141,37 @@ class Heartbeat:
         self._stopped.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=max(1.0, self.lease.ttl_seconds))
+
+
+class TaskHeartbeat(Heartbeat):
+    """``Heartbeat`` for an async drive: a task on its event loop instead of a thread per
+    run (a thousand runs on one loop would otherwise start, and join, a thousand
+    threads). A renewal is one short commit on the loop's thread."""
+
+    def __init__(  # (the thread of the base class is never started)
+        self, store: Store, run_id: str, lease: Lease, lost: Callable[[], None]
+    ) -> None:
+        self._store = store
+        self._run_id = run_id
+        self.lease = lease
+        self._lost = lost
+        self._task = asyncio.get_running_loop().create_task(self._beat_async())
+
+    async def _beat_async(self) -> None:
+        interval = self.lease.ttl_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.lease = self._store.renew(self._run_id, self.lease)
+            except StaleLeaseError:
+                log.warning("lease lost", extra={"run_id": self._run_id})
+                self._lost()
+                return
+            except Exception as exc:  # e.g. the database is briefly unreachable: try again
+                log.warning("lease renewal failed: %s", exc, extra={"run_id": self._run_id})
+
+    def stop(self) -> None:
+        self._task.cancel()
 
 
 def claim(

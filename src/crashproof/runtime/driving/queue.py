@@ -13,6 +13,7 @@ and lease.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError
@@ -48,6 +49,14 @@ class LedgerQueue:
         raise NotImplementedError  # provided by Ledger
 
     def _drive(self, workflow: Workflow[Any], run_id: str, options: RunOptions | None) -> Any:
+        raise NotImplementedError  # provided by Ledger
+
+    async def resume_async(self, run_id: str) -> Any:
+        raise NotImplementedError  # provided by Ledger
+
+    async def _drive_async(
+        self, workflow: Workflow[Any], run_id: str, options: RunOptions | None
+    ) -> Any:
         raise NotImplementedError  # provided by Ledger
 
     def _record(
@@ -91,6 +100,10 @@ class LedgerQueue:
         try:
             row = self._store.get_run(run_id)
             workflow = None if row is None else self._workflows.get(row.workflow)
+            if workflow is not None and workflow.is_async:  # on a loop of this thread's own
+                if row is None or row.status.terminal:
+                    return asyncio.run(self.resume_async(run_id))
+                return asyncio.run(self._drive_async(workflow, run_id, options))
             if workflow is None or row is None or row.status.terminal:
                 return self.resume(run_id)  # says why it cannot, or answers an ended run
             return self._drive(workflow, run_id, options)

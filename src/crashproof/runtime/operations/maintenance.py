@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from crashproof.errors import IntegrityError, LeaseHeld, RunNotFound
 from crashproof.journal import payloads
-from crashproof.journal.fold import index_journal
-from crashproof.journal.records import Event, EventType, RunStatus
+from crashproof.journal.fold import fold_run, index_journal
+from crashproof.journal.records import Event, EventType, RunInfo, RunStatus
 from crashproof.runtime.driving.leases import Heartbeat, claim, release, stop_driving
+from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.port import DriveHost
 from crashproof.runtime.steps.handoff import run_sync
 from crashproof.runtime.steps.outbox import deliver
@@ -31,6 +32,21 @@ log = logging.getLogger("crashproof.runtime.ledger")
 
 class LedgerCare(DriveHost):
     """Maintenance operations of a Ledger (see the module docstring)."""
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """Everything known about a run, folded from its journal."""
+        row = self.store.get_run(run_id)
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+        return fold_run(row, self.journal(run_id))
+
+    def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
+        """All runs, oldest first, optionally only those of one status."""
+        wanted = RunStatus(status) if status is not None else None
+        rows = [row for row in self.store.list_runs() if not reserved(row.run_id)]
+        infos = [fold_run(row, self.journal(row.run_id)) for row in rows]
+        # Filtered on the status folded from each journal, not on the index row's cache.
+        return [info for info in infos if wanted is None or info.status is wanted]
 
     def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
         """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``

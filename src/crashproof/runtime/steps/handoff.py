@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -187,12 +187,15 @@ def _refused(invoke: Invoke) -> AsyncMisuse:
     )
 
 
-async def run_async(work: Work[T]) -> T:
-    """Drive ``work`` on the running event loop."""
+async def run_async(work: Work[T], before: Callable[[], Awaitable[None]] | None = None) -> T:
+    """Drive ``work`` on the running event loop. ``before``: awaited before each
+    handoff (the output points committed so far are made durable there)."""
     try:
         handoff = next(work)
         while True:
             try:
+                if before is not None:
+                    await before()
                 value = await _do_async(handoff)
             except BaseException as exc:
                 handoff = work.throw(exc)
