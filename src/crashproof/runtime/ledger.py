@@ -58,6 +58,7 @@ from crashproof.runtime.operations.moving import refuse_moved
 from crashproof.runtime.operations.oversight import LedgerHumans
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.port import ActSettings, DriveHost
+from crashproof.runtime.replayer.verdict import Gate, gate
 from crashproof.runtime.workflow import Workflow, make_workflow
 from crashproof.store.port import StatusChange, Store
 
@@ -350,13 +351,14 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         """Claim the run's lease, drive the run under it, release it. A crash
         (SimulatedCrash, or any BaseException that is not an Exception) leaves the lease
         to expire, as a dead process would."""
+        verdict = gate(self, workflow, run_id)  # before the lease (runtime/replayer/verdict.py)
         grant = self._lease_for(run_id, take_over, wait)  # a new claim, or the queue's
         lease = grant.lease
         heartbeat = Heartbeat(
             self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token))
         )
         try:
-            result = self._drive_owned(workflow, run_id, options, changes, grant)
+            result = self._drive_owned(workflow, run_id, options, changes, grant, verdict)
         except Exception:
             heartbeat.stop()
             release(self._store, run_id, heartbeat.lease)
@@ -378,6 +380,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         options: RunOptions | None,
         changes: OperatorChanges | None,
         grant: Grant,
+        verdict: Gate,
     ) -> Any:
         token = grant.lease.token
         events = self.journal(run_id, owner=True)
@@ -408,6 +411,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         # The drive's first record names its session and the lease it runs under.
         ctx.session = session_record(self.worker_id, workflow, policy, grant.receipt(run_id))
         ctx.versions = {"workflow": workflow.version, "policy": policy.version if policy else None}
+        verdict.record(ctx, ctx.session)  # the schema in the session; a resumable verdict first
         outcome = replay.outcome
         if outcome is not None and (
             outcome.type is EventType.RUN_STOPPED  # bind_run found the budget raised
