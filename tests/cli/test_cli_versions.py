@@ -190,4 +190,4 @@ def test_migrate_previews_then_applies_a_contract_mapping(project: Path, cli: Cl
     assert resumed.code == 0, resumed.err
     assert (project / "held.json").read_text() == held  # the message was not sent again
     again = cli("migrate", "--db", url, "--app", "mail_v2")
-    assert "no run in flight has an act to map" in again.out
+    assert "no run in flight has an act to map or a verdict to revisit" in again.out

@@ -161,6 +161,32 @@ def test_a_verdict_that_fails_freezes_without_a_drive_lease(tmp_path: Path) -> N
         assert len(ledger.journal("r")) == len(events)
 
 
+def test_a_refused_verdict_is_judged_again_once_the_code_is_fixed(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    crashed(path)
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        ledger.register(make("2", Mailer(), arg=5))
+        with pytest.raises(cp.RunFrozen):
+            ledger.resume("r")
+        # Still broken: judged again, still refused, nothing written.
+        before = len(ledger.journal("r"))
+        again = apply_mappings(ledger, ledger.workflows, preview=False, by="ops")
+        assert [(e["applied"], e["verdict"]["decision"]) for e in again] == [
+            (False, "needs_review")
+        ]
+        assert len(ledger.journal("r")) == before
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        ledger.register(make("2", Mailer()))  # v2 fixed: it replays the run's history
+        fixed = apply_mappings(ledger, ledger.workflows, preview=False, by="ops")
+        assert [(e["applied"], e["thawed"], e["verdict"]["decision"]) for e in fixed] == [
+            (True, True, "resumable")
+        ]
+        assert fixed[0]["verdict"]["changed"] == {"workflow": ["1", "2"]}
+        assert ledger.resume("r") == [1, {"ok": True}, 2]
+        assert len(records(ledger, EventType.COMPATIBILITY_VERDICT)) == 2  # no third
+    assert Mailer.executed == ["r/send"]
+
+
 def test_the_timeline_shows_the_verdict(tmp_path: Path, capsys: Any) -> None:
     path = tmp_path / "runs.db"
     crashed(path)
@@ -253,3 +279,34 @@ def test_a_changed_schema_records_its_value_maps_and_defaults(tmp_path: Path) ->
     assert "runs.fencing_token = 0" in verdict["defaults"]
     assert verdict["value_maps"] == []
     assert verdict["versions"]["schema"] == schema
+
+
+def test_an_applied_mapping_travels_with_a_moved_run(tmp_path: Path) -> None:
+    crashed(tmp_path / "a.db")
+    with cp.Ledger(f"sqlite:///{tmp_path / 'a.db'}") as ledger:
+        ledger.register(make("1", MailerV2()))
+        with pytest.raises(cp.RunFrozen):
+            ledger.resume("r")
+        apply_mappings(ledger, ledger.workflows, preview=False, by="ops")
+        document = ledger.export_run("r", by="ops")
+    with cp.Ledger(f"sqlite:///{tmp_path / 'b.db'}") as other:
+        other.import_run(document, by="ops")
+        other.register(make("1", MailerV2()))
+        assert other.resume("r") == [1, {"ok": True}, 2]
+    assert Mailer.executed == ["r/send"]
+
+
+def test_a_verdict_on_postgresql(pg_url: str) -> None:
+    points = cp.CrashPoints(match="after_commit[step_done:send]")
+    crashing = cp.Ledger(pg_url, crash_points=points)
+    with pytest.raises(cp.SimulatedCrash):
+        crashing.run(make("1", Mailer()), run_id="r", who="ann")
+    crashing.close()
+    with cp.Ledger(pg_url) as ledger:
+        ledger.register(make("2", Mailer(), arg=5))
+        with pytest.raises(cp.RunFrozen) as frozen:
+            ledger.resume("r")
+        verdict = (frozen.value.evidence or {})["compatibility_verdict"]
+        assert verdict["versions"]["schema"] == ledger.store.schema_version()
+        assert records(ledger, EventType.COMPATIBILITY_VERDICT)[0].payload == verdict
+    assert Mailer.executed == ["r/send"]

@@ -230,18 +230,21 @@ def _contracts(
         found = apply_mappings(ledger, workflows, preview=preview)
     data["contracts"] = found
     if not found:
-        lines.append("tool contract mappings: no run in flight has an act to map")
+        lines.append(
+            "tool contract mappings: no run in flight has an act to map or a verdict to revisit"
+        )
     for entry in found:
         verdict = entry["verdict"]
         acts = ", ".join(
             f"{m['key']!r} ({m['tool']} {m['from_version']} -> {m['to_version']})"
             for m in verdict["mapped"]
         )
+        what = f"map act(s) {acts}" if acts else "its verdict judged again under this code"
         done = "applied" if entry["applied"] else "would be applied"
         if verdict["decision"] != "resumable":
             done = f"UNRESOLVED: {verdict['unresolved'][0]}"
         thawed = "; its freeze lifted" if entry["thawed"] and entry["applied"] else ""
-        lines.append(f"  run {entry['run_id']}: map act(s) {acts}: {done}{thawed}")
+        lines.append(f"  run {entry['run_id']}: {what}: {done}{thawed}")
     review = any(e["verdict"]["decision"] != "resumable" for e in found)
     return int(ExitCode.CONFLICT if review else ExitCode.OK)
 

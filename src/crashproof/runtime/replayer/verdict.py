@@ -124,7 +124,10 @@ def last_versions(events: list[Event]) -> dict[str, Any]:
     no drive named it), from its latest session record or verdict, else its start."""
     for event in reversed(events):
         if event.type is EventType.COMPATIBILITY_VERDICT:
-            return dict(payloads.compatibility_verdict(event).get("versions") or {})
+            verdict = payloads.compatibility_verdict(event)
+            if verdict.get("decision") == RESUMABLE:  # one that refused changed nothing
+                return dict(verdict.get("versions") or {})
+            continue
         if event.mentions("session"):
             found: dict[str, Any] = dict(payloads.drive_record(event).get("session") or {})
             return {"workflow": found.get("workflow_version"), "schema": found.get("schema")}
@@ -149,18 +152,24 @@ def gate(host: DriveHost, workflow: Workflow[Any], run_id: str) -> Gate:
         return Gate(schema)  # ended or frozen: the drive answers from the journal
     if not workflow.can_resume(str(payloads.run_started(replay.started).get("version"))):
         return Gate(schema)  # the drive refuses it (UnknownWorkflow), nothing written
-    before = last_versions(events)
-    changed: dict[str, Any] = {}
-    if before.get("workflow") not in (None, workflow.version):
-        changed["workflow"] = [before["workflow"], workflow.version]
-    if before.get("schema") is not None and schema is not None and before["schema"] != schema:
-        changed["schema"] = [before["schema"], schema]
+    changed = _changes(events, workflow, schema)
     if not changed:
         return Gate(schema)
     verdict = compute(host, workflow, events, changed, schema)
     if verdict["decision"] == RESUMABLE:
         return Gate(schema, verdict)
     _freeze(host, run_id, verdict)
+
+
+def _changes(events: list[Event], workflow: Workflow[Any], schema: int | None) -> dict[str, Any]:
+    """The workflow and schema versions that changed since the run's last drive."""
+    before = last_versions(events)
+    changed: dict[str, Any] = {}
+    if before.get("workflow") not in (None, workflow.version):
+        changed["workflow"] = [before["workflow"], workflow.version]
+    if before.get("schema") is not None and schema is not None and before["schema"] != schema:
+        changed["schema"] = [before["schema"], schema]
+    return changed
 
 
 def compute(
@@ -291,10 +300,11 @@ def apply_mappings(
     by: str | None = None,
 ) -> list[dict[str, Any]]:
     """``crashproof migrate --app``: for every run not ended whose replay under the code
-    maps a tool contract change, the verdict applying those mappings; unless ``preview``,
-    a resumable one is journaled (with ``by``/``host``), and a freeze it resolves (a
-    needs_review verdict, or the non-determinism at a mapped act) is lifted. Returns one
-    entry per such run: run_id, verdict, applied, thawed."""
+    maps a tool contract change, or that a needs_review verdict froze, the verdict under
+    the code now (mappings applied); unless ``preview``, a resumable one is journaled
+    (with ``by``/``host``), and the freeze it resolves (that verdict's, or the
+    non-determinism at a mapped act) is lifted. Returns one entry per such run: run_id,
+    verdict, applied, thawed."""
     out = []
     for row in host.store.list_runs():
         workflow = workflows.get(row.workflow)
@@ -305,12 +315,13 @@ def apply_mappings(
         if not workflow.can_resume(started):
             continue
         schema = host.store.schema_version() if not host.url.startswith("memory:") else None
-        verdict = compute(host, workflow, events, {}, schema, applying=True)
+        changed = _changes(events, workflow, schema)
+        verdict = compute(host, workflow, events, changed, schema, applying=True)
         replay = index_journal(events)
         fresh = [m for m in verdict["mapped"] if not _applied(replay.done, m)]
-        if not fresh:
-            continue  # nothing to map here (or mapped already)
         thaw = _resolves(replay.outcome, fresh)
+        if not fresh and not thaw:
+            continue  # nothing to map (or mapped already), no verdict's freeze to lift
         entry = {"run_id": row.run_id, "verdict": verdict, "applied": False, "thawed": thaw}
         out.append(entry)
         if preview or verdict["decision"] != RESUMABLE:
