@@ -310,3 +310,21 @@ def test_a_verdict_on_postgresql(pg_url: str) -> None:
         assert verdict["versions"]["schema"] == ledger.store.schema_version()
         assert records(ledger, EventType.COMPATIBILITY_VERDICT)[0].payload == verdict
     assert Mailer.executed == ["r/send"]
+
+
+@pytest.mark.parametrize("side", ["before_commit", "after_commit"])
+def test_a_crash_around_the_verdict_judges_once_and_runs_once(tmp_path: Path, side: str) -> None:
+    path = tmp_path / "runs.db"
+    crashed(path)
+    points = cp.CrashPoints(match=f"{side}[compatibility_verdict]")
+    ledger = cp.Ledger(f"sqlite:///{path}", crash_points=points)
+    ledger.register(make("2", Mailer()))
+    with pytest.raises(cp.SimulatedCrash):
+        ledger.resume("r")
+    ledger.close()
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        ledger.register(make("2", Mailer()))
+        assert ledger.resume("r") == [1, {"ok": True}, 2]
+        assert len(records(ledger, EventType.COMPATIBILITY_VERDICT)) == 1
+    assert Mailer.executed == ["r/send"]
+    assert ran == ["b"]
