@@ -58,7 +58,6 @@ __all__ = ["RESUMABLE", "Gate", "apply_mappings", "compute", "gate", "last_versi
 
 RESUMABLE = "resumable"
 NEEDS_REVIEW = "needs_review"
-_SESSION = '"session"'
 
 
 @dataclass(slots=True)
