@@ -112,7 +112,7 @@ def unrelated(ctx):
     return "unrelated"
 """
 
-MODULES = ("flows", "others", "broken", "needs_dep", "plain", "greet_v2")
+MODULES = ("flows", "others", "broken", "needs_dep", "plain", "greet_v2", "mail_v2")
 
 
 @dataclass

@@ -121,3 +121,73 @@ def test_migrate_refuses_what_it_cannot_migrate(project: Path, cli: Cli) -> None
     assert current.code == 0
     assert current.json()["unresolved"] == []
     assert current.json()["migrations"] == []
+
+
+MAILER = """
+import json
+import pathlib
+
+import crashproof as cp
+
+HELD = pathlib.Path("held.json")
+
+
+class Mailer(cp.Tool):
+    name = "mailer"
+    version = "{version}"
+    contract_mappings = {mappings}
+
+    def execute(self, call):
+        held = json.loads(HELD.read_text()) if HELD.exists() else {{}}
+        held.setdefault(call.operation_id, call.intent_digest)
+        HELD.write_text(json.dumps(held))
+        return self.lookup(call)
+
+    def lookup(self, call):
+        held = json.loads(HELD.read_text()) if HELD.exists() else {{}}
+        if call.operation_id not in held:
+            return None
+        return cp.Receipt("m-" + call.operation_id, {{"ok": True}}, held[call.operation_id])
+
+
+@cp.workflow("mail", version="1")
+def mail(ctx, who: str):
+    sent = ctx.act("send", Mailer(), **{{"{param}": who}})
+    return ctx.step("after", lambda s: [s, len(HELD.read_text())], sent)
+"""
+
+
+def test_migrate_previews_then_applies_a_contract_mapping(project: Path, cli: Cli) -> None:
+    # #28 item 7: `crashproof replay` reported that the declared mapping explains the
+    # change, but nothing could apply it: the run stayed frozen for good.
+    url = f"sqlite:///{project / 'l.db'}"
+    v1 = MAILER.format(version="1", mappings="{}", param="to")
+    v2 = MAILER.format(
+        version="2", mappings='{"1": lambda p: {"recipient": p["to"]}}', param="recipient"
+    )
+    (project / "mail_v2.py").write_text(v2)
+    scope: dict[str, Any] = {}
+    exec(compile(v1, "<mail_v1>", "exec"), scope)
+    ledger = cp.Ledger(url, crash_points=cp.CrashPoints(match="after_commit[step_done:send]"))
+    try:
+        ledger.run(scope["mail"], run_id="m", who="ann")
+    except cp.SimulatedCrash:
+        pass
+    finally:
+        ledger.close()
+    held = (project / "held.json").read_text()
+    frozen = cli("resume", "m", "--app", "mail_v2", "--db", url)
+    assert frozen.code != 0  # the act's intent differs under contract 2
+    preview = cli("migrate", "--db", url, "--app", "mail_v2", "--preview")
+    assert preview.code == 0
+    assert "run m: map act(s) 'send' (mailer 1 -> 2): would be applied" in preview.out
+    assert cli("show", "m", "--json", "--db", url).json()["status"] == "needs_review"
+    applied = cli("migrate", "--db", url, "--app", "mail_v2", "--json")
+    assert applied.code == 0
+    contracts = applied.json()["contracts"]
+    assert [(c["run_id"], c["applied"], c["thawed"]) for c in contracts] == [("m", True, True)]
+    resumed = cli("resume", "m", "--app", "mail_v2", "--db", url, "--json")
+    assert resumed.code == 0, resumed.err
+    assert (project / "held.json").read_text() == held  # the message was not sent again
+    again = cli("migrate", "--db", url, "--app", "mail_v2")
+    assert "no run in flight has an act to map or a verdict to revisit" in again.out

@@ -163,3 +163,42 @@ def test_an_unmappable_value_blocks_postgresql_migration(pg_url: str, capsys: An
     assert schema_version(pg_url, "odd") == "1"
     with pytest.raises(MigrationRequired, match="crashproof migrate"):
         cp.Ledger(url)
+
+
+def test_a_declared_value_map_is_applied_on_postgresql(pg_url: str) -> None:
+    # #28 item 7: the plan listed the map, and applying it refused ("value maps are not
+    # applied on PostgreSQL yet"). Now the map rewrites its rows in the same transaction
+    # as the migrations, and each migration is recorded.
+    from crashproof.store.migrate_postgres import apply_postgres, plan_postgres
+    from crashproof.store.sql import Migration
+
+    url = downgraded(pg_url, "mapped")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE mapped.runs SET status = 'paused'")
+    migrations = load_migrations("postgres")
+    rename = Migration(
+        len(migrations) + 1,
+        "paused_is_stopped",
+        "-- map: runs.status paused -> stopped\nCREATE INDEX runs_by_workflow ON runs (workflow);",
+    )
+    plan = plan_postgres(url, [*migrations, rename])
+    assert plan.unresolved == []
+    assert "map runs.status 'paused' -> 'stopped': 1 row(s)" in plan.changes
+    apply_postgres(url, plan)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert conn.execute("SELECT status FROM mapped.runs").fetchall() == [("stopped",)]
+        applied = conn.execute("SELECT version FROM mapped.crashproof_migrations ORDER BY 1")
+        assert [r[0] for r in applied] == list(range(1, len(migrations) + 2))
+    assert schema_version(pg_url, "mapped") == str(len(migrations) + 1)
+
+
+def test_a_postgresql_plan_made_stale_is_refused_whole(pg_url: str) -> None:
+    from crashproof.store.migrate import MigrationRequired
+    from crashproof.store.migrate_postgres import apply_postgres, plan_postgres
+
+    url = downgraded(pg_url, "stale")
+    plan = plan_postgres(url)
+    apply_postgres(url, plan)  # another operator migrated it meanwhile
+    with pytest.raises(MigrationRequired, match="changed since the plan was made"):
+        apply_postgres(url, plan)
+    assert schema_version(pg_url, "stale") == str(SCHEMA_VERSION)

@@ -86,6 +86,7 @@ def index_journal(events: Sequence[Event]) -> Replay:
     replay.limits = payloads.run_started(events[0]).get("limits")
     replay.policy = payloads.run_started(events[0]).get("policy")
     done, open_acts = replay.done, replay.open_acts
+    mapped: list[dict[str, Any]] = []  # acts mapped to a new tool contract (a verdict)
     for expected, event in enumerate(events):
         if event.seq != expected:
             raise IntegrityError(
@@ -119,8 +120,37 @@ def index_journal(events: Sequence[Event]) -> Replay:
             replay.moved = event
         elif kind is EventType.RUN_IMPORTED:
             replay.moved = None
+        elif kind is EventType.COMPATIBILITY_VERDICT:
+            verdict = payloads.compatibility_verdict(event)
+            if verdict.get("decision") == "resumable":
+                mapped.extend(verdict.get("mapped") or [])
     replay.next_seq = len(events)
+    if mapped:
+        replay.done = _mapped(done, mapped)
     return replay
+
+
+def _mapped(done: list[Event], mapped: list[dict[str, Any]]) -> list[Event]:
+    """The replay sequence with each act a resumable verdict mapped to a new tool contract
+    expecting the mapped intent digest (the code now makes it); its receipt, and the
+    ``intent_digest`` the target holds, stay as recorded."""
+    to = {(m.get("key"), m.get("from_digest")): m.get("to_digest") for m in mapped}
+    out = []
+    for event in done:
+        new = to.get((event.key, payloads.step_done(event).get("digest"))) if event.key else None
+        if isinstance(new, str):
+            payload = {**event.payload, "digest": new}
+            event = Event(
+                event.run_id,
+                event.seq,
+                event.type,
+                event.key,
+                payload,
+                event.created_at,
+                event.value_json,
+            )
+        out.append(event)
+    return out
 
 
 def step_times(event: Event) -> tuple[float | None, float | None]:

@@ -40,6 +40,7 @@ __all__ = [
     "ApproverAdded",
     "AttemptFailed",
     "BudgetRaised",
+    "CompatibilityVerdict",
     "Consumption",
     "DriveRecord",
     "FrozenOrStopped",
@@ -74,6 +75,7 @@ __all__ = [
     "approver_added",
     "as_dict",
     "attempt_failed",
+    "compatibility_verdict",
     "budget_raised",
     "consumption",
     "drive_record",
@@ -135,6 +137,9 @@ class Session(TypedDict):
     fencing_token: int | None
     python: str
     lease: NotRequired[LeaseReceipt]  # journals written before 2026-12-01 lack it
+    # The ledger schema the drive ran on (runtime/replayer/verdict.py compares it); journals
+    # written before the compatibility verdict lack it.
+    schema: NotRequired[int]
 
 
 class DriveRecord(TypedDict):
@@ -423,6 +428,26 @@ class RunImported(TypedDict):
     signed_with: str  # the id of the key that signed the document
 
 
+class CompatibilityVerdict(DriveRecord):
+    """``compatibility_verdict``: runtime/replayer/verdict.py, before a resume whose
+    workflow version or ledger schema changed since the run's last drive (then under the
+    drive's lease, as its first record, when ``resumable``; else with the freeze it
+    causes), or by ``crashproof migrate --app`` applying declared tool contract mappings."""
+
+    decision: str  # "resumable" or "needs_review"
+    changed: dict[str, Any]  # what changed: {"workflow"|"schema": [old, new], "tools": {...}}
+    versions: dict[str, Any]  # what it was computed for: workflow, schema, tools by name
+    mapped: list[dict[str, Any]]  # acts a declared contract mapping maps: key, tool,
+    # from_version, to_version, from_digest, to_digest (applied: replay matches to_digest)
+    value_maps: list[dict[str, Any]]  # the schema migrations' maps: table, column, old, new
+    defaults: list[str]  # the new columns (and the value existing rows got)
+    unresolved: list[str]  # what keeps the run from going on: each blocks the verdict
+    replay: dict[str, Any]  # the replay check's result (runtime/replayer/check.py)
+    generation: int  # the journal's length it was computed on
+    by: NotRequired[str]  # who applied it (crashproof migrate), and on which host
+    host: NotRequired[str]
+
+
 # -- unions readers meet ----------------------------------------------------------------
 
 # The latest of these is a Replay's ``outcome`` (journal/fold.py).
@@ -465,6 +490,7 @@ Payload = (
     | ReviewConsumed
     | RunMoved
     | RunImported
+    | CompatibilityVerdict
 )
 
 # -- the views ------------------------------------------------------------------------
@@ -506,6 +532,7 @@ review_decided = _view(ReviewDecided)
 review_consumed = _view(ReviewConsumed)
 run_moved = _view(RunMoved)
 run_imported = _view(RunImported)
+compatibility_verdict = _view(CompatibilityVerdict)
 # Views over several record types (the caller knows only which few, or none: any_record).
 step_record = _view(StepRecord)
 drive_record = _view(DriveRecord)

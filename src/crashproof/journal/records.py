@@ -93,6 +93,8 @@ class EventType(enum.StrEnum):
         "run_moved"  # exported as a move: this journal ends here (runtime/operations/moving.py)
     )
     RUN_IMPORTED = "run_imported"  # installed from a checkpoint (who, which, move or copy)
+    # Before a resume under changed code or schema: may the run go on (runtime/replayer/verdict.py)
+    COMPATIBILITY_VERDICT = "compatibility_verdict"
 
 
 # Each EventType by its stored text: EventType(x) costs ~1 us per record read.

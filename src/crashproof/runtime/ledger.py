@@ -56,6 +56,7 @@ from crashproof.runtime.operations.moving import refuse_moved
 from crashproof.runtime.operations.oversight import LedgerHumans
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.port import ActSettings, DriveHost
+from crashproof.runtime.replayer.verdict import Gate, gate
 from crashproof.runtime.steps.handoff import Work, run_async, run_sync
 from crashproof.runtime.workflow import Registry, Workflow
 from crashproof.store.port import StatusChange, Store
@@ -308,9 +309,10 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         wait: float = 0.0,
     ) -> Any:
         """Drive the run under its lease (``_owning``), the workflow called in this thread."""
+        verdict = gate(self, workflow, run_id)  # before the lease (runtime/replayer/verdict.py)
         grant = self._lease_for(run_id, take_over, wait)  # a new claim, or the queue's
         with self._owning(run_id, grant):
-            opened = self._open(workflow, run_id, options, changes, grant)
+            opened = self._open(workflow, run_id, options, changes, grant, verdict)
             if not isinstance(opened, tuple):
                 return opened()
             ctx, input = opened
@@ -332,6 +334,7 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
     ) -> Any:
         """``_drive`` for an async workflow: the same opening and conclusion, the workflow
         awaited with an ``AsyncContext`` over the same core."""
+        verdict = gate(self, workflow, run_id)  # (a replay check, when due, blocks the loop)
         if wait > 0:  # polling for a lease another worker holds: not on the loop
             grant = await asyncio.to_thread(self._lease_for, run_id, take_over, wait)
         else:
@@ -339,7 +342,9 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         self._deferring.add(run_id)
         try:
             with self._owning(run_id, grant, leases.TaskHeartbeat):
-                result = await self._drive_owned_async(workflow, run_id, options, changes, grant)
+                result = await self._drive_owned_async(
+                    workflow, run_id, options, changes, grant, verdict
+                )
         except Exception:
             if self.owes(run_id):  # what the caller learns leaves the process: durable first
                 await asyncio.to_thread(self.settle, run_id)
@@ -357,8 +362,9 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         options: RunOptions | None,
         changes: OperatorChanges | None,
         grant: Grant,
+        verdict: Gate,
     ) -> Any:
-        opened = self._open(workflow, run_id, options, changes, grant)
+        opened = self._open(workflow, run_id, options, changes, grant, verdict)
         if not isinstance(opened, tuple):
             return opened()
         core, input = opened
@@ -410,6 +416,7 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         options: RunOptions | None,
         changes: OperatorChanges | None,
         grant: Grant,
+        verdict: Gate,
     ) -> tuple[Context, dict[str, Any]] | Callable[[], Any]:
         """The core Context for this drive and the run's input; or, for a run that has
         ended, the answer it ended with."""
@@ -434,6 +441,7 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         # The drive's first record names its session and the lease it runs under.
         ctx.session = session_record(self.worker_id, workflow, policy, grant.receipt(run_id))
         ctx.versions = {"workflow": workflow.version, "policy": policy.version if policy else None}
+        verdict.record(ctx, ctx.session)  # the schema in the session; a resumable verdict first
         outcome = replay.outcome
         if outcome is not None and (
             outcome.type is EventType.RUN_STOPPED  # bind_run found the budget raised

@@ -15,7 +15,6 @@ Only the PostgreSQL modules import psycopg: ``import crashproof`` works without 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -35,6 +34,7 @@ from crashproof.errors import (
 from crashproof.journal.codec import decode
 from crashproof.journal.records import Event, RunRow, RunStatus
 from crashproof.store.migrate import check_automatic, split_statements
+from crashproof.store.migrate_postgres import lock_key
 from crashproof.store.pg_append import PostgresAppend, reason_in
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
 from crashproof.store.port import (
@@ -147,7 +147,7 @@ class PostgresStore(PostgresAppend):
         with conn.transaction():
             cur = conn.cursor()
             # Held until commit: a second opener waits here, then finds the work done.
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.schema),))
             current = self._recognise(cur)
             if current == SCHEMA_VERSION:
                 return  # another process migrated it meanwhile
@@ -384,12 +384,6 @@ class PostgresStore(PostgresAppend):
     def _errors(self, *, opening: bool = False) -> contextlib.AbstractContextManager[None]:
         """Turn psycopg's errors into clear crashproof ones, without a driver traceback."""
         return translated_errors(f"PostgreSQL ledger {self.display}", self.schema, opening=opening)
-
-
-def _lock_key(schema: str) -> int:
-    """A stable signed 64-bit advisory-lock key for migrating this schema."""
-    digest = hashlib.sha256(f"crashproof migrate {schema}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def _row(found: Any) -> RunRow:

@@ -17,13 +17,21 @@ from rich.text import Text
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.loading import app_workflows
 from crashproof.cli.render import console, emit_json
-from crashproof.cli.settings import JsonOption, VerboseOption, command_settings, sqlite_path
+from crashproof.cli.settings import (
+    JsonOption,
+    Settings,
+    VerboseOption,
+    command_settings,
+    open_ledger,
+    sqlite_path,
+)
 from crashproof.errors import LedgerError
 from crashproof.integrity.keys import resolve_keyring
 from crashproof.integrity.seal import Sealer
 from crashproof.integrity.witness import SQLiteWitness
 from crashproof.journal.records import RunInfo
 from crashproof.runtime.replayer.sources import replay_check
+from crashproof.runtime.replayer.verdict import apply_mappings
 from crashproof.store.migrate import apply_plan, open_for_migration, plan_migration
 
 __all__ = ["migrate_ledger", "print_versions", "replay_runs", "versions_in_flight"]
@@ -81,6 +89,18 @@ def replay_runs(
     return int(ExitCode.CONFLICT if any(not v.ok for v in verdicts) else ExitCode.OK)
 
 
+AppOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--app",
+        metavar="MODULE",
+        show_default=False,
+        help="Module(s) defining the workflows as the code now stands: also preview (and "
+        "apply) the tool contract mappings their tools declare, per run.",
+    ),
+]
+
+
 def migrate_ledger(
     ctx: typer.Context,
     preview: Annotated[
@@ -91,6 +111,7 @@ def migrate_ledger(
         str | None,
         typer.Option("--db", metavar="URL", show_default=False, help="The ledger to migrate."),
     ] = None,
+    app: AppOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
@@ -99,18 +120,36 @@ def migrate_ledger(
     --preview lists every change: each pending migration, new columns and the value
     existing rows get, value maps, journal records to seal, and anything that cannot be
     mapped (unresolved). Without --preview the plan is applied in one transaction and
-    recorded, only when nothing is unresolved. Exit 0 when the ledger is (or can be made)
+    recorded, only when nothing is unresolved. With --app MODULE, the runs whose recorded
+    acts ran under an older tool contract that the tool's declared mapping explains get
+    a compatibility verdict: previewed, then journaled (and the freeze it resolves
+    lifted) when the replay check passes. Exit 0 when the ledger is (or can be made)
     current, 4 when something is unresolved (nothing is written).
     """
     settings = command_settings(ctx, db, as_json, verbose)
     if settings.db.startswith(("postgresql://", "postgres://")):
-        return _migrate_postgres(settings.db, preview, settings.json)
-    path = sqlite_path(settings.db)
+        code, data, lines, current = _migrate_postgres(settings.db, preview, settings.json)
+    else:
+        code, data, lines, current = _migrate_sqlite(settings.db, preview, settings.json)
+    if app:
+        if current:
+            code = max(code, _contracts(settings, app, preview, data, lines))
+        else:
+            lines.append("tool contract mappings: previewed once the schema is current")
+    _print_plan(settings.json, data, lines)
+    return code
+
+
+Outcome = tuple[int, dict[str, Any], list[str], bool]  # code, JSON, lines, schema current
+
+
+def _migrate_sqlite(url: str, preview: bool, as_json: bool) -> Outcome:
+    path = sqlite_path(url)
     if path is None:
         raise CliError(
             ExitCode.USAGE,
             f"crashproof migrate works on SQLite and PostgreSQL ledgers, not "
-            f"{settings.db.split(':', 1)[0]!r}",
+            f"{url.split(':', 1)[0]!r}",
             "pass --db sqlite:///path.db or --db postgresql://...",
         )
     conn, current = open_for_migration(path)
@@ -120,9 +159,9 @@ def migrate_ledger(
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot read ledger {path} ({exc}); nothing was changed") from None
         if preview or plan.unresolved or not plan.pending:
-            _print_plan(settings.json, plan.to_json(), plan.lines())
             if plan.unresolved:
                 if not preview:
+                    _print_plan(as_json, plan.to_json(), plan.lines())
                     raise CliError(
                         ExitCode.CONFLICT,
                         f"{len(plan.unresolved)} unresolved item(s) block the migration of "
@@ -130,17 +169,21 @@ def migrate_ledger(
                         "map the values in a migration (-- map: TABLE.COLUMN OLD -> NEW) or "
                         "repair the records, then preview again",
                     )
-                return int(ExitCode.CONFLICT)
-            return int(ExitCode.OK)
+                return int(ExitCode.CONFLICT), plan.to_json(), plan.lines(), False
+            return int(ExitCode.OK), plan.to_json(), plan.lines(), not plan.pending
         sealer = Sealer(resolve_keyring(None)) if plan.unsealed else None
         sealed = apply_plan(conn, plan, sealer)
     _anchor(path, sealed)
     result = plan.to_json() | {"applied": True, "sealed_runs": [r for r, _ in sealed]}
-    _print_plan(settings.json, result, [*plan.lines(), f"migrated {path} to schema {plan.target}"])
-    return int(ExitCode.OK)
+    return (
+        int(ExitCode.OK),
+        result,
+        [*plan.lines(), f"migrated {path} to schema {plan.target}"],
+        True,
+    )
 
 
-def _migrate_postgres(url: str, preview: bool, as_json: bool) -> int:
+def _migrate_postgres(url: str, preview: bool, as_json: bool) -> Outcome:
     try:
         from crashproof.store.migrate_postgres import apply_postgres, plan_postgres
     except ImportError as exc:
@@ -154,22 +197,56 @@ def _migrate_postgres(url: str, preview: bool, as_json: bool) -> int:
     except ValueError as exc:
         raise CliError(ExitCode.USAGE, f"bad ledger URL: {exc}", "see crashproof --help") from None
     if preview or plan.unresolved or not plan.pending:
-        _print_plan(as_json, plan.to_json(), plan.lines())
-        if plan.unresolved and not preview:
-            raise CliError(
-                ExitCode.CONFLICT,
-                f"{len(plan.unresolved)} unresolved item(s) block the migration; nothing "
-                "was changed",
-                "repair the records, then preview again",
-            )
-        return int(ExitCode.CONFLICT if plan.unresolved else ExitCode.OK)
+        if plan.unresolved:
+            if not preview:
+                _print_plan(as_json, plan.to_json(), plan.lines())
+                raise CliError(
+                    ExitCode.CONFLICT,
+                    f"{len(plan.unresolved)} unresolved item(s) block the migration; nothing "
+                    "was changed",
+                    "map the values in a migration (-- map: TABLE.COLUMN OLD -> NEW) or "
+                    "repair the records, then preview again",
+                )
+            return int(ExitCode.CONFLICT), plan.to_json(), plan.lines(), False
+        return int(ExitCode.OK), plan.to_json(), plan.lines(), not plan.pending
     apply_postgres(url, plan)
-    _print_plan(
-        as_json,
+    return (
+        int(ExitCode.OK),
         plan.to_json() | {"applied": True},
         [*plan.lines(), f"migrated {plan.where} to schema {plan.target}"],
+        True,
     )
-    return int(ExitCode.OK)
+
+
+def _contracts(
+    settings: Settings, modules: list[str], preview: bool, data: dict[str, Any], lines: list[str]
+) -> int:
+    """Preview (or apply) the declared tool contract mappings of every run in flight;
+    adds them to ``data`` and ``lines``; 4 when a run's verdict needs a review."""
+    workflows = {wf.name: wf for wf in app_workflows(modules)}
+    with contextlib.closing(open_ledger(settings, create=False)) as ledger:
+        for wf in workflows.values():
+            ledger.register(wf)
+        found = apply_mappings(ledger, workflows, preview=preview)
+    data["contracts"] = found
+    if not found:
+        lines.append(
+            "tool contract mappings: no run in flight has an act to map or a verdict to revisit"
+        )
+    for entry in found:
+        verdict = entry["verdict"]
+        acts = ", ".join(
+            f"{m['key']!r} ({m['tool']} {m['from_version']} -> {m['to_version']})"
+            for m in verdict["mapped"]
+        )
+        what = f"map act(s) {acts}" if acts else "its verdict judged again under this code"
+        done = "applied" if entry["applied"] else "would be applied"
+        if verdict["decision"] != "resumable":
+            done = f"UNRESOLVED: {verdict['unresolved'][0]}"
+        thawed = "; its freeze lifted" if entry["thawed"] and entry["applied"] else ""
+        lines.append(f"  run {entry['run_id']}: {what}: {done}{thawed}")
+    review = any(e["verdict"]["decision"] != "resumable" for e in found)
+    return int(ExitCode.CONFLICT if review else ExitCode.OK)
 
 
 def _anchor(path: Path, sealed: Sequence[tuple[str, int]]) -> None:

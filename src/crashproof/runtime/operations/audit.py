@@ -123,7 +123,8 @@ def timeline(events: Sequence[Event]) -> list[dict[str, Any]]:
                     f"token {lease.get('previous_token')}); {entry['summary']}"
                 ).removesuffix("; ")
         elif event.type in _OPERATOR or (
-            event.type is EventType.RUN_THAWED and "by" in payloads.run_thawed(event)  # by a human
+            event.type in (EventType.RUN_THAWED, EventType.COMPATIBILITY_VERDICT)
+            and event.mentions("by")  # by a human (a thaw, crashproof migrate --app)
         ):
             who = payloads.operator_record(event)
             entry["operator"] = {"by": who.get("by"), "host": who.get("host")}
@@ -164,6 +165,8 @@ def _summary(event: Event) -> str:
     if kind in _OPERATOR:
         who = payloads.operator_record(event)
         return f"operator {who.get('by')}@{who.get('host')}: {_change(who)}"
+    if kind is EventType.COMPATIBILITY_VERDICT:
+        return _verdict(payloads.compatibility_verdict(event))
     if kind in (EventType.RUN_FROZEN, EventType.RUN_STOPPED):
         halted = payloads.frozen_or_stopped(event)
         return f"{halted.get('status')}: {halted.get('reason')}"
@@ -174,6 +177,34 @@ def _summary(event: Event) -> str:
     if isinstance(recorded, dict):
         return f"{recorded.get('type')}: {recorded.get('message')}"
     return ""
+
+
+def _verdict(v: payloads.CompatibilityVerdict) -> str:
+    """``compatibility verdict resumable: workflow 1 -> 2; replay compatible; 1 act mapped``."""
+    changed = dict(v.get("changed") or {})
+    tools = changed.pop("tools", None) or {}
+    what = [f"{k} {_arrow(c)}" for k, c in changed.items()]
+    what += [f"tool {n} {_arrow(c)}" for n, c in tools.items()]
+    parts = [
+        f"compatibility verdict {v.get('decision')}: " + (", ".join(what) or "no version change"),
+        f"replay {(v.get('replay') or {}).get('status')}",
+    ]
+    if v.get("mapped"):
+        parts.append(f"{len(v['mapped'])} act(s) mapped to a new tool contract")
+    if v.get("value_maps"):
+        parts.append(f"{len(v['value_maps'])} value map(s)")
+    if v.get("unresolved"):
+        parts.append(f"{len(v['unresolved'])} unresolved, first: {v['unresolved'][0]}")
+    if v.get("by"):
+        parts.append(f"applied by {v.get('by')}@{v.get('host')}")
+    return "; ".join(parts)
+
+
+def _arrow(change: Any) -> str:
+    """``[old, new]`` as ``old -> new`` (anything else as it is: a reader never fails)."""
+    if isinstance(change, list) and len(change) == 2:
+        return f"{change[0]} -> {change[1]}"
+    return str(change)
 
 
 def _change(payload: payloads.OperatorRecord) -> str:

@@ -15,9 +15,10 @@ which a command-type replay (Temporal) or a name-only check (DBOS) misses.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from crashproof.errors import (
     ActFailed,
@@ -32,13 +33,11 @@ from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, StepKind
 from crashproof.runtime.async_context import AsyncContext
 from crashproof.runtime.context import Context
-from crashproof.runtime.replayer.contracts import explain_contract_change
+from crashproof.runtime.port import DriveHost
+from crashproof.runtime.replayer.contracts import contract_mapping, explain_contract_change
 from crashproof.runtime.steps.acts import intent_digest
 from crashproof.runtime.workflow import Workflow
 from crashproof.tools.port import Tool
-
-if TYPE_CHECKING:
-    from crashproof.runtime.ledger import Ledger
 
 __all__ = ["ReplayContext", "ReplayVerdict", "replay_events", "replay_runs"]
 
@@ -71,6 +70,10 @@ class ReplayVerdict:
     recorded: str | None = None
     now: str | None = None
     contract: str | None = None  # what a declared tool contract mapping says about it
+    # With map_contracts: the acts a declared mapping maps (matched as mapped), and the
+    # contract version of every tool the code called, by name.
+    mapped: tuple[dict[str, Any], ...] = ()
+    tools: tuple[tuple[str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -94,6 +97,7 @@ class ReplayVerdict:
             "recorded": self.recorded,
             "now": self.now,
             "contract": self.contract,
+            **({"mapped": list(self.mapped)} if self.mapped else {}),
         }
 
 
@@ -104,15 +108,23 @@ def _describe(kind: str, key: str, digest: str) -> str:
 
 class ReplayContext(Context):
     """A Context that only matches: every path that would run, record or call a tool
-    raises ``_EndOfJournal`` (past the journal) or records a mismatch (frozen)."""
+    raises ``_EndOfJournal`` (past the journal) or records a mismatch (frozen).
+    ``map_contracts``: a recorded act whose tool contract changed matches when the tool's
+    declared mapping maps its recorded params exactly to the code's (listed in ``mapped``:
+    what a compatibility verdict would apply)."""
 
-    def __init__(self, scratch: Ledger, run_id: str, events: Sequence[Event]) -> None:
+    def __init__(
+        self, scratch: DriveHost, run_id: str, events: Sequence[Event], map_contracts: bool = False
+    ) -> None:
         super().__init__(scratch, run_id, index_journal(events))
         self._intents = {
             e.key: e for e in events if e.type is EventType.ACT_INTENT and e.key is not None
         }
         self.mismatch: dict[str, Any] | None = None
         self._tool_call: tuple[Tool, dict[str, Any]] | None = None
+        self._map_contracts = map_contracts
+        self.mapped: list[dict[str, Any]] = []
+        self.tools: dict[str, str] = {}
 
     @property
     def replayed(self) -> int:
@@ -150,6 +162,7 @@ class ReplayContext(Context):
         self._check_usable()
         key = self._take_key(name)
         digest = intent_digest(tool, params, key)
+        self.tools[tool.name] = tool.version
         recorded = self._peek()
         if recorded is not None:
             self._tool_call = (tool, params)
@@ -193,6 +206,16 @@ class ReplayContext(Context):
         ):
             self._tool_call = None
             return
+        call = self._tool_call
+        if self._map_contracts and call is not None and recorded.key == key:
+            mapped = contract_mapping(call[0], self._intents.get(key), call[1], key)
+            if mapped is not None and (mapped["from_digest"], mapped["to_digest"]) == (
+                payload["digest"],
+                digest,
+            ):
+                self.mapped.append(mapped)
+                self._tool_call = None
+                return
         self._differs(self._cursor, key, kind.value, recorded, digest)
 
     def _differs(self, step: int, key: str, kind: str, recorded: Event, digest: str) -> NoReturn:
@@ -217,9 +240,15 @@ class ReplayContext(Context):
 
 
 def replay_events(
-    workflow: Workflow[Any] | None, events: Sequence[Event], scratch: Ledger
+    workflow: Workflow[Any] | None,
+    events: Sequence[Event],
+    scratch: DriveHost,
+    *,
+    map_contracts: bool = False,
 ) -> ReplayVerdict:
-    """Replay one run's verified journal against ``workflow`` (None: not in the code)."""
+    """Replay one run's verified journal against ``workflow`` (None: not in the code).
+    ``scratch``: a ledger whose settings only are read (nothing is written to it);
+    ``map_contracts``: see ReplayContext."""
     replay = index_journal(events)
     started = payloads.run_started(replay.started)
     run_id = events[0].run_id
@@ -245,7 +274,7 @@ def replay_events(
             ),
             **base,
         )
-    ctx = ReplayContext(scratch, run_id, events)
+    ctx = ReplayContext(scratch, run_id, events, map_contracts)
     ended, problem = "reached the end of its journal", None
     try:
         _call_workflow(workflow, ctx, replay.started.value or {})
@@ -263,6 +292,7 @@ def replay_events(
         elif outcome is not None and outcome.type is EventType.RUN_SUCCEEDED:
             problem = f"the recorded run succeeded, the code now raises {type(exc).__name__}"
     replayed = ctx.replayed
+    base["mapped"], base["tools"] = tuple(ctx.mapped), tuple(sorted(ctx.tools.items()))
     if ctx.mismatch is not None:
         m = ctx.mismatch
         detail = f"non-deterministic at step {m['step']} ({m.get('reason') or ''})"
@@ -312,7 +342,7 @@ def replay_events(
 def replay_runs(
     workflows: Iterable[Workflow[Any]],
     journals: Iterable[Sequence[Event]],
-    scratch: Ledger,
+    scratch: DriveHost,
 ) -> list[ReplayVerdict]:
     """Replay every journal against the workflow of its name."""
     by_name = {wf.name: wf for wf in workflows}
@@ -332,4 +362,11 @@ def _call_workflow(workflow: Workflow[Any], ctx: ReplayContext, input: dict[str,
     async def drive() -> None:
         await workflow.fn(AsyncContext(ctx), **input)  # the shell made on the run's task
 
-    asyncio.run(drive())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread: the usual case (the CLI, a sync drive)
+        asyncio.run(drive())
+        return
+    # Called from an async drive's verdict: a loop of its own, in a thread of its own.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, drive()).result()

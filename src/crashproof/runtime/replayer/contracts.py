@@ -18,7 +18,7 @@ from crashproof.journal.records import Event, EventType
 from crashproof.runtime.steps.acts import intent_digest
 from crashproof.tools.port import Tool
 
-__all__ = ["explain_contract_change", "map_params"]
+__all__ = ["contract_mapping", "explain_contract_change", "map_params"]
 
 
 def map_params(tool: Tool, from_version: str, params: dict[str, Any]) -> dict[str, Any] | None:
@@ -64,3 +64,35 @@ def explain_contract_change(
     if intent_digest(tool, mapped, key) == intent_digest(tool, params, key):
         return f"{change}; its declared mapping explains the change (a review can apply it)"
     return f"{change}; its declared mapping does not explain the change (params differ)"
+
+
+def contract_mapping(
+    tool: Tool, intent: Event | None, params: dict[str, Any], key: str
+) -> dict[str, Any] | None:
+    """For an act recorded under another contract of ``tool``: what applying its declared
+    mapping does (key, tool, from/to version, from/to intent digest), when the mapping
+    maps the recorded params exactly to ``params``; else None (no mapping, one that fails
+    or one that does not explain the change: a review decides)."""
+    if intent is None:
+        return None
+    recorded_intent = payloads.act_intent(intent)
+    old = str(recorded_intent.get("tool_version"))
+    recorded = intent.value.get("params") if isinstance(intent.value, dict) else None
+    if recorded_intent.get("tool") != tool.name or old == tool.version:
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        mapped = map_params(tool, old, recorded)
+    except Exception:  # the user's mapping failed: explain_contract_change reports it
+        return None
+    if mapped is None or intent_digest(tool, mapped, key) != intent_digest(tool, params, key):
+        return None
+    return {
+        "key": key,
+        "tool": tool.name,
+        "from_version": old,
+        "to_version": tool.version,
+        "from_digest": recorded_intent.get("digest"),
+        "to_digest": intent_digest(tool, params, key),
+    }
