@@ -91,3 +91,22 @@ def test_resume_wait_proceeds_once_the_holder_releases(project: Path, cli: Cli) 
         store.close()
     assert waited.code == ExitCode.OK, waited.err
     assert json.loads(waited.out) == {"text": "hello ada", "times": 1}
+
+
+def test_worker_async_drives_async_and_sync_runs_on_one_loop(
+    project: Path, cli: Cli, calls: Callable[[], list[str]]
+) -> None:
+    enqueue(project, "ada")
+    (project / "ready.txt").write_text("", encoding="utf-8")
+    flows = importlib.import_module("flows")
+    with cp.Ledger(f"sqlite:///{project / 'crashproof.db'}") as ledger:
+        ledger.enqueue(flows.agreet, run_id="agreet:bob", name="bob")
+    done = cli("worker", "--app", "flows", "--async", "--until-idle", "--poll", "0.05")
+    assert done.code == ExitCode.OK, done.err
+    events = [json.loads(line) for line in done.err.splitlines() if line.startswith("{")]
+    assert events[0]["on_loop"] is True
+    assert sorted(e["run_id"] for e in events if e["event"] == "succeeded") == [
+        "agreet:bob",
+        "greet:ada",
+    ]
+    assert sorted(calls()) == ["acompose", "choose", "compose"]

@@ -4,6 +4,7 @@ end are never claimed again. The multi-process scenarios are in test_worker_proc
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import threading
@@ -236,3 +237,76 @@ def test_each_worker_pickup_claims_the_run_once(open_ledger: LedgerFactory, stor
     assert [e["token"] for e in events(log) if e["event"] == "claimed"] == [2]
     assert other.get_run("d").result == [1, 2]
     assert other.leases()["d"].token == 2
+
+
+def async_counted(counter: Counter, pause: float = 0.0) -> cp.Workflow[Any]:
+    @cp.workflow("acounted")
+    async def acounted(ctx: cp.AsyncContext, n: int) -> int:
+        async def one(i: int) -> str:
+            await asyncio.sleep(pause)
+            return counter(f"{ctx.run_id}:{i}")
+
+        for i in range(n):
+            await ctx.step("s", one, i)
+        return n
+
+    return acounted
+
+
+@pytest.mark.parametrize("on_loop", [True, False])
+def test_a_worker_drives_async_and_sync_runs_either_way(
+    open_ledger: LedgerFactory, on_loop: bool
+) -> None:
+    """On one event loop (async workflows awaited, sync ones in a thread) or a thread per
+    run (an async one on a loop of that thread's own): every queued run once."""
+    counter = Counter()
+    awf, swf = async_counted(counter, pause=0.01), counted_workflow(counter, pause=0.01)
+    ledger = open_ledger()
+    for i in range(20):
+        ledger.enqueue(awf, run_id=f"a{i}", n=3)
+    for i in range(3):
+        ledger.enqueue(swf, run_id=f"s{i}", n=2)
+    log = io.StringIO()
+    worker = Worker(ledger, concurrency=8, poll=0.05, until_idle=True, log=log, on_loop=on_loop)
+    assert worker.serve() == 0
+    wanted = [f"a{i}:{j}" for i in range(20) for j in range(3)]
+    assert sorted(counter.calls) == sorted(
+        wanted + [f"s{i}:{j}" for i in range(3) for j in range(2)]
+    )
+    assert all(info.status is cp.RunStatus.SUCCEEDED for info in ledger.runs())
+    assert worker.completed == 23
+    names = [e["event"] for e in events(log)]
+    assert names.count("claimed") == names.count("succeeded") == 23
+    assert events(log)[0]["on_loop"] is on_loop
+
+
+def test_a_draining_worker_on_a_loop_stops_async_runs_at_a_step(open_ledger: LedgerFactory) -> None:
+    entered = threading.Event()
+    done: list[str] = []
+
+    async def slow(name: str) -> str:
+        if name == "first" and not done:
+            entered.set()
+            await asyncio.sleep(0.3)
+        done.append(name)
+        return name
+
+    @cp.workflow("atwo")
+    async def atwo(ctx: cp.AsyncContext) -> list[str]:
+        return [await ctx.step("first", slow, "first"), await ctx.step("second", slow, "second")]
+
+    ledger = open_ledger()
+    ledger.enqueue(atwo, run_id="d")
+    log = io.StringIO()
+    worker = Worker(ledger, concurrency=4, poll=0.05, log=log, on_loop=True)
+    served: list[int] = []
+    thread = threading.Thread(target=lambda: served.append(worker.serve()))
+    thread.start()
+    assert entered.wait(WAIT)
+    worker.stop()
+    thread.join(WAIT)
+    assert served == [0]
+    assert done == ["first"]
+    assert ledger.get_run("d").status is cp.RunStatus.RUNNING
+    assert ledger.leases()["d"].owner is None  # released: claimable at once
+    assert [e["event"] for e in events(log) if e.get("run_id") == "d"] == ["claimed", "released"]

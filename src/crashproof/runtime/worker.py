@@ -20,6 +20,7 @@ given stream: ``worker_started``, ``claimed``, ``succeeded``, ``failed``, ``froz
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import sys
@@ -56,7 +57,9 @@ class Worker:
     """Drives queued and orphaned runs of ``ledger``'s registered workflows.
 
     ``concurrency``: runs driven at once (one thread each; agents mostly wait on
-    models and tools). ``poll``: seconds between claims while the queue is empty.
+    models and tools). ``on_loop``: every run a task of one event loop instead (async
+    workflows awaited, sync ones in a worker thread; leases renewed by tasks): for a
+    thousand concurrent async agents. ``poll``: seconds between claims while the queue is empty.
     ``until_idle``: return once nothing is runnable and nothing is in flight (batch
     jobs, benchmarks). ``log``: where the JSON-lines events go (default: stderr).
     ``options``: the limits and policy every run it drives must be bound to (recorded
@@ -75,6 +78,7 @@ class Worker:
         until_idle: bool = False,
         log: TextIO | None = None,
         options: RunOptions | None = None,
+        on_loop: bool = False,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
@@ -87,6 +91,7 @@ class Worker:
         self.options = options
         self.ledger = ledger
         self.concurrency = concurrency
+        self.on_loop = on_loop
         self.poll = float(poll)
         self.until_idle = until_idle
         self._queue = queue_store(ledger.store)
@@ -94,7 +99,7 @@ class Worker:
         self._out_lock = threading.Lock()
         self._changed = threading.Condition()
         self._stopping = False
-        self._in_flight: dict[str, threading.Thread] = {}
+        self._in_flight: dict[str, object] = {}  # run id -> its thread, or its task
         self._backoff: dict[str, tuple[float, float]] = {}  # run id -> (until, delay)
         self.completed = 0  # runs this worker drove to an end (succeeded/failed/frozen/stopped)
 
@@ -122,8 +127,13 @@ class Worker:
             poll=self.poll,
             lease_seconds=self.ledger.lease_seconds,
             workflows=sorted(workflows),
+            on_loop=self.on_loop,
             **_bound_to(self.options),
         )
+        if self.on_loop:
+            asyncio.run(self._serve_on_loop(runnable))
+            self.emit("worker_stopped", completed=self.completed)
+            return 0
         while True:
             with self._changed:
                 if self._stopping:
@@ -141,6 +151,41 @@ class Worker:
         self._join()
         self.emit("worker_stopped", completed=self.completed)
         return 0
+
+    async def _serve_on_loop(self, runnable: list[str]) -> None:
+        """``serve`` with every run a task of one event loop: async workflows awaited,
+        sync ones in a worker thread each; leases renewed by tasks."""
+        tasks: set[asyncio.Task[None]] = set()
+        while True:
+            with self._changed:
+                if self._stopping:
+                    break
+                free = len(self._in_flight) < self.concurrency
+            claimed = self._claim(runnable) if free else None
+            if claimed is not None:
+                self._announce(claimed)
+                task = asyncio.get_running_loop().create_task(self._drive_on_loop(claimed))
+                with self._changed:
+                    self._in_flight[claimed.run_id] = task
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                await asyncio.sleep(0)  # let it start before the next claim
+                continue
+            with self._changed:
+                if self.until_idle and free and not self._in_flight:
+                    break
+            await asyncio.sleep(self.poll if not free else min(self.poll, 0.05))
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _drive_on_loop(self, claimed: Claimed) -> None:
+        run_id, started = claimed.run_id, time.monotonic()
+        error: Exception | None = None
+        try:
+            await self.ledger.drive_claimed_async(claimed, self.options)
+        except Exception as exc:
+            error = exc
+        self._report(run_id, started, error)
 
     def stop(self) -> None:
         """Drain: claim nothing more; runs in flight stop after their current step.
@@ -183,7 +228,7 @@ class Worker:
             self.emit("claim_failed", error=f"{type(exc).__name__}: {exc}")
             return None
 
-    def _start(self, claimed: Claimed) -> None:
+    def _announce(self, claimed: Claimed) -> None:
         self.emit(
             "claimed",
             claimed.run_id,
@@ -191,6 +236,9 @@ class Worker:
             lease_expires_at=claimed.lease.expires_at,
             previous_owner=claimed.previous_owner,
         )
+
+    def _start(self, claimed: Claimed) -> None:
+        self._announce(claimed)
         thread = threading.Thread(
             target=self._drive,
             args=(claimed,),
@@ -203,27 +251,36 @@ class Worker:
 
     def _drive(self, claimed: Claimed) -> None:
         run_id, started = claimed.run_id, time.monotonic()
+        error: Exception | None = None
         try:
             self.ledger.drive_claimed(claimed, self.options)  # under the claim's lease
-        except Draining:
-            self.emit("released", run_id, reason="draining")
-        except RunFailed as exc:
-            self._ended("failed", run_id, started, error=exc.error.get("message"))
-        except RunStopped as exc:
-            self._ended("stopped", run_id, started, reason=exc.reason)
-        except RunFrozen as exc:
-            self._ended("frozen", run_id, started, status=exc.status, reason=exc.reason)
-        except StaleLeaseError as exc:
-            self.emit("lease_lost", run_id, error=str(exc))
-        except LeaseHeld as exc:
-            self.emit("lease_held", run_id, owner=exc.owner, until=exc.expires_at)
-        except (PolicyMismatch, LimitsMismatch) as exc:  # bound to others than this worker's
-            self.emit("refused", run_id, error=str(exc), retry_in=self._back_off(run_id))
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            self.emit("error", run_id, error=error, retry_in=self._back_off(run_id))
-        else:
-            self._ended("succeeded", run_id, started)
+            error = exc
+        finally:
+            self._report(run_id, started, error)
+
+    def _report(self, run_id: str, started: float, error: Exception | None) -> None:
+        """The drive's event (both ways of driving), and its slot freed."""
+        try:
+            if error is None:
+                self._ended("succeeded", run_id, started)
+            elif isinstance(error, Draining):
+                self.emit("released", run_id, reason="draining")
+            elif isinstance(error, RunFailed):
+                self._ended("failed", run_id, started, error=error.error.get("message"))
+            elif isinstance(error, RunStopped):
+                self._ended("stopped", run_id, started, reason=error.reason)
+            elif isinstance(error, RunFrozen):
+                self._ended("frozen", run_id, started, status=error.status, reason=error.reason)
+            elif isinstance(error, StaleLeaseError):
+                self.emit("lease_lost", run_id, error=str(error))
+            elif isinstance(error, LeaseHeld):
+                self.emit("lease_held", run_id, owner=error.owner, until=error.expires_at)
+            elif isinstance(error, PolicyMismatch | LimitsMismatch):  # bound to others
+                self.emit("refused", run_id, error=str(error), retry_in=self._back_off(run_id))
+            else:
+                message = f"{type(error).__name__}: {error}"
+                self.emit("error", run_id, error=message, retry_in=self._back_off(run_id))
         finally:
             with self._changed:
                 self._in_flight.pop(run_id, None)

@@ -52,6 +52,15 @@ def run_worker(
         bool,
         typer.Option("--until-idle", help="Exit once nothing is runnable or in flight."),
     ] = False,
+    on_loop: Annotated[
+        bool,
+        typer.Option(
+            "--async",
+            help="Drive every run as a task of one event loop (async workflows awaited, "
+            "plain ones in a worker thread): for many concurrent async agents, e.g. "
+            "--async --concurrency 1000.",
+        ),
+    ] = False,
     max_steps: MaxSteps = None,
     max_decisions: MaxDecisions = None,
     max_tokens: MaxTokens = None,
@@ -107,6 +116,7 @@ def run_worker(
             until_idle=until_idle,
             log=sys.stderr,
             options=options,
+            on_loop=on_loop,
         )
 
         def drain(signum: int, _frame: FrameType | None) -> None:

@@ -112,6 +112,21 @@ class LedgerQueue:
             if unused is not None:  # the drive never started (e.g. the run had ended)
                 release(self._store, run_id, unused)
 
+    async def drive_claimed_async(self, claimed: Claimed, options: RunOptions | None = None) -> Any:
+        """``drive_claimed`` on the running event loop: an async workflow awaited, a sync one
+        (or a run to refuse or answer) in a worker thread."""
+        row = self._store.get_run(claimed.run_id)
+        workflow = None if row is None else self._workflows.get(row.workflow)
+        if workflow is None or row is None or row.status.terminal or not workflow.is_async:
+            return await asyncio.to_thread(self.drive_claimed, claimed, options)
+        self._claimed[claimed.run_id] = claimed.lease
+        try:
+            return await self._drive_async(workflow, claimed.run_id, options)
+        finally:
+            unused = self._claimed.pop(claimed.run_id, None)
+            if unused is not None:  # the drive never started (e.g. the run had ended)
+                release(self._store, claimed.run_id, unused)
+
     def _lease_for(self, run_id: str, take_over: bool, wait: float) -> Grant:
         """The lease a drive of ``run_id`` runs under: the queue claim's, when this Ledger's
         worker claimed the run just now, else a new claim."""
