@@ -299,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {label:<28} skipped: {missing}")
                 continue
             for runs in counts:
-                url = server.create_database() if server and store else None
+                # A pool as large as the commit threads (the default is 4 connections).
+                url = f"{server.create_database()}?pool_size=32" if server and store else None
                 got = measure(name, runs, parent, url)
                 if isinstance(got, str):
                     print(f"  {label:<28} {runs:>5} {got}")

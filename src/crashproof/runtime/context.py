@@ -30,6 +30,7 @@ from crashproof.journal.codec import (
 )
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
+from crashproof.runtime.driving.durability import Pending
 from crashproof.runtime.guards.approvals import approval_in_flight
 from crashproof.runtime.guards.budget import Meter
 from crashproof.runtime.guards.policy import Policy, admit_act
@@ -42,6 +43,7 @@ from crashproof.runtime.steps.handoff import Work, async_methods, async_tool_ref
 from crashproof.runtime.steps.live import live_call
 from crashproof.runtime.steps.outbox import deliver, enqueue
 from crashproof.runtime.steps.reconcile import ResumeReread
+from crashproof.store.port import StatusChange
 from crashproof.tools.port import Tool
 
 __all__ = ["Context"]
@@ -96,6 +98,11 @@ class Context:
         self.session: dict[str, Any] | None = None  # put in this drive's first record
         self.versions: dict[str, str | None] = {}  # workflow and policy: set by the ledger
         self.last_key: str | None = None  # of the latest step, decision or act begun
+        # An async drive's records, committed before its next handoff (flush): the loop
+        # never waits on a commit, and a record is committed before anything that
+        # depends on it leaves the process (a crash before then loses it, like a crash
+        # before its commit). None: committed at once (the sync shell).
+        self.pending: Pending | None = None
 
     # -- the public calls (the sync shell: runtime/async_context.py is the other) ----
 
@@ -364,9 +371,7 @@ class Context:
             event = Event.stored(
                 self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json
             )
-            self._host.append_records(
-                (event,), None, fencing_token=self.fencing_token, output=False
-            )
+            self._commit((event,), None, False)
             self._next_seq += 1
             return
         # Budgets count it, or it opens a drive (its session added by append_event): the
@@ -387,7 +392,7 @@ class Context:
         event = Event.stored(
             self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json, payload
         )
-        self._host.append_records((event,), None, fencing_token=self.fencing_token, output=False)
+        self._commit((event,), None, False)
         self._next_seq += 1
         self.meter.count(payload)
 
@@ -479,12 +484,24 @@ class Context:
             return _no_crash_point
         return lambda name: points.hit(f"inside[act:{key}:{name}]")
 
-    def owes_output(self) -> bool:
-        """An output point committed but not yet durable (async drives only)."""
-        return self._host.owes(self.run_id)
+    def _commit(
+        self, events: tuple[Event, ...], status: StatusChange | None, output: bool | None
+    ) -> None:
+        if self.pending is not None:  # an async drive: committed before its next handoff
+            self.pending.add(events, status, output)
+            return
+        self._host.append_records(events, status, fencing_token=self.fencing_token, output=output)
 
-    def settle_output(self) -> None:
-        self._host.settle(self.run_id)
+    def buffer_commits(self) -> Pending:
+        """From now on, commit before each handoff (the async shell), not at once."""
+        local = not self._host.url.startswith(("postgresql:", "postgres:"))
+        self.pending = Pending(local=local)
+        return self.pending
+
+    def flush(self) -> None:
+        """Commit what an async drive made since its last handoff (``Pending``)."""
+        if self.pending is not None:
+            self.pending.flush(self._host, self.fencing_token)
 
     # -- the rest of the RunSession port ----------------------------------------
 
@@ -494,6 +511,8 @@ class Context:
 
     def journal(self, run_id: str | None = None) -> list[Event]:
         """This run's verified journal, or another run's of this ledger (none: [])."""
+        if self.pending:  # an async drive reads what it wrote
+            self.flush()
         if run_id is None:
             return self._host.journal(self.run_id)
         if self._host.store.get_run(run_id) is None:
@@ -564,7 +583,7 @@ class Context:
         ):  # the drive's first record names it (runtime/operations/audit.py)
             payload, self.session = {**payload, "session": self.session}, None
         event = Event(self.run_id, self._next_seq, type_, key, payload, time.time(), value_json)
-        self._host.append_records((event,), status, fencing_token=self.fencing_token)
+        self._commit((event,), status, None)
         self._next_seq += 1
         if type_ is EventType.STEP_DONE and self.meter.active:
             self.meter.count(payload)

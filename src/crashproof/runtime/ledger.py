@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -34,7 +33,7 @@ from crashproof.journal.codec import (
 )
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
-from crashproof.runtime.async_context import AsyncContext
+from crashproof.runtime.async_context import AsyncContext, off_loop
 from crashproof.runtime.context import Context
 from crashproof.runtime.driving import leases
 from crashproof.runtime.driving.durability import output_point, share_witness_writes
@@ -133,11 +132,6 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         self._policies: dict[str, Policy] = {}  # by version: runs find theirs on resume
         self.crash_points = crash_points
         self.act_settings = act_settings or ActSettings()
-        # Async drives: their output points commit at once and sync before the next
-        # handoff (settle), in a worker thread, so the loop never waits on an fsync and
-        # the runs on one loop share one (store/syncing.py). Run id -> generation owed.
-        self._deferring: set[str] = set()
-        self._owed: dict[str, int] = {}
 
     # -- running (the sync entry points; the async ones follow) -----------
 
@@ -194,7 +188,8 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         """``run`` for an ``async def`` workflow: the same journal, records and guarantees;
         its ctx calls are awaited (``AsyncContext``). The start record and every journal
         commit are short synchronous writes on the loop's thread."""
-        workflow = self._record(wf, run_id, options, input, is_async=True)
+        record = functools.partial(self._record, wf, run_id, options, input, is_async=True)
+        workflow = await off_loop(record)
         return await self._drive_async(workflow, run_id, options)  # type: ignore[no-any-return]
 
     async def resume_async(
@@ -334,52 +329,40 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
     ) -> Any:
         """``_drive`` for an async workflow: the same opening and conclusion, the workflow
         awaited with an ``AsyncContext`` over the same core."""
-        verdict = gate(self, workflow, run_id)  # (a replay check, when due, blocks the loop)
-        if wait > 0:  # polling for a lease another worker holds: not on the loop
-            grant = await asyncio.to_thread(self._lease_for, run_id, take_over, wait)
-        else:
-            grant = self._lease_for(run_id, take_over, wait)
-        self._deferring.add(run_id)
-        try:
-            with self._owning(run_id, grant, leases.TaskHeartbeat):
-                result = await self._drive_owned_async(
-                    workflow, run_id, options, changes, grant, verdict
-                )
-        except Exception:
-            if self.owes(run_id):  # what the caller learns leaves the process: durable first
-                await asyncio.to_thread(self.settle, run_id)
-            raise
-        finally:
-            self._deferring.discard(run_id)
-        if self.owes(run_id):
-            await asyncio.to_thread(self.settle, run_id)
-        return result
+        # The verdict, the claim (or its wait) and the opening read the journal: off the loop.
+        verdict = await off_loop(gate, self, workflow, run_id)
+        grant = await off_loop(self._lease_for, run_id, take_over, wait)
+        with self._owning(run_id, grant, leases.TaskHeartbeat):
+            opened = await off_loop(self._open, workflow, run_id, options, changes, grant, verdict)
+            return await self._drive_owned_async(run_id, workflow, opened)
 
     async def _drive_owned_async(
         self,
-        workflow: Workflow[Any],
         run_id: str,
-        options: RunOptions | None,
-        changes: OperatorChanges | None,
-        grant: Grant,
-        verdict: Gate,
+        workflow: Workflow[Any],
+        opened: tuple[Context, dict[str, Any]] | Callable[[], Any],
     ) -> Any:
-        opened = self._open(workflow, run_id, options, changes, grant, verdict)
         if not isinstance(opened, tuple):
             return opened()
         core, input = opened
         ctx = AsyncContext(core)
         try:
-            result = await workflow.fn(ctx, **input)
-        except Exception as exc:
-            if ctx.cancelled_at is not None:  # whatever the workflow made of it
-                raise DriveCancelled(run_id, ctx.cancelled_at) from exc
-            self._fail(run_id, core, exc)
-        finally:
-            ctx.end()
-        if ctx.cancelled_at is not None:  # the workflow swallowed the cancellation
-            raise DriveCancelled(run_id, ctx.cancelled_at)
-        return await run_async(self._concluded(run_id, core, result), ctx.settle)
+            try:
+                result = await workflow.fn(ctx, **input)
+            except Exception as exc:
+                if ctx.cancelled_at is not None:  # whatever the workflow made of it
+                    raise DriveCancelled(run_id, ctx.cancelled_at) from exc
+                self._fail(run_id, core, exc)
+            finally:
+                ctx.end()
+            if ctx.cancelled_at is not None:  # the workflow swallowed the cancellation
+                raise DriveCancelled(run_id, ctx.cancelled_at)
+            value = await run_async(self._concluded(run_id, core, result), ctx.settle)
+        except Exception:
+            await ctx.settle()  # what the caller learns leaves the process: committed first
+            raise
+        await ctx.settle()
+        return value
 
     @contextlib.contextmanager
     def _owning(
@@ -543,32 +526,11 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
             self._hit("before_commit", events[0])
         # Something leaves the process next?
         durable = output_point(events[-1]) if output is None else output
-        run_id = events[0].run_id
-        later = durable and run_id in self._deferring  # made durable by settle()
-        self._store.append(
-            events, status, fencing_token=fencing_token, durable=not later and durable
-        )
+        self._store.append(events, status, fencing_token=fencing_token, durable=durable)
         if self.crash_points is not None:
             self._hit("after_commit", events[0])
-        if later:
-            self._owed[run_id] = events[-1].seq + 1
-        elif self._witness is not None and durable:
-            self._witness.advance(run_id, events[-1].seq + 1)
-
-    def owes(self, run_id: str) -> bool:
-        return run_id in self._owed
-
-    def settle(self, run_id: str) -> None:
-        """Make the run's deferred output points durable (one group sync), then advance
-        its witness: an async drive calls it in a worker thread before its next handoff."""
-        owed = self._owed.get(run_id)
-        if owed is None:
-            return
-        self._store.sync()
-        if self._witness is not None:
-            self._witness.advance(run_id, owed)
-        if self._owed.get(run_id) == owed:
-            del self._owed[run_id]
+        if self._witness is not None and durable:
+            self._witness.advance(events[0].run_id, events[-1].seq + 1)
 
     def journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
         """A run's journal, every record's MAC and the chain verified by the store, and

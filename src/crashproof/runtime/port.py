@@ -186,9 +186,3 @@ class DriveHost(Protocol):
     def check_driving(self, run_id: str) -> None:
         """Called before every step: raises when this ledger stops driving ``run_id``
         (a worker draining)."""
-
-    def owes(self, run_id: str) -> bool:
-        """An async drive of ``run_id`` committed an output point not yet made durable."""
-
-    def settle(self, run_id: str) -> None:
-        """Make those output points durable (blocking: call it off the event loop)."""

@@ -25,10 +25,13 @@ power cut leaves on disk.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from crashproof.journal import payloads
 from crashproof.journal.records import Event, EventType
+from crashproof.runtime.port import DriveHost
+from crashproof.store.port import StatusChange
 
 __all__ = ["OUTCOMES", "output_point", "share_witness_writes"]
 
@@ -71,3 +74,37 @@ def share_witness_writes(store: Any, witness: Any) -> None:
     hook = getattr(witness, "advance_many", None)
     if hook is not None and hasattr(store, "on_durable"):
         store.on_durable = hook
+
+
+class Pending:
+    """An async drive's records, committed before its next handoff (``flush``): the event
+    loop never waits on a commit, and a record is committed before anything depending on
+    it leaves the process (a crash before then loses it, as a crash before its commit
+    would). Each is committed as the sync shell commits it: the same crash points, the
+    output points durable."""
+
+    def __init__(self, local: bool) -> None:
+        self.local = local  # the journal is on this machine: a commit is no round trip
+        self._records: list[tuple[Sequence[Event], StatusChange | None, bool | None]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._records)
+
+    def add(
+        self, events: Sequence[Event], status: StatusChange | None, output: bool | None
+    ) -> None:
+        self._records.append((events, status, output))
+
+    def must_sync(self) -> bool:
+        """A pending record is an output point: its commit waits for the disk."""
+        return any(
+            output_point(events[-1]) if output is None else output
+            for events, _, output in self._records
+        )
+
+    def flush(self, host: DriveHost, fencing_token: int | None) -> None:
+        """Commit them in order (blocking: the async shell calls it in a thread, unless
+        the commits are local and wait for no disk)."""
+        records, self._records = self._records, []
+        for events, status, output in records:
+            host.append_records(events, status, fencing_token=fencing_token, output=output)

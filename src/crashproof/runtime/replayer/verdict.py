@@ -117,12 +117,6 @@ class _ReadOnly:
     def check_driving(self, run_id: str) -> None:
         return None
 
-    def owes(self, run_id: str) -> bool:
-        return False  # it writes nothing, so it owes no sync
-
-    def settle(self, run_id: str) -> None:
-        return None
-
 
 def last_versions(events: list[Event]) -> dict[str, Any]:
     """What the run's last drive ran under: workflow and schema versions (schema None when
