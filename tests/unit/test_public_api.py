@@ -21,6 +21,7 @@ PUBLIC = [
     "EnvironmentChanged",
     "ImportPlan",
     "IntegrityError",
+    "IntentHeld",
     "JournalRolledBack",
     "JournalTampered",
     "KeyUnusable",

@@ -93,6 +93,8 @@ class EventType(enum.StrEnum):
         "run_moved"  # exported as a move: this journal ends here (runtime/operations/moving.py)
     )
     RUN_IMPORTED = "run_imported"  # installed from a checkpoint (who, which, move or copy)
+    # An operator lets this run's act go on although other runs hold its intent unresolved
+    INTENT_OVERRIDE = "intent_override"
 
 
 # Each EventType by its stored text: EventType(x) costs ~1 us per record read.

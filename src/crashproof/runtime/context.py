@@ -580,12 +580,11 @@ class Context:
         *,
         status: tuple[RunStatus, str | None] | None = None,
     ) -> None:
-        if (
-            self.session is not None
-        ):  # the drive's first record names it (runtime/operations/audit.py)
-            payload, self.session = {**payload, "session": self.session}, None
+        if self.session is not None:  # the drive's first record names it (operations/audit)
+            payload = {**payload, "session": self.session}
         event = Event(self.run_id, self._next_seq, type_, key, payload, time.time(), value_json)
         self._host.append_records((event,), status, fencing_token=self.fencing_token)
+        self.session = None  # once it landed: a refused record (IntentHeld) names nothing
         self._next_seq += 1
         if type_ is EventType.STEP_DONE and self.meter.active:
             self.meter.count(payload)

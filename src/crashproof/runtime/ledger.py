@@ -259,17 +259,25 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         by: str | None = None,
         take_over: bool = False,
         wait: float = 0.0,
+        override_intent: Sequence[str] = (),
     ) -> Any:
         """Resume a run to completion in this process; returns its result.
 
         ``raise_budget``: new, higher limits by kind (``{"tokens": 5000}``; None lifts
         one), e.g. to continue a run stopped at a budget. ``rebind_policy``: bind the run
-        to another policy (version). Both are journaled as operator decisions: ``by``
+        to another policy (version). ``override_intent``: the runs holding the intent its
+        frozen act waits for that the act may pass (runtime/guards/holds.py). All are
+        journaled as operator decisions: ``by``
         (default: the OS user), host, time, old and new values. A run another worker
         holds raises LeaseHeld unless ``take_over``, which fences that worker out (its
         next journal commit raises StaleLeaseError), or unless it is freed (released or
         expired) within ``wait`` seconds."""
-        changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
+        changes = OperatorChanges(
+            raise_budget=raise_budget,
+            rebind_policy=rebind_policy,
+            override_intent=tuple(override_intent),
+            by=by,
+        )
         row = self._store.get_run(run_id)
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
