@@ -39,12 +39,13 @@ class NothingToOverride(CrashproofError):
 def first_intent(
     session: RunSession,
     call: Call,
-    evidence: dict[str, Any],
+    evidence: Callable[[], dict[str, Any]],
     journal: Callable[[list[str] | None], None],
 ) -> None:
     """``journal(overrides)`` the first intent of a new act; when the store refuses it
     (another run holds the intent unresolved), again with the runs an operator overrode
-    for this act, if that covers every holder; else freeze, retryable, naming them."""
+    for this act, if that covers every holder; else freeze, retryable, naming them,
+    with ``evidence()`` (the act's, built only then: it observes the tool again)."""
     try:
         journal(None)
         return
@@ -60,7 +61,7 @@ def first_intent(
     session.freeze(
         f"{held}; nothing was executed",
         {
-            **evidence,
+            **evidence(),
             "intent_held": {
                 "intent_digest": call.intent_digest,
                 "holders": held.holders,

@@ -134,7 +134,7 @@ def perform_act(
     first_intent(
         session,
         call,
-        _evidence(call, tool),
+        lambda: _evidence(call, tool),  # observes again: only for a freeze
         lambda overrides: _journal_intent(session, tool, call, observed, overrides),
     )
     return _execute(session, tool, call)
