@@ -222,3 +222,32 @@ def test_a_moved_run_holds_its_intent_where_it_is_imported(tmp_path: Path) -> No
     with pytest.raises(cp.RunFrozen, match="run 'A' holds"):
         ledger(there).run(make(TargetTool(target)), run_id="B", customer="c1")
     assert len(target.state()["records"]) == 1
+
+
+def test_a_live_act_with_no_holder_observes_as_before(tmp_path: Path) -> None:
+    # The freeze's evidence observes the tool again: built only for a freeze.
+    class Observed(TargetTool):
+        observes = 0
+
+        def observe(self) -> cp.Observation:
+            Observed.observes += 1
+            return cp.Observation("target:t", "f")
+
+    target = Target(tmp_path / "t.json")
+    ledger(tmp_path).run(make(Observed(target)), run_id="A", customer="c1")
+    assert Observed.observes == 2  # before the intent, after the receipt
+
+
+def test_on_postgresql_a_new_run_freezes_on_a_held_intent(pg_url: str, tmp_path: Path) -> None:
+    target = Target(tmp_path / "t.json")
+    points = cp.CrashPoints(match="before_commit[step_done:create]")
+    with cp.Ledger(pg_url, crash_points=points) as crashing, pytest.raises(cp.SimulatedCrash):
+        crashing.run(make(TargetTool(target)), run_id="A", customer="c1")
+    with cp.Ledger(pg_url) as pg:
+        with pytest.raises(cp.RunFrozen, match="run 'A' holds the same intent unresolved"):
+            pg.run(make(TargetTool(target)), run_id="B", customer="c1")
+        assert target.count("executes", "B/create") == 0
+        pg.register(make(TargetTool(target)))
+        pg.resume("A")
+        assert pg.resume("B") == {"id": "rec-2"}
+    assert len(target.state()["records"]) == 2
