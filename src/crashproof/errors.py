@@ -33,6 +33,7 @@
     │   └── EnvironmentChanged       on resume, the world differs from what the run saw
     ├── StaleLeaseError              another worker owns the run now
     ├── LeaseHeld                    the run is owned by someone else
+    ├── IntentHeld                   another run holds the same act intent unresolved
     ├── OutcomeUnknown               a tool cannot tell whether an effect happened
     ├── RetryableError               a tool says: not done, try again
     ├── PermanentError               a tool says: not done, never will be
@@ -61,6 +62,7 @@ __all__ = [
     "JournalRolledBack",
     "JournalTampered",
     "KeyUnusable",
+    "IntentHeld",
     "LeaseHeld",
     "LedgerError",
     "NonDeterminismError",
@@ -241,6 +243,19 @@ class LeaseHeld(CrashproofError):
         super().__init__(message)
         self.owner = owner
         self.expires_at = expires_at
+
+
+class IntentHeld(CrashproofError):
+    """Another run holds the same act intent unresolved (in flight, unknown, frozen): a
+    new operation id must not walk around an unknown outcome. Raised by a store refusing
+    the intent record (nothing of that write is kept), and then by the act that froze.
+
+    ``holders``: ``{"run_id", "key", "since"}`` of each run holding it (``since``: epoch
+    seconds of its first unresolved intent record)."""
+
+    def __init__(self, message: str, *, holders: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.holders = list(holders or ())
 
 
 class RunMoved(CrashproofError):

@@ -139,7 +139,9 @@ def test_concurrent_runs_share_forced_syncs(tmp_path: Path) -> None:
     def group(ctx: cp.Context) -> int:
         for k in range(acts):
             gate.wait(timeout=30)
-            ctx.act(f"act{k}", Checked())
+            # Each run's own intent: the same intent in two runs at once is held by the
+            # first (store/intents.py), and this test is about syncs.
+            ctx.act(f"act{k}", Checked(), run=ctx.run_id)
         return acts
 
     with cp.Ledger(f"sqlite:///{path}", key=KEY) as ledger:
@@ -252,7 +254,9 @@ def test_concurrent_runs_share_witness_writes_and_act_only_once_witnessed(
     def witnessed(ctx: cp.Context) -> int:
         for k in range(acts):
             gate.wait(timeout=30)
-            ctx.act(f"act{k}", Checked())
+            # Each run's own intent: the same intent in two runs at once is held by the
+            # first (store/intents.py), and this test is about syncs.
+            ctx.act(f"act{k}", Checked(), run=ctx.run_id)
         return acts
 
     with cp.Ledger(f"sqlite:///{path}", key=KEY) as ledger:

@@ -88,7 +88,8 @@ def test_replay_reads_a_postgresql_ledger(pg_url: str) -> None:
 
 def downgraded(pg_url: str, schema: str) -> str:
     """A ledger of the current code with a run crashed mid-way, taken back to schema 1
-    (as a schema-1 crashproof left it): the lease columns and migrations 2 on removed."""
+    (as a schema-1 crashproof left it): the lease columns, the index of unresolved
+    intents and migrations 2 on removed."""
     import crashproof as cp
 
     url = f"{pg_url}?schema={schema}"
@@ -103,6 +104,7 @@ def downgraded(pg_url: str, schema: str) -> str:
         conn.execute(f"SET search_path TO {schema}")
         for column in ("owner", "lease_expires_at", "fencing_token"):
             conn.execute(f"ALTER TABLE runs DROP COLUMN {column}".encode())
+        conn.execute("DROP TABLE unresolved_intents")
         conn.execute("DELETE FROM crashproof_migrations WHERE version >= 2")
         conn.execute("UPDATE crashproof_meta SET value = '1' WHERE key = 'schema_version'")
     return url
@@ -202,3 +204,42 @@ def test_a_postgresql_plan_made_stale_is_refused_whole(pg_url: str) -> None:
     with pytest.raises(MigrationRequired, match="changed since the plan was made"):
         apply_postgres(url, plan)
     assert schema_version(pg_url, "stale") == str(SCHEMA_VERSION)
+
+
+def test_the_intent_index_is_filled_on_open_from_the_journals(pg_url: str) -> None:
+    # A schema-3 ledger (before the index) with one act in flight and one completed:
+    # opening it fills the index exactly as the live appends had kept it.
+    import crashproof as cp
+
+    class Once(cp.Tool):
+        name = "once"
+
+        def execute(self, call: cp.Call) -> cp.Receipt:
+            return cp.Receipt("r", None, call.intent_digest)
+
+        def lookup(self, call: cp.Call) -> cp.Receipt | None:
+            return None
+
+    @cp.workflow("pg-acts", version="1")
+    def acts(ctx: cp.Context, to: str) -> None:
+        ctx.act("send", Once(), to=to)
+
+    url = f"{pg_url}?schema=fill"
+    crash = cp.CrashPoints(match="before_commit[step_done:send]")
+    with cp.Ledger(url, crash_points=crash) as ledger, pytest.raises(cp.SimulatedCrash):
+        ledger.run(acts, run_id="in-flight", to="a")
+    with cp.Ledger(url) as ledger:
+        ledger.run(acts, run_id="done", to="b")
+        expected = ledger.store.unresolved_intents()
+    assert [(h.run_id, h.key) for h in expected] == [("in-flight", "send")]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("SET search_path TO fill")
+        conn.execute("DROP TABLE unresolved_intents")
+        conn.execute("DELETE FROM crashproof_migrations WHERE version = 4")
+        conn.execute("UPDATE crashproof_meta SET value = '3' WHERE key = 'schema_version'")
+    store = PostgresStore(url)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION
+        assert store.unresolved_intents() == expected
+    finally:
+        store.close()

@@ -12,6 +12,7 @@ import pytest
 import crashproof as cp
 from crashproof.integrity.keys import resolve_keyring
 from crashproof.integrity.seal import Sealer
+from crashproof.journal.records import Event, EventType
 from crashproof.store.migrate import (
     MigrationRequired,
     apply_plan,
@@ -163,4 +164,62 @@ def test_a_statement_that_rewrites_records_is_not_additive(tmp_path: Path) -> No
         plan = plan_migration(conn, current, str(path), [*MIGRATIONS, rewrite])
     assert plan.rewrites == 1
     assert "  statement: UPDATE runs SET updated_at = updated_at + 0" in plan.changes
+    assert not plan.additive
+
+
+def test_the_intent_index_is_filled_from_the_journals_on_open(tmp_path: Path) -> None:
+    # A ledger of schema 5 (before the index): one run crashed with an act in flight, one
+    # whose act completed, one that ended with its act unresolved. Opening it migrates
+    # (additive: a new table, filled) and indexes exactly the first.
+    class Once(cp.Tool):
+        name = "once"
+
+        def execute(self, call: cp.Call) -> cp.Receipt:
+            return cp.Receipt("r", None, call.intent_digest)
+
+        def lookup(self, call: cp.Call) -> cp.Receipt | None:
+            return None
+
+    @cp.workflow("acts", version="1")
+    def acts(ctx: cp.Context, to: str) -> None:
+        ctx.act("send", Once(), to=to)
+
+    path = tmp_path / "l.db"
+    for run_id in ("in-flight", "ended"):
+        crash = cp.CrashPoints(match="before_commit[step_done:send]")
+        with (
+            cp.Ledger(f"sqlite:///{path}", crash_points=crash) as ledger,
+            pytest.raises(cp.SimulatedCrash),
+        ):
+            ledger.run(acts, run_id=run_id, to=run_id)
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        # "ended" ends with its act unresolved (as an abort would end it).
+        seq = len(ledger.store.load_events("ended"))
+        failed = Event("ended", seq, EventType.RUN_FAILED, None, {"error": {}}, 2e9)
+        ledger.store.append([failed], (cp.RunStatus.FAILED, "aborted"))
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        ledger.run(acts, run_id="done", to="done")
+        expected = ledger.store.unresolved_intents()
+    assert [(h.run_id, h.key) for h in expected] == [("in-flight", "send")]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("DROP TABLE unresolved_intents")
+        conn.execute("DELETE FROM crashproof_migrations WHERE version = 6")
+        conn.execute("UPDATE crashproof_meta SET value = '5' WHERE key = 'schema_version'")
+        conn.commit()
+    conn, current = open_for_migration(path)
+    with contextlib.closing(conn):
+        plan = plan_migration(conn, current, str(path))
+    assert plan.additive
+    assert "  fill new table unresolved_intents from existing records" in plan.changes
+    with cp.Ledger(f"sqlite:///{path}") as ledger:
+        assert ledger.store.unresolved_intents() == expected  # as the live index had it
+    assert rows(path, "SELECT max(version) FROM crashproof_migrations") == [(6,)]
+
+
+def test_a_fill_of_a_table_the_migration_does_not_create_is_a_rewrite(tmp_path: Path) -> None:
+    path = golden_copy(tmp_path, "schema1.db")
+    sneaky = Migration(2, "sneaky", "-- fill: runs\nINSERT INTO runs SELECT * FROM runs WHERE 0;")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        plan = plan_migration(conn, 1, str(path), [MIGRATIONS[0], sneaky])
+    assert plan.rewrites == 1
     assert not plan.additive

@@ -24,6 +24,7 @@ PUBLIC = [
     "EnvironmentChanged",
     "ImportPlan",
     "IntegrityError",
+    "IntentHeld",
     "JournalRolledBack",
     "JournalTampered",
     "KeyUnusable",

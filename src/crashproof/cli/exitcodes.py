@@ -14,6 +14,7 @@ from crashproof.errors import (
     CrashproofError,
     DecisionRefused,
     IntegrityError,
+    IntentHeld,
     JournalRolledBack,
     KeyUnusable,
     LeaseHeld,
@@ -30,6 +31,7 @@ from crashproof.errors import (
     UnknownWorkflow,
     WitnessMissing,
 )
+from crashproof.runtime.guards.holds import NothingToOverride
 
 __all__ = ["EXIT_CODES_TEXT", "CliError", "ExitCode", "Failure", "failure_for"]
 
@@ -96,6 +98,12 @@ def _hint_failed(exc: CrashproofError) -> str:
 
 def _hint_frozen(exc: CrashproofError) -> str:
     run = _run_id(exc)
+    if isinstance(getattr(exc, "cause", None), IntentHeld):  # runtime/guards/holds.py
+        return (
+            "another run holds the same act intent unresolved: resume or review that run "
+            "(named above) until its act ends, then resume this one; or let this act pass "
+            f"it: `crashproof resume {run} --app MODULE --override-intent RUN --by NAME`"
+        )
     if getattr(exc, "status", None) == "awaiting_approval":
         then = f"approve it: `crashproof approve {run} --key KEY.pem`, then resume"
     else:
@@ -119,6 +127,12 @@ _RULES: tuple[_Rule, ...] = (
     (RunFailed, ExitCode.RUN_FAILED, ""),
     (RunFrozen, ExitCode.RUN_FROZEN, ""),
     (RunConflict, ExitCode.CONFLICT, ""),
+    (
+        NothingToOverride,
+        ExitCode.USAGE,
+        "--override-intent names a run the frozen act waits for: see the freeze's reason "
+        "in `crashproof show RUN_ID`",
+    ),
     (
         ApprovalRefused,
         ExitCode.CONFLICT,

@@ -45,6 +45,7 @@ __all__ = [
     "DriveRecord",
     "FrozenOrStopped",
     "LeaseReceipt",
+    "IntentOverride",
     "OperatorRecord",
     "Outbox",
     "OutboxDelivered",
@@ -296,6 +297,9 @@ class ActIntent(DriveRecord):
     # The first attempt of an act whose tool observes: {"before", "expected"}
     # (runtime/steps/environment.py).
     observed: NotRequired[dict[str, Any]]
+    # Runs holding the same intent unresolved that an operator let this act pass
+    # (intent_override; store/intents.py): the first attempt, when there were any.
+    overrides: NotRequired[list[str]]
 
 
 class ActUnknown(DriveRecord):
@@ -338,6 +342,18 @@ class BudgetRaised(TypedDict):
     old: LimitsRecord
     new: LimitsRecord
     changed: dict[str, list[int | float | None]]  # kind -> [old, new], changed kinds only
+
+
+class IntentOverride(TypedDict):
+    """``intent_override``: runtime/guards/holds.py (an operator lets the act at the
+    record's key execute although the named runs hold the same intent unresolved)."""
+
+    by: str
+    host: str
+    intent_digest: str
+    holders: list[str]  # the run ids the operator overrides, and only those
+    # What the run froze on: each holder's {"run_id", "key", "since"}.
+    held: list[dict[str, Any]]
 
 
 class PolicyRebound(TypedDict):
@@ -460,6 +476,7 @@ SignedRecord = ApprovalGranted | ReviewDecided  # a signed document journaled
 # What an operator appends (each names its own by and host), and a human's thaw.
 OperatorRecord = (
     BudgetRaised
+    | IntentOverride
     | PolicyRebound
     | ApproverAdded
     | ApprovalGranted
@@ -491,6 +508,7 @@ Payload = (
     | RunMoved
     | RunImported
     | CompatibilityVerdict
+    | IntentOverride
 )
 
 # -- the views ------------------------------------------------------------------------
@@ -533,6 +551,7 @@ review_consumed = _view(ReviewConsumed)
 run_moved = _view(RunMoved)
 run_imported = _view(RunImported)
 compatibility_verdict = _view(CompatibilityVerdict)
+intent_override = _view(IntentOverride)
 # Views over several record types (the caller knows only which few, or none: any_record).
 step_record = _view(StepRecord)
 drive_record = _view(DriveRecord)

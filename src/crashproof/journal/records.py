@@ -95,6 +95,8 @@ class EventType(enum.StrEnum):
     RUN_IMPORTED = "run_imported"  # installed from a checkpoint (who, which, move or copy)
     # Before a resume under changed code or schema: may the run go on (runtime/replayer/verdict.py)
     COMPATIBILITY_VERDICT = "compatibility_verdict"
+    # An operator lets this run's act go on although other runs hold its intent unresolved
+    INTENT_OVERRIDE = "intent_override"
 
 
 # Each EventType by its stored text: EventType(x) costs ~1 us per record read.

@@ -442,10 +442,9 @@ class Context:
         retryable: bool = False,
         error: type[CrashproofError] = NonDeterminismError,
     ) -> NoReturn:
-        """Stop the run in needs_review with evidence, and raise ``error`` (by default
-        NonDeterminismError) into the workflow. The run stays frozen even if the workflow
-        catches it. ``retryable``: a later resume may lift the freeze and try again (a
-        lookup that was unavailable), instead of waiting for a review."""
+        """Stop the run in needs_review with evidence; raise ``error`` into the workflow
+        (frozen even if it catches it). ``retryable``: a later resume may lift the freeze
+        and try again (a lookup was unavailable) instead of waiting for a review."""
         exc = (
             NonDeterminismError(reason, evidence) if error is NonDeterminismError else error(reason)
         )
@@ -485,23 +484,28 @@ class Context:
         return lambda name: points.hit(f"inside[act:{key}:{name}]")
 
     def _commit(
-        self, events: tuple[Event, ...], status: StatusChange | None, output: bool | None
+        self, events: tuple[Event, ...], status: StatusChange | None, out: bool | None
     ) -> None:
         if self.pending is not None:  # an async drive: committed before its next handoff
-            self.pending.add(events, status, output)
-            return
-        self._host.append_records(events, status, fencing_token=self.fencing_token, output=output)
+            return self.pending.add(events, status, out)
+        self._host.append_records(events, status, fencing_token=self.fencing_token, output=out)
 
-    def buffer_commits(self) -> Pending:
+    def buffer_commits(self) -> None:
         """From now on, commit before each handoff (the async shell), not at once."""
-        local = not self._host.url.startswith(("postgresql:", "postgres:"))
-        self.pending = Pending(local=local)
-        return self.pending
+        self.pending = Pending(local=not self._host.url.startswith(("postgresql:", "postgres:")))
 
     def flush(self) -> None:
         """Commit what an async drive made since its last handoff (``Pending``)."""
-        if self.pending is not None:
+        if not self.pending:
+            return
+        try:
             self.pending.flush(self._host, self.fencing_token)
+        except Exception:
+            refused = self.pending.refused  # as if it had been refused at once: its seq
+            if refused is not None:  # is the next one, and the session goes on with it
+                self._next_seq = refused.seq
+                self.session = self.session or refused.payload.get("session")
+            raise
 
     # -- the rest of the RunSession port ----------------------------------------
 
@@ -511,8 +515,7 @@ class Context:
 
     def journal(self, run_id: str | None = None) -> list[Event]:
         """This run's verified journal, or another run's of this ledger (none: [])."""
-        if self.pending:  # an async drive reads what it wrote
-            self.flush()
+        self.flush()  # an async drive reads what it wrote
         if run_id is None:
             return self._host.journal(self.run_id)
         if self._host.store.get_run(run_id) is None:
@@ -578,12 +581,11 @@ class Context:
         *,
         status: tuple[RunStatus, str | None] | None = None,
     ) -> None:
-        if (
-            self.session is not None
-        ):  # the drive's first record names it (runtime/operations/audit.py)
-            payload, self.session = {**payload, "session": self.session}, None
+        if self.session is not None:  # the drive's first record names it (operations/audit)
+            payload = {**payload, "session": self.session}
         event = Event(self.run_id, self._next_seq, type_, key, payload, time.time(), value_json)
         self._commit((event,), status, None)
+        self.session = None  # once it landed: a refused record (IntentHeld) names nothing
         self._next_seq += 1
         if type_ is EventType.STEP_DONE and self.meter.active:
             self.meter.count(payload)

@@ -160,17 +160,25 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         by: str | None = None,
         take_over: bool = False,
         wait: float = 0.0,
+        override_intent: Sequence[str] = (),
     ) -> Any:
         """Resume a run to completion in this process; returns its result.
 
         ``raise_budget``: new, higher limits by kind (``{"tokens": 5000}``; None lifts
         one), e.g. to continue a run stopped at a budget. ``rebind_policy``: bind the run
-        to another policy (version). Both are journaled as operator decisions: ``by``
+        to another policy (version). ``override_intent``: the runs holding the intent its
+        frozen act waits for that the act may pass (runtime/guards/holds.py). All are
+        journaled as operator decisions: ``by``
         (default: the OS user), host, time, old and new values. A run another worker
         holds raises LeaseHeld unless ``take_over``, which fences that worker out (its
         next journal commit raises StaleLeaseError), or unless it is freed (released or
         expired) within ``wait`` seconds."""
-        changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
+        changes = OperatorChanges(
+            raise_budget=raise_budget,
+            rebind_policy=rebind_policy,
+            override_intent=tuple(override_intent),
+            by=by,
+        )
         found = self._to_resume(run_id, changes, is_async=False)
         if not isinstance(found, Workflow):
             return found()
@@ -201,10 +209,16 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         by: str | None = None,
         take_over: bool = False,
         wait: float = 0.0,
+        override_intent: Sequence[str] = (),
     ) -> Any:
         """``resume`` for an ``async def`` workflow (a run started by either shell); a
         ``wait`` for the lease is spent in a worker thread, off the loop."""
-        changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
+        changes = OperatorChanges(
+            raise_budget=raise_budget,
+            rebind_policy=rebind_policy,
+            override_intent=tuple(override_intent),
+            by=by,
+        )
         found = self._to_resume(run_id, changes, is_async=True)
         if not isinstance(found, Workflow):
             return found()

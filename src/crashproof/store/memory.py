@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from crashproof.errors import RunNotFound, StaleLeaseError
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.intents import IntentHold, change_of, held, others
 from crashproof.store.port import Lease, StatusChange, blob_digest, check_claimable, lease_was_live
 from crashproof.store.queue import Claimed, LeaseInfo, runnable_key
 
@@ -26,6 +27,8 @@ class MemoryStore:
         self.blobs: dict[str, str] = {}  # digest -> JSON text, shared by equal values
         # run_id -> (owner, lease expiry by the local clock, fencing token)
         self._leases: dict[str, tuple[str | None, float | None, int]] = {}
+        # (run_id, step key) -> its unresolved act intent (store/intents.py)
+        self._holds: dict[tuple[str, str], IntentHold] = {}
 
     def schema_version(self) -> int:
         return SCHEMA_VERSION
@@ -80,6 +83,7 @@ class MemoryStore:
                         f"run {run_id!r}: sequence {event.seq} is already taken or out of "
                         "order; another writer is appending to this run"
                     )
+            self._holds = self._held(run_id, events)
             journal.extend(self._keep(e) for e in events)
             if status is not None:
                 self._runs[run_id] = RunRow(
@@ -92,6 +96,43 @@ class MemoryStore:
                     updated_at=time.time(),
                     reason=status[1],
                 )
+
+    def unresolved_intents(self, run_id: str | None = None) -> list[IntentHold]:
+        with self._lock:
+            holds = list(self._holds.values())
+        return sorted(
+            (h for h in holds if run_id is None or h.run_id == run_id),
+            key=lambda h: (h.since, h.run_id, h.key),
+        )
+
+    def _held(self, run_id: str, events: Sequence[Event]) -> dict[tuple[str, str], IntentHold]:
+        """The index once ``events`` are appended (IntentHeld: nothing changes)."""
+        holds = self._holds
+        for event in events:
+            change = change_of(event)
+            if change is None:
+                continue
+            if holds is self._holds:
+                holds = dict(holds)  # copied at the first change: a refusal keeps nothing
+            if change.what == "end":
+                holds = {k: h for k, h in holds.items() if k[0] != run_id}
+            elif change.what == "release":
+                holds.pop((run_id, change.key), None)
+            else:
+                found = [
+                    h
+                    for k, h in holds.items()
+                    if k == (run_id, change.key)
+                    or (h.intent_digest, h.instance) == (change.digest, change.instance)
+                ]
+                refusing = others(found, run_id, change)
+                if refusing:
+                    raise held(run_id, change.key, refusing)
+                if refusing is not None:
+                    holds[(run_id, change.key)] = IntentHold(
+                        run_id, change.key, change.digest, change.instance, change.since
+                    )
+        return holds
 
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False

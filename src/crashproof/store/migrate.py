@@ -8,6 +8,10 @@ A plan lists every change that migrating a ledger makes, before anything is writ
 - a table rebuilt in a new physical layout, declared in the migration file by a
   ``-- relayout: TABLE`` line: its statements copy every row as it is, which applying
   checks (the row count before and after); it changes no value, so it is not a rewrite;
+- a new table filled from existing records, declared by a ``-- fill: TABLE`` line (an
+  index such as the unresolved act intents, folded from the journals): it writes only
+  into a table the same migration creates and changes no existing value, so it is
+  additive;
 - value maps declared in a migration file by a ``-- map: TABLE.COLUMN OLD -> NEW`` line
   (e.g. a run status renamed), with the number of rows each one rewrites;
 - journal records that carry no MAC (written before schema 2): migrating seals them with
@@ -55,6 +59,8 @@ _Q = load_queries("sqlite")
 TARGET = _MIGRATIONS[-1].version
 
 _RELAYOUT = re.compile(r"^--\s*relayout:\s*(\w+)\s*$", re.MULTILINE)
+_FILL = re.compile(r"^--\s*fill:\s*(\w+)\s*$", re.MULTILINE)
+_INSERT = re.compile(r"INSERT\s+INTO\s+(\w+)", re.IGNORECASE)
 _MAP = re.compile(r"^--\s*map:\s*(\w+)\.(\w+)\s+(\S+)\s*->\s*(\S+)\s*$", re.MULTILINE)
 _ADD_COLUMN = re.compile(
     r"ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)\s+(\w+(?:\s+precision)?)(.*)$",
@@ -173,7 +179,14 @@ def plan_migration(
             plan.changes.append(
                 f"  rebuild table {table} in a new layout: {rows} row(s) copied as they are"
             )
-        for statement in split_statements(migration.sql):
+        statements = split_statements(migration.sql)
+        created = {m.group(2) for m in map(_CREATE.match, statements) if m}
+        fills = set(_FILL.findall(migration.sql)) & created  # only a table made here
+        for statement in statements:
+            filled = _INSERT.match(statement)
+            if filled and filled.group(1) in fills:
+                plan.changes.append(f"  fill new table {filled.group(1)} from existing records")
+                continue
             change = _describe(statement, conn)
             plan.rewrites += change.startswith("statement:") and not relayout
             plan.changes.append("  " + change)

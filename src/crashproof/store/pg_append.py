@@ -34,6 +34,7 @@ from psycopg_pool import ConnectionPool
 from crashproof.errors import StaleLeaseError
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event
+from crashproof.store.intents import Change, IntentHold, change_of, held, others, touches
 from crashproof.store.port import (
     GENESIS,
     RecordSealer,
@@ -43,7 +44,7 @@ from crashproof.store.port import (
     seq_taken,
 )
 
-__all__ = ["PostgresAppend", "reason_in"]
+__all__ = ["PostgresAppend", "apply_change", "reason_in"]
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 # Journal ends remembered at most: a worker drives a few runs at a time; the oldest entry
@@ -93,6 +94,7 @@ class PostgresAppend:
         if (
             known is not None
             and known[0] == events[0].seq
+            and not any(touches(e) for e in events)  # an act's intent or end: the index too
             and self._append_one_trip(events, status, fencing_token, durable, known[1])
         ):
             return
@@ -163,6 +165,10 @@ class PostgresAppend:
             # journal_end locks the run's row: a claim cannot slip in before the commit.
             found = cur.execute(self._q["journal_end"], (run_id,)).fetchone()
             found = check_append(run_id, self.display, found, fencing_token, events)
+            for event in events:  # the index of unresolved intents, in the same transaction
+                change = change_of(event)
+                if change is not None:
+                    apply_change(cur, self._q, run_id, change, check=True)
             mac = self._insert_events(cur, events, found[1] or GENESIS)
             if status is not None:
                 cur.execute(
@@ -252,6 +258,32 @@ class PostgresAppend:
 # The event columns after the run id, in the order of _rows: the parameters of
 # append_event, and (plural, as unnest() arrays) of append_events.
 _EVENT_COLUMNS = ("seq", "type", "key", "payload", "value", "blob", "created_at", "key_id", "mac")
+
+
+def apply_change(
+    cur: Cursor, queries: dict[str, str], run_id: str, change: Change, *, check: bool
+) -> None:
+    """Apply one record's change to the index of unresolved intents (store/intents.py);
+    ``check``: refuse a new hold another run has (IntentHeld), else install it as it is."""
+    if change.what == "end":
+        cur.execute(queries["release_run_intents"], (run_id,))
+    elif change.what == "release":
+        cur.execute(queries["release_intent"], (run_id, change.key))
+    else:
+        if check:
+            # Two runs' transactions would both see no holder and both hold it: one
+            # waits for the other's commit here, then sees its hold.
+            cur.execute(queries["lock_intent"], (change.digest,))
+            rows = cur.execute(
+                queries["intent_holds"], (run_id, change.key, change.digest, change.instance)
+            ).fetchall()
+            refusing = others((IntentHold(*row) for row in rows), run_id, change)
+            if refusing:
+                raise held(run_id, change.key, refusing)
+        cur.execute(
+            queries["hold_intent"],
+            (run_id, change.key, change.digest, change.instance, change.since),
+        )
 
 
 def reason_in(reason: str | None) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from crashproof.errors import IntegrityError, LeaseHeld, StaleLeaseError
 from crashproof.journal.records import EVENT_TYPES, Event, RunRow, RunStatus
+from crashproof.store.intents import IntentHold
 
 __all__ = [
     "BLOB_THRESHOLD",
@@ -241,7 +242,14 @@ class Store(Protocol):
         ``fencing_token``: the same transaction checks that it is still the run's
         current token (else StaleLeaseError, nothing kept). ``durable``: in "output"
         durability, return only once this commit and every earlier one would survive a
-        power cut (the runtime asks for it right before something leaves the process)."""
+        power cut (the runtime asks for it right before something leaves the process).
+        The same transaction keeps the index of unresolved act intents
+        (store/intents.py) and raises IntentHeld, nothing kept, when an ``act_intent``
+        would open a hold another run has on the same intent."""
+        ...
+
+    def unresolved_intents(self, run_id: str | None = None) -> list[IntentHold]:
+        """The index of unresolved act intents (of one run, or of all), oldest first."""
         ...
 
     def sync(self) -> None:

@@ -33,9 +33,10 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import decode
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, split_statements
 from crashproof.store.migrate_postgres import lock_key
-from crashproof.store.pg_append import PostgresAppend, reason_in
+from crashproof.store.pg_append import PostgresAppend, apply_change, reason_in
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
 from crashproof.store.port import (
     GENESIS,
@@ -310,7 +311,16 @@ class PostgresStore(PostgresAppend):
             if blobs:
                 cur.executemany(self._q["insert_blob"], blobs)
             cur.executemany(self._q["insert_event"], rows)
+            for _seq, type_, key, payload, _v, created_at, *_ in records:
+                change = raw_change(type_, key, payload, created_at)
+                if change is not None:  # what the run holds unresolved, as it held it
+                    apply_change(cur, self._q, row.run_id, change, check=False)
             return True
+
+    def unresolved_intents(self, run_id: str | None = None) -> list[IntentHold]:
+        with self._read() as cur:
+            rows = cur.execute(self._q["unresolved_intents"]).fetchall()
+        return [IntentHold(*r) for r in rows if run_id is None or r[0] == run_id]
 
     def close(self) -> None:
         self._pool.close()

@@ -27,6 +27,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, run_migration, split_statements
 from crashproof.store.port import (
     GENESIS,
@@ -42,6 +43,7 @@ from crashproof.store.sqlite_file import check_file, enter_wal
 from crashproof.store.sqlite_journal import (
     JournalEnd,
     SQLiteJournal,
+    apply_change,
     check_rows,
     insert_record,
 )
@@ -222,6 +224,11 @@ class SQLiteStore(SQLiteJournal):
                 rows = self._conn.execute(_Q["list_runs_by_status"], (status.value,)).fetchall()
         return [_row(r) for r in rows]
 
+    def unresolved_intents(self, run_id: str | None = None) -> list[IntentHold]:
+        with self._lock, self._errors():
+            rows = self._conn.execute(_Q["unresolved_intents"]).fetchall()
+        return [IntentHold(*r) for r in rows if run_id is None or r[0] == run_id]
+
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
     ) -> Lease:
@@ -365,6 +372,9 @@ class SQLiteStore(SQLiteJournal):
                 return False
             for record in records:
                 insert_record(conn, row.run_id, run_no, record)
+                change = raw_change(record[1], record[2], record[3], record[5])
+                if change is not None:  # what the run holds unresolved, as it held it
+                    apply_change(conn, row.run_id, change, check=False)
             return True
 
     # -- internals ---------------------------------------------------------

@@ -207,7 +207,19 @@ def resume_run(
             "--by",
             metavar="NAME",
             show_default=False,
-            help="Who raises the budget or re-binds the policy (default: the OS user).",
+            help="Who raises the budget, re-binds the policy or overrides an intent held "
+            "by another run (default: the OS user).",
+        ),
+    ] = None,
+    override_intent: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--override-intent",
+            metavar="RUN",
+            show_default=False,
+            help="Let the act this run froze on go on although RUN holds the same intent "
+            "unresolved (in flight, unknown or frozen): it may then happen twice. "
+            "Journaled with --by. Repeatable, one per holding run.",
         ),
     ] = None,
     take_over: Annotated[
@@ -262,7 +274,7 @@ def resume_run(
             ledger.register(workflow)
         for policy in policies:
             ledger.register_policy(policy)
-        if raises or rebind is not None:  # refuse bad operator input as usage, before anything
+        if raises or rebind is not None or override_intent:  # bad operator input: usage
             try:
                 operator(by)
                 if raises:
@@ -286,6 +298,7 @@ def resume_run(
                 by=by,
                 take_over=take_over,
                 wait=wait,
+                override_intent=override_intent or (),
             ),
         )
 

@@ -86,6 +86,7 @@ class Pending:
     def __init__(self, local: bool) -> None:
         self.local = local  # the journal is on this machine: a commit is no round trip
         self._records: list[tuple[Sequence[Event], StatusChange | None, bool | None]] = []
+        self.refused: Event | None = None  # the first record a flush failed to commit
 
     def __bool__(self) -> bool:
         return bool(self._records)
@@ -107,4 +108,8 @@ class Pending:
         the commits are local and wait for no disk)."""
         records, self._records = self._records, []
         for events, status, output in records:
-            host.append_records(events, status, fencing_token=fencing_token, output=output)
+            try:
+                host.append_records(events, status, fencing_token=fencing_token, output=output)
+            except Exception:
+                self.refused = events[0]  # this one and those after it were not kept
+                raise

@@ -35,6 +35,7 @@ from crashproof.runtime.guards.budget import (
     reached,
     stopped_error,
 )
+from crashproof.runtime.guards.holds import intent_override
 from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.options import RunOptions
 from crashproof.store.port import StatusChange
@@ -54,10 +55,14 @@ class OperatorChanges:
 
     raise_budget: Mapping[str, Any] | None = None
     rebind_policy: Policy | None = None
+    # Runs holding the frozen act's intent that it may pass (guards/holds.py).
+    override_intent: tuple[str, ...] = ()
     by: str | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.raise_budget) or self.rebind_policy is not None
+        return (
+            bool(self.raise_budget) or self.rebind_policy is not None or bool(self.override_intent)
+        )
 
 
 def start_fields(options: RunOptions | None) -> dict[str, Any]:
@@ -225,6 +230,9 @@ def _journal_changes(
                 created_at=time.time(),
             )
         )
+    if changes.override_intent:
+        added.append(intent_override(run_id, seq, replay, changes.override_intent, who))
+        seq += 1
     for event in added:  # one commit each: each is one operator decision
         commit((event,), None)
     return added

@@ -49,6 +49,7 @@ _OPERATOR = (
     EventType.REVIEW_DECIDED,
     EventType.RUN_MOVED,
     EventType.RUN_IMPORTED,
+    EventType.INTENT_OVERRIDE,
 )
 
 
@@ -161,6 +162,12 @@ def _summary(event: Event) -> str:
         return (
             f"operator {imported.get('by')}@{imported.get('host')}: imported a "
             f"{imported.get('transfer')}, checkpoint {imported.get('checkpoint')}"
+        )
+    if kind is EventType.INTENT_OVERRIDE:
+        o = payloads.intent_override(event)
+        return (
+            f"operator {o.get('by')}@{o.get('host')}: override, act goes on although "
+            f"run(s) {', '.join(o.get('holders') or [])} hold its intent unresolved"
         )
     if kind in _OPERATOR:
         who = payloads.operator_record(event)

@@ -31,6 +31,7 @@ from crashproof.errors import (
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
+from crashproof.runtime.guards.holds import first_intent
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.act_records import intent_payload, receipt_payload
 from crashproof.runtime.steps.environment import (
@@ -129,7 +130,14 @@ def perform_act(
         raise failed from exc
     if prepared is not None:
         call = _with(call, prepared=prepared)
-    _journal_intent(session, tool, call, (yield from observe_before(tool, call)))
+    observed = yield from observe_before(tool, call)
+    # Refused while another run holds this intent unresolved (guards/holds.py).
+    yield from first_intent(
+        session,
+        call,
+        lambda: _evidence(call, tool),  # observes again: only for a freeze
+        lambda overrides: _journal_intent(session, tool, call, observed, overrides),
+    )
     return (yield from _execute(session, tool, call))
 
 
@@ -278,12 +286,19 @@ def _execute_again(session: RunSession, tool: Tool, call: Call, rounds: int) -> 
 
 
 def _journal_intent(
-    session: RunSession, tool: Tool, call: Call, observed: dict[str, Any] | None = None
+    session: RunSession,
+    tool: Tool,
+    call: Call,
+    observed: dict[str, Any] | None = None,
+    overrides: list[str] | None = None,
 ) -> None:
+    payload = intent_payload(tool, call, time.time(), observed)
+    if overrides:
+        payload["overrides"] = overrides
     session.append_event(
         EventType.ACT_INTENT,
         call.step,
-        payloads.as_dict(intent_payload(tool, call, time.time(), observed)),
+        payloads.as_dict(payload),
         encode(
             {"params": call.params, "prepared": call.prepared},
             what=f"the params/prepared data of act {call.step!r}",

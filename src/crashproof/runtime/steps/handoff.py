@@ -39,6 +39,7 @@ __all__ = [
     "InvokeAll",
     "Outcome",
     "Pause",
+    "Settle",
     "Work",
     "async_methods",
     "async_tool_refused",
@@ -78,12 +79,19 @@ class Pause:
 
 
 @dataclass(frozen=True, slots=True)
+class Settle:
+    """Nothing to call: the point where the records made so far must be committed (the
+    async shell commits them before every handoff; a refusal of the commit, such as
+    ``IntentHeld``, is thrown in here). The sync shell committed them already."""
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     value: Any = None
     error: Exception | None = None
 
 
-Handoff = Invoke | InvokeAll | Pause
+Handoff = Invoke | InvokeAll | Pause | Settle
 Work = Generator[Handoff, Any, T]
 
 
@@ -148,6 +156,8 @@ def _do_sync(handoff: Handoff) -> Any:
     if type(handoff) is Pause:
         time.sleep(handoff.seconds)
         return None
+    if type(handoff) is Settle:
+        return None
     if type(handoff) is InvokeAll:
         for one in handoff.calls:
             if is_async(one.fn):
@@ -211,6 +221,8 @@ async def _do_async(handoff: Handoff) -> Any:
     if type(handoff) is Pause:
         await asyncio.sleep(handoff.seconds)
         return None
+    if type(handoff) is Settle:
+        return None  # ``before`` committed what was pending
     if type(handoff) is InvokeAll:
         gate = asyncio.Semaphore(max(1, handoff.limit))
 

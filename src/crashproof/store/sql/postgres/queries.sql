@@ -153,3 +153,28 @@ SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::
        %(value)s::text, %(blob)s::text, %(created_at)s::float8, %(key_id)s::text,
        %(mac)s::text
 FROM ok;
+
+-- name: lock_intent
+-- Serialises the transactions that would hold one intent digest (store/intents.py): a
+-- check and the hold that follows it cannot interleave with another run's.
+SELECT pg_advisory_xact_lock(hashtextextended(%s, 0));
+
+-- name: intent_holds
+-- The holds a new intent of a run at a step meets: its own (a re-attempt), and those of
+-- the same digest on the same instance.
+SELECT run_id, step_key, intent_digest, instance, since FROM {schema}.unresolved_intents
+WHERE (run_id = %s AND step_key = %s) OR (intent_digest = %s AND instance = %s);
+
+-- name: hold_intent
+INSERT INTO {schema}.unresolved_intents (run_id, step_key, intent_digest, instance, since)
+VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id, step_key) DO NOTHING;
+
+-- name: release_intent
+DELETE FROM {schema}.unresolved_intents WHERE run_id = %s AND step_key = %s;
+
+-- name: release_run_intents
+DELETE FROM {schema}.unresolved_intents WHERE run_id = %s;
+
+-- name: unresolved_intents
+SELECT run_id, step_key, intent_digest, instance, since FROM {schema}.unresolved_intents
+ORDER BY since, run_id, step_key;

@@ -60,3 +60,15 @@ CREATE TABLE events (
     mac        text,
     PRIMARY KEY (run_id, seq)
 );
+
+-- The index of unresolved act intents across runs (schema 4, crashproof.store.intents):
+-- one row per act whose intent is journaled and has no final record yet; a cache.
+CREATE TABLE unresolved_intents (
+    run_id        text NOT NULL,
+    step_key      text NOT NULL,
+    intent_digest text NOT NULL,
+    instance      text NOT NULL DEFAULT '',
+    since         double precision NOT NULL,
+    PRIMARY KEY (run_id, step_key)
+);
+CREATE INDEX unresolved_intents_by_digest ON unresolved_intents (intent_digest, instance);

@@ -105,3 +105,23 @@ UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ? AND fencing_
 -- name: release_lease
 UPDATE runs SET owner = NULL, lease_expires_at = NULL
 WHERE run_id = ? AND owner = ? AND fencing_token = ?;
+
+-- name: intent_holds
+-- The holds a new intent of run ?1 at step ?2 meets: its own (a re-attempt), and those
+-- of the same digest ?3 on the same instance ?4 (store/intents.py).
+SELECT run_id, step_key, intent_digest, instance, since FROM unresolved_intents
+WHERE (run_id = ?1 AND step_key = ?2) OR (intent_digest = ?3 AND instance = ?4);
+
+-- name: hold_intent
+INSERT INTO unresolved_intents (run_id, step_key, intent_digest, instance, since)
+VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, step_key) DO NOTHING;
+
+-- name: release_intent
+DELETE FROM unresolved_intents WHERE run_id = ? AND step_key = ?;
+
+-- name: release_run_intents
+DELETE FROM unresolved_intents WHERE run_id = ?;
+
+-- name: unresolved_intents
+SELECT run_id, step_key, intent_digest, instance, since FROM unresolved_intents
+ORDER BY since, run_id, step_key;

@@ -58,3 +58,15 @@ CREATE TABLE events (
     mac        TEXT,
     CHECK (seq >= 0 AND seq < 4294967296 AND id - seq = (id >> 32) << 32)
 ) STRICT;
+
+-- The index of unresolved act intents across runs (crashproof.store.intents): one row
+-- per act whose intent is journaled and has no final record yet; a cache of the journals.
+CREATE TABLE unresolved_intents (
+    run_id        TEXT NOT NULL,
+    step_key      TEXT NOT NULL,
+    intent_digest TEXT NOT NULL,
+    instance      TEXT NOT NULL DEFAULT '',
+    since         REAL NOT NULL,
+    PRIMARY KEY (run_id, step_key)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX unresolved_intents_by_digest ON unresolved_intents (intent_digest, instance);
