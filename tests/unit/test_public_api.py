@@ -42,6 +42,7 @@ PUBLIC = [
     "Receipt",
     "ReceiptConflict",
     "ReplayVerdict",
+    "ResourceBusy",
     "RetryPolicy",
     "RetryableError",
     "ReviewCase",

@@ -25,6 +25,7 @@ from crashproof.errors import (
     OutcomeUnknown,
     PermanentError,
     ReceiptConflict,
+    ResourceBusy,
     RetryableError,
     StaleLeaseError,
 )
@@ -126,6 +127,8 @@ def perform_act(
         failed = ActFailed(f"act {key!r} refused by {tool.name}: {exc}")
         _journal_failed(session, call, failed, exc, time.time(), failure="permanent")
         raise failed from exc
+    except ResourceBusy as exc:
+        _freeze_busy(session, tool, call, exc)
     if prepared is not None:
         call = _with(call, prepared=prepared)
     _journal_intent(session, tool, call, observe_before(tool, call))
@@ -169,6 +172,8 @@ def _execute(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> An
             raise failed from exc
         except RetryableError as exc:
             if call.attempt >= settings.retryable_attempts:
+                if isinstance(exc, ResourceBusy):
+                    _freeze_busy(session, tool, call, exc)
                 failed = ActFailed(f"act {call.step!r} failed after {call.attempt} attempts: {exc}")
                 _journal_failed(session, call, failed, exc, started, failure="retryable")
                 raise failed from exc
@@ -428,6 +433,15 @@ def _freeze_drift(session: RunSession, tool: Tool, call: Call, exc: DriftError) 
         {**_evidence(call, tool), "drift": error_record(exc)},
         key=call.step,
         error=DriftError,
+    )
+
+
+def _freeze_busy(session: RunSession, tool: Tool, call: Call, exc: ResourceBusy) -> None:
+    session.freeze(
+        f"act {call.step!r}: {exc}; a later resume tries again",
+        {**_evidence(call, tool), "busy": error_record(exc)},
+        key=call.step,
+        retryable=True,
     )
 
 
