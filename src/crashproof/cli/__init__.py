@@ -34,6 +34,9 @@ code  meaning
       fix the cause, then resume
 70    internal error (a bug): rerun with --verbose for the traceback
 130   interrupted (Ctrl-C)
+128+N stopped by signal N, not by crashproof (SIGKILL: 137 in a shell,
+      -9 from Python's subprocess; SIGTERM: 143): nothing recorded is
+      lost, and the run resumes where it stopped
 ====  ==================================================================
 
 The codes are ``crashproof.cli.exitcodes.ExitCode``; ``crashproof --help`` lists them.
@@ -61,12 +64,45 @@ def _usage_failure(exc: typer.TyperException) -> Failure:
     return Failure(ExitCode.USAGE, " ".join(exc.format_message().split()), f"see `{path} --help`")
 
 
+def _not_utf8(args: list[str]) -> Failure | None:
+    """An argument that is not UTF-8 (Python keeps its bytes as lone surrogates) would
+    fail deep inside the ledger's encoder; refuse it here, before anything opens."""
+    for number, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "surrogateescape")
+            return Failure(
+                ExitCode.USAGE,
+                f"argument {number} ({shown!r}) is not valid UTF-8; nothing was changed",
+                "run ids, paths and values are UTF-8 text: check the shell quoting",
+            )
+    return None
+
+
+def _escaped_base_exception(exc: BaseException) -> Failure:
+    """A workflow (or a tool) raised a BaseException that is not an Exception
+    (``GeneratorExit``, ``BaseException`` itself, a simulated crash): the ledger records
+    no outcome for it, so the run stays resumable, as after a crash."""
+    return Failure(
+        ExitCode.RUN_INTERRUPTED,
+        f"{type(exc).__name__} escaped the run: {' '.join(str(exc).split()) or 'no message'};"
+        " nothing was recorded for it, and the run stays running and resumable",
+        "raise an Exception subclass instead; then `crashproof resume RUN_ID --app MODULE` "
+        "(once its lease expires, or with --take-over)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI with ``argv``; return the exit code (tests call this in-process)."""
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         main(["--help"])
         return int(ExitCode.USAGE)
+    bad = _not_utf8(args)
+    if bad is not None:
+        print_error(bad)
+        return int(bad.code)
     state = State()
     command = typer.main.get_command(app)
     try:
@@ -89,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
                 traceback.print_exception(exc)
         elif state.verbose and exc.__cause__ is not None:
             traceback.print_exception(exc.__cause__)
+        print_error(failure)
+        return int(failure.code)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # a workflow's GeneratorExit, say
+        if state.verbose:
+            traceback.print_exception(exc)
+        failure = _escaped_base_exception(exc)
         print_error(failure)
         return int(failure.code)
     return rv if isinstance(rv, int) else int(ExitCode.OK)

@@ -31,7 +31,7 @@ from crashproof.errors import (
     WitnessMissing,
 )
 
-__all__ = ["EXIT_CODES_TEXT", "CliError", "ExitCode", "Failure", "failure_for"]
+__all__ = ["EXIT_CODES_TEXT", "SIGNAL_EXIT_TEXT", "CliError", "ExitCode", "Failure", "failure_for"]
 
 
 class ExitCode(enum.IntEnum):
@@ -61,6 +61,13 @@ EXIT_CODES_TEXT: dict[ExitCode, str] = {
     ExitCode.INTERNAL: "internal error (a bug): rerun with --verbose for the traceback",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
+
+
+# Not a code crashproof returns: the shell's status of a process a signal stopped.
+SIGNAL_EXIT_TEXT = (
+    "stopped by signal N (SIGKILL: 137 in a shell, -9 from Python's subprocess; SIGTERM: "
+    "143): nothing recorded is lost, resume the run"
+)
 
 
 class CliError(Exception):
