@@ -21,7 +21,6 @@ from crashproof.errors import (
     RunConflict,
     RunFailed,
     RunFrozen,
-    RunNotFound,
     RunStopped,
     StaleLeaseError,
     UnknownWorkflow,
@@ -239,6 +238,8 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         )
         new = self._store.get_run(run_id) is None
         if new and self._witness is not None:
+            if self._witness.get(run_id):  # lost from the journal: never a second start
+                raise self.missing(run_id)
             self._witness.start(run_id)  # generation 0, before the run's first commit
         if new:  # resuming an existing run commits nothing here: no crash point
             self._hit("before_commit", first)
@@ -272,7 +273,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         changes = OperatorChanges(raise_budget=raise_budget, rebind_policy=rebind_policy, by=by)
         row = self._store.get_run(run_id)
         if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+            raise self.missing(run_id)  # lost from the journal, when the witness saw it
         if row.status is RunStatus.MOVED:  # before anything else: the run is elsewhere
             refuse_moved(self._store, run_id, self.journal(run_id))
         if changes and row.status.terminal:
@@ -300,7 +301,7 @@ class Ledger(LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         """Everything known about a run, folded from its journal."""
         row = self._store.get_run(run_id)
         if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+            raise self.missing(run_id)
         return fold_run(row, self.journal(run_id))
 
     def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
