@@ -4,7 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench chaos chaos-short clean
+
+# Wall-clock kills of the examples' whole process groups (crashproof verify --mode chaos):
+# `make chaos` is the long campaign, `make chaos-short` the one CI runs.
+CHAOS_TRIALS ?= 1000
+CHAOS_SEED ?= 1
 
 $(STAMP): pyproject.toml setup.py src/crashproof/integrity/_seal.c
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +33,13 @@ unit: $(STAMP)
 test: lint typecheck
 	$(BIN)/pytest -q
 	$(BIN)/python -O -m pytest -q tests/crash
+
+chaos: $(STAMP)
+	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
+	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
+
+chaos-short: $(STAMP)
+	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)
 
 bench: $(STAMP)
 	$(BIN)/python bench/steps.py

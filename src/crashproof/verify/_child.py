@@ -29,7 +29,15 @@ from crashproof._faults import CrashPoints
 from crashproof.errors import LeaseHeld, RunFrozen, StaleLeaseError
 from crashproof.runtime.ledger import Ledger
 from crashproof.verify.scenario import close_env, load_scenario
-from crashproof.verify.trial_kit import CRASHED_AT, DURABILITY, GO, PAUSED_AT, env_dir, ledger_url
+from crashproof.verify.trial_kit import (
+    CRASHED_AT,
+    DURABILITY,
+    GO,
+    PAUSED_AT,
+    RUNNING,
+    env_dir,
+    ledger_url,
+)
 
 __all__ = ["main"]
 
@@ -69,6 +77,7 @@ def main(argv: list[str]) -> int:
     elif pause_at > 0:
         points = CrashPoints(at=pause_at, action=pause)
     env = scenario.env_factory(env_dir(directory))
+    (directory / RUNNING).write_text("", encoding="utf-8")  # chaos mode times its kill from here
     try:
         with Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points) as ledger:
             workflow = scenario.workflow_factory(env)

@@ -50,6 +50,7 @@ class VerifyMode(enum.StrEnum):
     INPROC = "inproc"
     SUBPROCESS = "subprocess"
     POWERCUT = "powercut"
+    CHAOS = "chaos"
 
 
 def _contention_points(value: str) -> int | None:
@@ -83,7 +84,8 @@ def verify_recovery(
             "(fast). subprocess: a child process is killed by SIGKILL at each crash point "
             "(realistic). powercut: the ledger runs in output durability and, after each "
             "crash, loses every write its last forced sync did not make durable, as a power "
-            "loss would.",
+            "loss would. chaos: the child's whole process group (git, test runners) is "
+            "SIGKILLed at random times, its recovery too in some trials (--trials).",
         ),
     ] = VerifyMode.INPROC,
     seed: Annotated[
@@ -140,6 +142,16 @@ def verify_recovery(
             "scenario's factories must be thread-safe).",
         ),
     ] = 1,
+    trials: Annotated[
+        int,
+        typer.Option(
+            "--trials",
+            metavar="N",
+            min=1,
+            help="Chaos mode: N wall-clock kill trials, their delays drawn with the seed.",
+        ),
+        # crashproof.verify.runner.DEFAULT_TRIALS, spelled out (see --contention-points).
+    ] = 20,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
@@ -200,6 +212,7 @@ def verify_recovery(
                 target=target,
                 workers=workers,
                 progress=tick,
+                trials=trials,
             )
         except ScenarioError as exc:
             raise CliError(
