@@ -11,13 +11,21 @@ STAMP := $(VENV)/.installed
 CHAOS_TRIALS ?= 1000
 CHAOS_SEED ?= 1
 
-$(STAMP): pyproject.toml setup.py src/crashproof/integrity/_seal.c
+RUNTIME := $(VENV)/.runtime
+
+# The demo needs the runtime only; the dev tools (pytest, mypy, ruff, psycopg) come with
+# the first target that uses them.
+$(RUNTIME): pyproject.toml setup.py src/crashproof/integrity/_seal.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/crashproof demo
 
 lint: $(STAMP)
