@@ -226,3 +226,53 @@ def child(project: Path, env: dict[str, str], *argv: str) -> subprocess.Complete
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
+
+
+IMMUTABLE_FLOW = """
+import subprocess, sys
+import crashproof as cp
+
+
+def freeze_files(db):
+    files = [db, db + "-wal", db + "-shm"]
+    subprocess.run(["chattr", "+i", *files], check=True)
+    return "frozen"
+
+
+@cp.workflow("immutable", version="1")
+def immutable(ctx, db):
+    for i in range(5):
+        ctx.step(f"a{i}", lambda: "x" * 3000)
+    ctx.step("freeze", freeze_files, db)
+    for i in range(200):
+        ctx.step(f"b{i}", lambda: "y" * 3000)
+    return "done"
+"""
+
+
+def test_files_made_immutable_mid_run_end_in_one_line_not_silence(tmp_path: Path) -> None:
+    """#26 item 4: SQLite's next write to its -shm map meets SIGBUS; the CLI process says
+    so in one line plus a hint (exit 135, documented) instead of dying silently, and the
+    run resumes once the files are writable again."""
+    db = tmp_path / "l.db"
+    files = [str(db), f"{db}-wal", f"{db}-shm"]
+    probe = tmp_path / "probe"
+    probe.write_text("")
+    if subprocess.run(["chattr", "+i", str(probe)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i does not work here (needs root and ext4, xfs or btrfs)")
+    subprocess.run(["chattr", "-i", str(probe)], check=True)
+    (tmp_path / "immutable_flow.py").write_text(IMMUTABLE_FLOW)
+    argv = [sys.executable, "-m", "crashproof", "run", "immutable_flow:immutable"]
+    argv += ["--run-id", "r", "--arg", f"db={db}", "--db", f"sqlite:///{db}"]
+    try:
+        died = subprocess.run(
+            argv, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+        )
+    finally:
+        subprocess.run(["chattr", "-i", *files], capture_output=True, check=False)
+    assert died.returncode == 135, died.stderr
+    lines = died.stderr.splitlines()
+    assert lines[0].startswith("crashproof: error: the process received SIGBUS")
+    assert lines[1].startswith("hint: make the ledger's files writable again")
+    assert len(lines) == 2
+    assert cli("check", "--db", f"sqlite:///{db}") == ExitCode.OK

@@ -36,7 +36,8 @@ code  meaning
 130   interrupted (Ctrl-C)
 128+N stopped by signal N, not by crashproof (SIGKILL: 137 in a shell,
       -9 from Python's subprocess; SIGTERM: 143): nothing recorded is
-      lost, and the run resumes where it stopped
+      lost, and the run resumes where it stopped. 135 (SIGBUS) comes
+      with an error line: a ledger file became unwritable mid-run
 ====  ==================================================================
 
 The codes are ``crashproof.cli.exitcodes.ExitCode``; ``crashproof --help`` lists them.
@@ -138,6 +139,21 @@ def main(argv: list[str] | None = None) -> int:
     return rv if isinstance(rv, int) else int(ExitCode.OK)
 
 
+_SIGBUS_MESSAGE = (
+    "crashproof: error: the process received SIGBUS: a memory-mapped file became unusable "
+    "(the ledger's -shm or -wal made immutable, or its disk gone); it stopped at once, and "
+    "what the journal committed is kept\n"
+    "hint: make the ledger's files writable again (lsattr; chattr -i FILE), then "
+    "`crashproof resume RUN_ID --app MODULE`\n"
+)
+
+
 def run_cli() -> None:
     """Console-script entry point: ``crashproof`` and ``python -m crashproof``."""
+    try:  # the native module is optional (setup.py): without it, SIGBUS ends us silently
+        from crashproof.cli import _sigbus
+    except ImportError:
+        pass
+    else:
+        _sigbus.install(_SIGBUS_MESSAGE)
     raise SystemExit(main(sys.argv[1:]))
