@@ -4,15 +4,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench chaos chaos-short clean
 
-$(STAMP): pyproject.toml setup.py src/crashproof/integrity/_seal.c
+# Wall-clock kills of the examples' whole process groups (crashproof verify --mode chaos):
+# `make chaos` is the long campaign, `make chaos-short` the one CI runs.
+CHAOS_TRIALS ?= 1000
+CHAOS_SEED ?= 1
+
+RUNTIME := $(VENV)/.runtime
+
+# The demo needs the runtime only; the dev tools (pytest, mypy, ruff, psycopg) come with
+# the first target that uses them.
+$(RUNTIME): pyproject.toml setup.py src/crashproof/integrity/_seal.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/crashproof demo
 
 lint: $(STAMP)
@@ -28,6 +41,13 @@ unit: $(STAMP)
 test: lint typecheck
 	$(BIN)/pytest -q
 	$(BIN)/python -O -m pytest -q tests/crash
+
+chaos: $(STAMP)
+	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
+	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
+
+chaos-short: $(STAMP)
+	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)
 
 bench: $(STAMP)
 	$(BIN)/python bench/steps.py

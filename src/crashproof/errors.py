@@ -36,6 +36,8 @@
     ├── IntentHeld                   another run holds the same act intent unresolved
     ├── OutcomeUnknown               a tool cannot tell whether an effect happened
     ├── RetryableError               a tool says: not done, try again
+    │   └── ResourceBusy             ... someone else holds the target (a lock); frozen
+    │                                    for a later resume once retries run out, never failed
     ├── PermanentError               a tool says: not done, never will be
     └── ActFailed                    a permanent failure, as the workflow sees it
         └── PolicyViolation          an act outside the run's policy, refused unexecuted
@@ -72,6 +74,7 @@ __all__ = [
     "PolicyMismatch",
     "PolicyViolation",
     "ReceiptConflict",
+    "ResourceBusy",
     "RetryableError",
     "RunConflict",
     "RunFailed",
@@ -287,6 +290,14 @@ class OutcomeUnknown(CrashproofError):
 
 class RetryableError(CrashproofError):
     """A tool states the effect did not happen and may be tried again."""
+
+
+class ResourceBusy(RetryableError):
+    """A tool states the effect did not happen because someone else holds what it needs
+    (a lock file of another process). Retried like any ``RetryableError``; when the
+    retries run out the act is frozen in ``needs_review`` for a later resume to try again,
+    never recorded as failed: the holder may go away, and only a human can tell whether
+    it will."""
 
 
 class PermanentError(CrashproofError):

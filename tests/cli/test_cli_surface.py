@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import types
@@ -162,3 +164,27 @@ def test_crashproof_durability_env_var_is_honoured_and_checked(
     monkeypatch.setenv("CRASHPROOF_DURABILITY", "full")
     ran = cli("run", "flows:greet", "--run-id", "g", "--arg", "name=ada")
     assert ran.code == ExitCode.OK, ran.err
+
+
+def test_the_demo_keeps_its_key_to_itself(tmp_path: Path) -> None:
+    """#26 first contact: without a key configured, the real demo (child processes and
+    all) signs with a throwaway key it says it uses and removes; nothing is written to
+    the user's configuration directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRASHPROOF_KEY")}
+    env.update(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    done = subprocess.run(
+        [sys.executable, "-m", "crashproof", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "throwaway key" in done.stderr
+    assert "DIVERGED 0" in done.stdout
+    assert not (tmp_path / "config" / "crashproof").exists()
+    used = re.search(r"throwaway key \((.+?), removed at the end\)", done.stderr)
+    assert used is not None
+    assert not Path(used.group(1)).exists()

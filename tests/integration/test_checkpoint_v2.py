@@ -195,6 +195,38 @@ def test_a_header_that_disagrees_with_its_records_is_refused_naming_the_field(
     assert "disagrees with its own records" in message
 
 
+@pytest.mark.parametrize("lie", ["succeeded", "running", "failed", "queued", "moved"])
+@pytest.mark.parametrize("version", [1, 4])
+def test_a_header_status_that_disagrees_with_its_records_is_refused(
+    tmp_path: Path, rich: dict[str, Any], lie: str, version: int
+) -> None:
+    """#26 item 8: a key holder re-signs the run as succeeded (or running, to make a
+    frozen run look runnable); the status is checked like every other header field."""
+    bad = copy.deepcopy(rich)
+    bad["run"]["status"] = lie
+    document = as_version_1(bad) if version == 1 else resign(bad)
+    message = refused(tmp_path, document)
+    assert "run header field 'status' is " + repr(lie) in message
+    assert "fold to 'needs_review'" in message
+
+
+def test_an_enqueued_run_exports_as_running_and_imports(tmp_path: Path) -> None:
+    """A run enqueued and never claimed: its one record folds to running, and so does the
+    header export writes."""
+
+    @cp.workflow("later", version="1")
+    def later(ctx: cp.Context) -> str:
+        return ctx.step("a", str.upper, "x")
+
+    with ledger_at(tmp_path / "q.db") as ledger:
+        ledger.register(later)
+        ledger.enqueue(later, run_id="q")
+        document = ledger.export_run("q", copy=True)
+    assert document["run"]["status"] == "running"
+    with ledger_at(tmp_path / "r.db") as other:
+        assert other.import_run(document, by="alice") == "q"
+
+
 def test_a_changed_case_fingerprint_is_refused(tmp_path: Path, rich: dict[str, Any]) -> None:
     bad = copy.deepcopy(rich)
     bad["run"]["open_review_cases"][0]["fingerprint"] = "f" * 64

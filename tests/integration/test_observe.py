@@ -269,9 +269,9 @@ def test_agent_forge_head_moved_pauses(tmp_path: Path) -> None:
 
 
 def _cache_flow(ws: cp.Workspace, counter: Counter) -> cp.Workflow[str]:
-    def build() -> str:  # a local step that leaves a cache behind, as test runners do
-        (ws.root / "__pycache__").mkdir(exist_ok=True)
-        (ws.root / "__pycache__" / "m.pyc").write_bytes(b"cache")
+    def build() -> str:  # a local step that leaves output behind (no cache git ignores)
+        (ws.root / "out").mkdir(exist_ok=True)
+        (ws.root / "out" / "m.o").write_bytes(b"object")
         return counter("build")
 
     @cp.workflow("cache", version="1")
@@ -288,7 +288,7 @@ def test_observe_ignore_leaves_caches_out(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     root.mkdir()
     counter = Counter(tmp_path / "calls")
-    ws = cp.Workspace(root, observe_ignore=["__pycache__/*"])
+    ws = cp.Workspace(root, observe_ignore=["out/*"])
     _crash_after(tmp_path, _cache_flow(ws, counter), "after_commit[step_done:build]")
     assert _ledger_with(tmp_path, _cache_flow(ws, counter)).resume("r") == "done"
     assert (root / "n.py").exists()

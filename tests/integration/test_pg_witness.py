@@ -59,6 +59,31 @@ def test_restored_ledger_schema_is_refused(pg_url: str, tmp_path: Path) -> None:
     assert target.count("executes", "r/create") == 1  # not executed a second time
 
 
+def test_a_run_the_schema_lost_is_reported_lost(pg_url: str, tmp_path: Path) -> None:
+    """The whole run gone from the ledger's schema (a dump restored from before it began):
+    check, show and resume report it lost for every run the witness saw (#26 item 3)."""
+    target = Target(tmp_path / "t.json")
+    with open_ledger(pg_url) as ledger:
+        ledger.run(make(target), run_id="r")
+        ledger.run(make(target), run_id="kept")
+    sql(pg_url, "DELETE FROM crashproof.events WHERE run_id = 'r'")
+    sql(pg_url, "DELETE FROM crashproof.runs WHERE run_id = 'r'")
+    with open_ledger(pg_url) as ledger:
+        assert ledger.witness is not None
+        assert set(ledger.witness.known()) == {"r", "kept"}
+        report = dict(ledger.check())
+        assert report["kept"] is None
+        assert report["r"] is not None
+        assert report["r"].startswith("JournalRolledBack: run 'r' is lost from the journal")
+        for call in (ledger.get_run, ledger.resume):
+            with pytest.raises(cp.JournalRolledBack, match="lost from the journal"):
+                call("r")
+        with pytest.raises(cp.JournalRolledBack):
+            ledger.run(make(target), run_id="r")
+    assert sql(pg_url, "SELECT count(*) FROM crashproof.events WHERE run_id = 'r'") == [(0,)]
+    assert target.count("executes", "r/create") == 1
+
+
 def test_missing_witness_is_refused_until_reanchored(pg_url: str, tmp_path: Path) -> None:
     target = Target(tmp_path / "t.json")
     crash_before_act(pg_url, target)

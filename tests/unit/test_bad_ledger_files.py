@@ -158,3 +158,48 @@ def test_the_good_ledger_still_opens_and_reads(tmp_path: Path) -> None:
         runs = ledger.runs()
     assert [r.run_id for r in runs] == [f"run-{i}" for i in range(6)]
     assert all(r.status is cp.RunStatus.SUCCEEDED for r in runs)
+
+
+def _live_wal(tmp_path: Path) -> tuple[bytes, sqlite3.Connection]:
+    """A WAL as SQLite writes it: three commits, the connection kept open (no checkpoint)."""
+    conn = sqlite3.connect(tmp_path / "w.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t (v TEXT)")
+    for i in range(3):
+        conn.execute("INSERT INTO t VALUES (?)", ("v" * 5000 + str(i),))
+    return (tmp_path / "w.db-wal").read_bytes(), conn
+
+
+def test_wal_pages_follow_sqlite_s_own_recovery_rules(tmp_path: Path) -> None:
+    """Frames count up to the last commit whose salts and running checksum verify: a
+    torn frame ends the WAL there, as SQLite's recovery ends it."""
+    from crashproof.store.sqlite_file import wal_pages
+
+    data, conn = _live_wal(tmp_path)
+    try:
+        page_count = conn.execute("PRAGMA page_count").fetchone()[0]
+    finally:
+        conn.close()
+    copy = tmp_path / "copy-wal"
+    copy.write_bytes(data)
+    found = wal_pages(copy, 4096)
+    assert found is not None
+    assert found[1] == page_count  # the size the last commit set
+    assert set(range(1, page_count + 1)) <= found[0]
+    frame = 24 + 4096
+    frames = (len(data) - 32) // frame
+    torn = bytearray(data)
+    torn[32 + (frames - 1) * frame + 24 + 100] ^= 0xFF  # a byte of the last frame's page
+    copy.write_bytes(bytes(torn))
+    earlier = wal_pages(copy, 4096)
+    assert earlier is not None
+    assert earlier[1] <= found[1]
+    assert len(earlier[0]) <= len(found[0])
+    assert earlier != found
+    stale = bytearray(data)
+    stale[32 + 8] ^= 0xFF  # the first frame's salt: a WAL from before a restart
+    copy.write_bytes(bytes(stale))
+    assert wal_pages(copy, 4096) == (set(), 0)
+    assert wal_pages(copy, 8192) is None  # another page size: not this database's WAL
+    assert wal_pages(tmp_path / "absent-wal", 4096) is None

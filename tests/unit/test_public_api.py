@@ -46,6 +46,7 @@ PUBLIC = [
     "Receipt",
     "ReceiptConflict",
     "ReplayVerdict",
+    "ResourceBusy",
     "RetryPolicy",
     "RetryableError",
     "ReviewCase",

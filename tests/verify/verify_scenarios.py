@@ -8,6 +8,8 @@
   has no intent in the journal, which the history check catches even without a crash.
 - ``NO_LOOKUP``: an honest tool that can neither look up nor repeat safely: a crash after
   its intent stops the run in ``needs_review`` — REFUSED, with a reason, never DIVERGED.
+- ``SLOW_LEAKY``: ``LEAKY``, whose effect lands long before its answer (as a slow target
+  answers): a wall-clock kill (chaos mode) falls between the two in most trials.
 - ``LOOKUP_ONLY``: a tool that finds its effect by operation id when asked (so every
   single crash recovers SAME) but whose execute never checks it: a recoverer that took
   the run over and one that was fenced out while about to execute both write it — only
@@ -17,6 +19,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +79,17 @@ class Leaky(cp.Tool):
         with self.env.effects_file.open("a") as f:
             f.write(call.operation_id + "\n")
         return cp.Receipt(receipt_id=call.operation_id)
+
+
+class SlowLeaky(Leaky):
+    """The effect first, then a long wait for the answer: the window chaos kills fall in."""
+
+    name: ClassVar[str] = "slow-leaky"
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        receipt = super().execute(call)
+        time.sleep(0.4)
+        return receipt
 
 
 class NoLookup(Leaky):
@@ -143,6 +157,18 @@ def leaky(env: FileEnv) -> cp.Workflow[Any]:
     return flow
 
 
+def slow_leaky(env: FileEnv) -> cp.Workflow[Any]:
+    tool = SlowLeaky(env)
+
+    @cp.workflow("slow-leaky", version="1")
+    def flow(ctx: cp.Context) -> int:
+        for k in range(3):
+            ctx.act(f"send-{k}", tool, n=k)
+        return 3
+
+    return flow
+
+
 def no_lookup(env: FileEnv) -> cp.Workflow[Any]:
     tool = NoLookup(env)
 
@@ -177,6 +203,13 @@ TINY = Scenario(
 LEAKY = Scenario(
     name="leaky",
     workflow_factory=leaky,
+    env_factory=make_env,
+    fingerprint=file_fingerprint,
+    effects=effect_counts,
+)
+SLOW_LEAKY = Scenario(
+    name="slow-leaky",
+    workflow_factory=slow_leaky,
     env_factory=make_env,
     fingerprint=file_fingerprint,
     effects=effect_counts,

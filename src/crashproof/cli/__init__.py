@@ -34,6 +34,10 @@ code  meaning
       fix the cause, then resume
 70    internal error (a bug): rerun with --verbose for the traceback
 130   interrupted (Ctrl-C)
+128+N stopped by signal N, not by crashproof (SIGKILL: 137 in a shell,
+      -9 from Python's subprocess; SIGTERM: 143): nothing recorded is
+      lost, and the run resumes where it stopped. 135 (SIGBUS) comes
+      with an error line: a ledger file became unwritable mid-run
 ====  ==================================================================
 
 The codes are ``crashproof.cli.exitcodes.ExitCode``; ``crashproof --help`` lists them.
@@ -61,12 +65,45 @@ def _usage_failure(exc: typer.TyperException) -> Failure:
     return Failure(ExitCode.USAGE, " ".join(exc.format_message().split()), f"see `{path} --help`")
 
 
+def _not_utf8(args: list[str]) -> Failure | None:
+    """An argument that is not UTF-8 (Python keeps its bytes as lone surrogates) would
+    fail deep inside the ledger's encoder; refuse it here, before anything opens."""
+    for number, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "surrogateescape")
+            return Failure(
+                ExitCode.USAGE,
+                f"argument {number} ({shown!r}) is not valid UTF-8; nothing was changed",
+                "run ids, paths and values are UTF-8 text: check the shell quoting",
+            )
+    return None
+
+
+def _escaped_base_exception(exc: BaseException) -> Failure:
+    """A workflow (or a tool) raised a BaseException that is not an Exception
+    (``GeneratorExit``, ``BaseException`` itself, a simulated crash): the ledger records
+    no outcome for it, so the run stays resumable, as after a crash."""
+    return Failure(
+        ExitCode.RUN_INTERRUPTED,
+        f"{type(exc).__name__} escaped the run: {' '.join(str(exc).split()) or 'no message'};"
+        " nothing was recorded for it, and the run stays running and resumable",
+        "raise an Exception subclass instead; then `crashproof resume RUN_ID --app MODULE` "
+        "(once its lease expires, or with --take-over)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI with ``argv``; return the exit code (tests call this in-process)."""
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         main(["--help"])
         return int(ExitCode.USAGE)
+    bad = _not_utf8(args)
+    if bad is not None:
+        print_error(bad)
+        return int(bad.code)
     state = State()
     command = typer.main.get_command(app)
     try:
@@ -91,9 +128,32 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exception(exc.__cause__)
         print_error(failure)
         return int(failure.code)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # a workflow's GeneratorExit, say
+        if state.verbose:
+            traceback.print_exception(exc)
+        failure = _escaped_base_exception(exc)
+        print_error(failure)
+        return int(failure.code)
     return rv if isinstance(rv, int) else int(ExitCode.OK)
+
+
+_SIGBUS_MESSAGE = (
+    "crashproof: error: the process received SIGBUS: a memory-mapped file became unusable "
+    "(the ledger's -shm or -wal made immutable, or its disk gone); it stopped at once, and "
+    "what the journal committed is kept\n"
+    "hint: make the ledger's files writable again (lsattr; chattr -i FILE), then "
+    "`crashproof resume RUN_ID --app MODULE`\n"
+)
 
 
 def run_cli() -> None:
     """Console-script entry point: ``crashproof`` and ``python -m crashproof``."""
+    try:  # the native module is optional (setup.py): without it, SIGBUS ends us silently
+        from crashproof.cli import _sigbus
+    except ImportError:
+        pass
+    else:
+        _sigbus.install(_SIGBUS_MESSAGE)
     raise SystemExit(main(sys.argv[1:]))

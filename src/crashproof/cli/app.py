@@ -22,7 +22,7 @@ from crashproof.cli.commands import (
     versions,
     workers,
 )
-from crashproof.cli.exitcodes import EXIT_CODES_TEXT
+from crashproof.cli.exitcodes import EXIT_CODES_TEXT, SIGNAL_EXIT_TEXT
 from crashproof.cli.settings import DbOption, JsonOption, State, VerboseOption
 
 __all__ = ["app"]
@@ -31,6 +31,7 @@ __all__ = ["app"]
 def _epilog() -> str:
     # Rendered as Markdown by typer's rich help: a table keeps the codes aligned.
     rows = [f"| {int(code)} | {text} |" for code, text in EXIT_CODES_TEXT.items()]
+    rows.append(f"| 128+N | {SIGNAL_EXIT_TEXT} |")  # the OS's code, never ours
     return "\n".join(["| exit code | meaning |", "|---:|:---|", *rows])
 
 

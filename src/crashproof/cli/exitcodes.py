@@ -33,7 +33,7 @@ from crashproof.errors import (
 )
 from crashproof.runtime.guards.holds import NothingToOverride
 
-__all__ = ["EXIT_CODES_TEXT", "CliError", "ExitCode", "Failure", "failure_for"]
+__all__ = ["EXIT_CODES_TEXT", "SIGNAL_EXIT_TEXT", "CliError", "ExitCode", "Failure", "failure_for"]
 
 
 class ExitCode(enum.IntEnum):
@@ -63,6 +63,13 @@ EXIT_CODES_TEXT: dict[ExitCode, str] = {
     ExitCode.INTERNAL: "internal error (a bug): rerun with --verbose for the traceback",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
+
+
+# Not a code crashproof returns: the shell's status of a process a signal stopped.
+SIGNAL_EXIT_TEXT = (
+    "stopped by signal N (SIGKILL: 137 in a shell, -9 from Python's subprocess; SIGTERM: "
+    "143): nothing recorded is lost, resume the run"
+)
 
 
 class CliError(Exception):

@@ -189,12 +189,18 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def parse_value(raw: str) -> Any:
+def parse_value(raw: str, key: str = "VALUE") -> Any:
     """``raw`` as JSON when it parses as JSON (NaN and Infinity excluded), else the string."""
     try:
         return json.loads(raw, parse_constant=_reject_constant)
     except ValueError:
         return raw
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise CliError(
+            ExitCode.USAGE,
+            f"--arg {key}: its JSON value is nested too deeply to be read; nothing was started",
+            "pass a flatter value, or read the data from a file inside the workflow",
+        ) from None
 
 
 def parse_args(pairs: Sequence[str]) -> dict[str, Any]:
@@ -216,7 +222,7 @@ def parse_args(pairs: Sequence[str]) -> dict[str, Any]:
             )
         if key in args:
             raise CliError(ExitCode.USAGE, f"--arg {key} is given twice", _ARG_HINT)
-        args[key] = parse_value(raw)
+        args[key] = parse_value(raw, key)
     try:  # the run's input must have a canonical digest (e.g. no int beyond 2**53)
         canonical_digest(args, what="the --arg values")
     except CrashproofError as exc:
@@ -225,4 +231,10 @@ def parse_args(pairs: Sequence[str]) -> dict[str, Any]:
             str(exc),
             "pass such a value as a JSON string, e.g. --arg n='\"12345678901234567890\"'",
         ) from exc
+    except RecursionError:  # parsed, but too deep for the canonical form's encoder
+        raise CliError(
+            ExitCode.USAGE,
+            "the --arg values are nested too deeply to be recorded; nothing was started",
+            "pass a flatter value, or read the data from a file inside the workflow",
+        ) from None
     return args

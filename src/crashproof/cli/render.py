@@ -1,22 +1,29 @@
 """Everything the CLI prints: rich tables for people, plain JSON for scripts, error lines.
 
 User data (run ids, reasons, error messages) is always wrapped in ``Text`` so a
-``[bracket]`` in it is printed as is, never read as rich markup.
+``[bracket]`` in it is printed as is, never read as rich markup. And none of it reaches
+the terminal as a control character: a run id, a reason or a recorded value holding
+``ESC[2J`` (clear the screen), an OSC 52 clipboard write or a bidirectional override is
+printed as ``\\x1b[2J``, ``\\u202e``. The console every command prints with escapes
+them in every segment it renders (``console()``), error lines and plain writes go
+through ``safe()``, and JSON output carries them as JSON's own escapes.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.highlighter import JSONHighlighter
 from rich.panel import Panel
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -34,6 +41,7 @@ __all__ = [
     "print_runs",
     "run_summary",
     "runs_table",
+    "safe",
     "steps_table",
 ]
 
@@ -53,23 +61,59 @@ _STATUS_STYLE = {
 _DASH = Text("-", style="dim")
 
 
-def console() -> Console:
+# C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), and the
+# bidirectional embeddings, overrides and isolates that reorder what a terminal shows.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_JSON_CONTROLS = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # json escapes C0
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe(text: str) -> str:
+    """``text`` with every control character written as an escape, as ``repr`` does."""
+    return _CONTROLS.sub(_escaped, text)
+
+
+class _SafeConsole(Console):
+    """A rich console that never writes a control character of the data it renders.
+
+    Every ``Text`` a command prints holds data from the ledger (run ids, reasons, recorded
+    values); escaping each segment as it is rendered covers all of them at once, the ones
+    a later table adds too. Styles and cursor moves are control segments of rich's own,
+    left as they are."""
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control is None and _CONTROLS.search(segment.text):
+                yield Segment(safe(segment.text), segment.style)
+            else:
+                yield segment
+
+
+def console(*, stderr: bool = False) -> Console:
     """A console on the current ``sys.stdout`` (so in-process callers can capture it)."""
-    return Console(highlight=False, soft_wrap=False)
+    return _SafeConsole(highlight=False, soft_wrap=False, stderr=stderr)
 
 
 def emit_json(data: Any) -> None:
     """Machine-readable output: indented JSON on stdout, nothing else."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    text = _JSON_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # same value
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
 def print_error(failure: Failure) -> None:
     """``crashproof: error: ...`` and ``hint: ...`` on stderr, plain text."""
     sys.stdout.flush()
-    sys.stderr.write(f"crashproof: error: {failure.message}\n")
+    sys.stderr.write(f"crashproof: error: {safe(failure.message)}\n")
     if failure.hint:
-        sys.stderr.write(f"hint: {failure.hint}\n")
+        sys.stderr.write(f"hint: {safe(failure.hint)}\n")
     sys.stderr.flush()
 
 
@@ -77,15 +121,27 @@ def _status(value: str) -> Text:
     return Text(value, style=_STATUS_STYLE.get(value, ""))
 
 
+def _local(ts: float) -> dt.datetime | None:
+    """``ts`` as a local time; None when no calendar holds it (a file edited to year
+    287168, a NaN): shown as the number it is, never a crash."""
+    try:
+        return dt.datetime.fromtimestamp(ts).astimezone()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
 def _time(ts: float | None) -> str:
     if ts is None:
         return "-"
-    return dt.datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    when = _local(ts)
+    return f"{ts!r} (not a date)" if when is None else when.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _short_time(ts: float) -> str:
     """Like ``ls -l``: the time of day for today, else the date."""
-    when = dt.datetime.fromtimestamp(ts).astimezone()
+    when = _local(ts)
+    if when is None:
+        return f"{ts!r} (not a date)"
     if when.date() == dt.datetime.now().astimezone().date():
         return when.strftime("%H:%M:%S")
     return when.strftime("%Y-%m-%d %H:%M")
@@ -101,7 +157,7 @@ def _count(n: int | None) -> Text:
 
 def _clip(text: str, width: int, style: str = "") -> Text:
     """One line of at most ``width`` characters (tables stay readable; ``show`` has it all)."""
-    text = " ".join(text.split())
+    text = safe(" ".join(text.split()))
     if len(text) > width:
         text = text[: width - 1] + "…"
     return Text(text, style=style)
@@ -158,9 +214,9 @@ def _lease_cells(lease: LeaseInfo | None, status: str) -> list[RenderableType]:
         return [_DASH, Text("none: waiting for a worker", style="yellow") if waiting else _DASH]
     expires = lease.expires_at or 0.0
     if expires > time.time():
-        return [Text(lease.owner), Text(f"until {_short_time(expires)}")]
+        return [Text(safe(lease.owner)), Text(f"until {_short_time(expires)}")]
     what = "orphaned, expired" if status == "running" else "expired"
-    return [Text(lease.owner), Text(f"{what} {_short_time(expires)}", style="red")]
+    return [Text(safe(lease.owner)), Text(f"{what} {_short_time(expires)}", style="red")]
 
 
 def _owner(leases: Mapping[str, LeaseInfo], run_id: str) -> str | None:
@@ -198,8 +254,8 @@ def runs_table(infos: Sequence[RunInfo], leases: Mapping[str, LeaseInfo] | None 
         b = info.budget
         extra = [] if leases is None else _lease_cells(leases.get(info.run_id), info.status.value)
         table.add_row(
-            Text(info.run_id),
-            Text(f"{info.workflow}@{info.version}"),
+            Text(safe(info.run_id)),
+            Text(safe(f"{info.workflow}@{info.version}")),
             _status(info.status.value),
             _clip(info.reason or "", 40),
             Text(str(b.steps)),
@@ -228,12 +284,12 @@ def print_runs(
 def _step_row(step: StepInfo) -> list[RenderableType]:
     duration = step.duration
     return [
-        Text(step.key),
+        Text(safe(step.key)),
         Text(step.kind.value),
         _status(step.status.value),
         Text(str(step.attempts)),
         _DASH if duration is None else Text(f"{duration * 1000:.1f}"),
-        _DASH if not step.model else Text(step.model),
+        _DASH if not step.model else Text(safe(step.model)),
         _count(tokens_of(step.usage)),
         _cost(step.cost),
         _error_summary(step.error),
@@ -262,11 +318,11 @@ def _header(info: RunInfo) -> Table:
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
     rows: list[tuple[str, RenderableType]] = [
-        ("run", Text(info.run_id, style="bold")),
-        ("workflow", Text(info.workflow)),
-        ("version", Text(info.version)),
+        ("run", Text(safe(info.run_id), style="bold")),
+        ("workflow", Text(safe(info.workflow))),
+        ("version", Text(safe(info.version))),
         ("status", _status(info.status.value)),
-        ("reason", Text(info.reason or "-")),
+        ("reason", Text(safe(info.reason or "-"))),
         ("input digest", Text(info.input_digest)),
         ("budget", Text(_budget(info))),
         ("created", Text(_time(info.created_at))),
@@ -283,7 +339,7 @@ def _json_panel(title: str, value: Any, style: str) -> Panel:
     except (TypeError, ValueError):
         text = repr(value)
     # Text, not rich.json.JSON: long strings (digests, messages) fold instead of being cut.
-    body = Text(text, overflow="fold")
+    body = Text(safe(text), overflow="fold")
     JSONHighlighter().highlight(body)
     return Panel(body, title=title, title_align="left", border_style=style, expand=False)
 
@@ -320,10 +376,10 @@ def print_checks(out: Console, checks: Sequence[ActCheck]) -> None:
     for check in checks:
         colour = colours.get(check.status, "white")
         table.add_row(
-            Text(check.run_id),
-            Text(check.step),
-            Text(check.tool),
+            Text(safe(check.run_id)),
+            Text(safe(check.step)),
+            Text(safe(check.tool)),
             Text(check.status, style=colour),
-            Text(check.detail),
+            Text(safe(check.detail)),
         )
     out.print(table)

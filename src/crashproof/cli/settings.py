@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 
 from crashproof.cli.exitcodes import CliError, ExitCode
+from crashproof.runtime.driving.urls import sqlite_file
 from crashproof.runtime.ledger import DURABILITY_MODES, Ledger
 
 __all__ = [
@@ -37,7 +38,6 @@ __all__ = [
 DEFAULT_DB = "sqlite:///crashproof.db"
 ENV_DB = "CRASHPROOF_DB"
 ENV_DURABILITY = "CRASHPROOF_DURABILITY"  # output (default), full or normal
-_SQLITE = "sqlite:///"
 _URL_HINT = "use sqlite:///relative.db, sqlite:////absolute/path.db or memory://"
 
 # The three options every command accepts, and the root callback too (see the module
@@ -107,11 +107,12 @@ def command_settings(ctx: typer.Context, db: str | None, as_json: bool, verbose:
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The file behind a ``sqlite:///`` URL (None for other URLs)."""
-    if not url.startswith(_SQLITE):
-        return None
-    path = url[len(_SQLITE) :]
-    return Path(path) if path and path != ":memory:" else None
+    """The file behind a ``sqlite:///`` URL (None for other URLs); a query string is a
+    usage error (see ``sqlite_file``)."""
+    try:
+        return sqlite_file(url)
+    except ValueError as exc:
+        raise CliError(ExitCode.USAGE, f"bad ledger URL: {exc}", _URL_HINT) from None
 
 
 def open_ledger(settings: Settings, *, create: bool) -> Ledger:

@@ -13,17 +13,23 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from crashproof.cli.render import safe
+
 __all__ = ["environments_table", "print_timeline"]
 
 _DASH = Text("-", style="dim")
 
 
 def _text(value: Any, style: str = "") -> Text:
-    return _DASH if value in (None, "") else Text(str(value), style=style)
+    return _DASH if value in (None, "") else Text(safe(str(value)), style=style)
 
 
 def _when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    try:
+        when = dt.datetime.fromtimestamp(ts).astimezone()
+    except (ValueError, OverflowError, OSError):  # a file edited past any calendar
+        return f"{ts!r} (not a date)"
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def timeline_table(run_id: str, entries: Sequence[dict[str, Any]]) -> Table:
@@ -41,7 +47,7 @@ def timeline_table(run_id: str, entries: Sequence[dict[str, Any]]) -> Table:
         table.add_row(
             Text(str(entry["seq"])),
             Text(_when(entry["at"])),
-            Text(entry["type"]),
+            Text(safe(str(entry["type"]))),
             _text(entry.get("key")),
             _text(entry.get("summary")),
             _text(by),
@@ -67,8 +73,8 @@ def environments_table(evidence: dict[str, Any] | None) -> Table | None:
             _text(change.get("tool")),
             _text(change.get("step")),
             _text(change.get("change"), "bold yellow"),
-            Text(f"{recorded.get('instance')}\n{recorded.get('fingerprint')}"),
-            Text(f"{observed.get('instance')}\n{observed.get('fingerprint')}"),
+            Text(safe(f"{recorded.get('instance')}\n{recorded.get('fingerprint')}")),
+            Text(safe(f"{observed.get('instance')}\n{observed.get('fingerprint')}")),
         )
     return table
 

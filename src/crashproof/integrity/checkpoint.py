@@ -35,7 +35,7 @@ refused, so no change to a file goes unnoticed.
 Verification order: the signature first (before anything else is interpreted), then
 format, schema version, unknown or missing fields at every level, field types, each
 record's MAC and the chain, the run header against the first record, the generation,
-the derived header fields against what the records fold to.
+the status and the derived header fields against what the records fold to.
 Every refusal is an ``IntegrityError`` subclass naming what differed.
 """
 
@@ -105,7 +105,8 @@ class Record(NamedTuple):
     mac: str | None
 
 
-# The derived header fields of a run's verified records (run id, records) -> fields.
+# The derived header fields of a run's verified records (run id, records) -> fields,
+# plus "status": the status those records fold to.
 Derive = Callable[[str, Sequence[Record]], Mapping[str, Any]]
 
 
@@ -210,6 +211,7 @@ def verify(document: Mapping[str, Any], sealer: Sealer, derive: Derive) -> Check
             f"its {len(records)} record(s); a record was removed or added"
         )
     derived = _derived(run.run_id, records, derive)
+    _check_status(run, derived.pop("status"))
     if version >= 2:
         _check_derived(run.run_id, document["run"], derived)
     move = version >= 3 and records[-1].type == EventType.RUN_MOVED.value
@@ -354,12 +356,25 @@ def _derived(run_id: str, records: Sequence[Record], derive: Derive) -> dict[str
             f"checkpoint of run {run_id!r}: its records cannot be folded ({exc}); "
             "nothing was imported"
         ) from None
-    if tuple(sorted(derived)) != tuple(sorted(DERIVED)):
+    expected = sorted((*DERIVED, "status"))
+    if sorted(derived) != expected:
         raise CheckpointRejected(
             f"checkpoint of run {run_id!r}: the derivation gave fields {sorted(derived)}, "
-            f"not {sorted(DERIVED)} (a crashproof bug); nothing was imported"
+            f"not {expected} (a crashproof bug); nothing was imported"
         )
     return derived
+
+
+def _check_status(run: RunHeader, folded: Any) -> None:
+    """The header's status must be the one its records fold to, like every other field
+    (a key holder could re-sign a document saying ``succeeded`` over a failed run)."""
+    if run.status == folded:
+        return
+    raise CheckpointRejected(
+        f"checkpoint of run {run.run_id!r}: run header field 'status' is {run.status!r}, "
+        f"but its records fold to {folded!r}; the header disagrees with its own records "
+        "(the records are the source of truth); nothing was imported"
+    )
 
 
 def _check_derived(run_id: str, header: Mapping[str, Any], derived: Mapping[str, Any]) -> None:

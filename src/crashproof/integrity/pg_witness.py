@@ -73,6 +73,13 @@ class PostgresWitness:
         row = self._execute(f"SELECT generation FROM {self._table} WHERE run_id = %s", (run_id,))
         return None if row is None else int(row[0])
 
+    def known(self) -> dict[str, int]:
+        row = self._execute(  # one row, so one statement as every other here
+            f"SELECT coalesce(json_object_agg(run_id, generation), '{{}}') FROM {self._table}"
+        )
+        found = {} if row is None else row[0]
+        return {str(run_id): int(generation) for run_id, generation in found.items()}
+
     def start(self, run_id: str) -> None:
         self._execute(
             f"INSERT INTO {self._table} (run_id, generation, updated_at) VALUES (%s, 0, %s) "

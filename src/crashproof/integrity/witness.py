@@ -32,7 +32,7 @@ from typing import Protocol
 from crashproof.errors import JournalRolledBack, LedgerError, WitnessMissing
 from crashproof.store.sqlite_file import enter_wal
 
-__all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare"]
+__all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare", "lost"]
 
 _MADE_KEPT = 100_000  # runs remembered by SQLiteWitness._made
 _ADVANCE = "UPDATE witness SET generation = ?, updated_at = ? WHERE run_id = ? AND generation < ?"
@@ -55,7 +55,22 @@ class Witness(Protocol):
         """Set the generation whatever it was (the operator's explicit re-anchor)."""
         ...
 
+    def known(self) -> dict[str, int]:
+        """Every run the witness saw, with its generation: a run the journal lost (a
+        deleted ``-wal``) is still here, so ``check`` reports it instead of all clear."""
+        ...
+
     def close(self) -> None: ...
+
+
+def lost(run_id: str, witnessed: int) -> JournalRolledBack:
+    """The error for a run the witness saw at ``witnessed`` (> 0) and the journal does not
+    hold at all."""
+    return JournalRolledBack(
+        f"run {run_id!r} is lost from the journal: the witness saw generation {witnessed}, "
+        "the journal holds no record of it (its -wal deleted or truncated after a crash, "
+        "or an older copy of the ledger restored); nothing was executed."
+    )
 
 
 def compare(run_id: str, journal: int, witnessed: int | None) -> bool:
@@ -96,6 +111,10 @@ class MemoryWitness:
     def reset(self, run_id: str, generation: int) -> None:
         with self._lock:
             self._gen[run_id] = generation
+
+    def known(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._gen)
 
     def close(self) -> None:
         pass
@@ -140,6 +159,11 @@ class SQLiteWitness:
                 "SELECT generation FROM witness WHERE run_id = ?", (run_id,)
             ).fetchone()
         return None if row is None else int(row[0])
+
+    def known(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._conn.execute("SELECT run_id, generation FROM witness").fetchall()
+        return {str(run_id): int(generation) for run_id, generation in rows}
 
     def start(self, run_id: str) -> None:
         self._write(

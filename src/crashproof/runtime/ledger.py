@@ -18,7 +18,6 @@ from crashproof.errors import (
     PermanentError,
     RetryableError,
     RunFailed,
-    RunNotFound,
     StaleLeaseError,
     UnknownWorkflow,
 )
@@ -256,7 +255,7 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         drive (ended or frozen, its code not registered here)."""
         row = self._store.get_run(run_id)
         if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+            raise self.missing(run_id)  # lost from the journal, when the witness saw it
         if row.status is RunStatus.MOVED:  # before anything else: the run is elsewhere
             refuse_moved(self._store, run_id, self.journal(run_id))
         if changes and row.status.terminal:

@@ -134,7 +134,10 @@ def seq_taken(first: Event) -> StaleLeaseError:
 
 def lease_held(run_id: str, owner: str, expires_at: float) -> LeaseHeld:
     """The error a claim meets when another worker's lease on the run is still valid."""
-    until = dt.datetime.fromtimestamp(expires_at, tz=dt.UTC).isoformat(timespec="milliseconds")
+    try:
+        until = dt.datetime.fromtimestamp(expires_at, tz=dt.UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):  # a lease column edited past any calendar
+        until = f"{expires_at!r} (not a date: the file was edited?)"
     return LeaseHeld(
         f"run {run_id!r} is owned by worker {owner} until {until}; nothing was changed. "
         "Wait for its lease to expire, or take it over (resume --take-over), which fences "

@@ -4,12 +4,13 @@ the switch of a file to WAL mode (the ledger's and its witness')."""
 from __future__ import annotations
 
 import sqlite3
+import struct
 import time
 from pathlib import Path
 
 from crashproof.errors import IntegrityError, LedgerError, NotALedger
 
-__all__ = ["check_file", "enter_wal"]
+__all__ = ["check_file", "enter_wal", "wal_pages"]
 
 _HEADER = b"SQLite format 3\x00"
 
@@ -39,11 +40,78 @@ def check_file(path: Path) -> None:
     change_counter = int.from_bytes(header[24:28], "big")
     page_count = int.from_bytes(header[28:32], "big")
     valid_for = int.from_bytes(header[92:96], "big")
-    if valid_for == change_counter and size < page_count * page_size:
+    if valid_for != change_counter or size >= page_count * page_size:
+        return
+    # Shorter than its header says. A checkpoint that met a full disk leaves exactly
+    # this: page 1 copied back from the WAL, the rest not, and every page still in the
+    # WAL, where SQLite reads them (and its next checkpoint writes them back). Judge
+    # the file by what SQLite can read: the file's pages plus the WAL's committed ones.
+    wal = wal_pages(path.with_name(path.name + "-wal"), page_size)
+    pages = wal[1] if wal is not None and wal[1] else page_count
+    held = set(range(1, size // page_size + 1)) | (wal[0] if wal is not None else set())
+    missing = [n for n in range(1, pages + 1) if n not in held]
+    if missing:
+        in_wal = "" if wal is None else f" or in its WAL ({len(wal[0])} committed pages)"
         raise IntegrityError(
             f"ledger {path} is truncated: its header promises {page_count * page_size} bytes, "
-            f"the file has {size}; nothing was changed. Restore it from a backup."
+            f"the file has {size}, and {len(missing)} of its {pages} pages are neither in "
+            f"the file{in_wal}; nothing was changed. Restore it from a backup."
         )
+
+
+_WAL_MAGIC = (0x377F0682, 0x377F0683)  # little-endian / big-endian checksums
+
+
+def wal_pages(wal: Path, page_size: int) -> tuple[set[int], int] | None:
+    """The pages a SQLite WAL holds up to its last valid commit, and the database's size
+    in pages after that commit (0: no commit); None without a WAL for this page size.
+
+    A frame counts only while its salts match the header's and its running checksum
+    verifies, as SQLite's own recovery decides (sqlite.org/fileformat2.html#walformat);
+    the frames after the last commit frame are a transaction that never committed."""
+    try:
+        data = wal.read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(data) < 32:
+        return None
+    magic, _, wal_page_size = struct.unpack(">III", data[:12])
+    if magic not in _WAL_MAGIC or wal_page_size != page_size:
+        return None
+    order = ">" if magic & 1 else "<"
+    salts = data[16:24]
+    s0, s1 = _checksum(order, data[:24], 0, 0)
+    if (s0, s1) != struct.unpack(">II", data[24:32]):
+        return None
+    pages: set[int] = set()
+    pending: set[int] = set()
+    committed_size = 0
+    frame = 24 + page_size
+    offset = 32
+    while offset + frame <= len(data):
+        head = data[offset : offset + 24]
+        number, commit = struct.unpack(">II", head[:8])
+        if head[8:16] != salts:
+            break
+        s0, s1 = _checksum(order, head[:8], s0, s1)
+        s0, s1 = _checksum(order, data[offset + 24 : offset + frame], s0, s1)
+        if (s0, s1) != struct.unpack(">II", head[16:24]):
+            break
+        pending.add(number)
+        if commit:
+            pages |= pending
+            pending = set()
+            committed_size = commit
+        offset += frame
+    return pages, committed_size
+
+
+def _checksum(order: str, chunk: bytes, s0: int, s1: int) -> tuple[int, int]:
+    words = struct.unpack(f"{order}{len(chunk) // 4}I", chunk)
+    for i in range(0, len(words), 2):
+        s0 = (s0 + words[i] + s1) & 0xFFFFFFFF
+        s1 = (s1 + words[i + 1] + s0) & 0xFFFFFFFF
+    return s0, s1
 
 
 def enter_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:

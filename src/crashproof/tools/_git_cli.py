@@ -7,16 +7,21 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from crashproof.errors import DriftError, PermanentError, RetryableError
+from crashproof.errors import DriftError, PermanentError, ResourceBusy
+from crashproof.tools._git_locks import git_owner
 
 __all__ = ["GitCommandError", "GitCli"]
 
 # Kept from the caller's environment: how to reach a remote, and where git lives.
 _KEPT_GIT_VARS = frozenset({"GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "GIT_EXEC_PATH"})
 _LOCKED = ".lock': File exists"
+# The commands that may take a lock file (the index, a ref; a push updates the
+# remote-tracking ref): run as the repository's owner (tools/_git_locks.py).
+_LOCKING = frozenset({"add", "read-tree", "write-tree", "update-ref", "push"})
 
 
 class GitCommandError(Exception):
@@ -71,6 +76,22 @@ class GitCli:
         path = Path(self._out("rev-parse", "--git-path", name))
         return path if path.is_absolute() else self.repo_path / path
 
+    def _git_dirs(self) -> tuple[Path, ...]:
+        """The common git directory (refs, the owner file) and this worktree's own (its
+        index), asked once: a tool works in one repository."""
+        cached: tuple[Path, ...] | None = self.__dict__.get("_dirs")
+        if cached is None:
+            common, own = self._plain("rev-parse", "--git-common-dir", "--absolute-git-dir")
+            cached = ((self.repo_path / common).resolve(), Path(own).resolve())
+            self.__dict__["_dirs"] = cached
+        return cached
+
+    def _plain(self, *args: str) -> list[str]:
+        result = self._spawn(args, None, None, ())
+        if result.returncode != 0:
+            raise GitCommandError(args, *_outcome(result))
+        return result.stdout.splitlines()
+
     def _out(self, *args: str, **kw: Any) -> str:
         return self._run(*args, **kw).stdout.strip()
 
@@ -85,8 +106,28 @@ class GitCli:
         check: bool = True,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``git args`` in the repository; raise GitCommandError on failure if
-        ``check``. Timeouts and OS errors propagate: their outcome is unknown."""
-        result = subprocess.run(
+        ``check``. Timeouts and OS errors propagate: their outcome is unknown. A command
+        that may take a lock runs as the repository's owner, which first clears the locks
+        a dead git command of ours left (tools/_git_locks.py)."""
+        if args[0] in _LOCKING:
+            common, own = self._git_dirs()
+            owner: Any = git_owner(common, (common, own), self.timeout, args[0])
+        else:
+            owner = nullcontext(None)
+        with owner as fd:
+            result = self._spawn(args, input, env, () if fd is None else (fd,))
+        if check and result.returncode != 0:
+            raise GitCommandError(args, *_outcome(result))
+        return result
+
+    def _spawn(
+        self,
+        args: Sequence[str],
+        input: str | None,
+        env: Mapping[str, str] | None,
+        pass_fds: tuple[int, ...],
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [self.git, *self._config(remote=args[0] in ("push", "ls-remote")), *args],
             cwd=self.repo_path,
             env=self._env(env),
@@ -97,10 +138,8 @@ class GitCli:
             errors="surrogateescape",
             timeout=self.timeout,
             check=False,
+            pass_fds=pass_fds,
         )
-        if check and result.returncode != 0:
-            raise GitCommandError(args, *_outcome(result))
-        return result
 
     def _config(self, *, remote: bool) -> list[str]:
         """``-c`` options. They reach the receiving side of a local push too, so hooks are
@@ -148,17 +187,27 @@ def _outcome(result: subprocess.CompletedProcess[str]) -> tuple[int, str, str]:
 def not_done(exc: GitCommandError) -> Exception:
     """A failure before the effect's single step (the ref update): nothing happened."""
     if _LOCKED in exc.stderr:
-        return RetryableError(f"another git process holds a lock: {exc}")
+        return _busy(exc)
     return PermanentError(str(exc))
 
 
 def ref_failure(exc: GitCommandError) -> Exception:
     """Classify a failed compare-and-swap ``update-ref``."""
     if _LOCKED in exc.stderr:
-        return RetryableError(f"another git process holds a lock: {exc}")
+        return _busy(exc)
     if "but expected" in exc.stderr or "already exists" in exc.stderr:
         return DriftError(f"the ref moved under the act: {exc}")
     return exc  # ambiguous: the runtime looks it up
+
+
+def _busy(exc: GitCommandError) -> ResourceBusy:
+    """A lock that no dead git command of ours explains: someone else's, alive or not."""
+    start = exc.stderr.find("Unable to create '")
+    lock = exc.stderr[start + 18 :].partition("'")[0] if start >= 0 else "a .lock file"
+    return ResourceBusy(
+        f"a git process that is not ours holds {lock}; nothing was done. If no git process "
+        f"runs in the repository any more, remove {lock} and resume"
+    )
 
 
 def push_failure(result: subprocess.CompletedProcess[str], dst: str) -> Exception:

@@ -28,8 +28,10 @@ chosen by ``params["op"]``:
 
 Errors: a git failure that proves the effect did not happen (a pathspec that matches
 nothing, nothing to commit, an invalid name, a push the remote's hooks refused) raises
-``cp.PermanentError`` with git's stderr; ``cp.RetryableError`` for a lock held by another
-git process; ``cp.DriftError`` for a ref that moved, here or on the remote (a push refused
+``cp.PermanentError`` with git's stderr; ``cp.ResourceBusy`` for a lock held by a git
+process that is not ours (a lock a dead git command of ours left is cleared first, see
+``tools/_git_locks.py``; a busy act is frozen for a later resume, never failed);
+``cp.DriftError`` for a ref that moved, here or on the remote (a push refused
 as not a fast-forward). Anything else — a timeout, a dropped connection, an unexpected
 failure — propagates as it is: an unknown outcome the runtime resolves with ``lookup``.
 

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from crashproof.errors import DriftError, PermanentError
 from crashproof.tools._diff import PatchError, apply_unified_diff
+from crashproof.tools._scope import GitIgnored, Scope
 from crashproof.tools.port import Call, Observation, Receipt, Tool
 
 __all__ = ["ABSENT", "Workspace"]
@@ -56,13 +57,25 @@ class Workspace(Tool):
     # State-addressed: lookup answers only when the file holds this intent's result hash.
     matches_intent: ClassVar[bool] = True
 
-    def __init__(self, root: str | os.PathLike[str], *, observe_ignore: Sequence[str] = ()) -> None:
-        """``observe_ignore``: fnmatch globs (on the POSIX relative path) of files that
-        are not part of the observed state, e.g. ``["*__pycache__*", ".pytest_cache/*"]``
-        for caches a local step leaves behind; a change there never pauses a resume."""
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        observe_ignore: Sequence[str] = (),
+        observe_all: bool = False,
+    ) -> None:
+        """What an observation (the environment check on resume) covers: every file but
+        caches (``__pycache__``, ``.pytest_cache``, ``node_modules/.cache``... see
+        ``crashproof.tools._scope``), the untracked files git ignores (in a git working
+        tree, by its own rules) and ``observe_ignore``: fnmatch globs on the POSIX
+        relative path, e.g. ``["build/*"]``. A change there never pauses a resume.
+        ``observe_all=True`` drops the cache list and .gitignore (``observe_ignore``
+        still applies). The artifact fingerprint always covers the whole tree."""
         self.root = Path(root).resolve()
         self.observe_ignore = tuple(observe_ignore)
-        self._observed: tuple[str, dict[str, str]] | None = None
+        self.observe_all = observe_all
+        self._observed: tuple[str, dict[str, str], Scope] | None = None
+        self._git_ignored = GitIgnored()
         # relpath -> ((size, mtime_ns, ctime_ns, inode), sha256): see ``_lines``.
         self._hashes: dict[str, tuple[tuple[int, int, int, int], str]] = {}
 
@@ -119,12 +132,18 @@ class Workspace(Tool):
         raise DriftError(_drift(prepared, current))
 
     def observe(self) -> Observation:
-        """Instance: this workspace's root path; fingerprint: the artifact fingerprint of
-        the tree but ``observe_ignore``; details: the file count and, in a git working
-        tree, the HEAD (evidence only: a commit does not change the files)."""
-        lines = self._lines(exclude=self.observe_ignore or None, cached=True)
-        self._observed = (_tree_digest(lines), lines)
-        details: dict[str, Any] = {"root": str(self.root), "files": len(lines)}
+        """Instance: this workspace's root path; fingerprint: the fingerprint (same line
+        format as the artifact's) of the files the observation covers (see
+        ``__init__``); details: the file count, the scope (what was left out and how
+        git's rules applied) and, in a git working tree, the HEAD (evidence only: a
+        commit does not change the files)."""
+        lines, left_out, scope = self._scoped_lines()
+        self._observed = (_tree_digest(lines), lines, scope)
+        details: dict[str, Any] = {
+            "root": str(self.root),
+            "files": len(lines),
+            "scope": scope.to_json(left_out),
+        }
         head = _git_head(self.root)
         if head is not None:
             details["git_head"] = head
@@ -137,11 +156,13 @@ class Workspace(Tool):
             return None
         cached = getattr(self, "_observed", None)
         if cached and cached[0] == before.fingerprint:
-            lines = dict(cached[1])
+            lines, scope = dict(cached[1]), cached[2]
         else:
-            lines = self._lines(exclude=self.observe_ignore or None, cached=True)
+            lines, _, scope = self._scoped_lines()
         rel = str(prepared["path"])
-        if any(fnmatch.fnmatchcase(rel, glob) for glob in self.observe_ignore):
+        if rel.rsplit("/", 1)[-1] == ".gitignore" and not self.observe_all:
+            return None  # it moves the scope's line itself: the act's lookup decides
+        if not scope.covers(rel):
             return before.fingerprint
         if prepared["result"] == ABSENT:
             lines.pop(rel, None)
@@ -150,6 +171,27 @@ class Workspace(Tool):
             executable = old.rsplit("\0", 1)[1].strip() if old else "-"
             lines[rel] = f"{rel}\0{prepared['result']}\0{executable}\n"
         return _tree_digest(lines)
+
+    def observed_files(self) -> list[str]:
+        """The relative paths an observation made now covers, sorted as the fingerprint
+        sorts them."""
+        lines = self._scoped_lines()[0]
+        return sorted(lines, key=lambda rel: rel.encode("utf-8", "surrogateescape"))
+
+    def _scoped_lines(self) -> tuple[dict[str, str], int, Scope]:
+        """The observation's lines, how many files it left out, and its scope."""
+        everything = getattr(self, "observe_all", False)
+        scope = Scope(globs=self.observe_ignore, defaults=not everything)
+        files, left_out = self._walk(scope)
+        if everything:
+            scope = scope.with_git("not applied (observe_all)")
+        else:
+            ignored = getattr(self, "_git_ignored", None) or GitIgnored()
+            scope = scope.with_git(ignored.answer(self.root, [(r, st) for r, _, st in files]))
+            kept = [entry for entry in files if not scope.git_ignores(entry[0])]
+            left_out += len(files) - len(kept)
+            files = kept
+        return self._lines(cached=True, files=files), left_out, scope
 
     # -- artifacts ---------------------------------------------------------
 
@@ -166,6 +208,7 @@ class Workspace(Tool):
         exclude: Sequence[str] | None = None,
         *,
         cached: bool = False,
+        files: list[tuple[str, str, os.stat_result]] | None = None,
     ) -> dict[str, str]:
         """One fingerprint line per file in scope. ``cached`` (observations): a file
         whose size, mtime, ctime and inode are those of its last hashing is not read
@@ -175,7 +218,7 @@ class Workspace(Tool):
         now = time.time_ns()
         memo: dict[str, tuple[tuple[int, int, int, int], str]] = {}
         known = getattr(self, "_hashes", {}) if cached else {}
-        for rel, path, st in self._files():
+        for rel, path, st in self._files() if files is None else files:
             if include is not None and not any(fnmatch.fnmatchcase(rel, g) for g in include):
                 continue
             if exclude is not None and any(fnmatch.fnmatchcase(rel, g) for g in exclude):
@@ -195,23 +238,36 @@ class Workspace(Tool):
 
     def _files(self) -> list[tuple[str, str, os.stat_result]]:
         """(relpath, path, lstat) of every regular file in the tree: no symlinks, no
-        ``.git`` directory (at any depth), no crashproof temp files. ``os.scandir``
+        ``.git`` directory (at any depth), no crashproof temp files."""
+        return self._walk(None)[0]
+
+    def _walk(self, scope: Scope | None) -> tuple[list[tuple[str, str, os.stat_result]], int]:
+        """``_files``, less what ``scope`` leaves out (pruned: an ignored
+        ``node_modules`` is never entered), and how many entries that was. ``os.scandir``
         rather than pathlib: an observation walks the tree twice per act."""
         found = []
+        left_out = 0
         pending = [(str(self.root), "")]
         while pending:
             directory, prefix = pending.pop()
             with os.scandir(directory) as entries:
                 for entry in entries:
+                    rel = prefix + entry.name
                     if entry.is_dir(follow_symlinks=False):
-                        if entry.name != ".git":
-                            pending.append((entry.path, f"{prefix}{entry.name}/"))
+                        if entry.name == ".git":
+                            continue
+                        if scope is not None and scope.skips_dir(rel, entry.name):
+                            left_out += 1
+                            continue
+                        pending.append((entry.path, rel + "/"))
                     elif entry.is_file(follow_symlinks=False) and not fnmatch.fnmatchcase(
                         entry.name, _TEMP_GLOB
                     ):
-                        rel = prefix + entry.name
+                        if scope is not None and scope.skips_file(rel, entry.name):
+                            left_out += 1
+                            continue
                         found.append((rel, entry.path, entry.stat(follow_symlinks=False)))
-        return found
+        return found, left_out
 
     def _relpath(self, path: Any) -> str:
         if not isinstance(path, str) or not path:

@@ -34,6 +34,7 @@ from crashproof.verify.trial_kit import (
     DURABILITY,
     GO,
     PAUSED_AT,
+    RUNNING,
     env_dir,
     ledger_url,
     run_scenario,
@@ -77,6 +78,7 @@ def main(argv: list[str]) -> int:
     elif pause_at > 0:
         points = CrashPoints(at=pause_at, action=pause)
     env = scenario.env_factory(env_dir(directory))
+    (directory / RUNNING).write_text("", encoding="utf-8")  # chaos mode times its kill from here
     try:
         with Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points) as ledger:
             run_scenario(scenario, ledger, env, take_over=take_over)

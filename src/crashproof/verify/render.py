@@ -131,6 +131,20 @@ def summary_line(report: Report) -> Text:
     return text
 
 
+def chaos_line(report: Report) -> Text:
+    """Chaos mode: what the kills hit and what came of them."""
+    c = report.chaos_counts()
+    text = Text("chaos: ", style="bold")
+    text.append(
+        f"{c['trials']} trials, {c['kills']} kills ({c['kills_during_tool_child']} while a "
+        f"tool's child process ran), {c['double_crashes']} double crashes, "
+        f"{c['finished_before_kill']} finished before their kill; duplicated "
+        f"{c['duplicated']}, lost {c['lost']}, re-asked {c['reasked']}, stuck {c['stuck']}, "
+        f"diverged {c['diverged']}"
+    )
+    return text
+
+
 def kind_counts_line(report: Report) -> Text:
     """Outcomes per case kind: ``crash: SAME 68 ... | two-recoverers: SAME 6 ...``."""
     text = Text("per kind: ", style="bold")
@@ -182,6 +196,8 @@ def render_report(report: Report) -> Group:
     )
     header.append("fingerprint ")
     header.append(ref.fingerprint, style="bold")
+    if report.mode == "chaos":  # no crash points to tabulate: one line of counts
+        return Group(header, chaos_line(report), kind_counts_line(report))
     return Group(header, matrix_table(report), summary_line(report), kind_counts_line(report))
 
 

@@ -43,6 +43,7 @@ class CaseKind(enum.StrEnum):
     DOUBLE_CRASH = "double-crash"  # a crash, a crash during the recovery, then a resume
     TWO_RECOVERERS = "two-recoverers"  # a crash, then two recoverers at once (race, take-over)
     STALE_CHECKPOINT = "stale-checkpoint"  # a checkpoint exported at a crash, imported late
+    CHAOS = "chaos"  # the process group SIGKILLed after a random delay (and its recovery)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,7 +51,10 @@ class Case:
     """Where the crashes of one case fall: ``at`` is the 1-based index of the crash point in
     the reference run; ``recovery_at`` the index, in the recovery's own crash points, of a
     second crash (double crash), or where the second recoverer takes over (two recoverers,
-    ``variant`` "take-over"); ``variant``: which form of a kind ("race", "take-over")."""
+    ``variant`` "take-over"); ``variant``: which form of a kind ("race", "take-over").
+    Chaos: ``at`` is the trial's number, ``delays`` when each child (the run, then its
+    recovery) is killed, as fractions of ``span`` (the seconds a child takes to run the
+    scenario through, measured): the seed fixes the fractions, the machine the span."""
 
     kind: CaseKind
     at: int = 0
@@ -58,6 +62,8 @@ class Case:
     recovery_at: int | None = None
     recovery_point: str | None = None
     variant: str | None = None
+    delays: tuple[float, ...] = ()
+    span: float = 0.0
 
     @property
     def label(self) -> str:
@@ -72,6 +78,11 @@ class Case:
             )
         if self.kind is CaseKind.STALE_CHECKPOINT:
             return f"#{self.at} {self.point} -> stale checkpoint"
+        if self.kind is CaseKind.CHAOS:
+            kills = " -> recovery ".join(
+                f"kill at {d * self.span * 1000:.0f} ms" for d in self.delays
+            )
+            return f"chaos #{self.at} {kills}"
         return self.kind.value
 
     def to_json(self) -> dict[str, Any]:
@@ -82,6 +93,7 @@ class Case:
             "recovery_at": self.recovery_at,
             "recovery_point": self.recovery_point,
             "variant": self.variant,
+            **({"delays": list(self.delays), "span": self.span} if self.delays else {}),
         }
 
 
@@ -99,6 +111,8 @@ class CaseResult:
     reasked: tuple[str, ...] = ()  # decisions asked again because a crash lost the answer
     recovery_points: tuple[str, ...] = ()  # crash points the (last) resume passed
     seconds: float = 0.0
+    # chaos: kills, kills_during_tool_child, double_crash, finished_before_kill
+    chaos: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,6 +127,7 @@ class CaseResult:
             "reasked": list(self.reasked),
             "recovery_points": list(self.recovery_points),
             "seconds": round(self.seconds, 4),
+            **({"chaos": self.chaos} if self.chaos is not None else {}),
         }
 
 
@@ -155,6 +170,7 @@ class Report:
     seconds: float
     contention_points: int | None = 0  # crash points given two recoverers and a stale
     # checkpoint (None: every one)
+    trials: int = 0  # chaos mode: wall-clock kill trials
 
     @property
     def ok(self) -> bool:
@@ -186,10 +202,32 @@ class Report:
     def of_kind(self, kind: CaseKind) -> list[CaseResult]:
         return [r for r in self.results if r.case.kind is kind]
 
+    def chaos_counts(self) -> dict[str, int]:
+        """Chaos mode, summed over its trials: kills (and those that hit while a tool's
+        child process ran), double crashes, runs that finished before their kill, and the
+        outcomes: duplicated or lost effects, recorded decisions asked again, runs stuck
+        (REFUSED: frozen with a reason) and any other divergence."""
+        trials = [r for r in self.results if r.case.kind is CaseKind.CHAOS]
+        stats = [r.chaos or {} for r in trials]
+        return {
+            "trials": len(trials),
+            "kills": sum(int(s.get("kills", 0)) for s in stats),
+            "kills_during_tool_child": sum(int(s.get("kills_during_tool_child", 0)) for s in stats),
+            "double_crashes": sum(bool(s.get("double_crash")) for s in stats),
+            "finished_before_kill": sum(bool(s.get("finished_before_kill")) for s in stats),
+            "duplicated": sum(any(n > 0 for n in r.extra_effects.values()) for r in trials),
+            "lost": sum(any(n < 0 for n in r.extra_effects.values()) for r in trials),
+            "reasked": sum("recorded before crash" in r.reason for r in trials),
+            "stuck": sum(r.verdict is Verdict.REFUSED for r in trials),
+            "diverged": sum(r.verdict is Verdict.DIVERGED for r in trials),
+        }
+
     def repro(self) -> str:
         """The command that replays this verification, seed included."""
         target = self.target or "MODULE:SCENARIO"
         cmd = f"crashproof verify {target} --mode {self.mode} --seed {self.seed}"
+        if self.mode == "chaos":
+            return cmd + f" --trials {self.trials}"
         if self.max_points is not None:
             cmd += f" --max-points {self.max_points}"
         if self.recovery_points != 3:
@@ -216,4 +254,5 @@ class Report:
             "results": [r.to_json() for r in self.results],
             "seconds": round(self.seconds, 3),
             "repro": self.repro(),
+            **({"chaos": self.chaos_counts()} if self.mode == "chaos" else {}),
         }

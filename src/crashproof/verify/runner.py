@@ -15,6 +15,10 @@
    and a checkpoint exported there, imported after the run went on
    (``crashproof.verify.stale``).
 
+Chaos mode (``mode="chaos"``) replaces 2-4 with ``trials`` wall-clock kills of the
+whole process group at random times, some during recovery too
+(``crashproof.verify.chaos``).
+
 The seed is chosen at random when not given, and always recorded in the report: a failure
 names it, and the same seed replays the same schedule.
 """
@@ -31,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from crashproof.verify.chaos import calibrate, chaos_cases
 from crashproof.verify.report import (
     DEFAULT_CONTENTION_POINTS,
     Case,
@@ -43,9 +48,17 @@ from crashproof.verify.scenario import Scenario, ScenarioError, load_scenario, s
 from crashproof.verify.trial_kit import Mode
 from crashproof.verify.trials import run_case, run_reference
 
-__all__ = ["MODES", "Progress", "contention_cases", "recovery_candidates", "verify"]
+__all__ = [
+    "DEFAULT_TRIALS",
+    "MODES",
+    "Progress",
+    "contention_cases",
+    "recovery_candidates",
+    "verify",
+]
 
-MODES: tuple[Mode, ...] = ("inproc", "subprocess", "powercut")
+MODES: tuple[Mode, ...] = ("inproc", "subprocess", "powercut", "chaos")
+DEFAULT_TRIALS = 20  # chaos mode
 
 _BEFORE_START = "before_commit[run_started]"
 _AFTER_START = "after_commit[run_started]"
@@ -67,6 +80,7 @@ def verify(
     workdir: Path | None = None,
     workers: int = 1,
     progress: Progress | None = None,
+    trials: int = DEFAULT_TRIALS,
 ) -> Report:
     """Crash ``scenario`` at every crash point and compare each resumed run with an
     uninterrupted one; see the module docstring.
@@ -83,7 +97,9 @@ def verify(
     stale-checkpoint cases; in subprocess mode the environment must then bear two
     processes at once. ``workdir``: keep the
     trial directories of cases that did not end SAME there (default: a temporary
-    directory, removed).
+    directory, removed). ``trials``: how many wall-clock kill trials chaos mode runs
+    (``"chaos"``: a child process group SIGKILLed after a random delay, its recovery too
+    in some trials; the scenario must be importable, as for subprocess mode).
     """
     if isinstance(scenario, str):
         target = target or scenario
@@ -97,11 +113,13 @@ def verify(
     if contention_points is not None and contention_points < 0:
         raise ValueError("contention_points must be >= 0 (or None: every crash point)")
     target = target or scenario_target(scenario)
-    if mode == "subprocess" and target is None:
+    if mode in ("subprocess", "chaos") and target is None:
         raise ScenarioError(
-            f"subprocess mode imports scenario {scenario.name!r} in a child process: define it "
+            f"{mode} mode imports scenario {scenario.name!r} in a child process: define it "
             "as a module global and pass its 'MODULE:ATTRIBUTE'"
         )
+    if trials < 1:
+        raise ValueError("trials must be at least 1")
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 32)
     rng = random.Random(seed)
@@ -112,6 +130,12 @@ def verify(
         ticker = _Ticker(progress, total=len(results))
         for row in results:
             ticker.tick(row.case.label)
+        if mode == "chaos" and target is not None:
+            span = calibrate(target, root / "calibration")
+            cases = chaos_cases(trials, span, rng)
+            ticker.grow(len(cases))
+            results += _run_all(scenario, reference, cases, root, mode, target, workers, ticker, 1)
+            return _report(scenario, target, mode, seed, reference, results, started, trials)
 
         singles = [
             Case(kind=CaseKind.CRASH, at=n, point=points[n - 1])
@@ -156,6 +180,31 @@ def verify(
         results=tuple(results),
         seconds=time.perf_counter() - started,
         contention_points=contention_points if mode != "powercut" else 0,
+    )
+
+
+def _report(
+    scenario: Scenario[Any],
+    target: str | None,
+    mode: Mode,
+    seed: int,
+    reference: Any,
+    results: list[CaseResult],
+    started: float,
+    trials: int,
+) -> Report:
+    return Report(
+        scenario=scenario.name,
+        target=target,
+        mode=mode,
+        seed=seed,
+        max_points=None,
+        recovery_points=0,
+        reference=reference,
+        results=tuple(results),
+        seconds=time.perf_counter() - started,
+        contention_points=0,
+        trials=trials,
     )
 
 

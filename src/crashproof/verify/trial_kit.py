@@ -41,6 +41,7 @@ __all__ = [
     "DURABILITY",
     "GO",
     "PAUSED_AT",
+    "RUNNING",
     "Mode",
     "NotReached",
     "child_env",
@@ -59,7 +60,7 @@ __all__ = [
     "take_snapshot",
 ]
 
-Mode = Literal["inproc", "subprocess", "powercut"]
+Mode = Literal["inproc", "subprocess", "powercut", "chaos"]
 
 # The default durability, as users run it. inproc and subprocess model a *process* crash
 # (whatever was written survives it, synced or not); powercut also loses unsynced writes.
@@ -67,6 +68,7 @@ DURABILITY = "output"
 CRASHED_AT = "crashed-at"  # a child writes the crash point's name here before dying
 PAUSED_AT = "paused-at"  # a paused child writes the crash point's name here, then waits
 GO = "go"  # ... until this file exists
+RUNNING = "running"  # a child writes this once imported, just before it opens the ledger
 CHILD_TIMEOUT = 120.0  # seconds; a child that hangs is killed and the case DIVERGES
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from crashproof._faults import CrashPoints
 from crashproof.errors import CrashproofError, SimulatedCrash
+from crashproof.verify.chaos import chaos_case
 from crashproof.verify.contention import contention_case
 from crashproof.verify.history import CrashSnapshot, check_reference, observe, step_shape
 from crashproof.verify.report import Case, CaseKind, CaseResult, Reference, Verdict
@@ -128,7 +129,9 @@ def run_case(
     started = time.perf_counter()
     directory.mkdir(parents=True, exist_ok=True)
     try:
-        if case.kind in (CaseKind.TWO_RECOVERERS, CaseKind.STALE_CHECKPOINT):
+        if case.kind is CaseKind.CHAOS:
+            result = chaos_case(scenario, reference, case, directory, target)
+        elif case.kind in (CaseKind.TWO_RECOVERERS, CaseKind.STALE_CHECKPOINT):
             result = contention_case(scenario, reference, case, directory, mode, target)
         else:
             result = _case(scenario, reference, case, directory, mode, target)

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from crashproof.cli.exitcodes import CliError, ExitCode
-from crashproof.cli.render import console, emit_json
+from crashproof.cli.render import console, emit_json, safe
 from crashproof.cli.settings import (
     DbOption,
     JsonOption,
@@ -159,8 +159,12 @@ def approve(
         emit_json(document)
     else:
         sys.stderr.write(
-            f"approved {statement['operation_id']} (intent {statement['intent_digest'][:12]}…) "
-            f"as {statement['approver']}, valid {ttl}; resume the run to execute it\n"
+            safe(
+                f"approved {statement['operation_id']} (intent "
+                f"{statement['intent_digest'][:12]}…) as {statement['approver']}, valid {ttl}; "
+                "resume the run to execute it"
+            )
+            + "\n"
         )
     return int(ExitCode.OK)
 
@@ -245,7 +249,7 @@ def decide_review_case(
     with open_ledger(settings, create=False) as ledger:
         ledger.decide(case_id, decision, key=key, by=by, no_reread=no_reread)
         status = ledger.get_run(case_id.rpartition("#")[0]).status.value
-    sys.stderr.write(f"{decision} signed for case {case_id}; the run is now {status}\n")
+    sys.stderr.write(safe(f"{decision} signed for case {case_id}; the run is now {status}") + "\n")
     if status == "running":
         sys.stderr.write("resume it to apply the decision: crashproof resume RUN_ID --app MODULE\n")
     return int(ExitCode.OK)

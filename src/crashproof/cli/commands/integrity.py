@@ -38,7 +38,9 @@ def check_journals(
     verbose: VerboseOption = False,
 ) -> int:
     """Verify every journal record: its HMAC, the chain, the order, and the generation
-    witness (like git fsck; read-only). Exit 0 when every run is sound, 5 otherwise."""
+    witness (like git fsck; read-only), for every run of the journal and every run the
+    witness saw (one the journal lost is a problem). Exit 0 when every run is sound, 5
+    otherwise."""
     settings = command_settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
         report = ledger.check(run_id)

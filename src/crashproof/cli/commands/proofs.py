@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import os
+import secrets
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +17,7 @@ import typer
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.render import console, emit_json
 from crashproof.cli.settings import JsonOption, VerboseOption, command_settings
+from crashproof.integrity.keys import KEY_BYTES
 
 __all__ = ["VerifyMode", "demo", "verify_recovery"]
 
@@ -41,7 +48,33 @@ def demo(
             "the demo is not available in this installation of crashproof",
             "reinstall crashproof (pip install --force-reinstall crashproof)",
         ) from exc
-    return int(run_demo(console(), workdir=workdir))
+    with _demo_key():
+        return int(run_demo(console(), workdir=workdir))
+
+
+@contextlib.contextmanager
+def _demo_key() -> Iterator[None]:
+    """The demo's ledgers live and die in its own directories, and so does their key:
+    without CRASHPROOF_KEY or CRASHPROOF_KEY_FILE, a throwaway key file (its child
+    processes inherit the variable), removed at the end, instead of the one a first
+    ledger would create for good in the user's config directory. Said once on stderr."""
+    if os.environ.get("CRASHPROOF_KEY") or os.environ.get("CRASHPROOF_KEY_FILE"):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="crashproof-demo-key-") as scratch:
+        path = Path(scratch) / "key"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(secrets.token_hex(KEY_BYTES) + "\n")
+        sys.stderr.write(
+            f"crashproof demo: its ledgers are signed with a throwaway key ({path}, removed "
+            "at the end); no key is written to your configuration directory\n"
+        )
+        os.environ["CRASHPROOF_KEY_FILE"] = str(path)
+        try:
+            yield
+        finally:
+            del os.environ["CRASHPROOF_KEY_FILE"]
 
 
 class VerifyMode(enum.StrEnum):
@@ -50,6 +83,7 @@ class VerifyMode(enum.StrEnum):
     INPROC = "inproc"
     SUBPROCESS = "subprocess"
     POWERCUT = "powercut"
+    CHAOS = "chaos"
 
 
 def _contention_points(value: str) -> int | None:
@@ -83,7 +117,8 @@ def verify_recovery(
             "(fast). subprocess: a child process is killed by SIGKILL at each crash point "
             "(realistic). powercut: the ledger runs in output durability and, after each "
             "crash, loses every write its last forced sync did not make durable, as a power "
-            "loss would.",
+            "loss would. chaos: the child's whole process group (git, test runners) is "
+            "SIGKILLed at random times, its recovery too in some trials (--trials).",
         ),
     ] = VerifyMode.INPROC,
     seed: Annotated[
@@ -140,6 +175,16 @@ def verify_recovery(
             "scenario's factories must be thread-safe).",
         ),
     ] = 1,
+    trials: Annotated[
+        int,
+        typer.Option(
+            "--trials",
+            metavar="N",
+            min=1,
+            help="Chaos mode: N wall-clock kill trials, their delays drawn with the seed.",
+        ),
+        # crashproof.verify.runner.DEFAULT_TRIALS, spelled out (see --contention-points).
+    ] = 20,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
@@ -200,6 +245,7 @@ def verify_recovery(
                 target=target,
                 workers=workers,
                 progress=tick,
+                trials=trials,
             )
         except ScenarioError as exc:
             raise CliError(

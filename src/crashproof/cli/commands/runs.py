@@ -36,6 +36,7 @@ from crashproof.cli.render import (
     print_run,
     print_runs,
     run_summary,
+    safe,
 )
 from crashproof.cli.settings import (
     DbOption,
@@ -138,6 +139,12 @@ def start_run(
     args = parse_args(arg or [])
     if not run_id.strip():
         raise CliError(ExitCode.USAGE, "--run-id is empty", "give the run a stable, non-empty id")
+    if safe(run_id) != run_id:  # it would be shown on terminals: ESC[2J clears one
+        raise CliError(
+            ExitCode.USAGE,
+            f"--run-id {run_id!r} holds control characters; nothing was started",
+            "use printable characters, e.g. repo:x:upgrade:2026-08-14",
+        )
     try:
         workflow.bind_input(args)
     except TypeError as exc:

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from crashproof.cli.exitcodes import CliError, ExitCode
+from crashproof.cli.render import safe
 from crashproof.cli.settings import (
     DbOption,
     JsonOption,
@@ -68,15 +69,17 @@ def export_run(
     continues where the checkpoint is imported (`crashproof import`). Exporting a moved
     run again writes the same checkpoint. --copy writes nothing."""
     settings = command_settings(ctx, db, False, verbose)
-    if out is not None and out.exists():  # checked before the run is moved
-        raise CliError(
-            ExitCode.USAGE,
-            f"{out} already exists",
-            "choose a new path; nothing was written (exporting a moved run again writes "
-            "the same checkpoint)",
-        )
-    with open_ledger(settings, create=False) as ledger:
-        document = ledger.export_run(run_id, copy=copy, by=by)
+    # The file is made before the run is moved, so a path that cannot be written (it
+    # exists, its directory is missing or read-only) changes nothing anywhere.
+    fd = None if out is None else _create(out)
+    try:
+        with open_ledger(settings, create=False) as ledger:
+            document = ledger.export_run(run_id, copy=copy, by=by)
+    except BaseException:
+        if fd is not None and out is not None:
+            os.close(fd)
+            out.unlink(missing_ok=True)
+        raise
     data = checkpoint.serialize(document) + b"\n"
     digest = checkpoint.digest(document)
     generation = document["run"]["generation"]
@@ -88,24 +91,46 @@ def export_run(
         else f"run {run_id!r}: a copy at generation {generation} (checkpoint {digest}); "
         "nothing was written, and an import of it stays frozen until a signed decision\n"
     )
-    if out is None:
+    if out is None or fd is None:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         sys.stderr.write(note)
         return int(ExitCode.OK)
     try:
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:  # the disk filled up under the write
+        out.unlink(missing_ok=True)
+        raise CliError(
+            ExitCode.USAGE,
+            f"cannot write {out}: {exc.strerror or exc}; "
+            + ("the run is moved out, and " if moved else "")
+            + "no checkpoint was kept",
+            f"free space or choose another path: `crashproof export {run_id} --out NEW` "
+            "writes the same checkpoint",
+        ) from None
+    sys.stderr.write(f"exported to {out}: {note}")
+    return int(ExitCode.OK)
+
+
+def _create(out: Path) -> int:
+    try:
+        return os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         raise CliError(
             ExitCode.USAGE,
-            f"{out} already exists",
-            f"choose a new path; `crashproof export {run_id}` again writes the same checkpoint",
+            f"{out} already exists; nothing was exported",
+            "choose a new path (exporting a moved run again writes the same checkpoint)",
         ) from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    sys.stderr.write(f"exported to {out}: {note}")
-    return int(ExitCode.OK)
+    except OSError as exc:
+        raise CliError(
+            ExitCode.USAGE,
+            f"cannot create {out}: {exc.strerror or exc}; nothing was exported",
+            "choose a path in a directory that exists and that you can write",
+        ) from None
 
 
 def import_run(
@@ -161,7 +186,7 @@ def import_run(
         else:
             if missing is not None:
                 sys.stdout.write(f"no ledger at {missing} yet: the import creates it\n")
-            sys.stdout.write(render_plan(plan))
+            sys.stdout.write(safe(render_plan(plan)))  # a checkpoint is anyone's file
         return int(ExitCode.OK)
     with open_ledger(settings, create=True) as ledger:
         run_id = ledger.import_run(document, by=by or "")
@@ -177,7 +202,7 @@ def import_run(
     )
     if info.reason and "imported from a copy" in info.reason:
         sys.stderr.write(
-            f"frozen: {info.reason}\n  see `crashproof review list {run_id}`, then "
+            f"frozen: {safe(info.reason)}\n  see `crashproof review list {run_id}`, then "
             "`crashproof review decide CASE continue --key KEY.pem` or `... abort`\n"
         )
     return int(ExitCode.OK)

@@ -13,7 +13,13 @@ from crashproof.errors import LedgerError
 from crashproof.integrity.witness import SQLiteWitness, Witness
 from crashproof.store.port import RecordSealer, Store
 
-__all__ = ["DURABILITY_MODES", "default_witness", "open_store", "without_password"]
+__all__ = [
+    "DURABILITY_MODES",
+    "default_witness",
+    "open_store",
+    "sqlite_file",
+    "without_password",
+]
 
 DURABILITY_MODES = ("output", "full", "normal")
 
@@ -32,10 +38,10 @@ def open_store(
     if url.startswith("sqlite:///"):
         from crashproof.store.sqlite import SQLiteStore
 
-        path = url[len("sqlite:///") :]  # "sqlite:////abs" leaves "/abs"
-        if not path or path == ":memory:":
+        path = sqlite_file(url)
+        if path is None:
             raise ValueError("sqlite URLs need a file path: sqlite:///runs.db")
-        return SQLiteStore(Path(path), durability=durability, sealer=sealer)
+        return SQLiteStore(path, durability=durability, sealer=sealer)
     if url.startswith(("postgresql://", "postgres://")):
         try:  # imported here: `import crashproof` must work without psycopg
             from crashproof.store.postgres import PostgresStore
@@ -69,15 +75,28 @@ def without_password(url: str) -> str:
     return f"{scheme}://{user}:***@{host}{slash}{tail}"
 
 
-def _sqlite_path(url: str) -> Path | None:
-    return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (None for another URL, or one without a path).
+
+    A query string or fragment is refused rather than taken into the file name: SQLite's
+    ``?mode=ro`` would otherwise open (and create) a second ledger named ``x.db?mode=ro``,
+    and a ledger is always opened read-write (read commands never write it)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url[len("sqlite:///") :]  # "sqlite:////abs" leaves "/abs"
+    if "?" in path or "#" in path:
+        raise ValueError(
+            f"sqlite URLs take no query string or fragment ({path!r}): options such as "
+            "?mode=ro are not supported; name the file alone, sqlite:///runs.db"
+        )
+    return Path(path) if path and path != ":memory:" else None
 
 
 def default_witness(url: str, store: Store) -> Witness | None:
     """A separate file beside a SQLite ledger (``runs.db.witness``), a separate schema
     beside a PostgreSQL one (``crashproof_witness``). An in-memory ledger has nothing
     that could be rolled back, so it has no witness."""
-    path = _sqlite_path(url)
+    path = sqlite_file(url)
     if path is not None:
         return SQLiteWitness(path.with_name(path.name + ".witness"))
     schema = getattr(store, "schema", None)

@@ -12,6 +12,10 @@ who does not fold journals, what those records say about the run:
 - ``open_review_cases``: every review case still waiting (``open``) or decided but not
   yet consumed (``decided``): its id ``RUN#SEQ``, fingerprint, reason and state.
 
+``status``, a field of every format, is folded too (``STATUS``, handed to the check
+beside the five): export writes the status the records fold to, and import refuses any
+other.
+
 Export writes them; import derives them again and refuses a header that disagrees
 (``crashproof.integrity.checkpoint.verify``); a version-1 checkpoint, which has none,
 gets them derived (the 1→2 migration).
@@ -25,11 +29,13 @@ from typing import Any
 from crashproof.integrity.checkpoint import Record
 from crashproof.journal import payloads
 from crashproof.journal.codec import decode
-from crashproof.journal.fold import index_journal, spend
-from crashproof.journal.records import Budget, Event, EventType
+from crashproof.journal.fold import fold_run, index_journal, spend
+from crashproof.journal.records import Budget, Event, EventType, RunRow, RunStatus
 from crashproof.runtime.guards.review import cases_of
 
-__all__ = ["WAITING_STATES", "derive_fields", "records_as_events"]
+__all__ = ["STATUS", "WAITING_STATES", "derive_fields", "records_as_events"]
+
+STATUS = "status"  # the key of the folded status in what derive_fields returns
 
 WAITING_STATES = ("open", "decided")
 
@@ -64,7 +70,17 @@ def derive_fields(run_id: str, records: Sequence[Record]) -> dict[str, Any]:
             granted += 1
         elif event.type is EventType.APPROVAL_CONSUMED:
             consumed += 1
+    row = RunRow(
+        run_id=run_id,
+        workflow="",
+        version="",
+        status=RunStatus.RUNNING,
+        input_digest="",
+        created_at=0.0,
+        updated_at=0.0,
+    )
     return {
+        STATUS: fold_run(row, events).status.value,
         "policy": replay.policy,
         "limits": replay.limits,
         "budget_used": {

@@ -10,7 +10,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from crashproof.errors import IntegrityError, LeaseHeld, RunNotFound
+from crashproof.errors import CrashproofError, IntegrityError, LeaseHeld, RunNotFound
+from crashproof.integrity.witness import lost
 from crashproof.journal import payloads
 from crashproof.journal.fold import fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunStatus
@@ -37,7 +38,7 @@ class LedgerCare(DriveHost):
         """Everything known about a run, folded from its journal."""
         row = self.store.get_run(run_id)
         if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+            raise self.missing(run_id)
         return fold_run(row, self.journal(run_id))
 
     def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
@@ -117,19 +118,37 @@ class LedgerCare(DriveHost):
     def check(self, run_id: str | None = None) -> list[tuple[str, str | None]]:
         """Verify every record of every run (or one run): MAC, chain, sequence, witness.
         Returns ``(run_id, None)`` for each sound run and ``(run_id, problem)`` for each
-        other one; never raises for a bad run, never writes."""
-        if run_id is not None and self.store.get_run(run_id) is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
-        ids = [run_id] if run_id is not None else [r.run_id for r in self.store.list_runs()]
+        other one; never raises for a bad run, never writes. Every run the witness saw
+        is checked too: one the journal lost entirely is a problem, never all clear."""
+        witnessed = self.witness.known() if self.witness is not None else {}
+        # Generation 0: the witness row written before a first commit that never came.
+        lost_runs = {rid: gen for rid, gen in witnessed.items() if gen > 0}
+        if run_id is not None:
+            if self.store.get_run(run_id) is None and run_id not in lost_runs:
+                raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+            ids = [run_id]
+        else:
+            ids = [r.run_id for r in self.store.list_runs()]
+            ids += sorted(set(lost_runs) - set(ids))
         report: list[tuple[str, str | None]] = []
         for rid in ids:
             try:
+                if rid in lost_runs and self.store.get_run(rid) is None:
+                    raise lost(rid, lost_runs[rid])
                 index_journal(self.journal(rid))
             except IntegrityError as exc:
                 report.append((rid, f"{type(exc).__name__}: {exc}"))
             else:
                 report.append((rid, None))
         return report
+
+    def missing(self, run_id: str) -> CrashproofError:
+        """The error for a run the journal does not hold: lost (``JournalRolledBack``)
+        when the witness saw it commit, else ``RunNotFound``."""
+        witnessed = self.witness.get(run_id) if self.witness is not None else None
+        if witnessed:
+            return lost(run_id, witnessed)
+        return RunNotFound(f"no run {run_id!r} in {self.shown_url}")
 
     def reanchor(self, run_id: str, *, by: str) -> int:
         """Trust a run's journal as it is now: set its witness to the journal's

@@ -39,7 +39,11 @@ from crashproof.journal.codec import decode, encode
 from crashproof.journal.fold import fold_run
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.runtime.guards.budget import operator
-from crashproof.runtime.operations.checkpoint_fields import derive_fields, records_as_events
+from crashproof.runtime.operations.checkpoint_fields import (
+    STATUS,
+    derive_fields,
+    records_as_events,
+)
 from crashproof.store.port import RecordSealer, Store
 
 __all__ = [
@@ -164,13 +168,13 @@ def _document(store: Store, run_id: str) -> dict[str, Any]:
     records = [checkpoint.Record(*r) for r in raw_store.raw_events(run_id)]
     if row is None or not records:
         raise RunNotFound(f"no run {run_id!r} to export")
-    derived = derive_fields(run_id, records)
+    derived = dict(derive_fields(run_id, records))
     header = checkpoint.RunHeader(
         run_id=run_id,
         workflow=row.workflow,
         version=row.version,
         input_digest=row.input_digest,
-        status=row.status.value,
+        status=derived.pop(STATUS),  # folded, as import checks it: never the row's cache
         generation=len(records),
     )
     return checkpoint.build(header, records, derived)

@@ -25,6 +25,7 @@ from crashproof.errors import (
     OutcomeUnknown,
     PermanentError,
     ReceiptConflict,
+    ResourceBusy,
     RetryableError,
     StaleLeaseError,
 )
@@ -128,6 +129,8 @@ def perform_act(
         failed = ActFailed(f"act {key!r} refused by {tool.name}: {exc}")
         _journal_failed(session, call, failed, exc, time.time(), failure="permanent")
         raise failed from exc
+    except ResourceBusy as exc:
+        yield from _freeze_busy(session, tool, call, exc)
     if prepared is not None:
         call = _with(call, prepared=prepared)
     observed = yield from observe_before(tool, call)
@@ -178,6 +181,8 @@ def _execute(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Wo
             raise failed from exc
         except RetryableError as exc:
             if call.attempt >= settings.retryable_attempts:
+                if isinstance(exc, ResourceBusy):
+                    yield from _freeze_busy(session, tool, call, exc)
                 failed = ActFailed(f"act {call.step!r} failed after {call.attempt} attempts: {exc}")
                 _journal_failed(session, call, failed, exc, started, failure="retryable")
                 raise failed from exc
@@ -452,6 +457,16 @@ def _freeze_drift(session: RunSession, tool: Tool, call: Call, exc: DriftError) 
         {**evidence, "drift": error_record(exc)},
         key=call.step,
         error=DriftError,
+    )
+
+
+def _freeze_busy(session: RunSession, tool: Tool, call: Call, exc: ResourceBusy) -> Work[None]:
+    evidence = yield from _evidence(call, tool)
+    session.freeze(
+        f"act {call.step!r}: {exc}; a later resume tries again",
+        {**evidence, "busy": error_record(exc)},
+        key=call.step,
+        retryable=True,
     )
 
 

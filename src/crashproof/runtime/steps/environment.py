@@ -35,9 +35,10 @@ once replay reaches a call that uses it. Deterministic replay reaches every reco
 before the first live call, so every environment a completed or pending act recorded is
 checked by then. Not covered: tools without ``observe``; changes made between the check and
 the act (base hashes and compare-and-swap refs still guard those). A ``ctx.step`` that
-writes into an observed environment (a test run leaving caches) is not an act, so its
-writes look like someone else's on resume — the safe direction; leave such paths out
-with ``Workspace(root, observe_ignore=[...])``.
+writes into an observed environment is not an act, so its writes look like someone
+else's on resume — the safe direction. A workspace observation leaves out caches and
+what git ignores (``crashproof.tools._scope``); leave other such paths out with
+``Workspace(root, observe_ignore=[...])``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,3 @@
+# The SIGBUS handler (_sigbus.c); optional: without it the process dies of SIGBUS silently.
+
+def install(message: str, /) -> None: ...

@@ -1,0 +1,82 @@
+"""Chaos mode (#26): the whole process group of a child running the scenario is SIGKILLed
+at random wall-clock times, some recoveries too; every trial is judged as the other modes
+judge a crash, and a tool that repeats its effect is caught."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crashproof.cli import main
+from crashproof.verify import CaseKind, Verdict, verify
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_a_correct_scenario_survives_every_kill() -> None:
+    report = verify("verify_scenarios:TINY", mode="chaos", trials=6, seed=7)
+    assert report.ok, [r.reason for r in report.results if r.verdict is not Verdict.SAME]
+    trials = report.of_kind(CaseKind.CHAOS)
+    assert len(trials) == 6
+    counts = report.chaos_counts()
+    assert counts["trials"] == 6
+    assert counts["kills"] >= 1
+    assert counts["kills"] + counts["finished_before_kill"] >= 6  # each trial: one or the other
+    assert counts["double_crashes"] <= counts["kills"]
+    assert (counts["duplicated"], counts["lost"], counts["reasked"], counts["diverged"]) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    assert all(r.chaos is not None and r.case.delays for r in trials)
+    assert report.repro().endswith("--mode chaos --seed 7 --trials 6")
+
+
+def test_the_same_seed_draws_the_same_kills() -> None:
+    first = verify("verify_scenarios:TINY", mode="chaos", trials=3, seed=11)
+    again = verify("verify_scenarios:TINY", mode="chaos", trials=3, seed=11)
+    delays = [r.case.delays for r in first.of_kind(CaseKind.CHAOS)]  # fractions of the span
+    assert delays == [r.case.delays for r in again.of_kind(CaseKind.CHAOS)]
+    assert all(0 <= d <= 1.1 for trial in delays for d in trial)
+
+
+def test_a_repeated_effect_is_caught() -> None:
+    """The tool writes its effect, then takes 0.4 s to answer: most kills fall between
+    the two, and the recovery, which trusts its claim of idempotence, writes it again."""
+    report = verify("verify_scenarios:SLOW_LEAKY", mode="chaos", trials=6, seed=5)
+    assert not report.ok
+    counts = report.chaos_counts()
+    assert counts["duplicated"] >= 1
+    assert counts["diverged"] >= 1
+    duplicated = [r for r in report.diverged if "duplicated effect" in r.reason]
+    assert duplicated
+    assert all(n > 0 for r in duplicated for n in r.extra_effects.values())
+
+
+def test_kills_land_while_git_runs_in_the_code_agent() -> None:
+    report = verify("examples.code_agent:SCENARIO", mode="chaos", trials=4, seed=1)
+    assert report.ok, [r.reason for r in report.results if r.verdict is not Verdict.SAME]
+    assert report.chaos_counts()["kills"] >= 1
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_cli_chaos_json(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["verify", "verify_scenarios:TINY", "--mode", "chaos", "--trials", "3"]
+    code = main([*argv, "--seed", "2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["mode"] == "chaos"
+    assert out["chaos"]["trials"] == 3
+    assert out["kind_counts"]["chaos"]["SAME"] == 3
+    assert out["repro"].endswith("--trials 3")
+    assert main([*argv, "--seed", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "chaos: 3 trials" in shown
