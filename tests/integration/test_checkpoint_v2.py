@@ -40,12 +40,14 @@ class Notes(cp.Tool):
 
     def execute(self, call: cp.Call) -> cp.Receipt:
         self.sent.setdefault(call.operation_id, dict(call.params))
-        return cp.Receipt(call.operation_id, {"title": call.params["title"]})
+        return cp.Receipt(call.operation_id, {"title": call.params["title"]}, call.intent_digest)
 
     def lookup(self, call: cp.Call) -> cp.Receipt | None:
         if call.operation_id not in self.sent:
             return None
-        return cp.Receipt(call.operation_id, {"title": self.sent[call.operation_id]["title"]})
+        return cp.Receipt(
+            call.operation_id, {"title": self.sent[call.operation_id]["title"]}, call.intent_digest
+        )
 
 
 NOTES = Notes()

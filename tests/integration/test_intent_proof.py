@@ -192,3 +192,28 @@ def test_the_same_operation_executed_twice_directly_lands_once(
     )
     assert workspace.execute(ws_call).receipt_id == workspace.execute(ws_call).receipt_id
     assert (tmp_path / "ws" / "notes.txt").read_text() == "+once\n"
+
+
+def test_a_deduping_targets_answer_without_an_intent_is_not_adopted(
+    tmp_path: Path, plain_server: IdempotentServer
+) -> None:
+    """The issue's probe, on execute: the target already holds the operation id with
+    other parameters and answers the POST with that stored resource (it dedupes by key
+    only). Before, the run ended ``succeeded`` with the other caller's resource."""
+    foreign = plain_server.seed(K1, "unused", {"name": "someone else"})
+    with make_tool(plain_server.url) as tool, _ledger(tmp_path) as ledger:
+        with pytest.raises(cp.RunFrozen) as frozen:
+            ledger.run(make_workflow(tool), run_id=RUN, names=["a", "b"])
+        assert ledger.get_run(RUN).status is cp.RunStatus.NEEDS_REVIEW
+    assert isinstance(frozen.value.cause, cp.ReceiptConflict)
+    assert "answered operation 'run/create' but cannot show which intent" in str(frozen.value)
+    assert (frozen.value.evidence or {})["receipt"]["receipt_id"] == foreign["id"]
+    assert [r["id"] for r in plain_server.resources()] == [foreign["id"]]  # nothing created
+
+
+def test_a_target_that_keeps_fingerprints_is_adopted_on_execute(
+    tmp_path: Path, server: IdempotentServer
+) -> None:
+    with make_tool(server.url) as tool, _ledger(tmp_path) as ledger:
+        result = ledger.run(make_workflow(tool), run_id=RUN, names=["a", "b"])
+    assert result["bodies"] == [{"name": "a"}, {"name": "b"}]

@@ -28,7 +28,7 @@ class Noop(Tool):
     idempotent_execute = True
 
     def execute(self, call: Call) -> Receipt:
-        return Receipt(receipt_id=call.operation_id, result={"ok": True})
+        return Receipt(call.operation_id, {"ok": True}, call.intent_digest)
 
 
 def flow(acts: int, steps: int) -> cp.Workflow[int]:

@@ -28,7 +28,9 @@ class Counting(cp.Tool):
 
     def execute(self, call: cp.Call) -> cp.Receipt:
         self.executed.append(call.params)
-        receipt = cp.Receipt(f"r{len(self.executed)}", {"n": len(self.executed)})
+        receipt = cp.Receipt(
+            f"r{len(self.executed)}", {"n": len(self.executed)}, call.intent_digest
+        )
         self.done[call.operation_id] = receipt
         return receipt
 

@@ -78,7 +78,7 @@ class Leaky(cp.Tool):
     def execute(self, call: cp.Call) -> cp.Receipt:
         with self.env.effects_file.open("a") as f:
             f.write(call.operation_id + "\n")
-        return cp.Receipt(receipt_id=call.operation_id)
+        return cp.Receipt(call.operation_id, None, call.intent_digest)
 
 
 class SlowLeaky(Leaky):

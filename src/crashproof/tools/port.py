@@ -116,9 +116,11 @@ class Tool:
       the highest it has seen.
     - ``matches_intent``: the target finds an operation id only together with the intent
       it was done with (a state-addressed target: the file holds exactly the intended
-      bytes). Without it, a receipt that ``lookup`` returns must carry the intent digest
-      the target stored with the operation id: one that carries none proves nothing
-      (another caller may have used the key) and the act freezes for review.
+      bytes). Without it, a receipt that ``lookup`` returns, or that ``execute`` returns
+      for an ``idempotent_execute`` tool (a deduping target may replay another caller's
+      stored answer), must carry the intent digest the target stored with the operation
+      id: one that carries none proves nothing (another caller may have used the key)
+      and the act freezes for review.
     - ``deferred``: an outbox; see ``crashproof.tools.outbox``.
     """
 

@@ -333,24 +333,30 @@ def _journal_receipt(
             key=call.step,
             error=ReceiptConflict,
         )
-    if reconciled and receipt.intent_digest is None and not tool.matches_intent:
-        # A found effect may be another caller's under the same key: it is this act's
-        # only when the target shows the intent (001: a key reused with another intent
-        # must conflict; a lookup that cannot tell is no match).
+    if call.approval is not None:
+        yield from _check_approval_binding(session, tool, call, receipt)
+    if (
+        receipt.intent_digest is None
+        and not tool.matches_intent
+        and (reconciled or tool.idempotent_execute)
+    ):
+        # A found effect, or the answer of a target that dedupes by key (it may replay
+        # the stored answer of another caller's request under the same key), is this
+        # act's only when the target shows the intent (001: a key reused with another
+        # intent must conflict; a lookup that cannot tell is no match).
+        how = "holds" if reconciled else "answered"
         evidence = yield from _evidence(call, tool)
         session.freeze(
-            f"act {call.step!r}: {tool.name} holds operation {call.operation_id!r} but "
+            f"act {call.step!r}: {tool.name} {how} operation {call.operation_id!r} but "
             "cannot show which intent (its receipt has no intent digest), so it is not "
             "taken as this act's effect; nothing else executes. Review the receipt. A tool "
             "should return the digest the target stored with the operation id "
             "(cp.Receipt(..., intent_digest=...)), or declare matches_intent when "
-            "its lookup matches key and intent",
+            "its target matches key and intent",
             {**evidence, "receipt": _receipt_evidence(receipt)},
             key=call.step,
             error=ReceiptConflict,
         )
-    if call.approval is not None:
-        yield from _check_approval_binding(session, tool, call, receipt)
     payload = receipt_payload(
         tool,
         call,
