@@ -90,7 +90,9 @@ def crashproof_async(url: str, runs: int) -> float:
     async def agent(ctx: cp.AsyncContext) -> int:
         for i in range(CALLS):
             await ctx.decide("model", model, i)
-        await ctx.act("note", tool, text="done")
+        # Each run's own note: identical intents of concurrent runs would wait on each
+        # other (an unresolved intent is held across runs: runtime/guards/holds.py).
+        await ctx.act("note", tool, text=f"done by {ctx.run_id}")
         return CALLS
 
     async def all_runs(ledger: cp.Ledger) -> list[int]:
@@ -116,7 +118,7 @@ def crashproof_threads(url: str, runs: int) -> float:
     def agent(ctx: cp.Context) -> int:
         for i in range(CALLS):
             ctx.decide("model", model, i)
-        ctx.act("note", tool, text="done")
+        ctx.act("note", tool, text=f"done by {ctx.run_id}")
         return CALLS
 
     with cp.Ledger(url) as ledger:

@@ -85,6 +85,7 @@ def test_sqlite(n: int, durability: str, tmp_path: Path) -> None:
     _kill_and_resume(f"sqlite:///{tmp_path / 'l.db'}", durability, tmp_path, n)
 
 
+@pytest.mark.parametrize("durability", ["output", "full"])
 @pytest.mark.parametrize("n", range(1, len(POINTS) + 1), ids=POINTS)
-def test_postgres(n: int, pg_url: str, tmp_path: Path) -> None:
-    _kill_and_resume(pg_url, "output", tmp_path, n)
+def test_postgres(n: int, durability: str, pg_url: str, tmp_path: Path) -> None:
+    _kill_and_resume(pg_url, durability, tmp_path, n)
