@@ -36,6 +36,7 @@ from crashproof.errors import (
     RunStopped,
     StaleLeaseError,
 )
+from crashproof.runtime.async_context import off_loop
 from crashproof.runtime.driving.queue import Draining
 from crashproof.runtime.guards.binding import LimitsMismatch
 from crashproof.runtime.options import RunOptions
@@ -135,48 +136,55 @@ class Worker:
             self.emit("worker_stopped", completed=self.completed)
             return 0
         while True:
-            with self._changed:
-                if self._stopping:
-                    break
-                free = len(self._in_flight) < self.concurrency
-            claimed = self._claim(runnable) if free else None
-            if claimed is not None:
-                self._start(claimed)
+            claimed = self._next(runnable)
+            if claimed is True:
+                break
+            if claimed is False:
+                with self._changed:
+                    if not self._stopping:
+                        self._changed.wait(self.poll)
                 continue
-            with self._changed:
-                if self.until_idle and free and not self._in_flight:
-                    break
-                if not self._stopping:
-                    self._changed.wait(self.poll)
+            self._start(claimed)
         self._join()
         self.emit("worker_stopped", completed=self.completed)
         return 0
 
     async def _serve_on_loop(self, runnable: list[str]) -> None:
         """``serve`` with every run a task of one event loop: async workflows awaited,
-        sync ones in a worker thread each; leases renewed by tasks."""
+        sync ones in a worker thread each; leases renewed by tasks. A claim is a commit:
+        made off the loop."""
         tasks: set[asyncio.Task[None]] = set()
         while True:
-            with self._changed:
-                if self._stopping:
-                    break
-                free = len(self._in_flight) < self.concurrency
-            claimed = self._claim(runnable) if free else None
-            if claimed is not None:
-                self._announce(claimed)
-                task = asyncio.get_running_loop().create_task(self._drive_on_loop(claimed))
-                with self._changed:
-                    self._in_flight[claimed.run_id] = task
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                await asyncio.sleep(0)  # let it start before the next claim
+            claimed = await off_loop(self._next, runnable)
+            if claimed is True:
+                break
+            if claimed is False:  # until a run ends (a free slot) or the poll interval
+                if tasks:
+                    await asyncio.wait(set(tasks), timeout=self.poll, return_when="FIRST_COMPLETED")
+                else:
+                    await asyncio.sleep(self.poll)
                 continue
+            self._announce(claimed)
+            task = asyncio.get_running_loop().create_task(self._drive_on_loop(claimed))
             with self._changed:
-                if self.until_idle and free and not self._in_flight:
-                    break
-            await asyncio.sleep(self.poll if not free else min(self.poll, 0.05))
+                self._in_flight[claimed.run_id] = task
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _next(self, runnable: list[str]) -> Claimed | bool:
+        """The next run claimed; else True (stop serving: stopping, or idle with
+        ``until_idle``) or False (nothing to claim now)."""
+        with self._changed:
+            if self._stopping:
+                return True
+            free = len(self._in_flight) < self.concurrency
+        claimed = self._claim(runnable) if free else None
+        if claimed is not None:
+            return claimed
+        with self._changed:
+            return self.until_idle and free and not self._in_flight
 
     async def _drive_on_loop(self, claimed: Claimed) -> None:
         run_id, started = claimed.run_id, time.monotonic()

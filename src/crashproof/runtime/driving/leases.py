@@ -128,14 +128,20 @@ class Heartbeat:
     def _beat(self) -> None:
         interval = self.lease.ttl_seconds / 3
         while not self._stopped.wait(interval):
-            try:
-                self.lease = self._store.renew(self._run_id, self.lease)
-            except StaleLeaseError:
-                log.warning("lease lost", extra={"run_id": self._run_id})
-                self._lost()
+            if not self._renew():
                 return
-            except Exception as exc:  # e.g. the database is briefly unreachable: try again
-                log.warning("lease renewal failed: %s", exc, extra={"run_id": self._run_id})
+
+    def _renew(self) -> bool:
+        """One renewal; False once the lease is lost (the run stops at its next commit)."""
+        try:
+            self.lease = self._store.renew(self._run_id, self.lease)
+        except StaleLeaseError:
+            log.warning("lease lost", extra={"run_id": self._run_id})
+            self._lost()
+            return False
+        except Exception as exc:  # e.g. the database is briefly unreachable: try again
+            log.warning("lease renewal failed: %s", exc, extra={"run_id": self._run_id})
+        return True
 
     def stop(self) -> None:
         self._stopped.set()
@@ -161,14 +167,8 @@ class TaskHeartbeat(Heartbeat):
         interval = self.lease.ttl_seconds / 3
         while True:
             await asyncio.sleep(interval)
-            try:
-                self.lease = self._store.renew(self._run_id, self.lease)
-            except StaleLeaseError:
-                log.warning("lease lost", extra={"run_id": self._run_id})
-                self._lost()
+            if not self._renew():
                 return
-            except Exception as exc:  # e.g. the database is briefly unreachable: try again
-                log.warning("lease renewal failed: %s", exc, extra={"run_id": self._run_id})
 
     def stop(self) -> None:
         self._task.cancel()
