@@ -34,3 +34,11 @@ def test_refusals_can_be_made_failures() -> None:
     assert assert_recovery_equivalent(sc.NO_LOOKUP, recovery_points=0).refused
     with pytest.raises(AssertionError, match="REFUSED"):
         assert_recovery_equivalent(sc.NO_LOOKUP, recovery_points=0, refused_ok=False)
+
+
+def test_the_fixture_takes_an_async_scenario(crashproof_verify: Callable[..., Any]) -> None:
+    from examples import async_agent
+
+    report = crashproof_verify(async_agent.SCENARIO, max_points=4, recovery_points=0)
+    assert report.ok
+    assert len(report.results) >= 4

@@ -31,7 +31,7 @@ from crashproof.errors import (
     UnknownWorkflow,
     WitnessMissing,
 )
-from crashproof.runtime.guards.holds import NothingToOverride
+from crashproof.runtime.steps.holds import NothingToOverride
 
 __all__ = ["EXIT_CODES_TEXT", "SIGNAL_EXIT_TEXT", "CliError", "ExitCode", "Failure", "failure_for"]
 
@@ -105,7 +105,7 @@ def _hint_failed(exc: CrashproofError) -> str:
 
 def _hint_frozen(exc: CrashproofError) -> str:
     run = _run_id(exc)
-    if isinstance(getattr(exc, "cause", None), IntentHeld):  # runtime/guards/holds.py
+    if isinstance(getattr(exc, "cause", None), IntentHeld):  # runtime/steps/holds.py
         return (
             "another run holds the same act intent unresolved: resume or review that run "
             "(named above) until its act ends, then resume this one; or let this act pass "

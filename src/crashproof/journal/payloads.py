@@ -345,7 +345,7 @@ class BudgetRaised(TypedDict):
 
 
 class IntentOverride(TypedDict):
-    """``intent_override``: runtime/guards/holds.py (an operator lets the act at the
+    """``intent_override``: runtime/steps/holds.py (an operator lets the act at the
     record's key execute although the named runs hold the same intent unresolved)."""
 
     by: str

@@ -166,7 +166,7 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         ``raise_budget``: new, higher limits by kind (``{"tokens": 5000}``; None lifts
         one), e.g. to continue a run stopped at a budget. ``rebind_policy``: bind the run
         to another policy (version). ``override_intent``: the runs holding the intent its
-        frozen act waits for that the act may pass (runtime/guards/holds.py). All are
+        frozen act waits for that the act may pass (runtime/steps/holds.py). All are
         journaled as operator decisions: ``by``
         (default: the OS user), host, time, old and new values. A run another worker
         holds raises LeaseHeld unless ``take_over``, which fences that worker out (its

@@ -35,9 +35,9 @@ from crashproof.runtime.guards.budget import (
     reached,
     stopped_error,
 )
-from crashproof.runtime.guards.holds import intent_override
 from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.options import RunOptions
+from crashproof.runtime.steps.holds import intent_override
 from crashproof.store.port import StatusChange
 
 __all__ = ["LimitsMismatch", "OperatorChanges", "bind_run", "ended_run", "start_fields"]
@@ -55,7 +55,7 @@ class OperatorChanges:
 
     raise_budget: Mapping[str, Any] | None = None
     rebind_policy: Policy | None = None
-    # Runs holding the frozen act's intent that it may pass (guards/holds.py).
+    # Runs holding the frozen act's intent that it may pass (steps/holds.py).
     override_intent: tuple[str, ...] = ()
     by: str | None = None
 

@@ -32,7 +32,6 @@ from crashproof.errors import (
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
-from crashproof.runtime.guards.holds import first_intent
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.act_records import intent_payload, receipt_payload
 from crashproof.runtime.steps.environment import (
@@ -41,6 +40,7 @@ from crashproof.runtime.steps.environment import (
     observe_before,
 )
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
+from crashproof.runtime.steps.holds import first_intent
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["intent_digest", "perform_act"]
@@ -134,7 +134,7 @@ def perform_act(
     if prepared is not None:
         call = _with(call, prepared=prepared)
     observed = yield from observe_before(tool, call)
-    # Refused while another run holds this intent unresolved (guards/holds.py).
+    # Refused while another run holds this intent unresolved (steps/holds.py).
     yield from first_intent(
         session,
         call,
