@@ -193,8 +193,8 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         **input: Any,
     ) -> R:
         """``run`` for an ``async def`` workflow: the same journal, records and guarantees;
-        its ctx calls are awaited (``AsyncContext``). The start record and every journal
-        commit are short synchronous writes on the loop's thread."""
+        its ctx calls are awaited (``AsyncContext``). Its journal I/O waits off the loop
+        (``AsyncContext.settle``, ``off_loop``)."""
         record = functools.partial(self._record, wf, run_id, options, input, is_async=True)
         workflow = await off_loop(record)
         return await self._drive_async(workflow, run_id, options)  # type: ignore[no-any-return]
