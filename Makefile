@@ -15,7 +15,7 @@ RUNTIME := $(VENV)/.runtime
 
 # The demo needs the runtime only; the dev tools (pytest, mypy, ruff, psycopg) come with
 # the first target that uses them.
-$(RUNTIME): pyproject.toml setup.py src/crashproof/integrity/_seal.c
+$(RUNTIME): pyproject.toml setup.py src/crashproof/integrity/_seal.c src/crashproof/cli/_sigbus.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
