@@ -96,10 +96,13 @@ Work = Generator[Handoff, Any, T]
 
 
 def is_async(fn: Callable[..., Any]) -> bool:
-    """A coroutine function, also behind ``functools.partial`` or as a bound method."""
-    return inspect.iscoroutinefunction(inspect.unwrap(fn)) or inspect.iscoroutinefunction(
-        getattr(fn, "func", None)
-    )
+    """A coroutine function, also behind ``functools.partial``, a bound method or a
+    decorator that kept ``__wrapped__``. Asked for every live call: a plain function
+    (the usual step) is answered from its code flags alone."""
+    code = getattr(fn, "__code__", None)
+    if code is not None and "__wrapped__" not in getattr(fn, "__dict__", ()):
+        return bool(code.co_flags & inspect.CO_COROUTINE)
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(inspect.unwrap(fn))
 
 
 _TOOL_METHODS = ("prepare", "execute", "lookup", "observe", "expect", "target_of")
