@@ -86,6 +86,7 @@ __all__ = [
     "SerializationError",
     "SimulatedCrash",
     "StaleLeaseError",
+    "Unavailable",
     "UnknownKeyId",
     "UnknownWorkflow",
     "WitnessMissing",
@@ -298,6 +299,18 @@ class ResourceBusy(RetryableError):
     retries run out the act is frozen in ``needs_review`` for a later resume to try again,
     never recorded as failed: the holder may go away, and only a human can tell whether
     it will."""
+
+
+class Unavailable(RetryableError):
+    """A service the step, decision or act needs is out for now (a model API's 429 or
+    5xx, a refused connection, a timeout): nothing happened, and it may work later.
+    ``retry_after`` is the service's own hint in seconds (``Retry-After``), if it gave
+    one. Retried under the call's ``RetryPolicy``; when the tries run out the run stops
+    resumable (``stopped``), never ``failed``: an outage is not the run's fault."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
 
 
 class PermanentError(CrashproofError):
