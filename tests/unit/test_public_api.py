@@ -68,6 +68,7 @@ PUBLIC = [
     "StepOptions",
     "StepStatus",
     "Tool",
+    "Unavailable",
     "UnknownKeyId",
     "UnknownWorkflow",
     "WitnessMissing",

@@ -18,8 +18,6 @@ Two rules keep the journal's order the workflow's order:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextvars
 import datetime as dt
 import uuid as _uuid
 from collections.abc import Awaitable, Callable
@@ -29,27 +27,14 @@ from typing import Any, TypeVar
 from crashproof.errors import AsyncMisuse, DriveCancelled
 from crashproof.journal.records import StepKind
 from crashproof.runtime.context import Context
+from crashproof.runtime.driving.batching import batcher_for, off_loop
 from crashproof.runtime.options import StepOptions
 from crashproof.runtime.steps.handoff import run_async
 from crashproof.tools.port import Tool
 
 __all__ = ["AsyncContext", "off_loop"]
 
-# The threads async drives commit in (a commit waits on the disk or a database round
-# trip, not on the GIL): more than asyncio's default of cores + 4, so that the runs on a
-# loop overlap their round trips; a PostgreSQL store's pool bounds them again.
-_COMMITS = concurrent.futures.ThreadPoolExecutor(
-    max_workers=32, thread_name_prefix="crashproof-commit"
-)
-
 T = TypeVar("T")
-
-
-async def off_loop(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a commit thread: journal I/O of an async drive (a commit, a
-    journal read, a lease claim), so that the loop never waits on a round trip."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_COMMITS, contextvars.copy_context().run, fn, *args)
 
 
 class AsyncContext:
@@ -61,6 +46,7 @@ class AsyncContext:
         core.buffer_commits()  # committed before each handoff (settle)
         self.run_id = core.run_id
         self._task: asyncio.Task[Any] | None = asyncio.current_task()
+        self._batcher = batcher_for(core._host)  # the shell of this core: its host too
         self._ended = False
         self.cancelled_at: str | None = None  # the key of the call a cancellation hit
 
@@ -157,17 +143,19 @@ class AsyncContext:
 
     async def settle(self) -> None:
         """Before a handoff: the records this drive made are committed (the output points
-        durable) in a worker thread, so the loop never waits on a commit or an fsync and
-        concurrent drives share one sync (store/syncing.py)."""
+        durable) without the loop waiting on a commit or an fsync: batched with the
+        other drives' that commit this turn (runtime/driving/batching.py), or in a commit
+        thread of its own where the store commits one run at a time (PostgreSQL)."""
         core, pending = self._core, self._core.pending
         if not pending:
             return
-        if not pending.local or pending.must_sync():
-            await off_loop(core.flush)  # a round trip, or a wait for the disk: a thread
+        quick = pending.local and not pending.must_sync()
+        if self._batcher is not None:
+            await self._batcher.commit(core, quick)
+        elif quick:
+            core.flush()  # a local commit that waits for no disk
         else:
-            # A local commit that waits for no disk: inline. (It is the cost that bounds
-            # a thousand runs on one loop: ~150 µs each there, docs/benchmarks.md.)
-            core.flush()
+            await off_loop(core.flush)  # a round trip, or a wait for the disk: a thread
 
     def end(self) -> None:
         """The workflow returned or raised: later calls from tasks it left are refused."""

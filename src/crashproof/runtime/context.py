@@ -36,7 +36,7 @@ from crashproof.runtime.guards.budget import Meter
 from crashproof.runtime.guards.policy import Policy, admit_act
 from crashproof.runtime.guards.replan import decided_epoch
 from crashproof.runtime.options import StepOptions
-from crashproof.runtime.port import ActSettings, DriveHost
+from crashproof.runtime.port import ActSettings, DriveHost, PendingRecord
 from crashproof.runtime.steps.acts import intent_digest, perform_act
 from crashproof.runtime.steps.environment import WorldCheck
 from crashproof.runtime.steps.handoff import Work, async_methods, async_tool_refused, run_sync
@@ -49,8 +49,7 @@ from crashproof.tools.port import Tool
 __all__ = ["Context"]
 
 
-def _no_crash_point(name: str) -> None:
-    return None
+def _no_crash_point(name: str) -> None: ...
 
 
 T = TypeVar("T")
@@ -98,10 +97,8 @@ class Context:
         self.session: dict[str, Any] | None = None  # put in this drive's first record
         self.versions: dict[str, str | None] = {}  # workflow and policy: set by the ledger
         self.last_key: str | None = None  # of the latest step, decision or act begun
-        # An async drive's records, committed before its next handoff (flush): the loop
-        # never waits on a commit, and a record is committed before anything that
-        # depends on it leaves the process (a crash before then loses it, like a crash
-        # before its commit). None: committed at once (the sync shell).
+        # An async drive's records, committed before its next handoff (Pending); None:
+        # committed at once (the sync shell).
         self.pending: Pending | None = None
 
     # -- the public calls (the sync shell: runtime/async_context.py is the other) ----
@@ -490,22 +487,25 @@ class Context:
             return self.pending.add(events, status, out)
         self._host.append_records(events, status, fencing_token=self.fencing_token, output=out)
 
-    def buffer_commits(self) -> None:
-        """From now on, commit before each handoff (the async shell), not at once."""
+    def buffer_commits(self) -> None:  # the async shell: committed before each handoff
         self.pending = Pending(local=not self._host.url.startswith(("postgresql:", "postgres:")))
 
     def flush(self) -> None:
         """Commit what an async drive made since its last handoff (``Pending``)."""
-        if not self.pending:
-            return
-        try:
-            self.pending.flush(self._host, self.fencing_token)
-        except Exception:
-            refused = self.pending.refused  # as if it had been refused at once: its seq
-            if refused is not None:  # is the next one, and the session goes on with it
-                self._next_seq = refused.seq
-                self.session = self.session or refused.payload.get("session")
-            raise
+        if self.pending:
+            self.committed(group := self.take_commits(), self._host.commit_batch([group])[0])
+
+    def take_commits(self) -> list[PendingRecord]:
+        """The records to commit (``flush``, or a batch: runtime/driving/batching.py)."""
+        return [] if self.pending is None else self.pending.take(self.fencing_token)
+
+    def committed(self, group: list[PendingRecord], result: tuple[int, Exception] | None) -> None:
+        """A refused record (and those after it) not kept: go on from its seq, and raise."""
+        if result is not None:
+            refused = group[result[0]][0][0]
+            self._next_seq = refused.seq
+            self.session = self.session or refused.payload.get("session")
+            raise result[1]
 
     # -- the rest of the RunSession port ----------------------------------------
 

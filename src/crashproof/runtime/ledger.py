@@ -18,7 +18,6 @@ from crashproof.errors import (
     PermanentError,
     RetryableError,
     RunFailed,
-    StaleLeaseError,
     UnknownWorkflow,
 )
 from crashproof.integrity.keys import Keyring, resolve_keyring
@@ -35,8 +34,9 @@ from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.async_context import AsyncContext, off_loop
 from crashproof.runtime.context import Context
 from crashproof.runtime.driving import leases
-from crashproof.runtime.driving.durability import output_point, share_witness_writes
-from crashproof.runtime.driving.leases import HOST, Grant, Heartbeat, release, stop_driving
+from crashproof.runtime.driving.commits import JournalCommits
+from crashproof.runtime.driving.durability import share_witness_writes
+from crashproof.runtime.driving.leases import HOST, Grant, Heartbeat, stop_driving
 from crashproof.runtime.driving.lifecycle import record_start, recorded_outcome, stopped_error
 from crashproof.runtime.driving.queue import Draining, LedgerQueue
 from crashproof.runtime.driving.urls import (
@@ -57,7 +57,7 @@ from crashproof.runtime.port import ActSettings, DriveHost
 from crashproof.runtime.replayer.verdict import Gate, gate
 from crashproof.runtime.steps.handoff import Work, run_async, run_sync
 from crashproof.runtime.workflow import Registry, Workflow
-from crashproof.store.port import StatusChange, Store
+from crashproof.store.port import Store
 
 # DURABILITY_MODES and open_store live in runtime.driving.urls; re-exported for callers.
 __all__ = ["DURABILITY_MODES", "Ledger", "open_store"]
@@ -74,7 +74,7 @@ R = TypeVar("R")
 _WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
 
 
-class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
+class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
     """Durable runs of workflows. Independent instances never share state.
 
     Implements the ``DriveHost`` port (``runtime/port.py``) for its Context and its
@@ -196,8 +196,7 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         its ctx calls are awaited (``AsyncContext``). Its journal I/O waits off the loop
         (``AsyncContext.settle``, ``off_loop``)."""
         record = functools.partial(self._record, wf, run_id, options, input, is_async=True)
-        workflow = await off_loop(record)
-        return await self._drive_async(workflow, run_id, options)  # type: ignore[no-any-return]
+        return await self._drive_async(record, run_id, options)  # type: ignore[no-any-return]
 
     async def resume_async(
         self,
@@ -332,7 +331,7 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
 
     async def _drive_async(
         self,
-        workflow: Workflow[Any],
+        workflow: Workflow[Any] | Callable[[], Workflow[Any]],
         run_id: str,
         options: RunOptions | None = None,
         *,
@@ -341,13 +340,25 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         wait: float = 0.0,
     ) -> Any:
         """``_drive`` for an async workflow: the same opening and conclusion, the workflow
-        awaited with an ``AsyncContext`` over the same core."""
-        # The verdict, the claim (or its wait) and the opening read the journal: off the loop.
-        verdict = await off_loop(gate, self, workflow, run_id)
-        grant = await off_loop(self._lease_for, run_id, take_over, wait)
-        with self._owning(run_id, grant, leases.TaskHeartbeat):
-            opened = await off_loop(self._open, workflow, run_id, options, changes, grant, verdict)
-            return await self._drive_owned_async(run_id, workflow, opened)
+        awaited with an ``AsyncContext`` over the same core. ``workflow``: or what
+        records the run's start and returns it (``run_async``)."""
+
+        def admitted() -> tuple[Workflow[Any], Any, Grant]:
+            found = workflow if isinstance(workflow, Workflow) else workflow()
+            return found, gate(self, found, run_id), self._lease_for(run_id, take_over, wait)
+
+        # The start, the verdict, the claim (or its wait) and the opening read and write
+        # the journal: off the loop, the first three in one thread hop.
+        found, verdict, grant = await off_loop(admitted)
+        heartbeat: Heartbeat | None = None
+        try:
+            with self._owning(run_id, grant, leases.TaskHeartbeat) as heartbeat:
+                opened = await off_loop(self._open, found, run_id, options, changes, grant, verdict)
+                return await self._drive_owned_async(run_id, found, opened)
+        finally:  # the lease is free when the drive returns
+            released = getattr(heartbeat, "released", None)
+            if released is not None:
+                await released
 
     async def _drive_owned_async(
         self,
@@ -380,7 +391,7 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
     @contextlib.contextmanager
     def _owning(
         self, run_id: str, grant: Grant, beat: type[Heartbeat] = Heartbeat
-    ) -> Iterator[None]:
+    ) -> Iterator[Heartbeat]:
         """Renew the run's lease while the drive runs, then release it. A crash
         (SimulatedCrash, or any BaseException that is not an Exception) leaves the lease
         to expire, as a dead process would; so does a cancelled async drive, whose
@@ -388,13 +399,13 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         lease = grant.lease
         heartbeat = beat(self._store, run_id, lease, lambda: self._stale.add((run_id, lease.token)))
         try:
-            yield
+            yield heartbeat
         except DriveCancelled:
             heartbeat.stop()
             raise
         except Exception:
             heartbeat.stop()
-            release(self._store, run_id, heartbeat.lease)
+            heartbeat.release()
             raise
         except BaseException:
             heartbeat.stop()
@@ -403,7 +414,7 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
             stop_driving(lease.owner, run_id)
             self._stale.discard((run_id, lease.token))
         heartbeat.stop()
-        release(self._store, run_id, heartbeat.lease)
+        heartbeat.release()
 
     def _open(
         self,
@@ -515,36 +526,6 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
                 "step and stays resumable (its lease is released for another worker)"
             )
 
-    def append_records(
-        self,
-        events: Sequence[Event],
-        status: StatusChange | None,
-        *,
-        fencing_token: int | None = None,
-        output: bool | None = None,
-    ) -> None:
-        """Append to the journal, with crash points on each side of the commit; at an
-        output point (runtime/driving/durability.py) the commit is forced to disk first, then the
-        new generation is mirrored in the witness (a crash in between is caught up by
-        the next resume). ``fencing_token``: the lease the run is driven under; the
-        store checks it in the commit's transaction (StaleLeaseError, nothing kept).
-        ``output``: whether the last record is an output point, when the caller knows
-        (None: output_point decides)."""
-        if self._stale and (events[0].run_id, fencing_token) in self._stale:
-            raise StaleLeaseError(
-                f"run {events[0].run_id!r}: this worker's lease (fencing token "
-                f"{fencing_token}) was lost to another worker; nothing more is written"
-            )
-        if self.crash_points is not None:
-            self._hit("before_commit", events[0])
-        # Something leaves the process next?
-        durable = output_point(events[-1]) if output is None else output
-        self._store.append(events, status, fencing_token=fencing_token, durable=durable)
-        if self.crash_points is not None:
-            self._hit("after_commit", events[0])
-        if self._witness is not None and durable:
-            self._witness.advance(events[0].run_id, events[-1].seq + 1)
-
     def journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
         """A run's journal, every record's MAC and the chain verified by the store, and
         its generation checked against the witness. ``owner``: the caller is about to
@@ -562,9 +543,3 @@ class Ledger(Registry, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
         if owner:  # a run exported as a move is driven where it was imported, not here
             refuse_moved(self._store, run_id, events)
         return events
-
-    def _hit(self, side: str, event: Event) -> None:
-        points = self.crash_points
-        if points is not None:
-            label = event.type.value if event.key is None else f"{event.type.value}:{event.key}"
-            points.hit(f"{side}[{label}]")

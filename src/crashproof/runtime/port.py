@@ -23,7 +23,11 @@ from crashproof.integrity.witness import Witness
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind
 from crashproof.store.port import StatusChange, Store
 
-__all__ = ["ActSettings", "DriveHost", "RunSession", "StepSession"]
+# A record an async drive made and has not committed yet: its events, status change,
+# fencing token, and whether it is an output point (None: output_point decides).
+PendingRecord = tuple[Sequence[Event], StatusChange | None, int | None, bool | None]
+
+__all__ = ["ActSettings", "DriveHost", "PendingRecord", "RunSession", "StepSession"]
 
 
 class ActSettings:
@@ -182,6 +186,13 @@ class DriveHost(Protocol):
         (``runtime/driving/durability.py``); ``fencing_token`` is checked in the commit's
         transaction. ``output``: whether the last record is an output point, when the
         caller knows."""
+
+    def commit_batch(
+        self, groups: Sequence[Sequence[PendingRecord]]
+    ) -> list[tuple[int, Exception] | None]:
+        """Commit async drives' pending records, a group per drive in order
+        (``runtime/driving/commits.py``); per group None, or (index, error) of the first
+        record not kept."""
 
     def check_driving(self, run_id: str) -> None:
         """Called before every step: raises when this ledger stops driving ``run_id``

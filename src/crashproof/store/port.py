@@ -23,6 +23,7 @@ __all__ = [
     "check_claimable",
     "GENESIS",
     "Lease",
+    "RecordAppend",
     "RecordSealer",
     "StatusChange",
     "Store",
@@ -44,6 +45,10 @@ def blob_digest(value: str | None) -> str | None:
 
 
 StatusChange = tuple[RunStatus, str | None]
+
+# One record of a batch commit (a store's optional ``append_batch``): its events, status
+# change, fencing token, and whether it is an output point (durable before returning).
+RecordAppend = tuple[Sequence[Event], StatusChange | None, int | None, bool]
 
 GENESIS = ""  # the "previous MAC" of a run's first record
 

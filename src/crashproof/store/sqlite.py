@@ -32,6 +32,7 @@ from crashproof.store.migrate import check_automatic, run_migration, split_state
 from crashproof.store.port import (
     GENESIS,
     Lease,
+    RecordAppend,
     RecordSealer,
     StatusChange,
     check_claimable,
@@ -312,6 +313,16 @@ class SQLiteStore(SQLiteJournal):
         self._append(events, status, fencing_token, run_id)
         if durable and self.durability == "output":
             self._group.wait(self._commits, (run_id, events[-1].seq + 1))
+
+    def append_batch(
+        self, groups: Sequence[Sequence[RecordAppend]]
+    ) -> list[tuple[int, Exception] | None]:
+        """Several runs' records in one transaction (``SQLiteJournal._append_batch``);
+        returns once an output point among them is durable, as ``append`` would."""
+        results, note = self._append_batch(groups)
+        if note is not None and self.durability == "output":
+            self._group.wait(self._commits, note)
+        return results
 
     def sync(self) -> None:
         # "full" synced every commit already, "normal" never forces one.

@@ -30,10 +30,10 @@ from typing import Any
 
 from crashproof.journal import payloads
 from crashproof.journal.records import Event, EventType
-from crashproof.runtime.port import DriveHost
+from crashproof.runtime.port import PendingRecord
 from crashproof.store.port import StatusChange
 
-__all__ = ["OUTCOMES", "output_point", "share_witness_writes"]
+__all__ = ["OUTCOMES", "Pending", "output_point", "share_witness_writes"]
 
 OUTCOMES = frozenset(
     {
@@ -77,16 +77,15 @@ def share_witness_writes(store: Any, witness: Any) -> None:
 
 
 class Pending:
-    """An async drive's records, committed before its next handoff (``flush``): the event
-    loop never waits on a commit, and a record is committed before anything depending on
-    it leaves the process (a crash before then loses it, as a crash before its commit
-    would). Each is committed as the sync shell commits it: the same crash points, the
-    output points durable."""
+    """An async drive's records, committed before its next handoff: the event loop never
+    waits on a commit, and a record is committed before anything depending on it leaves
+    the process (a crash before then loses it, as a crash before its commit would). Each
+    is committed with the crash points and durability the sync shell gives it
+    (``commits.py``)."""
 
     def __init__(self, local: bool) -> None:
         self.local = local  # the journal is on this machine: a commit is no round trip
         self._records: list[tuple[Sequence[Event], StatusChange | None, bool | None]] = []
-        self.refused: Event | None = None  # the first record a flush failed to commit
 
     def __bool__(self) -> bool:
         return bool(self._records)
@@ -103,13 +102,7 @@ class Pending:
             for events, _, output in self._records
         )
 
-    def flush(self, host: DriveHost, fencing_token: int | None) -> None:
-        """Commit them in order (blocking: the async shell calls it in a thread, unless
-        the commits are local and wait for no disk)."""
+    def take(self, fencing_token: int | None) -> list[PendingRecord]:
+        """The records, in order, for one commit; none are pending afterwards."""
         records, self._records = self._records, []
-        for events, status, output in records:
-            try:
-                host.append_records(events, status, fencing_token=fencing_token, output=output)
-            except Exception:
-                self.refused = events[0]  # this one and those after it were not kept
-                raise
+        return [(events, status, fencing_token, output) for events, status, output in records]

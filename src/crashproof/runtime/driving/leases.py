@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from crashproof.errors import CrashproofError, LeaseHeld, StaleLeaseError
+from crashproof.runtime.driving.batching import off_loop
 from crashproof.store.port import Lease, Store
 
 __all__ = [
@@ -148,11 +149,16 @@ class Heartbeat:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=max(1.0, self.lease.ttl_seconds))
 
+    def release(self) -> None:
+        """The drive ended: free the lease for anyone (after ``stop``)."""
+        release(self._store, self._run_id, self.lease)
+
 
 class TaskHeartbeat(Heartbeat):
     """``Heartbeat`` for an async drive: a task on its event loop instead of a thread per
     run (a thousand runs on one loop would otherwise start, and join, a thousand
-    threads). A renewal is one short commit on the loop's thread."""
+    threads). Renewals and the release are commits in a commit thread, as the drive's
+    own are: the loop never waits on them."""
 
     def __init__(  # (the thread of the base class is never started)
         self, store: Store, run_id: str, lease: Lease, lost: Callable[[], None]
@@ -161,17 +167,22 @@ class TaskHeartbeat(Heartbeat):
         self._run_id = run_id
         self.lease = lease
         self._lost = lost
-        self._task = asyncio.get_running_loop().create_task(self._beat_async())
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._beat_async())
+        self.released: asyncio.Future[None] | None = None  # the release, awaited by the drive
 
     async def _beat_async(self) -> None:
         interval = self.lease.ttl_seconds / 3
         while True:
             await asyncio.sleep(interval)
-            if not self._renew():
+            if not await off_loop(self._renew):
                 return
 
     def stop(self) -> None:
         self._task.cancel()
+
+    def release(self) -> None:
+        self.released = asyncio.ensure_future(off_loop(super().release), loop=self._loop)
 
 
 def claim(

@@ -48,7 +48,7 @@ from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.driving.leases import claim, release, stop_driving
 from crashproof.runtime.guards.budget import operator
-from crashproof.runtime.port import DriveHost, RunSession
+from crashproof.runtime.port import DriveHost, PendingRecord, RunSession
 from crashproof.runtime.replayer.check import COMPATIBLE, ReplayVerdict, replay_events
 from crashproof.runtime.workflow import Workflow
 from crashproof.store.migrate import declared_changes
@@ -113,6 +113,12 @@ class _ReadOnly:
             f"run {events[0].run_id!r}: the compatibility verdict's replay check tried to "
             "write a record; nothing was written"
         )
+
+    def commit_batch(
+        self, groups: Sequence[Sequence[PendingRecord]]
+    ) -> list[tuple[int, Exception] | None]:
+        self.append_records(groups[0][0][0], None)
+        return []
 
     def check_driving(self, run_id: str) -> None:
         return None

@@ -60,9 +60,13 @@ __all__ = ["WorldCheck", "environment_fingerprint", "observe_after", "observe_be
 log = logging.getLogger(__name__)
 
 
-def observing(tool: Tool) -> Invoke:
-    """The handoff that asks ``tool`` what it observes now."""
-    return Invoke(tool.observe, (), f"observe of tool {tool.name!r}")
+def observing(tool: Tool) -> Work[Observation | None]:
+    """What ``tool`` observes now, asked in a handoff; no handoff for a tool that keeps
+    ``Tool.observe`` (it observes nothing: a thread hop and a commit point saved)."""
+    if getattr(type(tool), "observe", None) is Tool.observe:
+        return None
+    observed: Observation | None = yield Invoke(tool.observe, (), f"observe of tool {tool.name!r}")
+    return observed
 
 
 def observe_before(tool: Tool, call: Call) -> Work[dict[str, Any] | None]:
@@ -70,7 +74,7 @@ def observe_before(tool: Tool, call: Call) -> Work[dict[str, Any] | None]:
     An observation that fails is logged and left out (that environment is then not
     checked on resume); it never blocks the act."""
     try:
-        before = yield observing(tool)
+        before = yield from observing(tool)
         if before is None:
             return None
         expected = tool.expect(call, before)
@@ -85,7 +89,7 @@ def environment_fingerprint(tool: Tool) -> Work[str | None]:
     binds; None for a tool that does not observe. An observation that fails is a value
     too ("unobservable"), so an approval made while it worked does not match it."""
     try:
-        seen = yield observing(tool)
+        seen = yield from observing(tool)
     except Exception as exc:
         log.warning("could not observe %s for an approval: %r", tool.name, exc)
         return "unobservable"
@@ -103,7 +107,7 @@ def observe_after(tool: Tool, step: str) -> Work[dict[str, Any]]:
     act left it. Never raises: the receipt of an effect that happened must be journaled
     whatever the observation does."""
     try:
-        after = yield observing(tool)
+        after = yield from observing(tool)
     except Exception as exc:
         log.warning("could not observe %s after act %r: %r", tool.name, step, exc)
         return {}
@@ -169,7 +173,7 @@ class WorldCheck:
         checked: set[str] = set()
         for tool_obj, keys in self._tools.values():
             try:
-                now = yield observing(tool_obj)
+                now = yield from observing(tool_obj)
             except Exception as exc:
                 unobservable.append({"tool": tool_obj.name, "step": keys[0], **_err(exc)})
                 continue

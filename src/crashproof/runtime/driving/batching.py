@@ -1,0 +1,135 @@
+"""Where async drives' commits run: the threads that wait on the disk or the database
+(``off_loop``), and the batch that commits many drives' records in one transaction.
+
+A thousand drives on one loop each reach a commit ten times a second. One transaction
+apiece, on the loop or handed to a thread one by one, is what bounded them
+(docs/benchmarks.md: ~160 µs a commit on the loop). So the drives that reach a commit in
+the same turn of the loop are committed together: one transaction, one thread hop, and
+one sync for the output points among them, while the loop goes on with the others. A
+drive alone commits as before: inline when its commit waits for no disk, else in a
+thread. Each record keeps its crash points and durability (``commits.py``); the drives
+never wait on each other's refusals (a savepoint per record)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from crashproof.runtime.port import DriveHost, PendingRecord
+
+__all__ = ["CommitBatcher", "batcher_for", "off_loop"]
+
+# The threads async drives commit in (a commit waits on the disk or a database round
+# trip, not on the GIL): more than asyncio's default of cores + 4, so that the runs on a
+# loop overlap their round trips; a PostgreSQL store's pool bounds them again.
+_COMMITS = concurrent.futures.ThreadPoolExecutor(
+    max_workers=32, thread_name_prefix="crashproof-commit"
+)
+
+T = TypeVar("T")
+
+
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a commit thread: journal I/O of an async drive (a commit, a
+    journal read, a lease claim), so that the loop never waits on a round trip."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_COMMITS, contextvars.copy_context().run, fn, *args)
+
+
+class Drive(Protocol):
+    """What the batch needs of a drive's core (``Context``)."""
+
+    def take_commits(self) -> list[PendingRecord]: ...
+
+    def committed(
+        self, group: list[PendingRecord], result: tuple[int, Exception] | None
+    ) -> None: ...
+
+
+Result = tuple[int, Exception] | None
+_Waiting = tuple[list[PendingRecord], bool, "asyncio.Future[Result]"]
+
+
+class CommitBatcher:
+    """The commits of the async drives of one ledger on one loop. One batch is written
+    at a time; the drives that arrive meanwhile form the next."""
+
+    def __init__(self, host: DriveHost, loop: asyncio.AbstractEventLoop) -> None:
+        self._host = host
+        self._loop = loop
+        self._waiting: list[_Waiting] = []
+        self._busy = False  # a batch is being written, or is due this turn
+
+    async def commit(self, drive: Drive, quick: bool) -> None:
+        """Commit ``drive``'s pending records; ``quick``: they wait for no disk."""
+        group = drive.take_commits()
+        future: asyncio.Future[Result] = self._loop.create_future()
+        self._waiting.append((group, quick, future))
+        if not self._busy:
+            self._busy = True
+            self._loop.call_soon(self._write)  # after the drives that commit this turn
+        drive.committed(group, await future)
+
+    def _write(self) -> None:
+        batch, self._waiting = self._waiting, []
+        if not batch:
+            self._busy = False
+            return
+        groups = [group for group, _quick, _future in batch]
+        if len(batch) == 1 and batch[0][1]:
+            # Alone and no disk to wait for: a thread hop would cost more than the commit.
+            try:
+                results = self._host.commit_batch(groups)
+            except BaseException as exc:
+                self._settle(batch, None, exc)
+            else:
+                self._settle(batch, results, None)
+            return
+        done = self._loop.run_in_executor(_COMMITS, self._host.commit_batch, groups)
+        done.add_done_callback(lambda future: self._written(batch, future))
+
+    def _written(self, batch: list[_Waiting], done: asyncio.Future[list[Result]]) -> None:
+        if done.cancelled():
+            self._settle(batch, None, asyncio.CancelledError())
+        elif (error := done.exception()) is not None:
+            self._settle(batch, None, error)
+        else:
+            self._settle(batch, done.result(), None)
+
+    def _settle(
+        self, batch: list[_Waiting], results: list[Result] | None, error: BaseException | None
+    ) -> None:
+        for index, (_group, _quick, future) in enumerate(batch):
+            if future.done():  # its drive was cancelled meanwhile
+                continue
+            if results is None:
+                future.set_exception(error or RuntimeError("batch commit failed"))
+            else:
+                future.set_result(results[index])
+        self._busy = False
+        if self._waiting:  # arrived while this batch was written: the next batch
+            self._busy = True
+            self._write()
+
+
+_BATCHERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, CommitBatcher]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def batcher_for(host: DriveHost) -> CommitBatcher | None:
+    """The batcher of ``host``'s drives on the running loop, where its store commits
+    many runs' records in one transaction (``append_batch``); None elsewhere (each drive
+    commits in a thread of its own, which a PostgreSQL pool runs side by side)."""
+    if getattr(host.store, "append_batch", None) is None:
+        return None
+    loop = asyncio.get_running_loop()
+    batchers = _BATCHERS.setdefault(loop, {})
+    found = batchers.get(id(host))
+    if found is None or found._host is not host:
+        found = batchers[id(host)] = CommitBatcher(host, loop)
+    return found

@@ -1,0 +1,117 @@
+"""How a drive's records reach the store: one at a time (the sync shell, and an async
+drive alone on its loop), or many async drives' records in one transaction (a batch,
+``runtime/driving/batching.py``). Either way each record has its crash points on each
+side of its commit, and an output point is durable before the call returns
+(``durability.py``). A mixin of the Ledger, which holds the store and the witness."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from crashproof._faults import CrashPoints
+from crashproof.errors import StaleLeaseError
+from crashproof.integrity.witness import Witness
+from crashproof.journal.records import Event
+from crashproof.runtime.driving.durability import output_point
+from crashproof.runtime.port import PendingRecord
+from crashproof.store.port import RecordAppend, StatusChange, Store
+
+__all__ = ["JournalCommits"]
+
+
+class JournalCommits:
+    _store: Store
+    _witness: Witness | None
+    _stale: set[tuple[str, int]]  # (run id, token) whose lease was lost
+    crash_points: CrashPoints | None
+
+    def append_records(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None,
+        *,
+        fencing_token: int | None = None,
+        output: bool | None = None,
+    ) -> None:
+        """Append to the journal, with crash points on each side of the commit; at an
+        output point (runtime/driving/durability.py) the commit is forced to disk first,
+        then the new generation is mirrored in the witness (a crash in between is caught
+        up by the next resume). ``fencing_token``: the lease the run is driven under; the
+        store checks it in the commit's transaction (StaleLeaseError, nothing kept).
+        ``output``: whether the last record is an output point, when the caller knows
+        (None: output_point decides)."""
+        if self._stale and (events[0].run_id, fencing_token) in self._stale:
+            raise _stale(events[0].run_id, fencing_token)
+        if self.crash_points is not None:
+            self._hit("before_commit", events[0])
+        # Something leaves the process next?
+        durable = output_point(events[-1]) if output is None else output
+        self._store.append(events, status, fencing_token=fencing_token, durable=durable)
+        if self.crash_points is not None:
+            self._hit("after_commit", events[0])
+        if self._witness is not None and durable:
+            self._witness.advance(events[0].run_id, events[-1].seq + 1)
+
+    def commit_batch(
+        self, groups: Sequence[Sequence[PendingRecord]]
+    ) -> list[tuple[int, Exception] | None]:
+        """Commit several async drives' pending records (a group per drive, in order) at
+        once: in one transaction where the store has ``append_batch`` (SQLite), else
+        group by group as ``append_records``. Per group: None, or (index, error) of its
+        first record not kept; the records before it are kept."""
+        batch = getattr(self._store, "append_batch", None)
+        if batch is None or len(groups) < 2:
+            return [self._commit_group(group) for group in groups]
+        appends: list[tuple[RecordAppend, ...]] = []
+        refused: list[Exception | None] = []
+        for group in groups:
+            run_id, token = group[0][0][0].run_id, group[0][2]
+            if self._stale and (run_id, token) in self._stale:
+                appends.append(())
+                refused.append(_stale(run_id, token))
+                continue
+            appends.append(
+                tuple(
+                    (events, status, token_, output_point(events[-1]) if out is None else out)
+                    for events, status, token_, out in group
+                )
+            )
+            refused.append(None)
+        if self.crash_points is not None:
+            for records in appends:
+                for record in records:
+                    self._hit("before_commit", record[0][0])
+        kept = iter(batch([records for records in appends if records]))
+        results: list[tuple[int, Exception] | None] = []
+        for records, refusal in zip(appends, refused, strict=True):
+            result = (0, refusal) if refusal is not None else next(kept)
+            results.append(result)
+            for events, _status, _token, durable in records[
+                : None if result is None else result[0]
+            ]:
+                if self.crash_points is not None:
+                    self._hit("after_commit", events[0])
+                if self._witness is not None and durable:
+                    self._witness.advance(events[0].run_id, events[-1].seq + 1)
+        return results
+
+    def _commit_group(self, group: Sequence[PendingRecord]) -> tuple[int, Exception] | None:
+        for index, (events, status, token, out) in enumerate(group):
+            try:
+                self.append_records(events, status, fencing_token=token, output=out)
+            except Exception as exc:
+                return index, exc
+        return None
+
+    def _hit(self, side: str, event: Event) -> None:
+        points = self.crash_points
+        if points is not None:
+            label = event.type.value if event.key is None else f"{event.type.value}:{event.key}"
+            points.hit(f"{side}[{label}]")
+
+
+def _stale(run_id: str, token: int | None) -> StaleLeaseError:
+    return StaleLeaseError(
+        f"run {run_id!r}: this worker's lease (fencing token {token}) was lost to another "
+        "worker; nothing more is written"
+    )

@@ -1,0 +1,165 @@
+"""Async drives that commit in the same turn of their loop share one transaction
+(runtime/driving/batching.py): each run still writes the sync run's journal, a record
+refused in a batch costs the other runs nothing, and a crash inside a batch resumes
+like a crash at that record of one run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import crashproof as cp
+from crashproof.journal.records import Event
+
+from ._targets import Target, TargetTool
+from .test_async import AsyncTargetTool, _acount, _aplan, _count, _splan, shape
+
+RUNS = 12
+
+
+class _Batches:
+    """Counts the groups of every batch the ledger's store commits (it calls through)."""
+
+    def __init__(self, ledger: cp.Ledger) -> None:
+        store = ledger._store
+        self.sizes: list[int] = []
+        inner = store.append_batch  # type: ignore[attr-defined]
+
+        def counted(groups: Any) -> Any:
+            self.sizes.append(len(groups))
+            return inner(groups)
+
+        store.append_batch = counted  # type: ignore[attr-defined]
+
+
+# Each run's own act (title: the run id): identical intents of concurrent runs would
+# wait on each other (an unresolved intent is held across runs: runtime/steps/holds.py).
+
+
+def sync_flow(tool: cp.Tool) -> cp.Workflow[Any]:
+    @cp.workflow("agent", version="1")
+    def agent(ctx: cp.Context, n: int) -> dict[str, Any]:
+        plan = ctx.decide("plan", _splan, n)
+        doubled = [ctx.step("count", _count, i) for i in range(n)]
+        made = ctx.act("create", tool, title=ctx.run_id, n=n)
+        return {"plan": plan, "doubled": doubled, "made": made}
+
+    return agent
+
+
+def async_flow(tool: cp.Tool) -> cp.Workflow[Any]:
+    barrier = asyncio.Barrier(RUNS) if hasattr(asyncio, "Barrier") else None
+
+    async def count(x: int) -> int:
+        # The drives leave each step together: their commits meet in the same turn.
+        if barrier is not None:
+            await barrier.wait()
+        return await _acount(x)
+
+    @cp.workflow("agent", version="1")
+    async def agent(ctx: cp.AsyncContext, n: int) -> dict[str, Any]:
+        plan = await ctx.decide("plan", _aplan, n)
+        doubled = [await ctx.step("count", count, i) for i in range(n)]
+        made = await ctx.act("create", tool, title=ctx.run_id, n=n)
+        return {"plan": plan, "doubled": doubled, "made": made}
+
+    return agent
+
+
+def _unordered(events: list[Event]) -> list[Any]:
+    """The journal's shape, the act's receipt masked (and the result that holds it): the
+    target numbers its records in the order the runs reach it."""
+    return [
+        (*rec[:2], "receipt") if rec[1] == "create" or rec[0] == "run_succeeded" else rec
+        for rec in shape(events)
+    ]
+
+
+async def _all(ledger: cp.Ledger, flow: cp.Workflow[Any], ids: list[str]) -> list[Any]:
+    return await asyncio.gather(*(ledger.run_async(flow, run_id=i, n=3) for i in ids))
+
+
+def test_concurrent_drives_commit_together_and_each_writes_the_sync_journal(
+    tmp_path: Path,
+) -> None:
+    ids = [f"r{k}" for k in range(RUNS)]
+    target_s, target_a = Target(tmp_path / "s.json"), Target(tmp_path / "a.json")
+    with cp.Ledger(f"sqlite:///{tmp_path / 's.db'}") as ls:
+        flow = sync_flow(TargetTool(target_s))
+        expected = [ls.run(flow, run_id=i, n=3) for i in ids]
+        sync_journals = {i: _unordered(ls.journal(i)) for i in ids}
+    with cp.Ledger(f"sqlite:///{tmp_path / 'a.db'}") as la:
+        batches = _Batches(la)
+        results = asyncio.run(_all(la, async_flow(AsyncTargetTool(target_a)), ids))
+        async_journals = {i: _unordered(la.journal(i)) for i in ids}
+    assert [{**r, "made": None} for r in results] == [{**r, "made": None} for r in expected]
+    assert async_journals == sync_journals
+    # The drives step in lockstep: their commits met in shared transactions.
+    assert max(batches.sizes) > 1, batches.sizes
+    assert all(target_a.count("executes", f"{i}/create") == 1 for i in ids)
+
+
+def _next(event: Event, seq: int) -> Event:
+    """A record that continues a journal: ``event`` again at ``seq``."""
+    return Event(event.run_id, seq, event.type, event.key, event.payload, event.created_at)
+
+
+def test_a_record_refused_in_a_batch_keeps_the_other_runs_records(tmp_path: Path) -> None:
+    flow = sync_flow(TargetTool(Target(tmp_path / "t.json")))
+    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        for run_id in ("a", "b", "c"):
+            ledger.run(flow, run_id=run_id, n=1)
+        ends = {r: ledger.journal(r) for r in ("a", "b", "c")}
+        token = {r: ledger.leases()[r].token for r in ("a", "b", "c")}
+        a, b, c = (ends[r][-1] for r in ("a", "b", "c"))
+        na, nb, nc = (len(ends[r]) for r in ("a", "b", "c"))
+        results = ledger.commit_batch(
+            [
+                [((_next(a, na),), None, token["a"], False)],
+                [((_next(b, nb),), None, token["b"] + 7, False)],  # a superseded lease
+                [
+                    ((_next(c, nc),), None, token["c"], False),
+                    ((_next(c, nc + 2),), None, token["c"], False),  # a gap
+                ],
+            ]
+        )
+        assert results[0] is None
+        assert results[1] is not None
+        assert results[1][0] == 0
+        assert isinstance(results[1][1], cp.StaleLeaseError)
+        assert results[2] is not None
+        assert results[2][0] == 1
+        assert isinstance(results[2][1], cp.StaleLeaseError)
+        # Kept exactly what was not refused, every chain intact (journal verifies it).
+        assert len(ledger.journal("a")) == na + 1
+        assert len(ledger.journal("b")) == nb
+        assert len(ledger.journal("c")) == nc + 1
+
+
+@pytest.mark.parametrize("point", ["before_commit", "after_commit"])
+def test_a_crash_inside_a_batch_resumes_every_run_once(tmp_path: Path, point: str) -> None:
+    ids = [f"r{k}" for k in range(RUNS)]
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    target = Target(tmp_path / "t.json")
+    flow = async_flow(AsyncTargetTool(target))
+    # The third commit of the counting steps: by then the drives commit in batches.
+    crash = cp.CrashPoints(match=f"{point}[step_done:count#2]")
+    with cp.Ledger(url, crash_points=crash) as ledger:
+        batches = _Batches(ledger)
+        with pytest.raises(cp.SimulatedCrash):
+            asyncio.run(_all(ledger, flow, ids))
+    assert crash.fired is not None
+    assert max(batches.sizes) > 1
+    with cp.Ledger(f"sqlite:///{tmp_path / 'fresh.db'}") as fresh:
+        clean_flow = sync_flow(TargetTool(Target(tmp_path / "u.json")))
+        clean = [fresh.run(clean_flow, run_id=i, n=3) for i in ids]
+    with cp.Ledger(url) as ledger:
+        ledger.register(sync_flow(TargetTool(target)))  # either shell resumes the other's
+        resumed = [ledger.resume(i) for i in ids]
+        assert [{**r, "made": None} for r in resumed] == [{**r, "made": None} for r in clean]
+        for i in ids:
+            assert shape(ledger.journal(i))[-1][0] == "run_succeeded"
+            assert target.count("executes", f"{i}/create") == 1
