@@ -150,3 +150,13 @@ __all__ = [
     "replay_check",
     "workflow",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ``cp.models`` without ``import crashproof.models``: loaded on first use only, so
+    # ``import crashproof`` never imports a model SDK (the extras) or pays for them.
+    if name == "models":
+        import importlib
+
+        return importlib.import_module("crashproof.models")
+    raise AttributeError(f"module 'crashproof' has no attribute {name!r}")
