@@ -373,6 +373,14 @@ class _Responses:
         )
 
 
+def _input(args: str) -> Any:
+    """Anthropic sends parsed input: text that is no JSON goes as a string instead."""
+    try:
+        return json.loads(args)
+    except json.JSONDecodeError:
+        return args
+
+
 class _Messages:
     def whole(self, turn: Turn, nonce: str, body: dict[str, Any]) -> dict[str, Any]:
         inp, out = _usage_numbers(body)
@@ -383,7 +391,7 @@ class _Messages:
                     "type": "tool_use",
                     "id": f"toolu_{nonce}_{i}",
                     "name": name,
-                    "input": json.loads(args),
+                    "input": _input(args),
                 }
             )
         return {

@@ -75,7 +75,8 @@ def _bind(
     endpoint_create = getattr(api.endpoint(client), "create", None)
     if endpoint_create is None:
         raise TypeError(f"{what}: {client!r} is not a client of this SDK (no such endpoint)")
-    is_async = inspect.iscoroutinefunction(endpoint_create)
+    # The SDKs wrap their methods (functools.wraps): the coroutine function is underneath.
+    is_async = inspect.iscoroutinefunction(inspect.unwrap(endpoint_create))
     if isinstance(ctx, cp.AsyncContext):
         if not is_async:
             raise cp.AsyncMisuse(
