@@ -168,8 +168,12 @@ def _send_sse(
         text = data if isinstance(data, str) else json.dumps(data)
         frame = (f"event: {name}\n" if name else "") + f"data: {text}\n\n"
         raw = frame.encode()
-        h.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
-        h.wfile.flush()
+        try:
+            h.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+            h.wfile.flush()
+        except OSError:  # the client went away mid-stream (it crashed, or gave up)
+            h.close_connection = True
+            return
         if drop and n == 1:  # cut mid-stream: no terminating chunk, the socket closed
             h.connection.shutdown(socket.SHUT_RDWR)
             h.close_connection = True
