@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 __all__ = ["Fault", "ModelServer", "Turn"]
@@ -47,8 +46,9 @@ class Fault:
 @dataclass
 class ModelServer:
     script: list[Turn | Fault] = field(default_factory=list)
-    cycle: bool = False  # when the script ends, start it again (a crash matrix's child)
-    log: Path | None = None  # every request appended as a line (survives SIGKILL)
+    # Answer by the conversation's position (its assistant messages so far) rather than
+    # by the script's: a crash matrix's resumed child asking turn k again gets turn k.
+    by_turn: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -82,12 +82,13 @@ class ModelServer:
     def count(self) -> int:
         return len(self.requests)
 
-    def _next(self) -> Turn | Fault:
+    def _next(self, body: dict[str, Any]) -> Turn | Fault:
         with self._lock:
+            if self.by_turn:
+                turn = sum(1 for m in body.get("messages", ()) if m.get("role") == "assistant")
+                return self.script[turn] if turn < len(self.script) else Fault(status=400)
             if self._position >= len(self.script):
-                if not self.cycle:
-                    return Fault(status=400)
-                self._position = 0
+                return Fault(status=400)
             item = self.script[self._position]
             self._position += 1
             return item
@@ -96,10 +97,7 @@ class ModelServer:
         path = handler.path
         with self._lock:
             self.requests.append({"path": path, "body": body})
-            if self.log is not None:
-                with self.log.open("a") as f:
-                    f.write(f"{path}\n")
-        item = self._next()
+        item = self._next(body)
         stream = bool(body.get("stream"))
         if isinstance(item, Fault):
             if item.slow:
