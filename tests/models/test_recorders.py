@@ -231,3 +231,24 @@ def test_a_sync_context_refuses_an_async_client_and_back(tmp_path: Path) -> None
         with pytest.raises(cp.AsyncMisuse, match="needs the SDK's async client"):
             asyncio.run(ledger.run_async(mixed2, run_id="m2"))
         assert server.count == 0
+
+
+def test_an_sdk_object_in_the_messages_is_refused_before_any_request() -> None:
+    with ModelServer([Turn("a")]) as server, cp.Ledger("memory://") as ledger:
+        client = Api("chat").client(server.url, is_async=False)
+
+        @ledger.workflow("w", version="1")
+        def w(ctx: cp.Context) -> str:
+            llm = cp.models.openai_chat(ctx, client)
+            messages: list[Any] = [{"role": "user", "content": "x"}]
+            reply = llm.create(model="m", messages=messages)
+            messages.append(reply.choices[0].message)
+            try:
+                llm.create(model="m", messages=messages)
+            except cp.SerializationError as exc:
+                return str(exc)
+            return "sent"
+
+        said = ledger.run(w, run_id="x")
+        assert server.count == 1
+    assert "Append llm.reply_messages(reply)" in said

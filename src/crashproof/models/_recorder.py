@@ -69,6 +69,14 @@ class _Core(Generic[R]):
                 f"{self._api.label}: pass on_event=callback to stream, not stream=; the "
                 "recorder assembles and records the whole response"
             )
+        for field in ("messages", "input"):
+            items = request.get(field)
+            if isinstance(items, list) and any(hasattr(m, "model_dump") for m in items):
+                raise cp.SerializationError(
+                    f"{self._api.label}: {field}= holds an SDK object, which is not JSON; "
+                    "nothing was sent or recorded. Append llm.reply_messages(reply) (the "
+                    "same turn as plain JSON) instead of the SDK's message"
+                )
         self._schemas = self._api.schemas(request.get("tools"))
 
     def _failure(self, exc: Exception) -> Exception:
