@@ -34,6 +34,7 @@ from crashproof.errors import (
     ReceiptConflict,
     ResourceBusy,
     RetryableError,
+    RetryRefused,
     RunConflict,
     RunFailed,
     RunFrozen,
@@ -119,6 +120,7 @@ __all__ = [
     "ReplayVerdict",
     "ResourceBusy",
     "RetryPolicy",
+    "RetryRefused",
     "RetryableError",
     "ReviewCase",
     "RunConflict",
@@ -150,3 +152,13 @@ __all__ = [
     "replay_check",
     "workflow",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ``cp.models`` without ``import crashproof.models``: loaded on first use only, so
+    # ``import crashproof`` never imports a model SDK (the extras) or pays for them.
+    if name == "models":
+        import importlib
+
+        return importlib.import_module("crashproof.models")
+    raise AttributeError(f"module 'crashproof' has no attribute {name!r}")

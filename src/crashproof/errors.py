@@ -18,7 +18,8 @@
     ├── RunNotFound (+KeyError)      no run has that id
     ├── RunConflict                  a run id reused with another input
     ├── RunFrozen                    the run waits for a human (needs_review, ...)
-    ├── RunStopped                   the run stopped cleanly (a budget reached); resumable
+    ├── RunStopped                   the run stopped cleanly (a budget, a service out); resumable
+    ├── RetryRefused                 a retry of a run that is not failed; nothing written
     ├── RunMoved                     the run was exported as a move: it continues elsewhere
     ├── PolicyMismatch               resumed under another policy than the run recorded
     ├── AsyncMisuse                  sync and async mixed up, or a ctx call off the run's task
@@ -75,6 +76,7 @@ __all__ = [
     "PolicyViolation",
     "ReceiptConflict",
     "ResourceBusy",
+    "RetryRefused",
     "RetryableError",
     "RunConflict",
     "RunFailed",
@@ -371,6 +373,16 @@ class RunStopped(CrashproofError):
         self.wall_seconds = wall_seconds
         self.detail = detail
         super().__init__(f"run {run_id!r} stopped: {reason}" + (f" ({detail})" if detail else ""))
+
+
+class RetryRefused(CrashproofError):
+    """``Ledger.retry`` of a run that is not ``failed`` (or that a reviewer aborted):
+    nothing was written. ``status`` is the run's."""
+
+    def __init__(self, run_id: str, status: str, message: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(message)
 
 
 class PolicyMismatch(CrashproofError):

@@ -66,7 +66,7 @@ def test_a_stopped_run_exits_6_until_its_budget_is_raised(
     stopped = cli("resume", "s:1", "--app", "budgeted")
     assert stopped.code == ExitCode.RUN_INTERRUPTED
     first, hint = stopped.err.splitlines()
-    assert first.startswith("crashproof: error: RunStopped: run 's:1' stopped: budget:tokens")
+    assert first.startswith("crashproof: error: run 's:1' stopped: budget:tokens")
     assert "120 of 100 tokens used" in first
     assert "--raise-budget tokens=N" in first
     assert hint.startswith("hint: ")

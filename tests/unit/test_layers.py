@@ -26,6 +26,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = SRC / "crashproof"
 
 LEAVES = {"crashproof.errors", "crashproof._version", "crashproof._faults"}
+EDGE = ("crashproof.models",)  # integrations: public names only
 ROLE_FOLDERS = ("steps", "guards", "driving", "operations")
 ABOVE_ROLES = ("context", "ledger", "worker", "replayer")
 UPPER_PACKAGES = tuple(
@@ -146,8 +147,30 @@ def test_lower_layers_never_import_upper_ones(importer: str, forbidden: tuple[st
 
 
 def test_no_module_imports_the_package_itself() -> None:
-    """``import crashproof`` from inside runs ``__init__`` (which imports everything)."""
-    assert [n for n, targets in GRAPH.items() if "crashproof" in targets] == []
+    """``import crashproof`` from inside runs ``__init__`` (which imports everything).
+    The integrations at the edge are the exception: they sit above everything."""
+    inside = [n for n, targets in GRAPH.items() if "crashproof" in targets]
+    assert [n for n in inside if not _under(n, *EDGE)] == []
+
+
+def test_the_integrations_use_public_names_only() -> None:
+    """DESIGN §14: an adapter uses ``crashproof.__all__`` (``import crashproof as cp``)
+    and its own modules, nothing else of ours; nothing of ours imports it."""
+    bad = [
+        f"{name} imports {target}"
+        for name, targets in GRAPH.items()
+        if _under(name, *EDGE)
+        for target in sorted(targets)
+        if target != "crashproof"
+        and not _under(target, name.split(".")[0] + "." + name.split(".")[1])
+    ]
+    assert bad == []
+    users = [
+        n
+        for n, targets in GRAPH.items()
+        if not _under(n, *EDGE) and any(_under(t, *EDGE) for t in targets)
+    ]
+    assert users == []
 
 
 def test_nothing_but_the_entry_points_imports_the_cli() -> None:

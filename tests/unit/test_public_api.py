@@ -48,6 +48,7 @@ PUBLIC = [
     "ReplayVerdict",
     "ResourceBusy",
     "RetryPolicy",
+    "RetryRefused",
     "RetryableError",
     "ReviewCase",
     "RunConflict",

@@ -22,16 +22,18 @@ code  meaning
 ====  ==================================================================
 0     ok (for run/resume: the run succeeded)
 1     the run failed; the failure is recorded and re-running returns it
+      (``crashproof retry RUN`` attempts the failed call again)
 2     usage or input error (option, module, workflow, --arg, URL, unknown
       run id); nothing was changed
 3     the run is frozen (needs_review / awaiting_approval): it waits for a
       human
 4     conflict: the run id exists with another input, another worker
-      owns the run, or the run was exported (moved) to another ledger
+      owns the run, the run was exported (moved) to another ledger, or
+      a retry of a run that is not failed
 5     the ledger is unusable (missing, not a ledger, corrupt, newer
       schema, locked); nothing was changed
-6     the run stopped on an error before finishing and stays resumable:
-      fix the cause, then resume
+6     the run stopped before finishing and stays resumable (an error, a
+      budget, a service out): fix the cause or wait, then resume
 70    internal error (a bug): rerun with --verbose for the traceback
 130   interrupted (Ctrl-C)
 128+N stopped by signal N, not by crashproof (SIGKILL: 137 in a shell,

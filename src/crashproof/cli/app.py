@@ -63,6 +63,7 @@ def root(
 # Each command's help is its function's docstring, as typer reads it at registration.
 app.command("run")(runs.start_run)
 app.command("resume")(runs.resume_run)
+app.command("retry")(runs.retry_run)
 app.command("runs")(runs.list_runs)
 app.command("show")(runs.show_run)
 app.command("reconcile")(runs.reconcile_runs)

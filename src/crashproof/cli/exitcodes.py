@@ -20,11 +20,13 @@ from crashproof.errors import (
     LeaseHeld,
     LedgerError,
     NotALedger,
+    RetryRefused,
     RunConflict,
     RunFailed,
     RunFrozen,
     RunMoved,
     RunNotFound,
+    RunStopped,
     SchemaTooNew,
     StaleLeaseError,
     UnknownKeyId,
@@ -53,13 +55,15 @@ class ExitCode(enum.IntEnum):
 # One line per code, shown in ``crashproof --help`` and the package docstring.
 EXIT_CODES_TEXT: dict[ExitCode, str] = {
     ExitCode.OK: "ok (for run and resume: the run succeeded)",
-    ExitCode.RUN_FAILED: "the run failed; recorded, so re-running returns the same failure",
+    ExitCode.RUN_FAILED: "the run failed; recorded, so re-running returns the same failure "
+    "(crashproof retry RUN attempts the failed call again)",
     ExitCode.USAGE: "usage or input error (option, module, --arg, URL, run id); nothing changed",
     ExitCode.RUN_FROZEN: "the run is frozen (needs_review, awaiting_approval): waits for a human",
     ExitCode.CONFLICT: "conflict: run id reused with another input, run owned by another worker "
-    "or moved to another ledger",
+    "or moved to another ledger, retry of a run that is not failed",
     ExitCode.LEDGER_UNUSABLE: "ledger unusable (missing, not a ledger, corrupt, newer, locked)",
-    ExitCode.RUN_INTERRUPTED: "the run stopped on an error, stays resumable: fix it, then resume",
+    ExitCode.RUN_INTERRUPTED: "the run stopped, stays resumable (an error, a budget, a service "
+    "out): fix it or wait, then resume",
     ExitCode.INTERNAL: "internal error (a bug): rerun with --verbose for the traceback",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
@@ -97,9 +101,11 @@ def _run_id(exc: BaseException) -> str:
 
 
 def _hint_failed(exc: CrashproofError) -> str:
+    run = _run_id(exc)
     return (
-        f"see `crashproof show {_run_id(exc)}`; re-running the same run id returns the same "
-        "failure, use a new --run-id to try again"
+        f"see `crashproof show {run}`; once the cause is fixed, `crashproof retry {run} --app "
+        "MODULE` attempts the failed call again under the same run id (recorded effects "
+        "replay, never repeat); a new run id would repeat them"
     )
 
 
@@ -121,6 +127,16 @@ def _hint_frozen(exc: CrashproofError) -> str:
     )
 
 
+def _hint_stopped(exc: CrashproofError) -> str:
+    run = _run_id(exc)
+    if str(getattr(exc, "reason", "")).startswith("unavailable:"):  # runtime/steps/outage.py
+        return (
+            "a service the run needs is out; nothing of the call was recorded: once it is "
+            f"back, `crashproof resume {run} --app MODULE` attempts it again"
+        )
+    return f"the run stays resumable: fix the cause, then `crashproof resume {run} --app MODULE`"
+
+
 def _hint_conflict(exc: CrashproofError) -> str:
     return (
         "use another --run-id for another input, or repeat the original --arg values "
@@ -134,6 +150,13 @@ _RULES: tuple[_Rule, ...] = (
     (RunFailed, ExitCode.RUN_FAILED, ""),
     (RunFrozen, ExitCode.RUN_FROZEN, ""),
     (RunConflict, ExitCode.CONFLICT, ""),
+    (RunStopped, ExitCode.RUN_INTERRUPTED, ""),
+    (
+        RetryRefused,
+        ExitCode.CONFLICT,
+        "`crashproof show RUN_ID` shows its status; `crashproof resume` drives a stopped or "
+        "running run on",
+    ),
     (
         NothingToOverride,
         ExitCode.USAGE,
@@ -228,6 +251,7 @@ _DYNAMIC_HINTS = {
     RunFailed: _hint_failed,
     RunFrozen: _hint_frozen,
     RunConflict: _hint_conflict,
+    RunStopped: _hint_stopped,
 }
 
 

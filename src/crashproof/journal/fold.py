@@ -63,6 +63,8 @@ class Replay:
 
     started: Event
     done: list[Event]  # STEP_DONE events in journal order: the replay sequence
+    # Failed attempts of a call with no STEP_DONE yet, since the latest stop of the run
+    # at that call (a service out) or retry of it: a resume counts its attempts afresh.
     failed_attempts: dict[str, list[Event]] = field(default_factory=dict)
     # Acts in flight: intent/unknown events of keys with no STEP_DONE yet.
     open_acts: dict[str, list[Event]] = field(default_factory=dict)
@@ -110,8 +112,13 @@ def index_journal(events: Sequence[Event]) -> Replay:
             replay.open_acts.setdefault(event.key, []).append(event)
         elif kind in _TERMINAL:
             replay.outcome = event
+            if kind is EventType.RUN_STOPPED and event.key is not None and _outage(event):
+                replay.failed_attempts.pop(event.key, None)  # counted afresh
         elif kind is EventType.RUN_THAWED:
             replay.outcome = None
+        elif kind is EventType.RUN_RETRIED:
+            replay.outcome = None
+            _retried(replay, event)
         elif kind is EventType.BUDGET_RAISED:
             replay.limits = payloads.budget_raised(event)["new"]
         elif kind is EventType.POLICY_REBOUND:
@@ -128,6 +135,29 @@ def index_journal(events: Sequence[Event]) -> Replay:
     if mapped:
         replay.done = _mapped(done, mapped)
     return replay
+
+
+def _outage(event: Event) -> bool:
+    """A run_stopped record of a service out (runtime/steps/outage.py), not a budget."""
+    return "unavailable" in (payloads.run_stopped(event).get("evidence") or {})
+
+
+def _retried(replay: Replay, event: Event) -> None:
+    """A failed run re-driven: the failed call the record names replays no more (it is
+    attempted again), its earlier attempts counted afresh."""
+    retried = payloads.run_retried(event)
+    seq, key = retried.get("failed_seq"), retried.get("retried")
+    if seq is None:
+        return
+    done = replay.done
+    if not done or done[-1].seq != seq or done[-1].key != key:
+        raise IntegrityError(
+            f"run {event.run_id!r}: run_retried at sequence {event.seq} names call "
+            f"{key!r} (sequence {seq}), which is not the run's last recorded call"
+        )
+    done.pop()
+    if key is not None:
+        replay.failed_attempts.pop(key, None)
 
 
 def _mapped(done: list[Event], mapped: list[dict[str, Any]]) -> list[Event]:
@@ -235,7 +265,8 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
                 info[fieldname] = done[fieldname]
         if "outbox" in done:
             info["delivery"] = "delivered" if event.key not in replay.undelivered else "pending"
-        budget = spend(budget, done)
+    for event in replay.done:  # what replays (a retried call's failure no more)
+        budget = spend(budget, payloads.step_done(event))
     outcome = replay.outcome
     result = error = evidence = reason = None
     status = RunStatus.RUNNING

@@ -59,6 +59,7 @@ __all__ = [
     "RunFrozen",
     "RunImported",
     "RunMoved",
+    "RunRetried",
     "RunStarted",
     "RunState",
     "RunStopped",
@@ -94,6 +95,7 @@ __all__ = [
     "run_frozen",
     "run_imported",
     "run_moved",
+    "run_retried",
     "run_started",
     "run_state",
     "run_stopped",
@@ -125,8 +127,7 @@ class LeaseReceipt(TypedDict):
 
 
 class Session(TypedDict):
-    """The driving session, in the first record a drive writes (runtime/operations/audit.py
-    session_record)."""
+    """The driving session, in a drive's first record (operations/audit.py session_record)."""
 
     worker: str  # host:pid:nonce
     crashproof: str  # the package's version
@@ -193,17 +194,26 @@ class RunFrozen(DriveRecord):
 
 
 class RunStopped(DriveRecord):
-    """``run_stopped``: runtime/guards/budget.py (a budget reached)."""
+    """``run_stopped``: runtime/guards/budget.py (a budget), steps/outage.py (a service)."""
 
     status: str  # RunStatus.STOPPED
-    reason: str  # budget:<kind>
-    evidence: dict[str, Any]  # limit, used, limits, next_step, next_kind
+    reason: str  # budget:<kind>, or unavailable:<key>: <message>
+    evidence: dict[str, Any]  # next_step, next_kind; limit, used, limits; or "unavailable"
+
+
+class RunRetried(TypedDict):
+    """``run_retried``: runtime/driving/retrying.py (an operator re-drives a failed run)."""
+
+    by: str
+    host: str
+    status: str  # "running"
+    retried: str | None  # the failed call attempted again (failed_seq: its record's seq)
+    failed_seq: int | None
 
 
 class RunThawed(DriveRecord):
-    """``run_thawed``: runtime/context.py ``thaw`` (a resume lifts a retryable freeze) has
-    only the status; a human's thaw names who and which record decided it
-    (runtime/operations/oversight.py, runtime/guards/review.py ``continue_events``)."""
+    """``run_thawed``: runtime/context.py ``thaw`` (a resume lifts a retryable freeze): the
+    status; a human's thaw (operations/oversight.py, guards/review.py): who, which record."""
 
     status: str  # "running"
     by: NotRequired[str]  # the operator who submitted it (for a continue: the reviewer)
@@ -470,7 +480,7 @@ class CompatibilityVerdict(DriveRecord):
 Outcome = RunSucceeded | RunFailed | RunFrozen | RunStopped
 FrozenOrStopped = RunFrozen | RunStopped  # an outcome that is no end: it names its status
 # The records after which a run stands where it is (a freeze, an end, a thaw).
-RunState = Outcome | RunThawed
+RunState = Outcome | RunThawed | RunRetried
 Consumption = ApprovalConsumed | ReviewConsumed  # a nonce used
 SignedRecord = ApprovalGranted | ReviewDecided  # a signed document journaled
 # What an operator appends (each names its own by and host), and a human's thaw.
@@ -509,6 +519,7 @@ Payload = (
     | RunImported
     | CompatibilityVerdict
     | IntentOverride
+    | RunRetried
 )
 
 # -- the views ------------------------------------------------------------------------
@@ -552,6 +563,7 @@ run_moved = _view(RunMoved)
 run_imported = _view(RunImported)
 compatibility_verdict = _view(CompatibilityVerdict)
 intent_override = _view(IntentOverride)
+run_retried = _view(RunRetried)
 # Views over several record types (the caller knows only which few, or none: any_record).
 step_record = _view(StepRecord)
 drive_record = _view(DriveRecord)

@@ -81,7 +81,7 @@ class EventType(enum.StrEnum):
     ACT_UNKNOWN = "act_unknown"  # the tool's outcome is unknown: reconcile before retrying
     OUTBOX_DELIVERED = "outbox_delivered"  # an outbox message reached its target
     OUTBOX_FAILED = "outbox_failed"  # a delivery attempt failed; the message stays pending
-    RUN_STOPPED = "run_stopped"  # stopped cleanly before new work (a budget reached)
+    RUN_STOPPED = "run_stopped"  # stopped cleanly, resumable (a budget, a service out)
     BUDGET_RAISED = "budget_raised"  # an operator raised the run's limits (who, old, new)
     POLICY_REBOUND = "policy_rebound"  # an operator re-bound the run to another policy
     APPROVER_ADDED = "approver_added"  # the approvers registry trusts a new public key
@@ -97,6 +97,8 @@ class EventType(enum.StrEnum):
     COMPATIBILITY_VERDICT = "compatibility_verdict"
     # An operator lets this run's act go on although other runs hold its intent unresolved
     INTENT_OVERRIDE = "intent_override"
+    # An operator re-drives a failed run under its own id (runtime/driving/retrying.py)
+    RUN_RETRIED = "run_retried"
 
 
 # Each EventType by its stored text: EventType(x) costs ~1 us per record read.

@@ -85,6 +85,12 @@ class AsyncContext:
         result. Operation id ``run_id/step_key``, as in the sync ``Context``."""
         return await self._drive(self._core.begin_act, name, tool, params)
 
+    @property
+    def last_key(self) -> str | None:
+        """The step key of the latest step, decision or act begun (as ``Context.last_key``):
+        what an adapter derives the keys of follow-up calls from (``crashproof.models``)."""
+        return self._core.last_key
+
     def now(self) -> dt.datetime:
         """The current UTC time, recorded: replay returns the same instant."""
         self._own()

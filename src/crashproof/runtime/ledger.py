@@ -39,6 +39,7 @@ from crashproof.runtime.driving.durability import share_witness_writes
 from crashproof.runtime.driving.leases import HOST, Grant, Heartbeat, stop_driving
 from crashproof.runtime.driving.lifecycle import record_start, recorded_outcome, stopped_error
 from crashproof.runtime.driving.queue import Draining, LedgerQueue
+from crashproof.runtime.driving.retrying import not_failed
 from crashproof.runtime.driving.urls import (
     DURABILITY_MODES,
     default_witness,
@@ -160,14 +161,15 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
         take_over: bool = False,
         wait: float = 0.0,
         override_intent: Sequence[str] = (),
+        retry: bool = False,
     ) -> Any:
         """Resume a run to completion in this process; returns its result.
 
         ``raise_budget``: new, higher limits by kind (``{"tokens": 5000}``; None lifts
         one), e.g. to continue a run stopped at a budget. ``rebind_policy``: bind the run
         to another policy (version). ``override_intent``: the runs holding the intent its
-        frozen act waits for that the act may pass (runtime/steps/holds.py). All are
-        journaled as operator decisions: ``by``
+        frozen act waits for that the act may pass (runtime/steps/holds.py). ``retry``:
+        re-drive a failed run (``retry``). All are journaled as operator decisions: ``by``
         (default: the OS user), host, time, old and new values. A run another worker
         holds raises LeaseHeld unless ``take_over``, which fences that worker out (its
         next journal commit raises StaleLeaseError), or unless it is freed (released or
@@ -176,12 +178,24 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
             raise_budget=raise_budget,
             rebind_policy=rebind_policy,
             override_intent=tuple(override_intent),
+            retry=retry,
             by=by,
         )
         found = self._to_resume(run_id, changes, is_async=False)
         if not isinstance(found, Workflow):
             return found()
         return self._drive(found, run_id, changes=changes, take_over=take_over, wait=wait)
+
+    def retry(
+        self, run_id: str, *, by: str | None = None, take_over: bool = False, wait: float = 0.0
+    ) -> Any:
+        """Re-drive a run recorded ``failed`` under its own id, to completion; returns its
+        result. Journaled first (``run_retried``: ``by``, host, time); the failed call is
+        attempted again and every other recorded step, decision and act replays, so no
+        recorded effect happens twice (runtime/driving/retrying.py). A run that is not
+        failed raises ``RetryRefused``, nothing written. Async workflows:
+        ``await resume_async(run_id, retry=True, by=...)``."""
+        return self.resume(run_id, by=by, take_over=take_over, wait=wait, retry=True)
 
     async def run_async(
         self,
@@ -208,6 +222,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
         take_over: bool = False,
         wait: float = 0.0,
         override_intent: Sequence[str] = (),
+        retry: bool = False,
     ) -> Any:
         """``resume`` for an ``async def`` workflow (a run started by either shell); a
         ``wait`` for the lease is spent in a worker thread, off the loop."""
@@ -215,6 +230,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
             raise_budget=raise_budget,
             rebind_policy=rebind_policy,
             override_intent=tuple(override_intent),
+            retry=retry,
             by=by,
         )
         found = self._to_resume(run_id, changes, is_async=True)
@@ -257,10 +273,12 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
             raise self.missing(run_id)  # lost from the journal, when the witness saw it
         if row.status is RunStatus.MOVED:  # before anything else: the run is elsewhere
             refuse_moved(self._store, run_id, self.journal(run_id))
-        if changes and row.status.terminal:
+        if changes.retry and row.status is not RunStatus.FAILED:
+            raise not_failed(run_id, row.status.value)  # checked again under the lease
+        if changes and row.status.terminal and not changes.retry:
             raise ended_run(run_id, row.status.value)
         workflow = self._workflows.get(row.workflow)
-        if workflow is None and (row.status.terminal or row.status.frozen):
+        if workflow is None and not changes.retry and (row.status.terminal or row.status.frozen):
             # An ended or frozen run answers from its journal; its code is not needed.
             replay = index_journal(self.journal(run_id))
             finished = recorded_outcome(run_id, replay)

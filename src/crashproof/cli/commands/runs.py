@@ -1,5 +1,5 @@
-"""`crashproof run`, `resume`, `runs`, `show` and `reconcile`: starting runs, driving
-them on, and looking at them.
+"""`crashproof run`, `resume`, `retry`, `runs`, `show` and `reconcile`: starting runs,
+driving them on, and looking at them.
 
 Each command is a thin shell over the Ledger. Commands raise; ``crashproof.cli.main``
 turns every error into one error line, one hint line and an exit code (see
@@ -54,7 +54,7 @@ from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.audit import run_timeline
 from crashproof.runtime.options import RunOptions
 
-__all__ = ["list_runs", "reconcile_runs", "resume_run", "show_run", "start_run"]
+__all__ = ["list_runs", "reconcile_runs", "resume_run", "retry_run", "show_run", "start_run"]
 
 
 def _finish(ledger: Ledger, settings: Settings, run_id: str, go: Callable[[], Any]) -> int:
@@ -307,6 +307,75 @@ def resume_run(
                 wait=wait,
                 override_intent=override_intent or (),
             ),
+        )
+
+
+def retry_run(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN_ID", show_default=False, help="The failed run.")
+    ],
+    app_modules: Annotated[
+        list[str],
+        typer.Option(
+            "--app",
+            metavar="MODULE",
+            show_default=False,
+            help="Module whose workflows are registered (every crashproof workflow in its "
+            "globals), and policies (every cp.Policy). Repeatable.",
+        ),
+    ],
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            show_default=False,
+            help="Who retries the run, journaled (default: the OS user).",
+        ),
+    ] = None,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over",
+            help="Take the run over from the worker holding its lease (it is fenced out).",
+        ),
+    ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            metavar="SECONDS",
+            help="If another worker holds the run, wait up to SECONDS for its lease.",
+        ),
+    ] = 0.0,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Retry a failed run under its own id and drive it to completion; print its result.
+
+    The retry is journaled (who, when). The call that failed is attempted again; every
+    other recorded step, decision and act replays, so no effect recorded before the
+    failure happens twice. A run that is not failed is refused (exit 4), nothing written.
+    """
+    settings = command_settings(ctx, db, as_json, verbose)
+    workflows = app_workflows(app_modules)
+    policies = app_policies(app_modules)
+    try:
+        operator(by)
+    except ValueError as exc:
+        raise CliError(ExitCode.USAGE, str(exc), "e.g. --by alice") from None
+    with open_ledger(settings, create=False) as ledger:
+        for workflow in workflows:
+            ledger.register(workflow)
+        for policy in policies:
+            ledger.register_policy(policy)
+        return _finish(
+            ledger,
+            settings,
+            run_id,
+            lambda: _resumed(ledger, run_id, retry=True, by=by, take_over=take_over, wait=wait),
         )
 
 

@@ -27,7 +27,8 @@ from typing import Any
 from crashproof.errors import CrashproofError, PolicyMismatch
 from crashproof.journal import payloads
 from crashproof.journal.fold import Replay, index_journal, spend
-from crashproof.journal.records import Budget, Event, EventType, Limits
+from crashproof.journal.records import Budget, Event, EventType, Limits, RunStatus
+from crashproof.runtime.driving.retrying import retried_record
 from crashproof.runtime.guards.budget import (
     budget_raised,
     operator,
@@ -57,11 +58,15 @@ class OperatorChanges:
     rebind_policy: Policy | None = None
     # Runs holding the frozen act's intent that it may pass (steps/holds.py).
     override_intent: tuple[str, ...] = ()
+    retry: bool = False  # re-drive a failed run (runtime/driving/retrying.py)
     by: str | None = None
 
     def __bool__(self) -> bool:
         return (
-            bool(self.raise_budget) or self.rebind_policy is not None or bool(self.override_intent)
+            bool(self.raise_budget)
+            or self.rebind_policy is not None
+            or bool(self.override_intent)
+            or self.retry
         )
 
 
@@ -96,6 +101,7 @@ def bind_run(
     outcome = replay.outcome
     runs = (
         outcome is None
+        or bool(changes and changes.retry)  # a failed run, re-driven
         or outcome.type is EventType.RUN_STOPPED
         or (
             outcome.type is EventType.RUN_FROZEN
@@ -207,11 +213,16 @@ def _journal_changes(
     run_id: str, replay: Replay, changes: OperatorChanges, commit: Commit
 ) -> list[Event]:
     outcome = replay.outcome
-    if outcome is not None and outcome.type in (EventType.RUN_SUCCEEDED, EventType.RUN_FAILED):
-        raise ended_run(run_id, outcome.type.value.removeprefix("run_"))
     who = operator(changes.by)
     added: list[Event] = []
     seq = replay.next_seq
+    if changes.retry:  # first: the other changes then apply to a run that runs again
+        retried = retried_record(run_id, replay, who)  # refused unless failed
+        commit((retried,), (RunStatus.RUNNING, None))
+        added.append(retried)
+        seq += 1
+    elif outcome is not None and outcome.type in (EventType.RUN_SUCCEEDED, EventType.RUN_FAILED):
+        raise ended_run(run_id, outcome.type.value.removeprefix("run_"))
     if changes.raise_budget:
         old = Limits.from_json(replay.limits)
         new = raise_limits(old, changes.raise_budget)
@@ -233,6 +244,6 @@ def _journal_changes(
     if changes.override_intent:
         added.append(intent_override(run_id, seq, replay, changes.override_intent, who))
         seq += 1
-    for event in added:  # one commit each: each is one operator decision
+    for event in added[1 if changes.retry else 0 :]:  # one commit each: one decision each
         commit((event,), None)
     return added

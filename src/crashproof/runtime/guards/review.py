@@ -178,6 +178,7 @@ def cases_of(events: list[Event]) -> list[ReviewCase]:
             EventType.RUN_FAILED,
             EventType.RUN_STOPPED,
             EventType.RUN_THAWED,
+            EventType.RUN_RETRIED,
         ):
             last_outcome = event
     decided = {

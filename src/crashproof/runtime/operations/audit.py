@@ -50,6 +50,7 @@ _OPERATOR = (
     EventType.RUN_MOVED,
     EventType.RUN_IMPORTED,
     EventType.INTENT_OVERRIDE,
+    EventType.RUN_RETRIED,
 )
 
 
@@ -169,6 +170,10 @@ def _summary(event: Event) -> str:
             f"operator {o.get('by')}@{o.get('host')}: override, act goes on although "
             f"run(s) {', '.join(o.get('holders') or [])} hold its intent unresolved"
         )
+    if kind is EventType.RUN_RETRIED:
+        r = payloads.run_retried(event)
+        again = f"call {r.get('retried')!r} attempted again" if r.get("retried") else "from the top"
+        return f"operator {r.get('by')}@{r.get('host')}: retry of the failed run, {again}"
     if kind in _OPERATOR:
         who = payloads.operator_record(event)
         return f"operator {who.get('by')}@{who.get('host')}: {_change(who)}"

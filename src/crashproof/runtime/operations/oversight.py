@@ -321,6 +321,7 @@ def _awaiting_freeze(run_id: str, events: list[Event], step: str | None) -> Even
             EventType.RUN_FAILED,
             EventType.RUN_SUCCEEDED,
             EventType.RUN_STOPPED,
+            EventType.RUN_RETRIED,
         ):
             last = event
     freeze = awaiting(events, step)

@@ -28,6 +28,7 @@ from crashproof.errors import (
     ResourceBusy,
     RetryableError,
     StaleLeaseError,
+    Unavailable,
 )
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
@@ -41,6 +42,7 @@ from crashproof.runtime.steps.environment import (
 )
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.holds import first_intent
+from crashproof.runtime.steps.outage import stop_unavailable, wait_for
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["intent_digest", "perform_act"]
@@ -131,6 +133,8 @@ def perform_act(
         raise failed from exc
     except ResourceBusy as exc:
         yield from _freeze_busy(session, tool, call, exc)
+    except Unavailable as exc:  # nothing journaled of the act yet: resume prepares again
+        stop_unavailable(session, key, _ACT, exc, call.attempt, time.time())
     if prepared is not None:
         call = _with(call, prepared=prepared)
     observed = yield from observe_before(tool, call)
@@ -164,12 +168,17 @@ def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Even
         )
     recorded = last.value or {}
     call = _with(call, attempt=int(intent["attempt"]), prepared=recorded.get("prepared"))
-    return (yield from _reconcile(session, tool, call))
+    # This drive's retries are counted from here (a run stopped by an outage, or frozen
+    # busy, gets a fresh count on resume); attempt numbers go on from the journal's.
+    return (yield from _reconcile(session, tool, call, base=call.attempt))
 
 
-def _execute(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Work[Any]:
+def _execute(
+    session: RunSession, tool: Tool, call: Call, rounds: int = 0, base: int = 0
+) -> Work[Any]:
     """Execute, then journal the receipt, or classify the failure. ``rounds``: unknown
-    outcomes met so far for this act in this process."""
+    outcomes met so far for this act in this process; ``base``: the attempts made
+    before this drive (not counted against its retries)."""
     settings = session.act_settings
     while True:
         started = time.time()
@@ -180,13 +189,24 @@ def _execute(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Wo
             _journal_failed(session, call, failed, exc, started, failure="permanent")
             raise failed from exc
         except RetryableError as exc:
-            if call.attempt >= settings.retryable_attempts:
+            tries = call.attempt - base
+            delay: float | None = None
+            if tries < settings.retryable_attempts:
+                delay = settings.delay(tries)
+                if isinstance(exc, Unavailable):  # the service's hint, or a stop (outage.py)
+                    delay = wait_for(delay, exc, settings.max_backoff)
+            if delay is None:
                 if isinstance(exc, ResourceBusy):
                     yield from _freeze_busy(session, tool, call, exc)
+                if isinstance(exc, Unavailable):  # not done: the run stops, resumable
+                    waits = tries < settings.retryable_attempts
+                    stop_unavailable(
+                        session, call.step, _ACT, exc, call.attempt, started, waits=waits
+                    )
                 failed = ActFailed(f"act {call.step!r} failed after {call.attempt} attempts: {exc}")
                 _journal_failed(session, call, failed, exc, started, failure="retryable")
                 raise failed from exc
-            yield Pause(settings.delay(call.attempt))
+            yield Pause(delay)
             call = _with(call, attempt=call.attempt + 1)
             _journal_intent(session, tool, call)
             continue
@@ -210,18 +230,20 @@ def _execute(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Wo
                     )
                 ),
             )
-            return (yield from _reconcile(session, tool, call, rounds + 1))
+            return (yield from _reconcile(session, tool, call, rounds + 1, base))
         return (
             yield from _journal_receipt(session, tool, call, receipt, started, reconciled=False)
         )
 
 
-def _reconcile(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> Work[Any]:
+def _reconcile(
+    session: RunSession, tool: Tool, call: Call, rounds: int = 0, base: int = 0
+) -> Work[Any]:
     """Lookup first; never a blind retry."""
     settings = session.act_settings
     if not tool.supports_lookup:
         if tool.idempotent_execute:
-            return (yield from _execute_again(session, tool, call, rounds))
+            return (yield from _execute_again(session, tool, call, rounds, base))
         session.freeze(
             f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
             "cannot look it up: not re-executed automatically",
@@ -258,7 +280,7 @@ def _reconcile(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> 
                 yield Pause(settings.delay(attempt))
             continue
         if found is None:
-            return (yield from _execute_again(session, tool, call, rounds))
+            return (yield from _execute_again(session, tool, call, rounds, base))
         return (yield from _journal_receipt(session, tool, call, found, started, reconciled=True))
     evidence = yield from _evidence(call, tool)
     session.freeze(
@@ -270,7 +292,9 @@ def _reconcile(session: RunSession, tool: Tool, call: Call, rounds: int = 0) -> 
     )
 
 
-def _execute_again(session: RunSession, tool: Tool, call: Call, rounds: int) -> Work[Any]:
+def _execute_again(
+    session: RunSession, tool: Tool, call: Call, rounds: int, base: int
+) -> Work[Any]:
     """Not done (or not knowable, but safe to repeat): execute once more with the same
     operation id. Bounded: after ``retryable_attempts`` unknown outcomes in a row, stop
     for a later resume instead of hammering a target that keeps failing."""
@@ -287,7 +311,7 @@ def _execute_again(session: RunSession, tool: Tool, call: Call, rounds: int) -> 
         yield Pause(settings.delay(rounds))
     call = _with(call, attempt=call.attempt + 1)
     _journal_intent(session, tool, call)
-    return (yield from _execute(session, tool, call, rounds))
+    return (yield from _execute(session, tool, call, rounds, base))
 
 
 def _journal_intent(

@@ -2,10 +2,12 @@
 handoff, ``handoff.py``), retried under its ``RetryPolicy``, and its outcome recorded.
 
 A failed attempt that will be retried is journaled (``attempt_failed``, with the wait),
-so a crash during the wait resumes the wait instead of starting over. The final outcome
-is one ``step_done`` record: the JSON result (and a decision's model, usage and cost),
-or the error replay raises again. A BaseException (a crash point, a cancelled task)
-records nothing: the step is run again on resume, as after a crash.
+so a crash during the wait resumes the wait instead of starting over. A service out
+(``cp.Unavailable``) that outlasts the retries stops the run resumable instead of
+failing the call (``outage.py``). The final outcome is one ``step_done`` record: the
+JSON result (and a decision's model, usage and cost), or the error replay raises again.
+A BaseException (a crash point, a cancelled task) records nothing: the step is run
+again on resume, as after a crash.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crashproof.errors import CrashproofError
+from crashproof.errors import CrashproofError, Unavailable
 from crashproof.journal import payloads
 from crashproof.journal.codec import decode, encode, error_record
 from crashproof.journal.records import EventType, StepKind, StepStatus
@@ -22,6 +24,7 @@ from crashproof.runtime.options import Decision, RetryPolicy, StepOptions
 from crashproof.runtime.port import StepSession
 from crashproof.runtime.steps.decisions import check_decision
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
+from crashproof.runtime.steps.outage import stop_unavailable, wait_for
 
 __all__ = ["live_call"]
 
@@ -67,8 +70,11 @@ def live_call(
             if nested:
                 raise error  # a misuse of ctx, not the step's outcome: record nothing
             ended = time.time()
-            if attempt < policy.attempts and policy.retries(error):
-                delay = policy.delay(attempt)
+            delay = _delay(policy, attempt, error)
+            if delay is None and isinstance(error, Unavailable):  # never the call's failure
+                waits = attempt < policy.attempts and policy.retries(error)
+                stop_unavailable(session, key, kind.value, error, attempt, started, waits=waits)
+            if delay is not None:
                 session.append_event(
                     EventType.ATTEMPT_FAILED,
                     key,
@@ -118,3 +124,14 @@ def live_call(
         value_json = encode(out, what=_RESULT_OF[kind], key=key)
         session.record_done(kind, key, digest, attempt, took, spent, ended, value_json)
         return decode(value_json)
+
+
+def _delay(policy: RetryPolicy, attempt: int, error: Exception) -> float | None:
+    """Seconds before the next attempt, or None: no next attempt (the retries ran out,
+    or a service out asks for a longer wait than the policy allows, ``outage.py``)."""
+    if attempt >= policy.attempts or not policy.retries(error):
+        return None
+    delay = policy.delay(attempt)
+    if isinstance(error, Unavailable):
+        return wait_for(delay, error, policy.max_backoff)
+    return delay

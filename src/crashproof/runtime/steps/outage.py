@@ -1,0 +1,109 @@
+"""A service the run needs is out (``cp.Unavailable``: a model API's 429 or 5xx, a refused
+connection, a timeout): wait and try again, or stop the run resumable. An outage is
+never recorded as the call's failure: it says nothing about the run.
+
+- The wait before the next attempt is the larger of the retry policy's delay and the
+  service's own hint (``retry_after``, from ``Retry-After``), journaled with the failed
+  attempt, so a crash during the wait resumes the wait.
+- A hint beyond the policy's ``max_backoff`` stops the run at once rather than sleeping
+  through it (a process asleep for an hour holds a lease and a thread, and a deploy or
+  a crash in that hour wastes the wait anyway); ``resume`` after the hint tries again.
+- When the attempts run out (a call without a retry policy has one), the run stops:
+  a ``run_stopped`` record, reason ``unavailable:<key>: <message>``, the last attempt
+  as evidence, ``cp.RunStopped`` raised into the workflow and again from
+  ``run``/``resume`` even if the workflow catches it. Nothing of the call is recorded
+  as its result. A resume attempts it again with a fresh count (journal/fold.py), every
+  recorded step, decision and act before it replayed.
+
+Used by ``live.py`` (steps, decisions) and ``acts.py`` (an act whose tool's ``prepare``
+or ``execute`` raised it: the effect did not happen).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, NoReturn
+
+from crashproof.errors import RunStopped, Unavailable
+from crashproof.journal import payloads
+from crashproof.journal.codec import error_record
+from crashproof.journal.records import EventType, RunStatus
+from crashproof.runtime.port import RunSession
+
+__all__ = ["stop_unavailable", "wait_for"]
+
+_SHOWN = 200  # characters of the service's message kept in the stop reason
+
+
+def wait_for(delay: float, exc: Unavailable, cap: float) -> float | None:
+    """Seconds to wait before the next attempt (``delay``: the policy's), or None when
+    the service asks for more than ``cap`` seconds: stop now, resume later."""
+    hint = _hint(exc)
+    if hint is None or hint <= delay:
+        return delay
+    return None if hint > cap else hint
+
+
+def _hint(exc: Unavailable) -> float | None:
+    hint = exc.retry_after
+    if not isinstance(hint, int | float) or isinstance(hint, bool) or math.isnan(hint):
+        return None  # no usable hint: the policy's delay
+    return max(0.0, float(hint))  # inf: beyond any cap, so a stop
+
+
+def stop_unavailable(
+    session: RunSession,
+    key: str,
+    kind: str,
+    exc: Unavailable,
+    attempt: int,
+    started: float,
+    *,
+    waits: bool = False,
+) -> NoReturn:
+    """Stop the run at call ``key`` (journaled) and raise ``RunStopped`` into the
+    workflow. ``waits``: the service's hint is longer than the policy lets it wait."""
+    message = " ".join(str(exc).split())[:_SHOWN] or type(exc).__name__
+    reason = f"unavailable:{key}: {message}"
+    hint = _hint(exc)
+    why = (
+        f"the service asks to wait {hint:g} s, more than the retry policy's max_backoff"
+        if waits and hint is not None
+        else f"{kind} {key!r} was unavailable on attempt {attempt}"
+    )
+    run_id = session.run_id
+    stopped = RunStopped(
+        run_id,
+        reason,
+        detail=(
+            f"{why}; nothing of it was recorded. Resume when the service is back: "
+            f"Ledger.resume({run_id!r}) or crashproof resume {run_id} --app MODULE "
+            "(every recorded step replays; the call is attempted again)"
+        ),
+    )
+    evidence: dict[str, Any] = {
+        "reason": reason,
+        "next_step": key,  # the call attempted again on resume
+        "next_kind": kind,
+        "unavailable": {
+            "kind": kind,
+            "attempt": attempt,
+            "error": error_record(exc),
+            "retry_after": hint if hint is None or math.isfinite(hint) else None,
+            "started_at": started,
+            "ended_at": time.time(),
+        },
+    }
+    session.append_event(
+        EventType.RUN_STOPPED,
+        key,
+        payloads.as_dict(
+            payloads.RunStopped(status=RunStatus.STOPPED.value, reason=reason, evidence=evidence)
+        ),
+        status=(RunStatus.STOPPED, reason),
+    )
+    # Like a budget's stop: every later ctx call raises it again, whatever the workflow
+    # catches, and the ledger raises it when the workflow ends.
+    session.halt(stopped, evidence)
+    raise stopped from exc

@@ -1,0 +1,102 @@
+"""SIGKILL of a real child at every crash point of a small code agent on the ``openai``
+SDK (``child_models.py``: a workspace write and a PR as acts, a check as a step, three
+model turns), resumed by a new process: the same fingerprint as the uninterrupted run,
+one PR, and no recorded decision asked again (the model server, in this process,
+counts every request per turn). Output durability on SQLite only: the other modes and
+stores are the runtime's, proven by the other matrices; this one proves the recorder."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import crashproof as cp
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+import child_models
+from model_server import ModelServer, Turn
+
+CHILD = Path(__file__).parent / "child_models.py"
+SCRIPT = [
+    Turn(
+        "edit",
+        (
+            ("write_file", '{"op": "write", "path": "fix.py", "content": "x = 1\\n"}'),
+            ("check", '{"path": "fix.py"}'),
+        ),
+    ),
+    Turn("pr", (("open_pr", '{"title": "fix the bug", "branch": "fix"}'),)),
+    Turn("done"),
+]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ModelServer]:
+    with ModelServer(SCRIPT, by_turn=True) as s:
+        yield s
+
+
+def _turns(requests: list[dict[str, Any]]) -> Counter[int]:
+    return Counter(
+        sum(1 for m in r["body"]["messages"] if m.get("role") == "assistant") for r in requests
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(server: ModelServer) -> tuple[Any, list[str]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "ws").mkdir()
+        points = cp.CrashPoints()
+        with cp.Ledger("memory://", crash_points=points) as ledger:
+            result = ledger.run(child_models.make(ledger, root, server.url), run_id="a")
+    assert _turns(server.requests) == {0: 1, 1: 1, 2: 1}
+    return result, points.passed
+
+
+def test_the_reference_passes_the_recorders_points(reference: tuple[Any, list[str]]) -> None:
+    _, points = reference
+    assert "before_commit[step_done:chat]" in points
+    assert "inside[act:chat.2/0:open_pr:opened]" in points
+    assert any(p.startswith("inside[act:chat/0:write_file") for p in points)
+
+
+def test_sigkill_at_every_point_of_the_agent(
+    server: ModelServer, reference: tuple[Any, list[str]], tmp_path: Path
+) -> None:
+    expected, points = reference
+    for n, point in enumerate(points, start=1):
+        directory = tmp_path / str(n)
+        (directory / "ws").mkdir(parents=True)
+        url = f"sqlite:///{directory}/runs.db"
+        del server.requests[:]
+        code = subprocess.run(
+            [sys.executable, str(CHILD), url, str(directory), server.url, f"at:{n}"],
+            check=False,
+        ).returncode
+        assert code == -signal.SIGKILL, point
+        with cp.Ledger(url) as ledger:
+            got = ledger.run(child_models.make(ledger, directory, server.url), run_id="a")
+        assert got == expected, point
+        prs = json.loads((directory / "prs.json").read_text())
+        assert list(prs) == ["a/chat.2/0:open_pr"], point  # one PR, under its operation id
+        asked = _turns(server.requests)
+        # A turn is asked twice only when the crash lost its answer before the commit.
+        again = {t for t, c in asked.items() if c > 1}
+        assert all(asked[t] <= 2 for t in asked), (point, asked)
+        lost = {
+            "before_commit[step_done:chat]": 0,
+            "before_commit[step_done:chat#2]": 1,
+            "before_commit[step_done:chat#3]": 2,
+        }
+        assert again <= ({lost[point]} if point in lost else set()), (point, asked)
