@@ -49,6 +49,7 @@ from crashproof.errors import (
     UnknownWorkflow,
     WitnessMissing,
 )
+from crashproof.integrity.external import SealedState
 from crashproof.integrity.keys import Keyring
 from crashproof.journal.records import (
     Budget,
@@ -131,6 +132,7 @@ __all__ = [
     "RunStatus",
     "RunStopped",
     "SchemaTooNew",
+    "SealedState",
     "SerializationError",
     "SimulatedCrash",
     "StaleLeaseError",

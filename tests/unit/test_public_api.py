@@ -60,6 +60,7 @@ PUBLIC = [
     "RunStatus",
     "RunStopped",
     "SchemaTooNew",
+    "SealedState",
     "SerializationError",
     "SimulatedCrash",
     "StaleLeaseError",
