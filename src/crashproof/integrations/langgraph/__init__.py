@@ -11,7 +11,15 @@ Only ``crashproof``'s public names are used here; ``import crashproof`` never im
 LangGraph.
 """
 
+from crashproof.integrations.langgraph._calls import FunctionTool, NodeCalls, call_run_id
 from crashproof.integrations.langgraph._saver import CrashproofSaver
 from crashproof.integrations.langgraph._serde import JsonSerde, StoredError
 
-__all__ = ["CrashproofSaver", "JsonSerde", "StoredError"]
+__all__ = [
+    "CrashproofSaver",
+    "FunctionTool",
+    "JsonSerde",
+    "NodeCalls",
+    "StoredError",
+    "call_run_id",
+]
