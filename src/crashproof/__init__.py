@@ -50,6 +50,7 @@ from crashproof.errors import (
     UnknownWorkflow,
     WitnessMissing,
 )
+from crashproof.integrity.external import SealedState
 from crashproof.integrity.keys import Keyring
 from crashproof.journal.records import (
     Budget,
@@ -133,6 +134,7 @@ __all__ = [
     "RunStatus",
     "RunStopped",
     "SchemaTooNew",
+    "SealedState",
     "SerializationError",
     "SimulatedCrash",
     "StaleLeaseError",

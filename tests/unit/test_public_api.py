@@ -61,6 +61,7 @@ PUBLIC = [
     "RunStatus",
     "RunStopped",
     "SchemaTooNew",
+    "SealedState",
     "SerializationError",
     "SimulatedCrash",
     "StaleLeaseError",

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
@@ -20,9 +21,10 @@ from crashproof.errors import (
     RunFailed,
     UnknownWorkflow,
 )
+from crashproof.integrity.external import SealedState
 from crashproof.integrity.keys import Keyring, resolve_keyring
 from crashproof.integrity.seal import Sealer
-from crashproof.integrity.witness import Witness, compare
+from crashproof.integrity.witness import MemoryWitness, SQLiteWitness, Witness, compare
 from crashproof.journal import payloads
 from crashproof.journal.codec import (
     decode,
@@ -44,6 +46,7 @@ from crashproof.runtime.driving.urls import (
     DURABILITY_MODES,
     default_witness,
     open_store,
+    sqlite_file,
     without_password,
 )
 from crashproof.runtime.guards.approvers import reserved
@@ -116,6 +119,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
         self.url = url
         self.shown_url = without_password(url)  # what messages and logs may show
         self.durability = durability
+        self._key = key  # resolved again by sealed_state (never kept in a field we print)
         if store is None:
             durable = url.startswith(("sqlite:///", "postgresql://", "postgres://"))
             sealer = Sealer(resolve_keyring(key)) if durable else None
@@ -296,6 +300,27 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
             )
         workflow.check_shell(is_async)
         return workflow
+
+    def sealed_state(self, namespace: str, *, witness: Witness | None = None) -> SealedState:
+        """HMAC seals under this ledger's keyring and a generation witness, for state an
+        integration keeps in its own tables (crashproof/integrity/external.py). The
+        witness: ``witness``, else one of its own beside the ledger's (a SQLite file
+        ``<db>.<namespace>.witness``, a PostgreSQL schema ``<schema>_<namespace>_witness``),
+        else none for ``memory://``. The caller closes it."""
+        if not re.fullmatch(r"[a-z][a-z0-9_]{0,30}", namespace):
+            raise ValueError(f"namespace must be a short lower-case identifier, not {namespace!r}")
+        if witness is None:
+            path = sqlite_file(self.url)
+            schema = getattr(self._store, "schema", None)
+            if path is not None:
+                witness = SQLiteWitness(path.with_name(f"{path.name}.{namespace}.witness"))
+            elif isinstance(schema, str) and self.url.startswith(("postgresql", "postgres")):
+                from crashproof.integrity.pg_witness import PostgresWitness  # needs psycopg
+
+                witness = PostgresWitness(self.url, schema=f"{schema}_{namespace}_witness")
+            elif self.url == "memory://":
+                witness = MemoryWitness()
+        return SealedState(namespace, resolve_keyring(self._key), witness)
 
     def close(self) -> None:
         self._store.close()

@@ -1,0 +1,119 @@
+"""Tool and model calls inside LangGraph nodes, as crashproof acts and decisions.
+
+LangGraph runs a node again from its start when the process died inside it: a side
+effect the node made before the crash happens again. ``NodeCalls`` puts each call in a
+crashproof run of its own whose id is the call's identity in the graph: thread, the
+checkpoint the task started from, the task (its namespace holds the task id, which
+LangGraph derives from that checkpoint) and the call id (a tool call's id, which the
+recorded model message fixes). The node run again makes the same run id, so:
+
+- an act whose receipt was recorded is replayed; one left in flight by the crash is
+  looked up (``cp.Tool.lookup``) before anything is sent again; a tool that cannot
+  look up is frozen (``cp.RunFrozen``), never run twice;
+- a decision (a model call) that was recorded is not asked again.
+
+The same call id with other parameters is refused (``cp.RunConflict``): the id is bound
+to its input. A plain function given to ``act`` is a tool without lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import crashproof as cp
+
+__all__ = ["FunctionTool", "NodeCalls", "call_run_id"]
+
+_WORKFLOW = "crashproof.langgraph.call"
+
+
+class FunctionTool(cp.Tool):
+    """A plain function as a tool: ``fn(**params)`` is the effect; no lookup, so a call a
+    crash left in flight is frozen for review instead of repeated."""
+
+    name: ClassVar[str] = "langgraph.function"
+    version: ClassVar[str] = "1"
+    supports_lookup: ClassVar[bool] = False
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        return cp.Receipt(call.operation_id, self.fn(**call.params), call.intent_digest)
+
+
+def call_run_id(config: Mapping[str, Any], call_id: str) -> str:
+    """The crashproof run id of call ``call_id`` of the node running under ``config``."""
+    conf = config.get("configurable") or {}
+    thread_id = conf.get("thread_id")
+    task_ns = conf.get("checkpoint_ns")
+    started_from = (conf.get("checkpoint_map") or {}).get("", conf.get("checkpoint_id"))
+    if not thread_id or not task_ns:
+        raise ValueError(
+            "NodeCalls needs the config LangGraph passes to a node (thread_id and the "
+            "task's checkpoint_ns): give the node a `config: RunnableConfig` parameter and "
+            "pass it on; nothing was called"
+        )
+    return f"langgraph:{thread_id}:{started_from}:{task_ns}:{call_id}"
+
+
+class NodeCalls:
+    """Acts and decisions for nodes, journaled in ``ledger`` (a saver's ``.ledger``).
+
+    >>> calls = NodeCalls(saver.ledger)  # doctest: +SKIP
+    >>> def tools(state, config):  # doctest: +SKIP
+    ...     call = state["messages"][-1].tool_calls[0]
+    ...     result = calls.act(config, call["id"], forge, body=call["args"])
+    """
+
+    def __init__(self, ledger: cp.Ledger) -> None:
+        self.ledger = ledger
+        self._targets: dict[str, cp.Tool | Callable[..., Any]] = {}
+
+        def call(ctx: cp.Context, kind: str, target: str, params: dict[str, Any]) -> Any:
+            found = self._targets.get(target)
+            if found is None:  # a run resumed by someone who did not pass its target
+                raise cp.PermanentError(f"no tool or function named {target!r} was given")
+            if isinstance(found, cp.Tool):
+                return ctx.act("call", found, **params)
+            return ctx.decide("call", found, **params)
+
+        self._workflow = ledger.workflow(_WORKFLOW, version="1")(call)
+
+    def act(
+        self,
+        config: Mapping[str, Any],
+        call_id: str,
+        tool: cp.Tool | Callable[..., Any],
+        **params: Any,
+    ) -> Any:
+        """Run ``tool`` with ``params`` once for this call of this node; the receipt's
+        result (recorded, then replayed)."""
+        target = tool if isinstance(tool, cp.Tool) else FunctionTool(tool)
+        name = target.name if isinstance(tool, cp.Tool) else _name(tool)
+        self._targets[name] = target
+        return self._run(config, call_id, "act", name, params)
+
+    def decide(
+        self, config: Mapping[str, Any], call_id: str, fn: Callable[..., Any], **params: Any
+    ) -> Any:
+        """Ask ``fn(**params)`` (a model call; it may return a ``cp.Decision``) once for
+        this call of this node; its answer is recorded and never asked again."""
+        name = _name(fn)
+        self._targets[name] = fn
+        return self._run(config, call_id, "decide", name, params)
+
+    def _run(
+        self, config: Mapping[str, Any], call_id: str, kind: str, name: str, params: Any
+    ) -> Any:
+        run_id = call_run_id(config, call_id)
+        return self.ledger.run(
+            self._workflow, run_id=run_id, kind=kind, target=name, params=dict(params)
+        )
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    # The qualified name without the module: a script's functions live in "__main__"
+    # when run directly, and the run's input (which binds its id) must not change.
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", type(fn).__name__))

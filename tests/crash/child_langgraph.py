@@ -1,0 +1,92 @@
+"""A child process for the LangGraph crash test: a two-turn agent graph on
+CrashproofSaver whose model call is a NodeCalls decision and whose tool call is a
+NodeCalls act on an HttpTool against a local IdempotentServer.
+
+Usage: python child_langgraph.py LEDGER_URL DIR TARGET_URL SPEC   (SPEC: none | at:N)
+Every model call appends "model" to DIR/counts (it survives SIGKILL); the final state's
+messages are written to DIR/final.json.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+import crashproof as cp
+from crashproof.integrations.langgraph import CrashproofSaver, NodeCalls
+from crashproof.tools.http import HttpTool
+
+THREAD = {"configurable": {"thread_id": "chat-1"}}
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def build(saver: CrashproofSaver, directory: Path, target: str) -> Any:
+    calls = NodeCalls(saver.ledger)
+    forge = HttpTool(target, "/resources", lookup_path="/resources/by-key/{operation_id}")
+
+    def model(turn: int) -> dict[str, Any]:  # a fake model: counted, deterministic
+        with (directory / "counts").open("a") as f:
+            f.write("model\n")
+        if turn == 0:
+            return {"text": "", "call": {"name": "create", "args": {"title": "x"}, "id": "c1"}}
+        return {"text": "created", "call": None}
+
+    def agent(state: State, config: RunnableConfig) -> dict[str, Any]:
+        turns = sum(isinstance(m, ToolMessage) for m in state["messages"])
+        answer = calls.decide(config, f"model-{turns}", model, turn=turns)
+        tool_calls = [answer["call"]] if answer["call"] else []
+        return {"messages": [AIMessage(answer["text"], tool_calls=tool_calls)]}
+
+    def tools(state: State, config: RunnableConfig) -> dict[str, Any]:
+        last = state["messages"][-1]
+        out = []
+        for call in getattr(last, "tool_calls", []):
+            result = calls.act(config, call["id"], forge, body=call["args"])
+            shown = {"id": result["id"], "body": result["body"]}  # not the key: ids vary
+            out.append(ToolMessage(json.dumps(shown, sort_keys=True), tool_call_id=call["id"]))
+        return {"messages": out}
+
+    def route(state: State) -> str:
+        return "tools" if getattr(state["messages"][-1], "tool_calls", None) else END
+
+    graph = StateGraph(State)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", tools)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", route, ["tools", END])
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=saver)
+
+
+def drive(graph: Any) -> list[list[str]]:
+    """Start the thread, or go on from its last checkpoint."""
+    state = graph.get_state(THREAD)
+    if not state.values:
+        graph.invoke({"messages": [HumanMessage("open an issue")]}, THREAD, durability="sync")
+    elif state.next:
+        graph.invoke(None, THREAD, durability="sync")
+    final = graph.get_state(THREAD).values["messages"]
+    return [[m.type, str(m.content)] for m in final]
+
+
+def main(url: str, directory: Path, target: str, spec: str) -> None:
+    points = cp.CrashPoints(at=int(spec[3:]), action="sigkill") if spec != "none" else None
+    ledger = cp.Ledger(url, crash_points=points)
+    with CrashproofSaver(ledger=ledger) as saver:
+        messages = drive(build(saver, directory, target))
+    ledger.close()
+    (directory / "final.json").write_text(json.dumps(messages))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4])

@@ -1,0 +1,88 @@
+"""SIGKILL of a real child running a LangGraph agent on CrashproofSaver, at every crash
+point of its model and tool calls (NodeCalls), resumed by a new process: the tool's
+effect happens once at the HTTP target, no recorded model call is asked again, and the
+graph ends with the state of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+import crashproof as cp
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
+import child_langgraph
+from http_server import IdempotentServer
+
+from crashproof.integrations.langgraph import CrashproofSaver
+
+CHILD = Path(__file__).parent / "child_langgraph.py"
+pytestmark = pytest.mark.timeout(120)
+
+
+def _reference(tmp: Path) -> tuple[list[list[str]], list[str]]:
+    points = cp.CrashPoints()
+    with IdempotentServer(tmp / "target.json") as server:
+        ledger = cp.Ledger(f"sqlite:///{tmp / 'ref.db'}", crash_points=points)
+        with CrashproofSaver(ledger=ledger) as saver:
+            final = child_langgraph.drive(child_langgraph.build(saver, tmp, server.url))
+        ledger.close()
+    return final, points.passed
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[list[str]], list[str]]:
+    return _reference(tmp_path_factory.mktemp("reference"))
+
+
+def test_the_reference_passes_the_tool_window(reference: tuple[list[list[str]], list[str]]) -> None:
+    final, points = reference
+    assert [kind for kind, _ in final] == ["human", "ai", "tool", "ai"]
+    assert "inside[act:call:responded]" in points  # the effect made, no receipt yet
+    assert 15 <= len(points) <= 60  # bounds the matrix below
+
+
+def _child(url: str, directory: Path, target: str, spec: str) -> int:
+    return subprocess.run(
+        [sys.executable, str(CHILD), url, str(directory), target, spec], check=False
+    ).returncode
+
+
+# The tool's window (effect made, receipt not recorded) is resumed by a new process; the
+# other points by a new ledger and saver in this one (the killed child is gone either
+# way: its leases are taken over at once). The last model call's points repeat the
+# first's and are left out: the matrix stays near 30 s.
+_NEW_PROCESS = ("inside[act:call:responded]", "before_commit[step_done:call]")
+
+
+def _matrix(points: list[str]) -> list[tuple[int, str]]:
+    runs = [i for i, p in enumerate(points) if p == "before_commit[run_started]"]
+    return [(n + 1, p) for n, p in enumerate(points) if len(runs) < 3 or n < runs[2]]
+
+
+def test_every_crash_point(reference: tuple[list[list[str]], list[str]], tmp_path: Path) -> None:
+    final, points = reference
+    for n, point in _matrix(points):
+        directory = tmp_path / str(n)
+        directory.mkdir()
+        url = f"sqlite:///{directory / 'ledger.db'}"
+        with IdempotentServer(directory / "target.json") as server:
+            assert _child(url, directory, server.url, f"at:{n}") == -signal.SIGKILL, point
+            if point in _NEW_PROCESS:
+                assert _child(url, directory, server.url, "none") == 0, point
+            else:
+                child_langgraph.main(url, directory, server.url, "none")
+            resources = server.resources()
+        assert json.loads((directory / "final.json").read_text()) == final, point
+        assert len(resources) == 1, (point, resources)  # one effect
+        models = (directory / "counts").read_text().split()
+        # a model call runs again only when the crash lost its record (one per crash)
+        assert len(models) <= 3, (point, models)
