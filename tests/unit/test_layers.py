@@ -26,7 +26,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = SRC / "crashproof"
 
 LEAVES = {"crashproof.errors", "crashproof._version", "crashproof._faults"}
-EDGE = ("crashproof.models",)  # integrations: public names only
+EDGE = ("crashproof.models", "crashproof.integrations")  # public names only
 ROLE_FOLDERS = ("steps", "guards", "driving", "operations")
 ABOVE_ROLES = ("context", "ledger", "worker", "replayer")
 UPPER_PACKAGES = tuple(

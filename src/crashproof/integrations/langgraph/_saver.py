@@ -27,9 +27,7 @@ import json
 import os
 import random
 import secrets
-import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
-from pathlib import Path
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -45,35 +43,12 @@ from langgraph.checkpoint.base import (
 )
 
 import crashproof as cp
-from crashproof.integrations.langgraph import _db
+import crashproof.integrations.langgraph._db as _db
+from crashproof.integrations.langgraph._fencing import HOST, held_head
 from crashproof.integrations.langgraph._rows import Head, SealedRows, config_of
 from crashproof.integrations.langgraph._serde import JsonSerde, encode
 
 __all__ = ["CrashproofSaver"]
-
-_HOST = socket.gethostname()
-
-
-def _dead(owner: str) -> bool:
-    """The holder is a process of this host that no longer exists (or a zombie)."""
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != _HOST or not parts[1].isdigit():
-        return False
-    pid = int(parts[1])
-    if pid == os.getpid() or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
-
 
 _Tuples = list[CheckpointTuple]
 
@@ -118,7 +93,7 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
                 self.ledger.close()
             raise
         self.lease_seconds = float(lease_seconds)
-        self.owner = f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.owner = f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
         self._tokens: dict[str, int] = {}  # thread -> the fencing token this saver holds
         self._rows = SealedRows(self._seals, self._db.dialect)
 
@@ -563,7 +538,9 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
                     "token) VALUES (?, 0, '{}', '', 0) ON CONFLICT DO NOTHING",
                     (thread_id,),
                 )
-            head = self._lease(q, thread_id)
+            head = held_head(
+                q, thread_id, self._rows, self._seals, self._tokens, self.owner, self._db.now
+            )
             if head is None and not create:  # nothing to delete: leave no row behind
                 q("DELETE FROM langgraph_threads WHERE thread_id = ? AND seal = ''", (thread_id,))
                 yield q, Head(0, {})
@@ -589,48 +566,5 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
             )
         self._tokens[thread_id] = token
         self._seals.advance(thread_id, generation)
-
-    def _lease(self, q: _db.Query, thread_id: str) -> Head | None:
-        rows = q("SELECT generation, seal FROM langgraph_threads WHERE thread_id = ?", (thread_id,))
-        if rows and rows[0][1] == "" and rows[0][0] == 0:  # the placeholder row just made
-            self._seals.check_generation(thread_id, None)
-            mine = self._tokens.get(thread_id)
-            if mine is not None:
-                raise cp.StaleLeaseError(
-                    f"thread {thread_id!r} is gone from the database although this saver "
-                    "wrote to it; nothing of this write was kept"
-                )
-            return None
-        head = self._rows.head(q, thread_id, lock=True)
-        if head is None:
-            if thread_id in self._tokens:
-                raise cp.StaleLeaseError(
-                    f"thread {thread_id!r} is gone from the database although this saver "
-                    "wrote to it; nothing of this write was kept"
-                )
-            return None
-        mine = self._tokens.get(thread_id)
-        if mine is not None and head.token != mine:
-            self._tokens.pop(thread_id, None)
-            raise cp.StaleLeaseError(
-                f"thread {thread_id!r} was taken over by {head.owner} (fencing token {mine} "
-                f"is superseded by {head.token}); nothing of this write was kept"
-            )
-        if (
-            head.owner is not None
-            and head.owner != self.owner
-            and head.expires is not None
-            and head.expires > self._db.now(q)
-            and not _dead(head.owner)
-        ):
-            raise cp.LeaseHeld(
-                f"thread {thread_id!r} is being written by {head.owner} (its lease runs "
-                f"{head.expires - self._db.now(q):.1f} s more); nothing was written. Wait "
-                "for it to finish (its lease expires), or drive the thread from one "
-                "process at a time.",
-                owner=head.owner,
-                expires_at=head.expires,
-            )
-        return head
 
     # -- rows ------------------------------------------------------------------------
