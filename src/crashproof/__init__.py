@@ -59,6 +59,7 @@ from crashproof.journal.records import (
     StepKind,
     StepStatus,
 )
+from crashproof.journal.transcript import Transcript
 from crashproof.runtime.async_context import AsyncContext
 from crashproof.runtime.context import Context
 from crashproof.runtime.guards.approvers import Approver
@@ -139,8 +140,9 @@ __all__ = [
     "StepOptions",
     "StepStatus",
     "Tool",
-    "UnknownKeyId",
+    "Transcript",
     "Unavailable",
+    "UnknownKeyId",
     "UnknownWorkflow",
     "WitnessMissing",
     "Worker",

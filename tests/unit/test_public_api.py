@@ -68,6 +68,8 @@ PUBLIC = [
     "StepOptions",
     "StepStatus",
     "Tool",
+    "Transcript",
+    "Unavailable",
     "UnknownKeyId",
     "UnknownWorkflow",
     "WitnessMissing",
