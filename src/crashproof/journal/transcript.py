@@ -4,14 +4,14 @@ Format 1 (``codec.args_digest``) is the SHA-256 of the RFC 8785 form of
 ``{"args": [...], "kwargs": {...}}``: an agent loop that passes its whole message history
 each turn pays for every byte of it, every turn, and again on replay. Format 2 is used
 for a call with at least one top-level list or tuple argument (positional or keyword),
-and is spelled ``"v2:" + hex``::
+and is spelled ``"a2:" + hex``::
 
     element(x)  = SHA-256(RFC 8785 bytes of x)
     chain([])   = SHA-256(b"crashproof list v2")
     chain(l+[x]) = SHA-256(chain(l) || element(x))           (32 + 32 bytes)
     part(v)     = "l:" + hex(chain(v))   when v is a list or tuple (or a Transcript)
                   "j:" + hex(element(v)) otherwise
-    digest      = "v2:" + hex(SHA-256(RFC 8785 bytes of
+    digest      = "a2:" + hex(SHA-256(RFC 8785 bytes of
                   {"args": [part(a), ...], "kwargs": {k: part(v), ...}}))
 
 Every byte of every argument is still bound (SHA-256 all the way down), but the chain of
@@ -41,7 +41,7 @@ __all__ = [
     "v2_of_parts",
 ]
 
-V2 = "v2:"  # the prefix of a format-2 digest (format 1: 64 bare hex digits)
+V2 = "a2:"  # the prefix of a format-2 arguments digest (format 1: 64 bare hex digits)
 LIST_SEED = hashlib.sha256(b"crashproof list v2").digest()
 _sha256 = hashlib.sha256
 # Bytes canonicalised for format-2 digests in this process: the unit of digest work,

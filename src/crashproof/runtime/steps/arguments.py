@@ -18,7 +18,7 @@ A call is digested in the format of the record it is matched against (a run jour
 before format 2 replays as it was written); a new record takes format 2 when a
 top-level argument is a list or tuple, format 1 otherwise (byte for byte as before).
 The chosen format can only make a comparison fail, never pass: the two are spelled
-differently (``v2:`` prefix).
+differently (``a2:`` prefix).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def _has_list(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 
 def written_in_format_1(recorded: Event) -> bool:
-    """Whether a recorded call's arguments digest is format 1 (no ``v2:`` prefix),
+    """Whether a recorded call's arguments digest is format 1 (no ``a2:`` prefix),
     read from the stored text without decoding it where the runtime wrote it."""
     text = recorded.payload_json
     if text is not None:
