@@ -97,17 +97,19 @@ def child_langgraph(turns: int, directory: Path, phase: str) -> dict[str, Any]:
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import END, START, StateGraph
 
-    class State(TypedDict):
-        messages: Annotated[list[dict[str, str]], operator.add]
-        turn: int
-        stop: int
+    # The functional form: evaluated now (LangGraph reads the hints; this module's
+    # annotations are strings, which it could not resolve inside a function).
+    State = TypedDict(  # noqa: UP013
+        "State",
+        {"messages": Annotated[list[dict[str, str]], operator.add], "turn": int, "stop": int},
+    )
 
-    def node(state: State) -> dict[str, Any]:
+    def node(state: Any) -> dict[str, Any]:
         turn = state["turn"]
         history = state["messages"] + [_user(turn)]
         return {"messages": [_user(turn), _reply(len(history))], "turn": turn + 1}
 
-    def more(state: State) -> str:
+    def more(state: Any) -> str:
         return "model" if state["turn"] < state["stop"] else END
 
     conn = sqlite3.connect(directory / "lg.db", check_same_thread=False)
