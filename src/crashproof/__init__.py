@@ -61,6 +61,7 @@ from crashproof.journal.records import (
     StepKind,
     StepStatus,
 )
+from crashproof.journal.transcript import Transcript
 from crashproof.runtime.async_context import AsyncContext
 from crashproof.runtime.context import Context
 from crashproof.runtime.guards.approvers import Approver
@@ -143,6 +144,7 @@ __all__ = [
     "StepOptions",
     "StepStatus",
     "Tool",
+    "Transcript",
     "Unavailable",
     "UnknownKeyId",
     "UnknownWorkflow",

@@ -341,6 +341,32 @@ def test_load_events_returns_exactly_what_was_appended(backend: Backend) -> None
     assert loaded[2].value_json == "null"
 
 
+def test_load_events_without_results_drops_only_step_results(backend: Backend) -> None:
+    store = backend.store
+    first = start(store, "r1")
+    done = Event(
+        run_id="r1",
+        seq=3,
+        type=EventType.RUN_SUCCEEDED,
+        key=None,
+        payload={},
+        value_json='{"done":true}',
+        created_at=1.0,
+    )
+    store.append([event("r1", 1, {"text": BIG}), event("r1", 2, {"x": 1}), done])
+    full = store.load_events("r1")
+    lean = store.load_events("r1", results=False)
+    assert [(e.seq, e.type, e.key, e.payload, e.created_at) for e in lean] == [
+        (e.seq, e.type, e.key, e.payload, e.created_at) for e in full
+    ]
+    assert lean[0].value == first.value  # the input: kept
+    assert lean[-1].value == {"done": True}  # the run's result: kept
+    kept = isinstance(store, MemoryStore)  # (in memory already: nothing to save)
+    assert [e.value_json for e in lean[1:3]] == (
+        [e.value_json for e in full[1:3]] if kept else [None, None]
+    )
+
+
 def test_large_values_round_trip_and_equal_ones_are_stored_once(backend: Backend) -> None:
     store = backend.store
     first1, first2 = start(store, "r1"), start(store, "r2")

@@ -31,6 +31,11 @@ key of tests/conftest.py (never a real key).
   decision (the successful steps' records carry ``took_us``), then exported, so its last
   record is ``run_moved``. Imported elsewhere it is the run's one continuation: runnable,
   and its resume asks no decision again. Written alone by ``make_golden.py checkpoint_v3``.
+- transcript1.db (+ .witness): the agent loop of golden_transcript.py (a message list
+  passed whole to ``ctx.decide`` each turn) with arguments digest format 1, as crashproof
+  wrote it before format 2 (#22; built at commit 715fd4e): run t-done (4 turns) and
+  t-inflight (crashed after its third turn). No longer written here (this code writes
+  format 2); tests/golden/test_golden_transcript.py replays and resumes it.
 """
 
 from __future__ import annotations

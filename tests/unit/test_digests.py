@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import pytest
 import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
+from crashproof.errors import SerializationError
 from crashproof.journal.codec import args_digest, canonical_digest, decode, encode
 
 SAFE = 2**53 - 1
@@ -44,6 +46,30 @@ def test_args_digest_equals_rfc8785_for_any_args(args: list[Any], kwargs: dict[s
 @given(json_values)
 def test_canonical_digest_equals_rfc8785(value: Any) -> None:
     assert canonical_digest(value, what="x") == rfc(value)
+
+
+# Any code point, lone surrogates included (st.text() leaves them out): the fast path
+# writes non-ASCII text as json does, which must be RFC 8785's bytes or its refusal.
+any_text = st.text(st.characters(exclude_categories=()), max_size=12)
+texts = st.recursive(
+    any_text | st.integers(0, 9),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(st.characters(max_codepoint=127), max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(texts)
+def test_canonical_digest_of_any_text_is_rfc8785_or_the_same_refusal(value: Any) -> None:
+    try:
+        expected = rfc(value)
+    except rfc8785.CanonicalizationError:
+        with pytest.raises(SerializationError, match="cannot be canonicalized"):
+            canonical_digest(value, what="x")
+        return
+    assert canonical_digest(value, what="x") == expected
 
 
 @given(json_values)

@@ -70,6 +70,7 @@ PUBLIC = [
     "StepOptions",
     "StepStatus",
     "Tool",
+    "Transcript",
     "Unavailable",
     "UnknownKeyId",
     "UnknownWorkflow",

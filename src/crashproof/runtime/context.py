@@ -22,7 +22,6 @@ from crashproof.errors import CrashproofError, NonDeterminismError
 from crashproof.journal import payloads
 from crashproof.journal.codec import (
     NO_ARGS_DIGEST,
-    args_digest,
     decode,
     encode,
     error_from_record,
@@ -38,6 +37,7 @@ from crashproof.runtime.guards.replan import decided_epoch
 from crashproof.runtime.options import StepOptions
 from crashproof.runtime.port import ActSettings, DriveHost, PendingRecord
 from crashproof.runtime.steps.acts import intent_digest, perform_act
+from crashproof.runtime.steps.arguments import ArgumentDigests
 from crashproof.runtime.steps.environment import WorldCheck
 from crashproof.runtime.steps.handoff import Work, async_methods, async_tool_refused, run_sync
 from crashproof.runtime.steps.live import live_call
@@ -93,6 +93,7 @@ class Context:
         self.meter = Meter(replay)
         self.policy: Policy | None = None
         self.world = WorldCheck(replay)  # re-observed before the first live call
+        self.arguments = ArgumentDigests()  # growing lists digested incrementally
         self.reread = ResumeReread(replay)  # receipts looked up again, then too
         self.session: dict[str, Any] | None = None  # put in this drive's first record
         self.versions: dict[str, str | None] = {}  # workflow and policy: set by the ledger
@@ -255,14 +256,11 @@ class Context:
             self._counts[name] = n = n + 1
             key = f"{name}#{n}"
         self.last_key = key
-        digest = (
-            NO_ARGS_DIGEST
-            if not args and not kwargs
-            else args_digest(args, kwargs, what=_ARGUMENTS_OF[kind], key=key)
-        )
         cursor = self._cursor
-        if cursor < len(self._done):
-            recorded = self._done[cursor]
+        recorded = self._done[cursor] if cursor < len(self._done) else None
+        # In the recorded call's format; growing lists incrementally (steps/arguments.py).
+        digest = self.arguments.of(name, args, kwargs, _ARGUMENTS_OF[kind], key, recorded)
+        if recorded is not None:
             # The usual replay: an exact match that succeeded, read from the start of the
             # stored text without decoding it (every payload the runtime writes begins
             # with kind, digest and status, in this order). Anything else, including

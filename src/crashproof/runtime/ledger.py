@@ -569,15 +569,16 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
                 "step and stays resumable (its lease is released for another worker)"
             )
 
-    def journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
+    def journal(self, run_id: str, *, owner: bool = False, results: bool = True) -> list[Event]:
         """A run's journal, every record's MAC and the chain verified by the store, and
         its generation checked against the witness. ``owner``: the caller is about to
-        drive the run, so a journal ahead of its witness rolls the witness forward."""
+        drive the run, so a journal ahead of its witness rolls the witness forward.
+        ``results=False``: without the steps' results (``Store.load_events``)."""
         witness = self._witness
         # Witness first: writers advance it after their commit, so a reader racing a live
         # run (another worker) never sees the journal behind it.
         witnessed = None if witness is None else witness.get(run_id)
-        events = self._store.load_events(run_id)
+        events = self._store.load_events(run_id, results=results)
         ahead = witness is not None and compare(run_id, len(events), witnessed)
         # "output": the witness advances only after an output point's sync, never ahead
         # of what a power cut leaves (records past it may still be unsynced).

@@ -169,10 +169,11 @@ class DriveHost(Protocol):
     @property
     def witness(self) -> Witness | None: ...
 
-    def journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
+    def journal(self, run_id: str, *, owner: bool = False, results: bool = True) -> list[Event]:
         """The run's journal, every MAC, the chain and its witnessed generation verified.
         ``owner``: the caller is about to drive the run (a journal ahead of its witness
-        rolls the witness forward; a moved run is refused)."""
+        rolls the witness forward; a moved run is refused). ``results=False``: without
+        the steps' results (what a reader's fold needs, in a long run's memory)."""
 
     def append_records(
         self,

@@ -51,8 +51,8 @@ class MemoryStore:
             rows = sorted(self._runs.values(), key=lambda r: (r.created_at, r.run_id))
         return [r for r in rows if status is None or r.status == status]
 
-    def load_events(self, run_id: str) -> list[Event]:
-        with self._lock:
+    def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
+        with self._lock:  # results: kept either way (they are in memory already)
             return list(self._events.get(run_id, ()))
 
     def append(

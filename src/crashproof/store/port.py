@@ -19,6 +19,7 @@ from crashproof.store.intents import IntentHold
 __all__ = [
     "BLOB_THRESHOLD",
     "blob_digest",
+    "without_result",
     "check_append",
     "check_claimable",
     "GENESIS",
@@ -34,6 +35,20 @@ __all__ = [
 
 # Values at least this long (in bytes of JSON) are stored once, content-addressed.
 BLOB_THRESHOLD = 1024
+
+
+def without_result(
+    run_id: str,
+    seq: int,
+    type_: str,
+    key: str | None,
+    payload_json: str,
+    created_at: float,
+    value_json: str | None,
+) -> Event:
+    """``Event.read`` without a step's result (``load_events(results=False)``)."""
+    value = None if type_ == "step_done" else value_json
+    return Event.read(run_id, seq, type_, key, payload_json, created_at, value)
 
 
 def blob_digest(value: str | None) -> str | None:
@@ -232,8 +247,11 @@ class Store(Protocol):
         """Index rows, oldest first, optionally of one status."""
         ...
 
-    def load_events(self, run_id: str) -> list[Event]:
-        """The run's whole journal in sequence order, in one read."""
+    def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
+        """The run's whole journal in sequence order, in one read. ``results=False``: a
+        ``step_done`` record's value (a step's result) is dropped once its MAC is
+        verified (``without_result``), for readers that fold steps without their
+        results: the memory of a long run's journal is then its payloads'."""
         ...
 
     def append(

@@ -46,6 +46,7 @@ from crashproof.store.port import (
     check_claimable,
     lease_was_live,
     unreadable,
+    without_result,
 )
 from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
@@ -223,15 +224,16 @@ class PostgresStore(PostgresAppend):
                 rows = cur.execute(self._q["list_runs_by_status"], (status.value,)).fetchall()
         return [_row(r) for r in rows]
 
-    def load_events(self, run_id: str) -> list[Event]:
+    def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
         stored = self.raw_events(run_id)
+        make = Event.read if results else without_result
         try:
             if self._sealer is not None:
                 # Every record verified before anything parses it, and built in the same
                 # pass; payloads stay text until read (Event.read), as the SQLite store's.
-                return self._sealer.verify_rows(run_id, stored, Event.read)
+                return self._sealer.verify_rows(run_id, stored, make)
             return [
-                Event.read(run_id, seq, type_, key, payload, created_at, value)
+                make(run_id, seq, type_, key, payload, created_at, value)
                 for seq, type_, key, payload, value, created_at, _key_id, _mac in stored
             ]
         except KeyError:  # verified (or unsealed), but of a type this version does not know

@@ -18,7 +18,7 @@ import gc
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from crashproof.store.port import (
     check_append,
     seq_taken,
     unreadable,
+    without_result,
 )
 from crashproof.store.sql import load_queries
 
@@ -71,19 +72,19 @@ class SQLiteJournal:
     _read_conn: sqlite3.Connection | None
     _busy_timeout: float
 
-    def load_events(self, run_id: str) -> list[Event]:
+    def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
         # Tens of thousands of new objects (rows, then Events), none in a cycle: without
         # the collector's passes over them (and everything else alive), a long journal
         # loads faster. Only this method's own code runs while it is off.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._load_events(run_id)
+            return self._load_events(run_id, Event.read if results else without_result)
         finally:
             if collecting:
                 gc.enable()
 
-    def _load_events(self, run_id: str) -> list[Event]:
+    def _load_events(self, run_id: str, make: Callable[..., Event]) -> list[Event]:
         if self._sealer is not None:  # every record verified before anything parses it
             try:
                 with self._reading() as conn:
@@ -91,7 +92,7 @@ class SQLiteJournal:
                     # read: Event.read), the rows fetched without load_events' extras.
                     cursor = conn.execute(_Q["load_records"], (run_id,))
                     try:
-                        return self._sealer.verify_rows(run_id, cursor, Event.read)
+                        return self._sealer.verify_rows(run_id, cursor, make)
                     finally:
                         cursor.close()  # done, or stopped at a fault: no statement left open
             except IntegrityError:
@@ -101,7 +102,6 @@ class SQLiteJournal:
                 raise unreadable(run_id, self._rows(run_id)) from None
         rows = self._rows(run_id)
         check_rows(run_id, rows)
-        make = Event.read
         try:
             return [
                 make(run_id, seq, type_, key, payload, created_at, value)

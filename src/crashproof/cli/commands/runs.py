@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import sys
 from collections.abc import Callable
@@ -55,6 +56,8 @@ from crashproof.runtime.operations.audit import run_timeline
 from crashproof.runtime.options import RunOptions
 
 __all__ = ["list_runs", "reconcile_runs", "resume_run", "retry_run", "show_run", "start_run"]
+
+_PAGE = 200  # steps `crashproof show` prints unless told (--limit): a long run pages
 
 
 def _finish(ledger: Ledger, settings: Settings, run_id: str, go: Callable[[], Any]) -> int:
@@ -439,6 +442,18 @@ def show_run(
             "operator) with which crashproof, workflow and policy versions.",
         ),
     ] = False,
+    first: Annotated[
+        int,
+        typer.Option("--from", min=1, help="The first step shown (1-based): a page of a long run."),
+    ] = 1,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            min=1,
+            help=f"At most this many steps (default: all with --json, else {_PAGE}).",
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
@@ -448,15 +463,28 @@ def show_run(
     with open_ledger(settings, create=False) as ledger:
         info = ledger.get_run(run_id)
         entries = run_timeline(ledger, run_id) if timeline else None
+    total = len(info.steps)
+    if limit is None and not settings.json:
+        limit = _PAGE
+    if first > 1 or (limit is not None and total > limit):  # one page of the steps
+        end = total if limit is None else min(total, first - 1 + limit)
+        info = dataclasses.replace(info, steps=info.steps[first - 1 : end])
     if entries is not None:
         if settings.json:
             emit_json({"run_id": run_id, "status": info.status.value, "timeline": entries})
         else:
             print_timeline(console(), run_id, entries, info.evidence)
     elif settings.json:
-        emit_json(info.to_json())
+        emit_json(
+            {**info.to_json(), "steps_total": total} if total != len(info.steps) else info.to_json()
+        )
     else:
         print_run(console(), info)
+        if len(info.steps) < total:
+            shown = f"{first}-{first + len(info.steps) - 1}" if info.steps else "none"
+            after = first + len(info.steps)
+            more = f"; next page: --from {after}" if after <= total else ""
+            console().print(f"steps {shown} of {total}{more}", style="dim")
         envs = environments_table(info.evidence)
         if envs is not None:
             console().print(envs)

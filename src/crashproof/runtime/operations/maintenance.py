@@ -39,13 +39,13 @@ class LedgerCare(DriveHost):
         row = self.store.get_run(run_id)
         if row is None:
             raise self.missing(run_id)
-        return fold_run(row, self.journal(run_id))
+        return fold_run(row, self.journal(run_id, results=False))  # StepInfo has none
 
     def runs(self, status: RunStatus | str | None = None) -> list[RunInfo]:
         """All runs, oldest first, optionally only those of one status."""
         wanted = RunStatus(status) if status is not None else None
         rows = [row for row in self.store.list_runs() if not reserved(row.run_id)]
-        infos = [fold_run(row, self.journal(row.run_id)) for row in rows]
+        infos = [fold_run(row, self.journal(row.run_id, results=False)) for row in rows]
         # Filtered on the status folded from each journal, not on the index row's cache.
         return [info for info in infos if wanted is None or info.status is wanted]
 
@@ -135,7 +135,7 @@ class LedgerCare(DriveHost):
             try:
                 if rid in lost_runs and self.store.get_run(rid) is None:
                     raise lost(rid, lost_runs[rid])
-                index_journal(self.journal(rid))
+                index_journal(self.journal(rid, results=False))  # every MAC verified still
             except IntegrityError as exc:
                 report.append((rid, f"{type(exc).__name__}: {exc}"))
             else:

@@ -28,7 +28,6 @@ from crashproof.errors import (
     RetryableError,
 )
 from crashproof.journal import payloads
-from crashproof.journal.codec import NO_ARGS_DIGEST, args_digest
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, StepKind
 from crashproof.runtime.async_context import AsyncContext
@@ -144,16 +143,13 @@ class ReplayContext(Context):
     ) -> Any:
         self._check_usable()
         key = self._take_key(name)
-        digest = (
-            NO_ARGS_DIGEST
-            if not args and not kwargs
-            else args_digest(args, kwargs, what=f"arguments of {kind} {key!r}")
-        )
         recorded = self._peek()
+        attempts = self._failed_attempts.get(key)
+        against = recorded if recorded is not None else (attempts[-1] if attempts else None)
+        digest = self.arguments.of(name, args, kwargs, f"arguments of {kind}", key, against)
         if recorded is not None:
             return self._replay(recorded, key, kind, digest)
         self._check_open_acts(key)
-        attempts = self._failed_attempts.get(key)
         if attempts and payloads.attempt_failed(attempts[-1]).get("digest") != digest:
             self._differs(len(self._done) + 1, key, kind.value, attempts[-1], digest)
         raise _EndOfJournal

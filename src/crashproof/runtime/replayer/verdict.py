@@ -98,8 +98,8 @@ class _ReadOnly:
     def witness(self) -> Witness | None:
         return self._host.witness
 
-    def journal(self, run_id: str, *, owner: bool = False) -> list[Event]:
-        return self._host.journal(run_id)
+    def journal(self, run_id: str, *, owner: bool = False, results: bool = True) -> list[Event]:
+        return self._host.journal(run_id, results=results)
 
     def append_records(
         self,
