@@ -1,0 +1,337 @@
+"""Paged read models for an operator's console (``crashproof ui``): a page of runs, a
+page of one run's steps with each act's evidence, and what needs a human.
+
+Read-only, and never the whole ledger at once: a page of runs reads the run index (one
+row per run, no journal) and folds only the journals of the runs on that page; a run's
+page folds that one journal (it must be verified whole: the HMAC chain runs from the
+first record) and hands back one slice of its steps. The attention counts read the
+index, plus the journals of frozen runs and of runs that may hold undelivered outbox
+messages (``OutboxWatch`` keeps the answer per run until the run's index row changes).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from crashproof.errors import RunNotFound
+from crashproof.journal import payloads
+from crashproof.journal.fold import fold_run, index_journal
+from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus, StepInfo
+from crashproof.runtime.guards.approvals import awaiting, expectation
+from crashproof.runtime.guards.approvers import reserved
+from crashproof.runtime.guards.review import ReviewCase, cases_of
+from crashproof.runtime.port import DriveHost
+
+__all__ = [
+    "ATTENTION_STATUSES",
+    "ActEvidence",
+    "Attention",
+    "OutboxWatch",
+    "PendingApproval",
+    "PendingMessage",
+    "RunsPage",
+    "StepsPage",
+    "attention",
+    "runs_page",
+    "steps_page",
+]
+
+# Runs that wait for a human or an operator (DESIGN §3): frozen, or stopped resumable.
+ATTENTION_STATUSES = (RunStatus.NEEDS_REVIEW, RunStatus.AWAITING_APPROVAL, RunStatus.STOPPED)
+# Runs that deliver their own outbox messages (a drive does on resume) or left the ledger.
+_DRIVEN = (RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.MOVED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunsPage:
+    """One page of runs, newest update first, and how many matched in all."""
+
+    runs: tuple[RunInfo, ...]
+    total: int
+    offset: int
+    limit: int
+    workflows: tuple[str, ...]  # every workflow name in the index, for a filter
+
+
+def _rows(host: DriveHost, status: RunStatus | None) -> list[RunRow]:
+    return [row for row in host.store.list_runs(status) if not reserved(row.run_id)]
+
+
+def runs_page(
+    host: DriveHost,
+    *,
+    status: RunStatus | None = None,
+    workflow: str | None = None,
+    search: str | None = None,
+    offset: int = 0,
+    limit: int = 50,
+) -> RunsPage:
+    """Runs filtered by ``status`` and ``workflow`` (exact) and ``search`` (a substring of
+    the run id), newest update first, ``limit`` of them from ``offset``.
+
+    The filters read the index row (a cache every status change writes in its own
+    transaction); each run shown is folded from its verified journal, and one whose
+    journal says another status than the filter is left off the page."""
+    rows = _rows(host, status)
+    workflows = tuple(sorted({row.workflow for row in rows}))
+    if workflow:
+        rows = [row for row in rows if row.workflow == workflow]
+    if search:
+        rows = [row for row in rows if search in row.run_id]
+    rows.sort(key=lambda row: (-row.updated_at, row.run_id))
+    offset = max(0, offset)
+    infos = [fold_run(row, host.journal(row.run_id)) for row in rows[offset : offset + limit]]
+    shown = tuple(info for info in infos if status is None or info.status is status)
+    return RunsPage(runs=shown, total=len(rows), offset=offset, limit=limit, workflows=workflows)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActEvidence:
+    """What the journal holds about one act beyond its ``StepInfo``: the tool, each
+    attempt's intent with the fencing token of the drive that wrote it, every unknown
+    outcome, the receipt (``reconciled``: found by a lookup), and outbox deliveries."""
+
+    tool: str | None = None
+    tool_version: str | None = None
+    attempts: tuple[dict[str, Any], ...] = ()  # attempt, fencing_token, started_at
+    unknown: tuple[dict[str, Any], ...] = ()  # attempt, error, started_at, ended_at
+    receipt: dict[str, Any] | None = None
+    deliveries: tuple[dict[str, Any], ...] = ()  # outbox: delivered / failed, when
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepsPage:
+    """One run and one page of its steps (journal order), each act with its evidence."""
+
+    info: RunInfo
+    steps: tuple[StepInfo, ...]
+    acts: dict[str, ActEvidence]
+    total: int
+    offset: int
+    limit: int
+    review_cases: tuple[ReviewCase, ...] = ()
+    pending_approval: dict[str, Any] | None = None
+
+
+def _acts(events: list[Event], keys: set[str]) -> dict[str, ActEvidence]:
+    """The evidence of the acts among ``keys``, read in one pass over the journal."""
+    token: int | None = None
+    found: dict[str, dict[str, Any]] = {}
+    for event in events:
+        session = payloads.drive_record(event).get("session")
+        if isinstance(session, dict):
+            token = session.get("fencing_token")
+        if event.key is None or event.key not in keys:
+            continue
+        entry = found.setdefault(
+            event.key, {"attempts": [], "unknown": [], "receipt": None, "deliveries": []}
+        )
+        if event.type is EventType.ACT_INTENT:
+            intent = payloads.act_intent(event)
+            entry["tool"], entry["tool_version"] = intent.get("tool"), intent.get("tool_version")
+            entry["attempts"].append(
+                {
+                    "attempt": intent.get("attempt"),
+                    "fencing_token": token,
+                    "started_at": intent.get("started_at"),
+                }
+            )
+        elif event.type is EventType.ACT_UNKNOWN:
+            unknown = payloads.act_unknown(event)
+            entry["unknown"].append({k: unknown.get(k) for k in _UNKNOWN_FIELDS})
+        elif event.type is EventType.STEP_DONE:
+            done = payloads.step_done(event)
+            entry["receipt"] = done.get("receipt")
+            outbox = done.get("outbox")
+            if outbox is not None:
+                entry.setdefault("tool", outbox.get("tool"))
+        elif event.type in (EventType.OUTBOX_DELIVERED, EventType.OUTBOX_FAILED):
+            entry["deliveries"].append(
+                {"type": event.type.value, "at": event.created_at, **_delivery(event)}
+            )
+    return {
+        key: ActEvidence(
+            tool=e.get("tool"),
+            tool_version=e.get("tool_version"),
+            attempts=tuple(e["attempts"]),
+            unknown=tuple(e["unknown"]),
+            receipt=e["receipt"],
+            deliveries=tuple(e["deliveries"]),
+        )
+        for key, e in found.items()
+    }
+
+
+_UNKNOWN_FIELDS = ("attempt", "error", "started_at", "ended_at")
+
+
+def _delivery(event: Event) -> dict[str, Any]:
+    if event.type is EventType.OUTBOX_DELIVERED:
+        return {"receipt_id": payloads.outbox_delivered(event).get("receipt_id")}
+    return {"error": payloads.any_record(event).get("error")}
+
+
+def _pending(run_id: str, events: list[Event]) -> dict[str, Any] | None:
+    """What an approval would release when the run waits on one now, else None: the
+    binding (``expectation``) and the pending act (tool, params) as the freeze recorded."""
+    freeze = awaiting(events)
+    if freeze is None:
+        return None
+    later = (EventType.RUN_THAWED, EventType.RUN_FAILED, EventType.RUN_SUCCEEDED)
+    if any(e.seq > freeze.seq and e.type in later for e in events):
+        return None
+    evidence = payloads.run_frozen(freeze).get("evidence") or {}
+    return {
+        "run_id": run_id,
+        "step": freeze.key,
+        "binding": expectation(freeze),
+        "pending_act": evidence.get("pending_act") or {},
+        "refused_approvals": evidence.get("refused_approvals") or [],
+    }
+
+
+def steps_page(host: DriveHost, run_id: str, *, offset: int = 0, limit: int = 100) -> StepsPage:
+    """The run ``run_id`` (``RunNotFound`` when there is none) and ``limit`` of its steps
+    from ``offset``, with the acts' evidence, its review cases and a pending approval."""
+    row = host.store.get_run(run_id)
+    if row is None:
+        raise RunNotFound(f"no run {run_id!r} in {host.shown_url}")
+    events = host.journal(run_id)
+    info = fold_run(row, events)
+    offset = max(0, offset)
+    steps = info.steps[offset : offset + limit]
+    acts = _acts(events, {s.key for s in steps if s.kind.value == "act"})
+    return StepsPage(
+        info=info,
+        steps=steps,
+        acts=acts,
+        total=len(info.steps),
+        offset=offset,
+        limit=limit,
+        review_cases=tuple(cases_of(events)),
+        pending_approval=_pending(run_id, events)
+        if info.status is RunStatus.AWAITING_APPROVAL
+        else None,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingMessage:
+    """An outbox message journaled but not delivered yet."""
+
+    run_id: str
+    step: str
+    tool: str | None
+    message: Any
+    failures: int  # delivery attempts that failed so far
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingApproval:
+    run_id: str
+    step: str | None
+    binding: dict[str, Any]
+    pending_act: dict[str, Any]
+    refused_approvals: list[Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attention:
+    """What waits for a human: the counts (for every page's header) and, with
+    ``detail``, up to ``limit`` of each kind."""
+
+    counts: dict[str, int]
+    frozen: tuple[RunInfo, ...] = ()
+    cases: tuple[ReviewCase, ...] = ()
+    approvals: tuple[PendingApproval, ...] = ()
+    outbox: tuple[PendingMessage, ...] = ()
+
+
+def _undelivered(run_id: str, events: list[Event]) -> list[PendingMessage]:
+    pending = index_journal(events).undelivered
+    failures: dict[str, int] = {}
+    for event in events:
+        if event.type is EventType.OUTBOX_FAILED and event.key is not None:
+            failures[event.key] = failures.get(event.key, 0) + 1
+    out: list[PendingMessage] = []
+    for key, event in pending.items():
+        outbox = payloads.step_done(event).get("outbox")
+        out.append(
+            PendingMessage(
+                run_id=run_id,
+                step=key,
+                tool=None if outbox is None else outbox.get("tool"),
+                message=None if outbox is None else outbox.get("message"),
+                failures=failures.get(key, 0),
+            )
+        )
+    return out
+
+
+@dataclass
+class OutboxWatch:
+    """Which runs hold undelivered outbox messages, kept between pages.
+
+    Why a cached "none" stays true: a run no process drives (ended or frozen) can gain a
+    journaled message only by being driven again, which changes its index row's status
+    and ``updated_at`` first; so the answer is kept per (run id, status, updated_at).
+    Runs with messages pending are read again every time, so a delivery made elsewhere
+    (a worker, another console) shows at once."""
+
+    _clean: dict[str, tuple[str, float]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pending(self, host: DriveHost, rows: list[RunRow]) -> list[PendingMessage]:
+        found: list[PendingMessage] = []
+        for row in rows:
+            if row.status in _DRIVEN:
+                continue
+            mark = (row.status.value, row.updated_at)
+            with self._lock:
+                if self._clean.get(row.run_id) == mark:
+                    continue
+            messages = _undelivered(row.run_id, host.journal(row.run_id))
+            with self._lock:
+                if messages:
+                    self._clean.pop(row.run_id, None)
+                else:
+                    self._clean[row.run_id] = mark
+            found.extend(messages)
+        return found
+
+
+def attention(
+    host: DriveHost, watch: OutboxWatch, *, detail: bool = False, limit: int = 50
+) -> Attention:
+    """The counts of frozen or stopped runs, open review cases, pending approvals and
+    undelivered outbox messages; with ``detail``, the first ``limit`` of each."""
+    rows = _rows(host, None)
+    frozen_rows = [row for row in rows if row.status in ATTENTION_STATUSES]
+    messages = watch.pending(host, rows)
+    counts = {status.value: 0 for status in ATTENTION_STATUSES}
+    for row in frozen_rows:
+        counts[row.status.value] += 1
+    counts["outbox"] = len(messages)
+    if not detail:
+        return Attention(counts=counts)
+    frozen: list[RunInfo] = []
+    cases: list[ReviewCase] = []
+    approvals: list[PendingApproval] = []
+    for row in sorted(frozen_rows, key=lambda r: -r.updated_at)[:limit]:
+        events = host.journal(row.run_id)
+        frozen.append(fold_run(row, events))
+        cases.extend(case for case in cases_of(events) if case.state == "open")
+        pending = (
+            _pending(row.run_id, events) if row.status is RunStatus.AWAITING_APPROVAL else None
+        )
+        if pending is not None:
+            approvals.append(PendingApproval(**pending))
+    return Attention(
+        counts=counts,
+        frozen=tuple(frozen),
+        cases=tuple(cases),
+        approvals=tuple(approvals),
+        outbox=tuple(messages[:limit]),
+    )
