@@ -5,6 +5,8 @@
 - ``notify``: succeeded with its outbox message undelivered (the chat server was down);
 - ``cleanup``: awaiting approval of a risky act (a workspace delete);
 - ``swerve``: needs_review (its code took another path on replay: a review case);
+- ``forge``: needs_review on a receipt conflict (the forge's receipt binds another
+  intent: both digests and the receipt, side by side);
 - ``later``: stopped resumable (its result was not JSON until ``READY`` is set).
 """
 
@@ -90,6 +92,22 @@ def build(root: Path) -> World:
         ctx.step("other" if world.flags["swerve"] else "second", lambda: 2)
         return {3}  # not JSON: the run stops resumable, and the resume swerves
 
+    class Forge(cp.Tool):
+        """Its answer was lost (unknown), and its lookup finds a PR made for another intent."""
+
+        name = "forge"
+        version = "1"
+
+        def execute(self, call: cp.Call) -> cp.Receipt:
+            raise TimeoutError("the forge did not answer")
+
+        def lookup(self, call: cp.Call) -> cp.Receipt | None:
+            return cp.Receipt("pr-9", {"number": 9, "title": HOSTILE}, intent_digest="e" * 64)
+
+    @ledger.workflow("forge", version="1")
+    def forge(ctx: cp.Context) -> Any:
+        return ctx.act("open-pr", Forge(), title="bump deps")
+
     @ledger.workflow("later", version="1")
     def later(ctx: cp.Context) -> Any:
         ctx.step("first", lambda: 1)
@@ -104,6 +122,8 @@ def build(root: Path) -> World:
     world.flags["swerve"] = True
     with pytest.raises(cp.RunFrozen):
         ledger.resume("swerve-1")
+    with pytest.raises(cp.RunFrozen):
+        ledger.run(forge, run_id="forge-1")
     with pytest.raises(cp.CrashproofError):
         ledger.run(later, run_id="later-1")
     return world

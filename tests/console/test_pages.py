@@ -23,11 +23,11 @@ def _csrf(html: str) -> str:
 def test_runs_page_lists_every_run_with_budget_and_counts(client: TestClient) -> None:
     page = client.get("/runs")
     assert page.status_code == 200
-    for run_id in ("greet-1", "notify-1", "cleanup-1", "swerve-1", "later-1"):
+    for run_id in ("greet-1", "notify-1", "cleanup-1", "swerve-1", "forge-1", "later-1"):
         assert f">{run_id}</a>" in page.text
     assert "greet@1" in page.text
     assert "0.0020" in page.text
-    assert 'data-count="needs_review">needs_review: 1' in page.text
+    assert 'data-count="needs_review">needs_review: 2' in page.text
     assert 'data-count="awaiting_approval">awaiting_approval: 1' in page.text
     assert 'data-count="outbox">outbox: 1' in page.text
     assert client.get("/").url.path == "/runs"
@@ -98,6 +98,15 @@ def test_a_run_id_with_markup_and_an_escape_sequence(world: World, client: TestC
         assert "\x1b" not in page
         assert "\u202e" not in page
         assert "evil-&lt;script&gt;x&lt;/script&gt;\\x1b]52;c;aGk=\\x07\\u202e" in page
+
+
+def test_an_act_with_an_unknown_outcome_and_a_receipt_conflict(client: TestClient) -> None:
+    page = client.get("/run", params={"id": "forge-1"}).text
+    assert "<strong>UNKNOWN</strong> 1" in page
+    assert "TimeoutError the forge did not answer" in page
+    assert "e" * 64 in page  # the tool's digest, beside the journal's
+    assert "crashproof review decide forge-1#" in page
+    assert "<script>" not in page
 
 
 def test_unknown_and_path_like_run_ids(client: TestClient) -> None:

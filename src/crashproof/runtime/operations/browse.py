@@ -75,7 +75,8 @@ def runs_page(
     transaction); each run shown is folded from its verified journal, and one whose
     journal says another status than the filter is left off the page."""
     rows = _rows(host, status)
-    workflows = tuple(sorted({row.workflow for row in rows}))
+    every = rows if status is None else _rows(host, None)  # the filter offers all of them
+    workflows = tuple(sorted({row.workflow for row in every}))
     if workflow:
         rows = [row for row in rows if row.workflow == workflow]
     if search:
