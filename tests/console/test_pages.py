@@ -4,6 +4,8 @@ inputs it must refuse (a wrong token, a missing CSRF token, a foreign Host heade
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 from starlette.testclient import TestClient
@@ -193,3 +195,27 @@ def test_a_loopback_console_refuses_a_foreign_host_header(world: World) -> None:
         create_app(ConsoleConfig(ledger=world.ledger)), base_url="http://localhost:1"
     ) as c:
         assert c.get("/runs").status_code == 200
+
+
+def test_import_crashproof_and_its_cli_need_no_starlette() -> None:
+    code = (
+        "import sys, crashproof, crashproof.cli; "
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('starlette', 'jinja2', 'uvicorn', 'crashproof.console')); "
+        "assert not loaded and 'crashproof.console' not in sys.modules, loaded"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_what_changes_elsewhere_shows_on_the_next_page(world: World, client: TestClient) -> None:
+    """Folds between pages never hide a delivery or a resume made by another process."""
+    assert 'data-count="outbox">outbox: 1' in client.get("/attention").text
+    assert 'id="run-status">running' in client.get("/run", params={"id": "later-1"}).text
+    world.flags.update(chat_down=False, ready=True)
+    assert world.ledger.dispatch_outbox([world.outbox]) == 1  # a worker's dispatch, say
+    world.ledger.resume("later-1")
+    assert 'data-count="outbox">outbox: 0' in client.get("/attention").text
+    assert ", delivered" in client.get("/run", params={"id": "notify-1"}).text
+    later = client.get("/run", params={"id": "later-1"}).text
+    assert 'id="run-status">succeeded' in later

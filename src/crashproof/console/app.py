@@ -31,7 +31,7 @@ from crashproof.journal.records import RunStatus
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.browse import (
     ATTENTION_STATUSES,
-    OutboxWatch,
+    Folds,
     attention,
     runs_page,
     steps_page,
@@ -58,7 +58,7 @@ class ConsoleConfig:
     loopback: bool = True
     db_flag: str = ""  # `--db URL` for the commands a page shows, as the operator gave it
     app_flags: str = ""  # `--app M …` likewise
-    watch: OutboxWatch = field(default_factory=OutboxWatch)
+    folds: Folds = field(default_factory=Folds)
 
 
 def _int(value: str | None, default: int = 0) -> int:
@@ -75,7 +75,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
     ledger = config.ledger
 
     def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        counts = attention(ledger, config.watch).counts
+        counts = attention(ledger, config.folds).counts
         html = env.get_template(name).render(
             request=request,
             counts=counts,
@@ -101,6 +101,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
                 )
         found = runs_page(
             ledger,
+            config.folds,
             status=status,
             workflow=args["workflow"] or None,
             search=args["q"] or None,
@@ -122,6 +123,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         try:
             found = steps_page(
                 ledger,
+                config.folds,
                 run_id,
                 offset=_int(request.query_params.get("offset")),
                 limit=STEPS_PER_PAGE,
@@ -138,7 +140,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         )
 
     def needs_attention(request: Request) -> Response:
-        return page(request, "attention.html", seen=attention(ledger, config.watch, detail=True))
+        return page(request, "attention.html", seen=attention(ledger, config.folds, detail=True))
 
     async def checked_form(request: Request) -> dict[str, Any] | None:
         form = await request.form()
@@ -164,7 +166,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         if form is None:
             return _csrf_refused()
         delivered = await asyncio.to_thread(ledger.dispatch_outbox, config.tools)
-        left = attention(ledger, config.watch).counts["outbox"]
+        left = attention(ledger, config.folds).counts["outbox"]
         tools = ", ".join(t.name for t in config.tools) or "none (give --app)"
         text = f"{delivered} message(s) delivered, {left} still pending; outbox tools: {tools}"
         return message(request, "Outbox dispatched", text, 200, "/attention")
