@@ -74,8 +74,15 @@ def create_app(config: ConsoleConfig) -> Starlette:
     env = environment()
     ledger = config.ledger
 
-    def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        counts = attention(ledger, config.folds).counts
+    def page(
+        request: Request,
+        name: str,
+        status: int = 200,
+        counts: dict[str, int] | None = None,
+        **context: Any,
+    ) -> HTMLResponse:
+        if counts is None:
+            counts = attention(ledger, config.folds).counts
         html = env.get_template(name).render(
             request=request,
             counts=counts,
@@ -140,7 +147,8 @@ def create_app(config: ConsoleConfig) -> Starlette:
         )
 
     def needs_attention(request: Request) -> Response:
-        return page(request, "attention.html", seen=attention(ledger, config.folds, detail=True))
+        seen = attention(ledger, config.folds, detail=True)
+        return page(request, "attention.html", counts=seen.counts, seen=seen)
 
     async def checked_form(request: Request) -> dict[str, Any] | None:
         form = await request.form()

@@ -375,14 +375,17 @@ class Folds:
     def pending(self, host: DriveHost) -> list[PendingMessage]:
         """The undelivered outbox messages of the runs no process drives: the index's
         marks, then the journals of the runs whose mark changed or that had some."""
+        marks = _marks(host)
+        with self._lock:  # one pass under one lock: 10,000 runs in a few ms
+            folds = self._folds
+            changed = [
+                run_id
+                for run_id, status, updated_at in marks
+                if status not in _DRIVEN_VALUES
+                and ((kept := folds.get(run_id)) is None or kept.mark != (status, updated_at))
+            ]  # a kept fold had no undelivered message
         found: list[PendingMessage] = []
-        for run_id, status, updated_at in _marks(host):
-            if status in _DRIVEN_VALUES:
-                continue
-            with self._lock:
-                kept = self._folds.get(run_id)
-            if kept is not None and kept.mark == (status, updated_at):
-                continue  # kept: so it had no undelivered message
+        for run_id in changed:
             row = host.store.get_run(run_id)
             if row is not None and row.status not in _DRIVEN:
                 found.extend(self.get(host, row).outbox)
