@@ -73,6 +73,7 @@ def main() -> None:
             ("/run", {"id": "run-04242"}),
             ("/run", {"id": "long-run"}),
             ("/run", {"id": "long-run", "offset": 19_900}),
+            ("/run/timeline", {"id": "long-run", "offset": 19_900}),
             ("/attention", {}),
         ]
         print(f"{'page':<48} {'median ms':>10} {'worst ms':>10}")

@@ -219,3 +219,22 @@ def test_what_changes_elsewhere_shows_on_the_next_page(world: World, client: Tes
     assert ", delivered" in client.get("/run", params={"id": "notify-1"}).text
     later = client.get("/run", params={"id": "later-1"}).text
     assert 'id="run-status">succeeded' in later
+
+
+def test_the_audit_timeline_names_the_writers(client: TestClient) -> None:
+    page = client.get("/run/timeline", params={"id": "cleanup-1"})
+    assert page.status_code == 200
+    assert "run_started" in page.text
+    assert "approval" in page.text or "run_frozen" in page.text
+    assert "Records 1\u2013" in page.text
+    assert client.get("/run/timeline", params={"id": "<x>"}).status_code == 404
+    assert (
+        'href="/run/timeline?id=cleanup-1"' in client.get("/run", params={"id": "cleanup-1"}).text
+    )
+
+
+def test_live_refresh_is_opt_in_and_bounded(client: TestClient) -> None:
+    assert 'http-equiv="refresh"' not in client.get("/runs").text
+    assert 'content="5"' in client.get("/runs", params={"refresh": 5}).text
+    assert 'content="2"' in client.get("/runs", params={"refresh": 1}).text  # 2 s at least
+    assert 'http-equiv="refresh"' not in client.get("/runs", params={"refresh": "x"}).text

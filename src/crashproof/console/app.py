@@ -1,7 +1,8 @@
 """The console's Starlette application: three pages and two actions over one Ledger.
 
 Pages (GET, read-only): ``/runs`` (filters ``status``, ``workflow``, search ``q``, paged
-by ``offset``), ``/run?id=RUN`` (its steps paged by ``offset``), ``/attention``. Actions
+by ``offset``), ``/run?id=RUN`` (its steps paged by ``offset``), ``/run/timeline?id=RUN``
+(its audit timeline, paged), ``/attention``. Actions
 (POST, with the CSRF token): ``/actions/resume`` (``Ledger.resume``, as ``crashproof
 resume`` drives it) and ``/actions/dispatch`` (``Ledger.dispatch_outbox`` with the tools
 of the ``--app`` modules). Every page carries the attention counts in its header.
@@ -35,6 +36,7 @@ from crashproof.runtime.operations.browse import (
     attention,
     runs_page,
     steps_page,
+    timeline_page,
 )
 from crashproof.tools.port import Tool
 
@@ -42,6 +44,7 @@ __all__ = ["ConsoleConfig", "create_app"]
 
 RUNS_PER_PAGE = 50
 STEPS_PER_PAGE = 100
+TIMELINE_PER_PAGE = 200
 # Runs a resume can move on: the ended ones answer their recorded outcome, nothing more.
 _RESUMABLE = (RunStatus.RUNNING, RunStatus.QUEUED, *ATTENTION_STATUSES)
 
@@ -146,6 +149,27 @@ def create_app(config: ConsoleConfig) -> Starlette:
             resumable=found.info.status in _RESUMABLE,
         )
 
+    def run_timeline(request: Request) -> Response:
+        run_id = request.query_params.get("id", "")
+        offset = _int(request.query_params.get("offset"))
+        try:
+            info, entries, total = timeline_page(
+                ledger, config.folds, run_id, offset=offset, limit=TIMELINE_PER_PAGE
+            )
+        except RunNotFound:
+            return message(
+                request, "No such run", f"no run {run_id!r} in this ledger", 404, "/runs"
+            )
+        return page(
+            request,
+            "timeline.html",
+            info=info,
+            entries=entries,
+            total=total,
+            offset=offset,
+            limit=TIMELINE_PER_PAGE,
+        )
+
     def needs_attention(request: Request) -> Response:
         seen = attention(ledger, config.folds, detail=True)
         return page(request, "attention.html", counts=seen.counts, seen=seen)
@@ -183,6 +207,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
         Route("/runs", runs),
         Route("/run", run),
+        Route("/run/timeline", run_timeline),
         Route("/attention", needs_attention),
         Route("/actions/resume", resume, methods=["POST"]),
         Route("/actions/dispatch", dispatch, methods=["POST"]),

@@ -25,6 +25,7 @@ from crashproof.journal.fold import fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus, StepInfo
 from crashproof.runtime.guards.approvals import awaiting, expectation
 from crashproof.runtime.guards.review import ReviewCase, cases_of
+from crashproof.runtime.operations.audit import timeline
 from crashproof.runtime.port import DriveHost
 from crashproof.store.index import IndexQuery, run_index
 
@@ -40,6 +41,7 @@ __all__ = [
     "attention",
     "runs_page",
     "steps_page",
+    "timeline_page",
 ]
 
 # Runs that wait for a human or an operator (DESIGN §3): frozen, or stopped resumable.
@@ -151,9 +153,10 @@ def _acts(events: list[Event], keys: set[str]) -> dict[str, ActEvidence]:
     token: int | None = None
     found: dict[str, dict[str, Any]] = {}
     for event in events:
-        session = payloads.drive_record(event).get("session")
-        if isinstance(session, dict):
-            token = session.get("fencing_token")
+        if event.mentions("session"):  # a text test: most records are never decoded here
+            session = payloads.drive_record(event).get("session")
+            if isinstance(session, dict):
+                token = session.get("fencing_token")
         if event.key is None or event.key not in keys:
             continue
         entry = found.setdefault(
@@ -248,6 +251,21 @@ def steps_page(
     )
 
 
+def timeline_page(
+    host: DriveHost, folds: Folds, run_id: str, *, offset: int = 0, limit: int = 200
+) -> tuple[RunInfo, list[dict[str, Any]], int]:
+    """The run, ``limit`` entries of its audit timeline from ``offset`` (every journal
+    record: when, what, who wrote it, with which versions; ``audit.timeline``), and how
+    many records it has."""
+    row = host.store.get_run(run_id)
+    if row is None:
+        raise RunNotFound(f"no run {run_id!r} in {host.shown_url}")
+    fold = folds.get(host, row, whole=True)
+    entries = folds.timeline(row.run_id, fold)
+    offset = max(0, offset)
+    return fold.info, entries[offset : offset + limit], len(entries)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PendingMessage:
     """An outbox message journaled but not delivered yet."""
@@ -328,6 +346,7 @@ class Folds:
 
     def __init__(self, keep: int = 4) -> None:
         self._folds: dict[str, Fold] = {}
+        self._timelines: dict[str, tuple[Fold, list[dict[str, Any]]]] = {}
         self._whole: list[str] = []
         self._keep = keep
         self._lock = threading.Lock()
@@ -360,7 +379,20 @@ class Folds:
                     self._whole = self._whole[-self._keep :]
         return fold
 
+    def timeline(self, run_id: str, fold: Fold) -> list[dict[str, Any]]:
+        """The audit timeline of ``fold`` (whole), kept with it while it is kept."""
+        with self._lock:
+            kept = self._timelines.get(run_id)
+        if kept is not None and kept[0] is fold:
+            return kept[1]
+        entries = timeline(fold.events)
+        with self._lock:
+            if self._folds.get(run_id) is fold:
+                self._timelines[run_id] = (fold, entries)
+        return entries
+
     def _drop_events(self, run_id: str) -> None:
+        self._timelines.pop(run_id, None)
         kept = self._folds.get(run_id)
         if kept is not None:
             self._folds[run_id] = Fold(
