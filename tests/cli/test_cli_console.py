@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,3 +82,55 @@ def test_a_path_that_is_not_a_ledger(cli: Cli, project: Path, served: list[Any])
     assert missing.code == ExitCode.LEDGER_UNUSABLE
     assert not (project / "missing.db").exists()
     assert served == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_a_real_server_with_a_generated_token(cli: Cli, ledger: str, project: Path) -> None:
+    """`crashproof ui` in its own process, through uvicorn: the token it prints opens it."""
+    port = _free_port()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "crashproof", "ui", ledger, "--port", str(port), "--new-token"],
+        cwd=project,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stderr is not None
+        lines = [child.stderr.readline() for _ in range(2)]
+        found = re.search(r"\?token=(\S+)", lines[1])
+        assert found is not None, lines
+        token = found.group(1)
+        url = f"http://127.0.0.1:{port}/runs"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                status, _ = _get(url)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        assert status == 401
+        assert _get(url, {"Authorization": "Bearer nope"})[0] == 401
+        status, body = _get(url, {"Authorization": f"Bearer {token}"})
+        assert status == 200
+        assert ">g1</a>" in body
+    finally:
+        child.terminate()
+        child.wait(10)
+        if child.stderr is not None:
+            child.stderr.close()
