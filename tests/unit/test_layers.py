@@ -12,6 +12,8 @@ The layers, bottom first:
   ``replayer``; ``replayer`` sits above ``context`` and ``ledger`` (a second driver of
   workflows, like ``worker``);
 - ``verify``, ``testing``: above ``runtime``;
+- ``console`` (``crashproof ui``): above ``runtime``, beside ``verify``; never ``cli``,
+  and only the ``ui`` command imports it (inside the command: starlette stays optional);
 - ``cli``: on top; nothing else imports it.
 """
 
@@ -31,7 +33,7 @@ ROLE_FOLDERS = ("steps", "guards", "driving", "operations")
 ABOVE_ROLES = ("context", "ledger", "worker", "replayer")
 UPPER_PACKAGES = tuple(
     f"crashproof.{p}"
-    for p in ("store", "tools", "integrity", "runtime", "verify", "testing", "cli")
+    for p in ("store", "tools", "integrity", "runtime", "verify", "testing", "console", "cli")
 )
 
 
@@ -137,7 +139,11 @@ def test_no_import_circle_anywhere() -> None:
         ("crashproof.store", ("crashproof.runtime", "crashproof.verify", "crashproof.cli")),
         ("crashproof.tools", ("crashproof.runtime", "crashproof.verify", "crashproof.cli")),
         ("crashproof.integrity", ("crashproof.runtime", "crashproof.verify", "crashproof.cli")),
-        ("crashproof.runtime", ("crashproof.verify", "crashproof.testing", "crashproof.cli")),
+        (
+            "crashproof.runtime",
+            ("crashproof.verify", "crashproof.testing", "crashproof.console", "crashproof.cli"),
+        ),
+        ("crashproof.console", ("crashproof.verify", "crashproof.testing", "crashproof.cli")),
         ("crashproof.verify", ("crashproof.cli",)),
         ("crashproof.testing", ("crashproof.cli",)),
     ],
@@ -183,6 +189,16 @@ def test_nothing_but_the_entry_points_imports_the_cli() -> None:
         if _under(target, "crashproof.cli")
     ]
     assert bad == []
+
+
+def test_only_the_ui_command_imports_the_console() -> None:
+    users = {
+        name
+        for name, targets in GRAPH.items()
+        if not _under(name, "crashproof.console")
+        and any(_under(t, "crashproof.console") for t in targets)
+    }
+    assert users == {"crashproof.cli.commands.console"}
 
 
 @pytest.mark.parametrize("folder", ROLE_FOLDERS)

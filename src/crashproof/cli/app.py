@@ -15,6 +15,7 @@ import typer
 
 from crashproof.cli.commands import (
     approvals,
+    console,
     integrity,
     proofs,
     runs,
@@ -78,6 +79,7 @@ app.command("import")(transfer.import_run)
 app.command("replay")(versions.replay_runs)
 app.command("migrate")(versions.migrate_ledger)
 app.command("worker")(workers.run_worker)
+app.command("ui")(console.ui)
 
 approvers_app = typer.Typer(
     help="The approvers registry: who may sign approvals and review decisions.",

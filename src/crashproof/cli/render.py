@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from crashproof.cli.exitcodes import Failure
+from crashproof.journal.controls import CONTROLS, safe
 from crashproof.journal.fold import tokens_of
 from crashproof.journal.records import RunInfo, RunStatus, StepInfo, StepStatus
 from crashproof.runtime.steps.reconcile import ActCheck
@@ -61,20 +62,8 @@ _STATUS_STYLE = {
 _DASH = Text("-", style="dim")
 
 
-# C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), and the
-# bidirectional embeddings, overrides and isolates that reorder what a terminal shows.
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = CONTROLS
 _JSON_CONTROLS = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # json escapes C0
-
-
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def safe(text: str) -> str:
-    """``text`` with every control character written as an escape, as ``repr`` does."""
-    return _CONTROLS.sub(_escaped, text)
 
 
 class _SafeConsole(Console):

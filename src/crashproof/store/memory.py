@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from crashproof.errors import RunNotFound, StaleLeaseError
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, change_of, held, others
 from crashproof.store.port import Lease, StatusChange, blob_digest, check_claimable, lease_was_live
 from crashproof.store.queue import Claimed, LeaseInfo, runnable_key
@@ -50,6 +51,27 @@ class MemoryStore:
         with self._lock:
             rows = sorted(self._runs.values(), key=lambda r: (r.created_at, r.run_id))
         return [r for r in rows if status is None or r.status == status]
+
+    def index_page(self, query: IndexQuery, offset: int, limit: int) -> tuple[list[RunRow], int]:
+        with self._lock:
+            rows = [r for r in self._runs.values() if query.matches(r)]
+        rows.sort(key=lambda r: r.run_id)
+        rows.sort(key=lambda r: r.updated_at, reverse=True)  # stable: run id breaks ties
+        offset = max(0, offset)
+        return rows[offset : offset + limit], len(rows)
+
+    def index_summary(self) -> tuple[dict[str, int], list[str]]:
+        with self._lock:
+            rows = [r for r in self._runs.values() if IndexQuery().matches(r)]
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row.status.value] = counts.get(row.status.value, 0) + 1
+        return counts, sorted({row.workflow for row in rows})
+
+    def index_marks(self) -> list[tuple[str, str, float]]:
+        with self._lock:
+            rows = [r for r in self._runs.values() if IndexQuery().matches(r)]
+        return [(r.run_id, r.status.value, r.updated_at) for r in rows]
 
     def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
         with self._lock:  # results: kept either way (they are in memory already)

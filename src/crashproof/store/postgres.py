@@ -33,6 +33,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import decode
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, split_statements
 from crashproof.store.migrate_postgres import lock_key
@@ -350,6 +351,28 @@ class PostgresStore(PostgresAppend):
         run_id, token, expires_at, previous = found
         lease = Lease(owner, int(token), float(expires_at), ttl_seconds, previous)
         return Claimed(run_id, lease, previous)
+
+    # -- the run index (crashproof.store.index) ------------------------------
+
+    def index_page(self, query: IndexQuery, offset: int, limit: int) -> tuple[list[RunRow], int]:
+        params = {**query.params(), "offset": max(0, offset), "limit": limit}
+        with self._read() as cur:
+            rows = cur.execute(self._q["index_page"], params).fetchall()
+            found = cur.execute(self._q["index_count"], query.params()).fetchone()
+        return [_row(r) for r in rows], 0 if found is None else int(found[0])
+
+    def index_summary(self) -> tuple[dict[str, int], list[str]]:
+        with self._read() as cur:
+            rows = cur.execute(self._q["index_summary"]).fetchall()
+        counts: dict[str, int] = {}
+        for status, _, n in rows:
+            counts[status] = counts.get(status, 0) + int(n)
+        return counts, sorted({workflow for _, workflow, _ in rows})
+
+    def index_marks(self) -> list[tuple[str, str, float]]:
+        with self._read() as cur:
+            rows = cur.execute(self._q["index_marks"]).fetchall()
+        return [(run_id, status, float(updated)) for run_id, status, updated in rows]
 
     def leases(self) -> dict[str, LeaseInfo]:
         with self._read() as cur:

@@ -27,6 +27,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, run_migration, split_statements
 from crashproof.store.port import (
@@ -291,6 +292,27 @@ class SQLiteStore(SQLiteJournal):
             lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds, previous)
             conn.execute(_Q["claim_lease"], (owner, lease.expires_at, run_id))
             return Claimed(run_id, lease, previous)
+
+    # -- the run index (crashproof.store.index) ------------------------------
+
+    def index_page(self, query: IndexQuery, offset: int, limit: int) -> tuple[list[RunRow], int]:
+        params = {**query.params(), "offset": max(0, offset), "limit": limit}
+        with self._lock, self._errors():
+            rows = self._conn.execute(_Q["index_page"], params).fetchall()
+            (total,) = self._conn.execute(_Q["index_count"], query.params()).fetchone()
+        return [_row(r) for r in rows], int(total)
+
+    def index_summary(self) -> tuple[dict[str, int], list[str]]:
+        with self._lock, self._errors():
+            rows = self._conn.execute(_Q["index_summary"]).fetchall()
+        counts: dict[str, int] = {}
+        for status, _, n in rows:
+            counts[status] = counts.get(status, 0) + int(n)
+        return counts, sorted({workflow for _, workflow, _ in rows})
+
+    def index_marks(self) -> list[tuple[str, str, float]]:
+        with self._lock, self._errors():
+            return [tuple(r) for r in self._conn.execute(_Q["index_marks"]).fetchall()]
 
     def leases(self) -> dict[str, LeaseInfo]:
         with self._lock, self._errors():

@@ -178,3 +178,30 @@ DELETE FROM {schema}.unresolved_intents WHERE run_id = %s;
 -- name: unresolved_intents
 SELECT run_id, step_key, intent_digest, instance, since FROM {schema}.unresolved_intents
 ORDER BY since, run_id, step_key;
+
+-- name: index_page
+-- crashproof.store.index: a page of the run index, newest update first. strpos, not
+-- LIKE: a run id may hold LIKE wildcards, searched as text.
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM {schema}.runs
+WHERE left(run_id, 11) <> 'crashproof:'
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s::text) > 0)
+ORDER BY updated_at DESC, run_id COLLATE "C"
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: index_count
+SELECT count(*) FROM {schema}.runs
+WHERE left(run_id, 11) <> 'crashproof:'
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s::text) > 0);
+
+-- name: index_summary
+SELECT status, workflow, count(*) FROM {schema}.runs
+WHERE left(run_id, 11) <> 'crashproof:'
+GROUP BY status, workflow;
+
+-- name: index_marks
+SELECT run_id, status, updated_at FROM {schema}.runs WHERE left(run_id, 11) <> 'crashproof:';

@@ -125,3 +125,30 @@ DELETE FROM unresolved_intents WHERE run_id = ?;
 -- name: unresolved_intents
 SELECT run_id, step_key, intent_digest, instance, since FROM unresolved_intents
 ORDER BY since, run_id, step_key;
+
+-- name: index_page
+-- crashproof.store.index: a page of the run index, newest update first. instr, not LIKE:
+-- a run id may hold % and _.
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM runs
+WHERE substr(run_id, 1, 11) <> 'crashproof:'
+  AND (:status IS NULL OR status = :status)
+  AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:search IS NULL OR instr(run_id, :search) > 0)
+ORDER BY updated_at DESC, run_id
+LIMIT :limit OFFSET :offset;
+
+-- name: index_count
+SELECT count(*) FROM runs
+WHERE substr(run_id, 1, 11) <> 'crashproof:'
+  AND (:status IS NULL OR status = :status)
+  AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:search IS NULL OR instr(run_id, :search) > 0);
+
+-- name: index_summary
+SELECT status, workflow, count(*) FROM runs
+WHERE substr(run_id, 1, 11) <> 'crashproof:'
+GROUP BY status, workflow;
+
+-- name: index_marks
+SELECT run_id, status, updated_at FROM runs WHERE substr(run_id, 1, 11) <> 'crashproof:';

@@ -1,0 +1,285 @@
+"""The console's Starlette application: three pages and two actions over one Ledger.
+
+Pages (GET, read-only): ``/runs`` (filters ``status``, ``workflow``, search ``q``, paged
+by ``offset``), ``/run?id=RUN`` (its steps paged by ``offset``), ``/run/timeline?id=RUN``
+(its audit timeline, paged), ``/attention``. Actions
+(POST, with the CSRF token): ``/actions/resume`` (``Ledger.resume``, as ``crashproof
+resume`` drives it) and ``/actions/dispatch`` (``Ledger.dispatch_outbox`` with the tools
+of the ``--app`` modules). Every page carries the attention counts in its header.
+
+Endpoints are plain functions: Starlette runs them in its thread pool, and the store
+serializes its own connection, so a resume that takes a while blocks only its request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from crashproof.console.guard import TOKEN_COOKIE, Guard
+from crashproof.console.text import environment
+from crashproof.errors import CrashproofError, RunNotFound
+from crashproof.journal.records import RunStatus
+from crashproof.runtime.ledger import Ledger
+from crashproof.runtime.operations.browse import (
+    ATTENTION_STATUSES,
+    Folds,
+    attention,
+    runs_page,
+    steps_page,
+    timeline_page,
+)
+from crashproof.tools.port import Tool
+
+__all__ = ["ConsoleConfig", "create_app"]
+
+RUNS_PER_PAGE = 50
+STEPS_PER_PAGE = 100
+TIMELINE_PER_PAGE = 200
+# Runs a resume can move on: the ended ones answer their recorded outcome, nothing more.
+_RESUMABLE = (RunStatus.RUNNING, RunStatus.QUEUED, *ATTENTION_STATUSES)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsoleConfig:
+    """What ``crashproof ui`` hands the console: an open Ledger (workflows and policies
+    of ``--app`` registered), the outbox tools, who acts (journaled with the action where
+    the Ledger journals one), and the access rules."""
+
+    ledger: Ledger
+    tools: Sequence[Tool] = ()
+    token: str | None = None
+    loopback: bool = True
+    db_flag: str = ""  # `--db URL` for the commands a page shows, as the operator gave it
+    app_flags: str = ""  # `--app M …` likewise
+    folds: Folds = field(default_factory=Folds)
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    try:
+        return max(0, int(value)) if value is not None else default
+    except ValueError:
+        return default
+
+
+def create_app(config: ConsoleConfig) -> Starlette:
+    """The console application (see the module docstring)."""
+    guard = Guard(token=config.token, loopback=config.loopback)
+    env = environment()
+    ledger = config.ledger
+
+    def page(
+        request: Request,
+        name: str,
+        status: int = 200,
+        counts: dict[str, int] | None = None,
+        **context: Any,
+    ) -> HTMLResponse:
+        if counts is None:
+            counts = attention(ledger, config.folds).counts
+        html = env.get_template(name).render(
+            request=request,
+            counts=counts,
+            csrf=guard.csrf,
+            db_flag=config.db_flag,
+            app_flags=config.app_flags,
+            **context,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def message(request: Request, title: str, text: str, status: int, back: str) -> HTMLResponse:
+        return page(request, "message.html", status, title=title, text=text, back=back)
+
+    def runs(request: Request) -> Response:
+        args = {k: request.query_params.get(k, "") for k in ("status", "workflow", "q")}
+        status = None
+        if args["status"]:
+            try:
+                status = RunStatus(args["status"])
+            except ValueError:
+                return message(
+                    request, "Unknown status", f"no status {args['status']!r}", 400, "/runs"
+                )
+        found = runs_page(
+            ledger,
+            config.folds,
+            status=status,
+            workflow=args["workflow"] or None,
+            search=args["q"] or None,
+            offset=_int(request.query_params.get("offset")),
+            limit=RUNS_PER_PAGE,
+        )
+        refresh = _int(request.query_params.get("refresh"))
+        return page(
+            request,
+            "runs.html",
+            page_=found,
+            args=args,
+            statuses=[s.value for s in RunStatus],
+            refresh=min(max(refresh, 2), 600) if refresh else 0,
+        )
+
+    def run(request: Request) -> Response:
+        run_id = request.query_params.get("id", "")
+        try:
+            found = steps_page(
+                ledger,
+                config.folds,
+                run_id,
+                offset=_int(request.query_params.get("offset")),
+                limit=STEPS_PER_PAGE,
+            )
+        except RunNotFound:
+            return message(
+                request, "No such run", f"no run {run_id!r} in this ledger", 404, "/runs"
+            )
+        return page(
+            request,
+            "run.html",
+            found=found,
+            resumable=found.info.status in _RESUMABLE,
+        )
+
+    def run_timeline(request: Request) -> Response:
+        run_id = request.query_params.get("id", "")
+        offset = _int(request.query_params.get("offset"))
+        try:
+            info, entries, total = timeline_page(
+                ledger, config.folds, run_id, offset=offset, limit=TIMELINE_PER_PAGE
+            )
+        except RunNotFound:
+            return message(
+                request, "No such run", f"no run {run_id!r} in this ledger", 404, "/runs"
+            )
+        return page(
+            request,
+            "timeline.html",
+            info=info,
+            entries=entries,
+            total=total,
+            offset=offset,
+            limit=TIMELINE_PER_PAGE,
+        )
+
+    def needs_attention(request: Request) -> Response:
+        seen = attention(ledger, config.folds, detail=True)
+        return page(request, "attention.html", counts=seen.counts, seen=seen)
+
+    async def checked_form(request: Request) -> dict[str, Any] | None:
+        form = await request.form()
+        data = {k: v for k, v in form.items() if isinstance(v, str)}
+        return data if guard.csrf_ok(data.get("csrf")) else None
+
+    async def resume(request: Request) -> Response:
+        form = await checked_form(request)
+        if form is None:
+            return _csrf_refused()
+        run_id = form.get("run_id", "")
+        back = f"/run?id={_quote(run_id)}"
+        try:
+            outcome = await asyncio.to_thread(_resume, ledger, run_id)
+        except RunNotFound:
+            return message(request, "No such run", f"no run {run_id!r}; nothing done", 404, "/runs")
+        except CrashproofError as exc:
+            return message(request, "Resumed: the run did not finish", _line(exc), 409, back)
+        return message(request, "Resumed", f"run {run_id!r}: {outcome}", 200, back)
+
+    async def dispatch(request: Request) -> Response:
+        form = await checked_form(request)
+        if form is None:
+            return _csrf_refused()
+        delivered = await asyncio.to_thread(ledger.dispatch_outbox, config.tools)
+        left = attention(ledger, config.folds).counts["outbox"]
+        tools = ", ".join(t.name for t in config.tools) or "none (give --app)"
+        text = f"{delivered} message(s) delivered, {left} still pending; outbox tools: {tools}"
+        return message(request, "Outbox dispatched", text, 200, "/attention")
+
+    routes = [
+        Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
+        Route("/runs", runs),
+        Route("/run", run),
+        Route("/run/timeline", run_timeline),
+        Route("/attention", needs_attention),
+        Route("/actions/resume", resume, methods=["POST"]),
+        Route("/actions/dispatch", dispatch, methods=["POST"]),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(_Gate, guard=guard)])
+
+
+def _quote(text: str) -> str:
+    from urllib.parse import quote
+
+    return quote(text, safe="")
+
+
+def _line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def _resume(ledger: Ledger, run_id: str) -> str:
+    """Resume as ``crashproof resume`` does (an async workflow on a loop of its own)."""
+    row = ledger.store.get_run(run_id)
+    if row is None:
+        raise RunNotFound(f"no run {run_id!r}")
+    workflow = ledger.workflows.get(row.workflow)
+    if workflow is not None and workflow.is_async:
+        asyncio.run(ledger.resume_async(run_id))
+    else:
+        ledger.resume(run_id)
+    return ledger.get_run(run_id).status.value
+
+
+def _csrf_refused() -> Response:
+    return HTMLResponse(
+        "<h1>403: missing or wrong CSRF token</h1><p>Nothing was changed. Reload the page "
+        "and use its button.</p>",
+        status_code=403,
+    )
+
+
+class _Gate(BaseHTTPMiddleware):
+    """The access rules of ``guard`` in front of every route."""
+
+    def __init__(self, app: Any, guard: Guard) -> None:
+        super().__init__(app)
+        self.guard = guard
+
+    async def dispatch(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        guard = self.guard
+        if not guard.host_allowed(request):
+            return HTMLResponse(
+                "<h1>403: this console answers only on 127.0.0.1 / localhost</h1>",
+                status_code=403,
+            )
+        if not guard.authorized(request):
+            return HTMLResponse(
+                "<h1>401: this console needs its token</h1><p>Open the URL "
+                "<code>crashproof ui</code> printed at start (it ends in ?token=…).</p>",
+                status_code=401,
+            )
+        if guard.token and request.query_params.get("token") and request.method == "GET":
+            # The token moves into a cookie, out of the address bar and the history.
+            response: Response = RedirectResponse(request.url.path, status_code=303)
+            response.set_cookie(
+                TOKEN_COOKIE, guard.token, httponly=True, samesite="strict", path="/"
+            )
+            return response
+        response = await call_next(request)
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+            "frame-ancestors 'none'"
+        )
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        return response

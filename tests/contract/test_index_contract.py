@@ -1,0 +1,64 @@
+"""The run index of every store (crashproof.store.index): pages newest update first,
+filters, a search that treats % and _ as text, counts, and the reserved runs left out."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from contract.test_store_contract import Backend, backend, event, row
+from crashproof.journal.records import RunStatus
+from crashproof.store.index import IndexQuery, RunIndex, run_index
+
+__all__ = ["backend"]  # the fixture, imported from the store contract
+
+
+def _index(backend: Backend) -> RunIndex:
+    index = run_index(backend.store)
+    assert index is not None
+    return index
+
+
+def _fill(backend: Backend) -> None:
+    store = backend.store
+    for n, (run_id, workflow) in enumerate(
+        [("a-1", "wf"), ("b_2", "wf"), ("c%3", "other"), ("crashproof:approvers", "wf")]
+    ):
+        made = replace(row(run_id, created_at=100.0 + n), workflow=workflow)
+        assert store.create_run(made, event(run_id, 0)) is None
+    store.append([event("a-1", 1)], (RunStatus.SUCCEEDED, None))  # now the newest update
+
+
+def test_pages_come_newest_update_first_without_the_reserved_runs(backend: Backend) -> None:
+    _fill(backend)
+    index = _index(backend)
+    rows, total = index.index_page(IndexQuery(), 0, 10)
+    assert total == 3
+    assert [r.run_id for r in rows] == ["a-1", "c%3", "b_2"]
+    rows, total = index.index_page(IndexQuery(), 1, 1)
+    assert ([r.run_id for r in rows], total) == (["c%3"], 3)
+    assert index.index_page(IndexQuery(), 5, 10) == ([], 3)
+
+
+def test_filters_and_a_literal_search(backend: Backend) -> None:
+    _fill(backend)
+    index = _index(backend)
+    done, n = index.index_page(IndexQuery(status=RunStatus.SUCCEEDED), 0, 10)
+    assert ([r.run_id for r in done], n) == (["a-1"], 1)
+    assert done[0].status is RunStatus.SUCCEEDED
+    other, _ = index.index_page(IndexQuery(workflow="other"), 0, 10)
+    assert [r.run_id for r in other] == ["c%3"]
+    for needle, found in (("%", ["c%3"]), ("_", ["b_2"]), ("-", ["a-1"]), ("approvers", [])):
+        rows, _ = index.index_page(IndexQuery(search=needle), 0, 10)
+        assert [r.run_id for r in rows] == found, needle
+
+
+def test_summary_and_marks(backend: Backend) -> None:
+    _fill(backend)
+    index = _index(backend)
+    counts, workflows = index.index_summary()
+    assert counts == {"running": 2, "succeeded": 1}
+    assert workflows == ["other", "wf"]
+    marks = {run_id: (status, at) for run_id, status, at in index.index_marks()}
+    assert set(marks) == {"a-1", "b_2", "c%3"}
+    assert marks["a-1"][0] == "succeeded"
+    assert marks["b_2"] == ("running", 101.0)
