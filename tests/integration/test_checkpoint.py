@@ -15,6 +15,7 @@ import pytest
 import crashproof as cp
 from crashproof.integrity import checkpoint
 from crashproof.integrity.keys import Keyring
+from crashproof.store.port import BLOB_THRESHOLD
 
 KEY = "ab" * 32
 OTHER_KEY = "cd" * 32
@@ -36,7 +37,7 @@ def make(calls: Calls, steps: int = 4) -> cp.Workflow[list[str]]:
 
             def body(k: int = k) -> str:
                 calls.made.append(f"s{k}")
-                return f"v{k}" + ("x" * 2000 if k == 1 else "")  # s1: a blob-sized value
+                return f"v{k}" + ("x" * BLOB_THRESHOLD if k == 1 else "")  # s1: a blob-sized value
 
             out.append(ctx.step(f"s{k}", body))
         return out

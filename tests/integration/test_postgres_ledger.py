@@ -23,6 +23,7 @@ import pytest
 
 import crashproof as cp
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.store.port import BLOB_THRESHOLD
 from crashproof.store.postgres import SCHEMA_VERSION, PostgresStore
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -349,7 +350,7 @@ def test_a_sealed_journal_round_trips_and_shows_tampering(pg_server: Any, pg_url
         created_at=1.0,
         updated_at=1.0,
     )
-    events = [event(0, '"small"'), event(1, '"' + "x" * 2000 + '"'), event(2, "[1,2]")]
+    events = [event(0, '"small"'), event(1, '"' + "x" * BLOB_THRESHOLD + '"'), event(2, "[1,2]")]
     store = PostgresStore(pg_url, sealer=Sealer(Keyring(b"k" * 32)))
     try:
         store.create_run(row, events[0])

@@ -33,8 +33,11 @@ __all__ = [
     "unreadable",
 ]
 
-# Values at least this long (in bytes of JSON) are stored once, content-addressed.
-BLOB_THRESHOLD = 1024
+# Values at least this long (in bytes of JSON) are stored once, content-addressed. Shorter
+# ones stay in their record's row: a model's ~1 KB reply kept apart took a 4 KB overflow
+# page of its own in SQLite (5.1 KB on disk per turn of a transcript, 1.4 KB inline;
+# docs/benchmarks.md), and a value this short rarely recurs whole.
+BLOB_THRESHOLD = 8192
 
 
 def without_result(
