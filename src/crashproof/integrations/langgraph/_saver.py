@@ -210,12 +210,13 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
         metadata_text = encode(full_metadata, f"the metadata of {where}")
         run_id = full_metadata.get("run_id")
         blobs = [
-            self._rows.blob(channel, str(version), values, f"channel {channel!r} of {where}")
+            self._rows.blob(
+                (thread_id, ns, channel), str(version), values, f"channel {channel!r} of {where}"
+            )
             for channel, version in new_versions.items()
         ]
         with self._writing(thread_id) as (q, head):
-            for blob in blobs:
-                self._rows.store_blob(q, thread_id, ns, blob)
+            kept = [self._rows.store_blob(q, thread_id, ns, blob) for blob in blobs]
             seal = self._seals.seal(
                 "checkpoint",
                 thread_id,
@@ -245,6 +246,8 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
             )
             if checkpoint["id"] > head.latest.get(ns, ""):
                 head.latest[ns] = checkpoint["id"]
+        for blob, items in zip(blobs, kept, strict=True):  # committed: remembered
+            self._rows.stored(thread_id, ns, blob.channel, items)
         return config_of(thread_id, ns, checkpoint["id"])
 
     def put_writes(
