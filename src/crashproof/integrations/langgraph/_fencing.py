@@ -42,7 +42,6 @@ def held_head(
     q: _db.Query,
     thread_id: str,
     sealed_rows: SealedRows,
-    seals: cp.SealedState,
     tokens: dict[str, int],
     owner: str,
     now: Callable[[_db.Query], float],
@@ -50,17 +49,7 @@ def held_head(
     """The thread's verified head, locked for this write, once this saver may write it:
     None for a thread not written yet; StaleLeaseError when another saver took it over
     (or it vanished under this one), LeaseHeld while a live holder's lease runs."""
-    rows = q("SELECT generation, seal FROM langgraph_threads WHERE thread_id = ?", (thread_id,))
-    if rows and rows[0][1] == "" and rows[0][0] == 0:  # the placeholder row just made
-        seals.check_generation(thread_id, None)
-        mine = tokens.get(thread_id)
-        if mine is not None:
-            raise cp.StaleLeaseError(
-                f"thread {thread_id!r} is gone from the database although this saver "
-                "wrote to it; nothing of this write was kept"
-            )
-        return None
-    head = sealed_rows.head(q, thread_id, lock=True)
+    head = sealed_rows.head(q, thread_id, lock=True)  # (PostgreSQL's placeholder: None)
     if head is None:
         if thread_id in tokens:
             raise cp.StaleLeaseError(

@@ -88,7 +88,10 @@ class SealedRows:
         if lock and self._dialect == "postgres":
             sql += " FOR UPDATE"
         rows = q(sql, (thread_id,))
-        if not rows:
+        # A PostgreSQL write's placeholder (generation 0, no seal; _writing) is no head:
+        # it is never committed, and a stored one reads as a missing thread, which the
+        # witness refuses once it saw the thread.
+        if not rows or (rows[0][0] == 0 and rows[0][2] == ""):
             self._seals.check_generation(thread_id, None)
             return None
         generation, latest, seal, owner, expires, token = rows[0]

@@ -541,9 +541,7 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
                     "token) VALUES (?, 0, '{}', '', 0) ON CONFLICT DO NOTHING",
                     (thread_id,),
                 )
-            head = held_head(
-                q, thread_id, self._rows, self._seals, self._tokens, self.owner, self._db.now
-            )
+            head = held_head(q, thread_id, self._rows, self._tokens, self.owner, self._db.now)
             if head is None and not create:  # nothing to delete: leave no row behind
                 q("DELETE FROM langgraph_threads WHERE thread_id = ? AND seal = ''", (thread_id,))
                 yield q, Head(0, {})
