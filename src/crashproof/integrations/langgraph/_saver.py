@@ -44,7 +44,7 @@ from langgraph.checkpoint.base import (
 
 import crashproof as cp
 import crashproof.integrations.langgraph._db as _db
-from crashproof.integrations.langgraph._fencing import HOST, held_head
+from crashproof.integrations.langgraph._fencing import HOST, Renewal, held_head, renew_lease
 from crashproof.integrations.langgraph._rows import Head, SealedRows, config_of
 from crashproof.integrations.langgraph._serde import JsonSerde, encode
 
@@ -450,6 +450,29 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
                 )
                 doomed = [(ns, cid) for ns, cid in rows if head.latest.get(ns) != cid]
                 self._rows.delete_checkpoints(q, thread_id, head, doomed)
+
+    @contextlib.contextmanager
+    def hold(self, thread_id: str) -> Iterator[None]:
+        """Keep this saver's lease on ``thread_id`` alive while the block runs, for
+        graphs whose nodes may outlast ``lease_seconds`` (a write renews it too, but
+        nothing is written while a node runs):
+
+        >>> with saver.hold("chat-1"):  # doctest: +SKIP
+        ...     graph.invoke(inputs, {"configurable": {"thread_id": "chat-1"}})
+
+        Renewed every ``lease_seconds / 3`` once this saver wrote the thread; a lease
+        another saver took over meanwhile is not renewed (this saver's next write
+        raises ``cp.StaleLeaseError``). After the block the lease expires as usual."""
+        thread_id = str(thread_id)
+
+        def renew() -> bool:
+            token = self._tokens.get(thread_id)  # None: its first write takes the lease
+            return token is None or renew_lease(
+                self._db, thread_id, self.owner, token, self.lease_seconds
+            )
+
+        with Renewal(renew, self.lease_seconds / 3, thread_id):
+            yield
 
     def release(self, thread_id: str) -> None:
         """Give up this saver's lease on ``thread_id`` (another process may then write to

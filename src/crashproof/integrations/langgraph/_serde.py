@@ -183,8 +183,10 @@ def _tagged(value: dict[str, Any]) -> Any:
             raise cp.IntegrityError(f"a stored message has an unknown type {kind!r}")
         # model_construct, as LangGraph's own serde: the fields are the model_dump of a
         # validated message, and the seal was checked before this text was parsed. With
-        # the object hook: 400 chat messages decode in 3.6 ms, 10.2 by the walk and
-        # messages_from_dict (which validates each message again).
+        # the object hook: 400 chat messages decode in 5.3 ms, 8-10 by the walk and
+        # messages_from_dict (which validates each message again). (Filling __dict__
+        # directly, as model_construct does, saved 1.7 ms more: under 1 ms of a 45 ms
+        # turn at 200 turns, not worth leaning on pydantic's internals.)
         return cls.model_construct(**value["data"]["data"])
     if tag == "tuple":
         return tuple(value["items"])
