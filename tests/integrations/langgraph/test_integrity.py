@@ -196,10 +196,15 @@ def test_import_crashproof_does_not_import_langgraph() -> None:
 
 
 def test_on_postgres_rows_are_sealed_and_writers_fenced(pg_url: str, pg_server: Any) -> None:
-    with CrashproofSaver(pg_url) as first, CrashproofSaver(pg_url) as second:
+    with (
+        CrashproofSaver(pg_url, lease_seconds=1.2) as first,
+        CrashproofSaver(pg_url) as second,
+    ):
         stored = _put(first, {"messages": ["a", "b"]})
-        with pytest.raises(cp.LeaseHeld):
-            _put(second, {"x": 2})
+        with first.hold(THREAD):
+            time.sleep(2.0)  # past its lease: renewed
+            with pytest.raises(cp.LeaseHeld):
+                _put(second, {"x": 2})
     pg_server.query(pg_url, "UPDATE crashproof_langgraph.langgraph_blobs SET value = '[]'")
     with CrashproofSaver(pg_url) as saver, pytest.raises(cp.JournalTampered):
         saver.get_tuple(stored)
