@@ -5,12 +5,22 @@ NodeCalls act on an HttpTool against a local IdempotentServer.
 Usage: python child_langgraph.py LEDGER_URL DIR TARGET_URL SPEC   (SPEC: none | at:N)
 Every model call appends "model" to DIR/counts (it survives SIGKILL); the final state's
 messages are written to DIR/final.json.
+
+    python child_langgraph.py serve
+
+reads one JSON line [LEDGER_URL, DIR, TARGET_URL, SPEC] at a time and runs each in a
+process forked from this one, which has imported LangGraph already (1.5-3 s a process
+on the 2-core machine, most of a crash point's cost), and answers each with the forked
+process's exit code (-9: killed by SIGKILL). It runs no thread of its own, so the fork
+is safe; the random module reseeds in every forked process.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -88,5 +98,26 @@ def main(url: str, directory: Path, target: str, spec: str) -> None:
     (directory / "final.json").write_text(json.dumps(messages))
 
 
+def serve() -> None:
+    for line in sys.stdin:
+        url, directory, target, spec = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the crash point's own process: it dies, or ends, here
+            code = 1
+            try:
+                main(url, Path(directory), target, spec)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), flush=True)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4])
+    if sys.argv[1:] == ["serve"]:
+        serve()
+    else:
+        main(sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4])

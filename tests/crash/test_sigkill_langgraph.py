@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,34 +51,59 @@ def test_the_reference_passes_the_tool_window(reference: tuple[list[list[str]], 
     assert 15 <= len(points) <= 60  # bounds the matrix below
 
 
-def _child(url: str, directory: Path, target: str, spec: str) -> int:
-    return subprocess.run(
-        [sys.executable, str(CHILD), url, str(directory), target, spec], check=False
-    ).returncode
+class _Children:
+    """Child processes forked by one that imported LangGraph once (``serve``)."""
+
+    def __init__(self) -> None:
+        self._server = subprocess.Popen(
+            [sys.executable, str(CHILD), "serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, url: str, directory: Path, target: str, spec: str) -> int:
+        """One child's exit code (-9: killed by SIGKILL)."""
+        assert self._server.stdin is not None
+        assert self._server.stdout is not None
+        self._server.stdin.write(json.dumps([url, str(directory), target, spec]) + "\n")
+        self._server.stdin.flush()
+        return int(self._server.stdout.readline())
+
+    def close(self) -> None:
+        assert self._server.stdin is not None
+        self._server.stdin.close()
+        self._server.wait(timeout=30)
+
+
+@pytest.fixture
+def children() -> Iterator[_Children]:
+    forks = _Children()
+    try:
+        yield forks
+    finally:
+        forks.close()
 
 
 # The tool's window (effect made, receipt not recorded) is resumed by a new process; the
 # other points by a new ledger and saver in this one (the killed child is gone either
-# way: its leases are taken over at once). The last model call's points repeat the
-# first's and are left out: the matrix stays near 30 s.
+# way: its leases are taken over at once). Every point of both model calls and the tool
+# call: forked children cost a fraction of a second each, not an import of LangGraph.
 _NEW_PROCESS = ("inside[act:call:responded]", "before_commit[step_done:call]")
 
 
-def _matrix(points: list[str]) -> list[tuple[int, str]]:
-    runs = [i for i, p in enumerate(points) if p == "before_commit[run_started]"]
-    return [(n + 1, p) for n, p in enumerate(points) if len(runs) < 3 or n < runs[2]]
-
-
-def test_every_crash_point(reference: tuple[list[list[str]], list[str]], tmp_path: Path) -> None:
+def test_every_crash_point(
+    reference: tuple[list[list[str]], list[str]], tmp_path: Path, children: _Children
+) -> None:
     final, points = reference
-    for n, point in _matrix(points):
+    for n, point in enumerate(points, start=1):
         directory = tmp_path / str(n)
         directory.mkdir()
         url = f"sqlite:///{directory / 'ledger.db'}"
         with IdempotentServer(directory / "target.json") as server:
-            assert _child(url, directory, server.url, f"at:{n}") == -signal.SIGKILL, point
+            assert children.run(url, directory, server.url, f"at:{n}") == -signal.SIGKILL, point
             if point in _NEW_PROCESS:
-                assert _child(url, directory, server.url, "none") == 0, point
+                assert children.run(url, directory, server.url, "none") == 0, point
             else:
                 child_langgraph.main(url, directory, server.url, "none")
             resources = server.resources()

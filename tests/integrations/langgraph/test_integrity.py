@@ -134,6 +134,30 @@ def test_a_second_writer_is_refused_then_fenced(url: str) -> None:
         _put(first, {"x": 5})  # released: free at once for a new claim
 
 
+def test_a_held_lease_outlasts_a_long_node_and_then_expires(url: str) -> None:
+    with CrashproofSaver(url, lease_seconds=1.2) as first, CrashproofSaver(url) as second:
+        _put(first, {"x": 1})
+        with first.hold(THREAD):
+            time.sleep(3.0)  # a node 2.5 leases long, nothing written: renewed meanwhile
+            with pytest.raises(cp.LeaseHeld, match="being written by"):
+                _put(second, {"x": 2})
+            _put(first, {"x": 3})  # still first's, under the same token
+        time.sleep(1.4)  # no renewal after the block: the lease runs out
+        _put(second, {"x": 4})
+
+
+def test_a_lease_taken_over_is_not_renewed(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    with CrashproofSaver(url, lease_seconds=1.2) as first:
+        _put(first, {"x": 1})
+        with first.hold(THREAD):
+            # another owner took the thread (its lease had expired, say)
+            _sql(url, "UPDATE langgraph_threads SET owner = 'elsewhere:1:x', token = token + 1")
+            time.sleep(1.0)  # a renewal round: it finds the lease gone
+            with pytest.raises(cp.StaleLeaseError, match="taken over"):
+                _put(first, {"x": 2})
+    assert "was taken over; not renewed" in caplog.text
+
+
 def test_a_value_json_cannot_hold_writes_nothing(url: str) -> None:
     with CrashproofSaver(url) as saver:
         with pytest.raises(cp.SerializationError, match=r"builtins\.set has no JSON form"):
@@ -172,10 +196,15 @@ def test_import_crashproof_does_not_import_langgraph() -> None:
 
 
 def test_on_postgres_rows_are_sealed_and_writers_fenced(pg_url: str, pg_server: Any) -> None:
-    with CrashproofSaver(pg_url) as first, CrashproofSaver(pg_url) as second:
+    with (
+        CrashproofSaver(pg_url, lease_seconds=1.2) as first,
+        CrashproofSaver(pg_url) as second,
+    ):
         stored = _put(first, {"messages": ["a", "b"]})
-        with pytest.raises(cp.LeaseHeld):
-            _put(second, {"x": 2})
+        with first.hold(THREAD):
+            time.sleep(2.0)  # past its lease: renewed
+            with pytest.raises(cp.LeaseHeld):
+                _put(second, {"x": 2})
     pg_server.query(pg_url, "UPDATE crashproof_langgraph.langgraph_blobs SET value = '[]'")
     with CrashproofSaver(pg_url) as saver, pytest.raises(cp.JournalTampered):
         saver.get_tuple(stored)

@@ -1,10 +1,19 @@
 """Who may write a LangGraph thread: the per-thread lease and its fencing token, read
-and checked in the write's own transaction (CrashproofSaver._writing)."""
+and checked in the write's own transaction (CrashproofSaver._writing), and its renewal
+while a graph runs (CrashproofSaver.hold).
+
+Why renewal is asked for, not automatic: a checkpointer sees puts and reads, never a
+run's start or end. A node that runs for minutes is silence between two puts, exactly
+like a thread whose last invoke returned; renewing every thread a saver ever wrote
+would keep other processes out of idle threads for as long as this one lives.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,9 +21,10 @@ import crashproof as cp
 import crashproof.integrations.langgraph._db as _db
 from crashproof.integrations.langgraph._rows import Head, SealedRows
 
-__all__ = ["HOST", "dead", "held_head"]
+__all__ = ["HOST", "Renewal", "dead", "held_head", "renew_lease"]
 
 HOST = socket.gethostname()
+log = logging.getLogger(__name__)
 
 
 def dead(owner: str) -> bool:
@@ -42,7 +52,6 @@ def held_head(
     q: _db.Query,
     thread_id: str,
     sealed_rows: SealedRows,
-    seals: cp.SealedState,
     tokens: dict[str, int],
     owner: str,
     now: Callable[[_db.Query], float],
@@ -50,17 +59,7 @@ def held_head(
     """The thread's verified head, locked for this write, once this saver may write it:
     None for a thread not written yet; StaleLeaseError when another saver took it over
     (or it vanished under this one), LeaseHeld while a live holder's lease runs."""
-    rows = q("SELECT generation, seal FROM langgraph_threads WHERE thread_id = ?", (thread_id,))
-    if rows and rows[0][1] == "" and rows[0][0] == 0:  # the placeholder row just made
-        seals.check_generation(thread_id, None)
-        mine = tokens.get(thread_id)
-        if mine is not None:
-            raise cp.StaleLeaseError(
-                f"thread {thread_id!r} is gone from the database although this saver "
-                "wrote to it; nothing of this write was kept"
-            )
-        return None
-    head = sealed_rows.head(q, thread_id, lock=True)
+    head = sealed_rows.head(q, thread_id, lock=True)  # (PostgreSQL's placeholder: None)
     if head is None:
         if thread_id in tokens:
             raise cp.StaleLeaseError(
@@ -91,3 +90,57 @@ def held_head(
             expires_at=head.expires,
         )
     return head
+
+
+def renew_lease(db: _db.Database, thread_id: str, owner: str, token: int, seconds: float) -> bool:
+    """Extend ``owner``'s lease on the thread by ``seconds`` from now; False when the
+    thread is no longer held with ``token`` (taken over, released or deleted). The
+    expiry is not sealed (the head's seal covers its generation and checkpoints), so a
+    renewal is one unsealed update, no new generation."""
+    with db.write() as q:
+        renewed = q(
+            "UPDATE langgraph_threads SET lease_expires = ? WHERE thread_id = ? "
+            "AND owner = ? AND token = ? RETURNING token",
+            (db.now(q) + seconds, thread_id, owner, token),
+        )
+    return bool(renewed)
+
+
+class Renewal:
+    """A daemon thread that calls ``renew()`` every ``every`` seconds until stopped or
+    until ``renew`` answers False (the lease is lost: the next write says so)."""
+
+    def __init__(self, renew: Callable[[], bool], every: float, thread_id: str) -> None:
+        self._renew = renew
+        self._every = every
+        self._thread_id = thread_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"crashproof-lease-{thread_id}", daemon=True
+        )
+
+    def __enter__(self) -> Renewal:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                if not self._renew():
+                    log.warning(
+                        "the lease on LangGraph thread %r was taken over; not renewed",
+                        self._thread_id,
+                        extra={"thread_id": self._thread_id},
+                    )
+                    return
+            except Exception as exc:  # a database hiccup: the next round tries again
+                log.warning(
+                    "renewing the lease on LangGraph thread %r failed: %s",
+                    self._thread_id,
+                    exc,
+                    extra={"thread_id": self._thread_id},
+                )

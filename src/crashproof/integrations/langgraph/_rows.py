@@ -10,6 +10,7 @@ thread, checkpoint or version is refused.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,11 +19,12 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 import crashproof as cp
 from crashproof.integrations.langgraph._db import Query
-from crashproof.integrations.langgraph._serde import decode, encode, encode_item
+from crashproof.integrations.langgraph._serde import decode, encode, encode_item, unchanged
 
-__all__ = ["MAX_DEPTH", "Blob", "Head", "SealedRows", "config_of"]
+__all__ = ["MAX_DEPTH", "Blob", "Head", "Items", "SealedRows", "config_of"]
 
 MAX_DEPTH = 64  # list deltas on top of a full copy before the next full copy
+KEPT = 256  # list channels whose last version this saver remembers (the latest used)
 
 Rows = list[tuple[Any, ...]]
 
@@ -38,11 +40,14 @@ class Head:
 
 @dataclass(slots=True)
 class Items:
-    """The item texts of a list channel's version this saver stored last."""
+    """The item texts of a list channel's version this saver stored last, and the
+    objects this process last handed out or was given for them (``seen``: each with a
+    parse of its text, to tell it unchanged)."""
 
     version: str
     items: list[str]
     depth: int
+    seen: list[tuple[Any, Any]] | None = None
 
 
 @dataclass(slots=True)
@@ -51,6 +56,7 @@ class Blob:
     version: str
     full: str | None  # None: the channel is empty at this version
     items: list[str] | None = None  # a list value's item texts
+    seen: list[tuple[Any, Any]] | None = None  # its objects, each with its parsed text
 
 
 def config_of(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -70,6 +76,7 @@ class SealedRows:
         self._seals = seals
         self._dialect = dialect
         self._lists: dict[tuple[str, str, str], Items] = {}
+        self._lists_lock = threading.Lock()  # puts remember outside the database's lock
 
     def head(self, q: Query, thread_id: str, *, lock: bool = False) -> Head | None:
         """The thread's head, its seal verified and its generation checked against the
@@ -81,7 +88,10 @@ class SealedRows:
         if lock and self._dialect == "postgres":
             sql += " FOR UPDATE"
         rows = q(sql, (thread_id,))
-        if not rows:
+        # A PostgreSQL write's placeholder (generation 0, no seal; _writing) is no head:
+        # it is never committed, and a stored one reads as a missing thread, which the
+        # witness refuses once it saw the thread.
+        if not rows or (rows[0][0] == 0 and rows[0][2] == ""):
             self._seals.check_generation(thread_id, None)
             return None
         generation, latest, seal, owner, expires, token = rows[0]
@@ -131,6 +141,16 @@ class SealedRows:
     ) -> dict[str, Any]:
         values: dict[str, Any] = {}
         for channel, version in checkpoint.get("channel_versions", {}).items():
+            known = self._lists.get((thread_id, ns, channel))
+            if known is not None and known.version == str(version):
+                # A version this process wrote (and committed): its items are known, so
+                # its delta chain is neither read nor re-verified.
+                text = "[" + ",".join(known.items) + "]"
+                value = values[channel] = decode(text)
+                seen = list(zip(value, json.loads(text), strict=True))
+                items = Items(known.version, known.items, known.depth, seen)
+                self.stored(thread_id, ns, channel, items)
+                continue
             chain = q(
                 "WITH RECURSIVE chain (version, base_version, value, seal, depth) AS ("
                 "SELECT version, base_version, value, seal, 0 FROM langgraph_blobs "
@@ -196,16 +216,33 @@ class SealedRows:
             out.append((task, channel, decode(value)))
         return out
 
-    def blob(self, channel: str, version: str, values: dict[str, Any], where: str) -> Blob:
+    def blob(
+        self, key: tuple[str, str, str], version: str, values: dict[str, Any], where: str
+    ) -> Blob:
+        channel = key[2]
         if channel not in values:
             return Blob(channel, version, None)
         value = values[channel]
-        if isinstance(value, list):
-            items = [encode_item(v, where) for v in value]
-            return Blob(channel, version, "[" + ",".join(items) + "]", items)
-        return Blob(channel, version, encode(value, where))
+        if not isinstance(value, list):
+            return Blob(channel, version, encode(value, where))
+        known = self._lists.get(key)
+        seen = known.seen if known is not None and known.seen is not None else []
+        items: list[str] = []
+        now: list[tuple[Any, Any]] = []
+        for i, item in enumerate(value):
+            if i < len(seen) and seen[i][0] is item and unchanged(item, seen[i][1]):
+                assert known is not None
+                items.append(known.items[i])  # the same object, as it was: its text
+                now.append(seen[i])
+            else:
+                text = encode_item(item, where)
+                items.append(text)
+                now.append((item, json.loads(text)))
+        return Blob(channel, version, "[" + ",".join(items) + "]", items, now)
 
-    def store_blob(self, q: Query, thread_id: str, ns: str, blob: Blob) -> None:
+    def store_blob(self, q: Query, thread_id: str, ns: str, blob: Blob) -> Items | None:
+        """Insert the blob's row (a list as its new items where it grew by appending);
+        returns what ``stored`` should remember once the transaction committed."""
         key = (thread_id, ns, blob.channel)
         base: str | None = None
         value = blob.full
@@ -232,10 +269,20 @@ class SealedRows:
             (thread_id, ns, blob.channel, blob.version, base, value, seal),
         )
         if blob.items is None:
+            return None
+        depth = 0 if base is None or known is None else known.depth + 1
+        return Items(blob.version, blob.items, depth, blob.seen)
+
+    def stored(self, thread_id: str, ns: str, channel: str, items: Items | None) -> None:
+        """Remember a committed channel version's items (None: not a list), the base of
+        the next delta and a read that needs no database."""
+        key = (thread_id, ns, channel)
+        with self._lists_lock:
             self._lists.pop(key, None)
-        else:
-            depth = 0 if base is None or known is None else known.depth + 1
-            self._lists[key] = Items(blob.version, blob.items, depth)
+            if items is not None:
+                self._lists[key] = items  # last in the dict's order: the latest used
+                if len(self._lists) > KEPT:
+                    del self._lists[next(iter(self._lists))]
 
     def delete_checkpoints(
         self, q: Query, thread_id: str, head: Head, doomed: list[tuple[str, str]]
@@ -291,5 +338,6 @@ class SealedRows:
         self.forget(thread_id)
 
     def forget(self, thread_id: str) -> None:
-        for key in [k for k in self._lists if k[0] == thread_id]:
-            del self._lists[key]
+        with self._lists_lock:
+            for key in [k for k in self._lists if k[0] == thread_id]:
+                del self._lists[key]

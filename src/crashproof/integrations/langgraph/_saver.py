@@ -44,7 +44,7 @@ from langgraph.checkpoint.base import (
 
 import crashproof as cp
 import crashproof.integrations.langgraph._db as _db
-from crashproof.integrations.langgraph._fencing import HOST, held_head
+from crashproof.integrations.langgraph._fencing import HOST, Renewal, held_head, renew_lease
 from crashproof.integrations.langgraph._rows import Head, SealedRows, config_of
 from crashproof.integrations.langgraph._serde import JsonSerde, encode
 
@@ -210,12 +210,13 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
         metadata_text = encode(full_metadata, f"the metadata of {where}")
         run_id = full_metadata.get("run_id")
         blobs = [
-            self._rows.blob(channel, str(version), values, f"channel {channel!r} of {where}")
+            self._rows.blob(
+                (thread_id, ns, channel), str(version), values, f"channel {channel!r} of {where}"
+            )
             for channel, version in new_versions.items()
         ]
         with self._writing(thread_id) as (q, head):
-            for blob in blobs:
-                self._rows.store_blob(q, thread_id, ns, blob)
+            kept = [self._rows.store_blob(q, thread_id, ns, blob) for blob in blobs]
             seal = self._seals.seal(
                 "checkpoint",
                 thread_id,
@@ -245,6 +246,8 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
             )
             if checkpoint["id"] > head.latest.get(ns, ""):
                 head.latest[ns] = checkpoint["id"]
+        for blob, items in zip(blobs, kept, strict=True):  # committed: remembered
+            self._rows.stored(thread_id, ns, blob.channel, items)
         return config_of(thread_id, ns, checkpoint["id"])
 
     def put_writes(
@@ -448,6 +451,29 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
                 doomed = [(ns, cid) for ns, cid in rows if head.latest.get(ns) != cid]
                 self._rows.delete_checkpoints(q, thread_id, head, doomed)
 
+    @contextlib.contextmanager
+    def hold(self, thread_id: str) -> Iterator[None]:
+        """Keep this saver's lease on ``thread_id`` alive while the block runs, for
+        graphs whose nodes may outlast ``lease_seconds`` (a write renews it too, but
+        nothing is written while a node runs):
+
+        >>> with saver.hold("chat-1"):  # doctest: +SKIP
+        ...     graph.invoke(inputs, {"configurable": {"thread_id": "chat-1"}})
+
+        Renewed every ``lease_seconds / 3`` once this saver wrote the thread; a lease
+        another saver took over meanwhile is not renewed (this saver's next write
+        raises ``cp.StaleLeaseError``). After the block the lease expires as usual."""
+        thread_id = str(thread_id)
+
+        def renew() -> bool:
+            token = self._tokens.get(thread_id)  # None: its first write takes the lease
+            return token is None or renew_lease(
+                self._db, thread_id, self.owner, token, self.lease_seconds
+            )
+
+        with Renewal(renew, self.lease_seconds / 3, thread_id):
+            yield
+
     def release(self, thread_id: str) -> None:
         """Give up this saver's lease on ``thread_id`` (another process may then write to
         it at once); idempotent."""
@@ -538,9 +564,7 @@ class CrashproofSaver(BaseCheckpointSaver[str]):
                     "token) VALUES (?, 0, '{}', '', 0) ON CONFLICT DO NOTHING",
                     (thread_id,),
                 )
-            head = held_head(
-                q, thread_id, self._rows, self._seals, self._tokens, self.owner, self._db.now
-            )
+            head = held_head(q, thread_id, self._rows, self._tokens, self.owner, self._db.now)
             if head is None and not create:  # nothing to delete: leave no row behind
                 q("DELETE FROM langgraph_threads WHERE thread_id = ? AND seal = ''", (thread_id,))
                 yield q, Head(0, {})
