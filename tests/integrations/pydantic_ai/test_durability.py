@@ -1,0 +1,212 @@
+"""pydantic-ai agents under ``CrashproofDurability``, with pydantic-ai's own test kit
+(``FunctionModel``, ``TestModel``): what is journaled, under which names, and what a
+crash costs (one model request at most; no tool effect twice)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.models.test import TestModel
+
+import crashproof as cp
+from crashproof.integrations.pydantic_ai import CrashproofDurability, durable
+
+from .agents import lines, make_agent, workflows
+
+pytestmark = pytest.mark.timeout(60)
+
+MODES = ["sync", "async"]
+
+
+def _drive(ledger: cp.Ledger, wf: cp.Workflow[Any], mode: str, **kw: Any) -> Any:
+    if mode == "async":
+        return asyncio.run(ledger.run_async(wf, run_id="r", **kw))
+    return ledger.run(wf, run_id="r", **kw)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_steps_are_named_by_request_and_tool_call(mode: str, tmp_path: Path) -> None:
+    with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+        wf = workflows(ledger, make_agent(tmp_path))[mode]
+        assert _drive(ledger, wf, mode, prompt="go") == "done"
+        info = ledger.get_run("r")
+    assert [(s.key, s.kind.value) for s in info.steps] == [
+        ("adder:model_request", "decide"),
+        ("adder:model_request/0:add", "step"),
+        ("adder:model_request/1:note", "act"),
+        ("adder:model_request/2:open_pr", "act"),
+        ("adder:model_request#2", "decide"),
+    ]
+    assert info.steps[2].operation_id == "r/adder:model_request/1:note"
+    assert info.steps[0].model == "function:model:"
+    assert info.steps[0].usage is not None
+    assert info.steps[0].usage["total_tokens"] > 0
+    assert info.budget.decisions == 2
+    assert lines(tmp_path / "effects") == ["5", "hi"]
+    assert list(json.loads((tmp_path / "prs.json").read_text())) == [
+        "r/adder:model_request/2:open_pr"
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_crash_in_the_second_request_repeats_neither_the_first_nor_a_tool(
+    mode: str, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with cp.Ledger(url) as ledger:
+        wf = workflows(ledger, make_agent(tmp_path, crash_on_request=2))[mode]
+        with pytest.raises(cp.SimulatedCrash):
+            _drive(ledger, wf, mode, prompt="go")
+    assert lines(tmp_path / "asked") == ["1", "3"]
+    with cp.Ledger(url) as ledger:  # a restarted process
+        wf = workflows(ledger, make_agent(tmp_path))[mode]
+        assert _drive(ledger, wf, mode, prompt="go") == "done"
+        # and a completed run replays without asking anything
+        assert _drive(ledger, wf, mode, prompt="go") == "done"
+    assert lines(tmp_path / "asked") == ["1", "3", "3"]  # only the lost request again
+    assert lines(tmp_path / "effects") == ["5", "hi"]  # DBOS gives ['5', '5'] here
+    assert len(json.loads((tmp_path / "prs.json").read_text())) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_lost_receipt_is_looked_up_not_executed_again(mode: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    crash = cp.CrashPoints(match="inside[act:adder:model_request/2:open_pr:opened]")
+    with cp.Ledger(url, crash_points=crash) as ledger:
+        wf = workflows(ledger, make_agent(tmp_path))[mode]
+        with pytest.raises(cp.SimulatedCrash):
+            _drive(ledger, wf, mode, prompt="go")
+    assert crash.fired is not None
+    with cp.Ledger(url) as ledger:
+        wf = workflows(ledger, make_agent(tmp_path))[mode]
+        assert _drive(ledger, wf, mode, prompt="go") == "done"
+    assert len(json.loads((tmp_path / "prs.json").read_text())) == 1
+    assert lines(tmp_path / "asked") == ["1", "3"]
+
+
+def test_an_effect_whose_receipt_was_lost_freezes_instead_of_running_again(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    crash = cp.CrashPoints(match="before_commit[step_done:adder:model_request/1:note]")
+    with cp.Ledger(url, crash_points=crash) as ledger:
+        wf = workflows(ledger, make_agent(tmp_path))["sync"]
+        with pytest.raises(cp.SimulatedCrash):
+            _drive(ledger, wf, "sync", prompt="go")
+    with cp.Ledger(url) as ledger:
+        wf = workflows(ledger, make_agent(tmp_path))["sync"]
+        with pytest.raises(cp.RunFrozen) as frozen:
+            _drive(ledger, wf, "sync", prompt="go")
+    assert frozen.value.status == "needs_review"
+    assert lines(tmp_path / "effects") == ["5", "hi"]  # never a blind second note
+
+
+def test_the_budget_counts_model_tokens(tmp_path: Path) -> None:
+    options = cp.RunOptions(limits=cp.Limits(max_tokens=10))
+    with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+        wf = workflows(ledger, make_agent(tmp_path))["sync"]
+        with pytest.raises(cp.RunStopped) as stopped:
+            ledger.run(wf, run_id="r", prompt="go", options=options)
+    assert stopped.value.reason == "budget:tokens"
+    assert lines(tmp_path / "asked") == ["1"]
+
+
+def test_test_model_runs_every_tool_once_and_replays(tmp_path: Path) -> None:
+    seen: list[int] = []
+    agent = Agent(TestModel(), name="tm", capabilities=[CrashproofDurability()])
+
+    @agent.tool_plain
+    def square(n: int) -> int:
+        seen.append(n)
+        return n * n
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    for _ in range(2):
+        with cp.Ledger(url) as ledger:
+
+            @ledger.workflow("tm", version="1")
+            def run(ctx: cp.Context) -> str:
+                with durable(ctx):
+                    return agent.run_sync("square something").output
+
+            out = ledger.run(run, run_id="r")
+    assert json.loads(out) == {"square": 0}
+    assert seen == [0]
+
+
+# -- bad input: a clear error, and nothing sent ---------------------------------------
+
+
+def test_an_agent_without_a_name_is_refused() -> None:
+    with pytest.raises(UserError, match="needs a named agent"):
+        Agent(TestModel(), capabilities=[CrashproofDurability()])
+
+
+def test_a_run_outside_a_workflow_is_refused(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    with pytest.raises(UserError, match="outside a crashproof workflow"):
+        agent.run_sync("go")
+    assert lines(tmp_path / "asked") == []
+
+
+def test_a_streamed_request_is_refused_before_it_is_sent(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+
+    async def stream(ctx: cp.AsyncContext) -> str:
+        with durable(ctx):
+            async with agent.run_stream("go") as result:
+                return await result.get_output()
+
+    with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+        wf = ledger.workflow("stream", version="1")(stream)
+        with pytest.raises(cp.RunFailed, match="streamed model request"):
+            asyncio.run(ledger.run_async(wf, run_id="r"))
+    assert lines(tmp_path / "asked") == []
+
+
+def test_a_tool_changed_under_a_live_run_freezes_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with cp.Ledger(url) as ledger:
+        wf = workflows(ledger, make_agent(tmp_path, crash_on_request=2))["sync"]
+        with pytest.raises(cp.SimulatedCrash):
+            ledger.run(wf, run_id="r", prompt="go")
+    changed = make_agent(tmp_path)
+
+    @changed.tool_plain
+    def extra(y: str) -> str:
+        """A tool the recorded request did not offer."""
+        return y
+
+    with cp.Ledger(url) as ledger:
+        wf = workflows(ledger, changed)["sync"]
+        with pytest.raises(cp.RunFrozen) as frozen:
+            ledger.run(wf, run_id="r", prompt="go")
+    assert frozen.value.status == "needs_review"
+    assert isinstance(frozen.value.cause, cp.NonDeterminismError)
+    assert lines(tmp_path / "asked") == ["1", "3"]  # nothing asked under the changed code
+    assert lines(tmp_path / "effects") == ["5", "hi"]
+
+
+def test_a_model_without_a_stable_identity_is_refused(tmp_path: Path) -> None:
+    class Anonymous(TestModel):
+        @property
+        def model_name(self) -> str:
+            return ""
+
+    agent = Agent(Anonymous(), name="anon", capabilities=[CrashproofDurability()])
+    with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+
+        @ledger.workflow("anon", version="1")
+        def run(ctx: cp.Context) -> str:
+            with durable(ctx):
+                return agent.run_sync("go").output
+
+        with pytest.raises(cp.RunFailed, match="names no stable model"):
+            ledger.run(run, run_id="r")
+        assert ledger.get_run("r").steps == ()
