@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic_ai import Agent
@@ -17,23 +16,18 @@ from pydantic_ai.models.test import TestModel
 import crashproof as cp
 from crashproof.integrations.pydantic_ai import CrashproofDurability, durable
 
-from .agents import lines, make_agent, workflows
+from .pyd_agents import drive as _drive
+from .pyd_agents import lines, make_agent, workflow
 
 pytestmark = pytest.mark.timeout(60)
 
 MODES = ["sync", "async"]
 
 
-def _drive(ledger: cp.Ledger, wf: cp.Workflow[Any], mode: str, **kw: Any) -> Any:
-    if mode == "async":
-        return asyncio.run(ledger.run_async(wf, run_id="r", **kw))
-    return ledger.run(wf, run_id="r", **kw)
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_the_steps_are_named_by_request_and_tool_call(mode: str, tmp_path: Path) -> None:
     with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
-        wf = workflows(ledger, make_agent(tmp_path))[mode]
+        wf = workflow(ledger, make_agent(tmp_path), mode)
         assert _drive(ledger, wf, mode, prompt="go") == "done"
         info = ledger.get_run("r")
     assert [(s.key, s.kind.value) for s in info.steps] == [
@@ -58,17 +52,19 @@ def test_the_steps_are_named_by_request_and_tool_call(mode: str, tmp_path: Path)
 def test_a_crash_in_the_second_request_repeats_neither_the_first_nor_a_tool(
     mode: str, tmp_path: Path
 ) -> None:
+    """Crashed in one kind of workflow, resumed in the other: the journals are one."""
+    other = "async" if mode == "sync" else "sync"
     url = f"sqlite:///{tmp_path}/runs.db"
     with cp.Ledger(url) as ledger:
-        wf = workflows(ledger, make_agent(tmp_path, crash_on_request=2))[mode]
+        wf = workflow(ledger, make_agent(tmp_path, crash_on_request=2), mode)
         with pytest.raises(cp.SimulatedCrash):
             _drive(ledger, wf, mode, prompt="go")
     assert lines(tmp_path / "asked") == ["1", "3"]
     with cp.Ledger(url) as ledger:  # a restarted process
-        wf = workflows(ledger, make_agent(tmp_path))[mode]
-        assert _drive(ledger, wf, mode, prompt="go") == "done"
+        wf = workflow(ledger, make_agent(tmp_path), other)
+        assert _drive(ledger, wf, other, prompt="go") == "done"
         # and a completed run replays without asking anything
-        assert _drive(ledger, wf, mode, prompt="go") == "done"
+        assert _drive(ledger, wf, other, prompt="go") == "done"
     assert lines(tmp_path / "asked") == ["1", "3", "3"]  # only the lost request again
     assert lines(tmp_path / "effects") == ["5", "hi"]  # DBOS gives ['5', '5'] here
     assert len(json.loads((tmp_path / "prs.json").read_text())) == 1
@@ -79,12 +75,12 @@ def test_a_lost_receipt_is_looked_up_not_executed_again(mode: str, tmp_path: Pat
     url = f"sqlite:///{tmp_path}/runs.db"
     crash = cp.CrashPoints(match="inside[act:adder:model_request/2:open_pr:opened]")
     with cp.Ledger(url, crash_points=crash) as ledger:
-        wf = workflows(ledger, make_agent(tmp_path))[mode]
+        wf = workflow(ledger, make_agent(tmp_path), mode)
         with pytest.raises(cp.SimulatedCrash):
             _drive(ledger, wf, mode, prompt="go")
     assert crash.fired is not None
     with cp.Ledger(url) as ledger:
-        wf = workflows(ledger, make_agent(tmp_path))[mode]
+        wf = workflow(ledger, make_agent(tmp_path), mode)
         assert _drive(ledger, wf, mode, prompt="go") == "done"
     assert len(json.loads((tmp_path / "prs.json").read_text())) == 1
     assert lines(tmp_path / "asked") == ["1", "3"]
@@ -96,21 +92,40 @@ def test_an_effect_whose_receipt_was_lost_freezes_instead_of_running_again(
     url = f"sqlite:///{tmp_path}/runs.db"
     crash = cp.CrashPoints(match="before_commit[step_done:adder:model_request/1:note]")
     with cp.Ledger(url, crash_points=crash) as ledger:
-        wf = workflows(ledger, make_agent(tmp_path))["sync"]
+        wf = workflow(ledger, make_agent(tmp_path), "sync")
         with pytest.raises(cp.SimulatedCrash):
             _drive(ledger, wf, "sync", prompt="go")
     with cp.Ledger(url) as ledger:
-        wf = workflows(ledger, make_agent(tmp_path))["sync"]
+        wf = workflow(ledger, make_agent(tmp_path), "sync")
         with pytest.raises(cp.RunFrozen) as frozen:
             _drive(ledger, wf, "sync", prompt="go")
     assert frozen.value.status == "needs_review"
     assert lines(tmp_path / "effects") == ["5", "hi"]  # never a blind second note
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_function_tool_as_an_effect_never_runs_twice(mode: str, tmp_path: Path) -> None:
+    """``functions="effect"``: a crash between a plain tool's effect and its record
+    leaves [5], not ['5', '5']: the run waits for review instead of guessing."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    crash = cp.CrashPoints(match="before_commit[step_done:adder:model_request/0:add]")
+    with cp.Ledger(url, crash_points=crash) as ledger:
+        wf = workflow(ledger, make_agent(tmp_path, functions="effect"), mode)
+        with pytest.raises(cp.SimulatedCrash):
+            _drive(ledger, wf, mode, prompt="go")
+        assert ledger.get_run("r").steps[1].kind is cp.StepKind.ACT
+    with cp.Ledger(url) as ledger:
+        wf = workflow(ledger, make_agent(tmp_path, functions="effect"), mode)
+        with pytest.raises(cp.RunFrozen) as frozen:
+            _drive(ledger, wf, mode, prompt="go")
+    assert frozen.value.status == "needs_review"
+    assert lines(tmp_path / "effects") == ["5"]
+
+
 def test_the_budget_counts_model_tokens(tmp_path: Path) -> None:
     options = cp.RunOptions(limits=cp.Limits(max_tokens=10))
     with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
-        wf = workflows(ledger, make_agent(tmp_path))["sync"]
+        wf = workflow(ledger, make_agent(tmp_path), "sync")
         with pytest.raises(cp.RunStopped) as stopped:
             ledger.run(wf, run_id="r", prompt="go", options=options)
     assert stopped.value.reason == "budget:tokens"
@@ -173,7 +188,7 @@ def test_a_streamed_request_is_refused_before_it_is_sent(tmp_path: Path) -> None
 def test_a_tool_changed_under_a_live_run_freezes_it(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     with cp.Ledger(url) as ledger:
-        wf = workflows(ledger, make_agent(tmp_path, crash_on_request=2))["sync"]
+        wf = workflow(ledger, make_agent(tmp_path, crash_on_request=2), "sync")
         with pytest.raises(cp.SimulatedCrash):
             ledger.run(wf, run_id="r", prompt="go")
     changed = make_agent(tmp_path)
@@ -184,7 +199,7 @@ def test_a_tool_changed_under_a_live_run_freezes_it(tmp_path: Path) -> None:
         return y
 
     with cp.Ledger(url) as ledger:
-        wf = workflows(ledger, changed)["sync"]
+        wf = workflow(ledger, changed, "sync")
         with pytest.raises(cp.RunFrozen) as frozen:
             ledger.run(wf, run_id="r", prompt="go")
     assert frozen.value.status == "needs_review"

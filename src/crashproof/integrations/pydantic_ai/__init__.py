@@ -24,8 +24,9 @@ from crashproof.integrations.pydantic_ai._bridge import durable
 from crashproof.integrations.pydantic_ai._capability import (
     EFFECT,
     MODEL_RETRY,
+    STEP,
     CrashproofDurability,
 )
 from crashproof.integrations.pydantic_ai._codec import VOLATILE
 
-__all__ = ["EFFECT", "MODEL_RETRY", "VOLATILE", "CrashproofDurability", "durable"]
+__all__ = ["EFFECT", "MODEL_RETRY", "STEP", "VOLATILE", "CrashproofDurability", "durable"]

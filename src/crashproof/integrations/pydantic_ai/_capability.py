@@ -17,9 +17,12 @@ Hooks (pydantic-ai's ``AbstractCapability``):
   ``<decision key>/<index>:<tool>`` (``#`` written ``.``): a ``cp.Tool`` given in
   ``tools=`` as ``ctx.act`` (intent before execute, lookup before any retry, fencing
   token forwarded; the function's body is not called), a tool whose metadata says
-  ``{"crashproof": "effect"}`` as an act without lookup (a crash between its effect and
-  its receipt freezes the run for review instead of repeating it), any other function
-  tool as ``ctx.step`` (its result recorded with the tool-call id, replayed after).
+  ``{"crashproof": "effect"}`` (``EFFECT``) as an act without lookup (a crash between
+  its effect and its receipt freezes the run for review instead of repeating it), any
+  other function tool as ``ctx.step`` (its result recorded with the tool-call id,
+  replayed after; like every step, run again if a crash lands between its effect and
+  its record). ``functions="effect"`` makes every unmarked function tool an effect,
+  and ``STEP`` metadata a step.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import (
@@ -53,10 +56,12 @@ from crashproof.integrations.pydantic_ai._bridge import bound, ctx_call
 from crashproof.integrations.pydantic_ai._codec import decision_value, request_args, revive, to_json
 from crashproof.integrations.pydantic_ai._effects import FunctionEffect
 
-__all__ = ["EFFECT", "MODEL_RETRY", "CrashproofDurability"]
+__all__ = ["EFFECT", "MODEL_RETRY", "STEP", "CrashproofDurability"]
 
 #: Tool metadata marking a function tool as an effect: ``@agent.tool_plain(metadata=EFFECT)``.
 EFFECT: dict[str, str] = {"crashproof": "effect"}
+#: Tool metadata marking a function tool as local work (a step) under ``functions="effect"``.
+STEP: dict[str, str] = {"crashproof": "step"}
 
 #: Model requests: transient errors only (``cp.Unavailable``), 5 tries over about 15 s.
 MODEL_RETRY = cp.RetryPolicy(
@@ -105,6 +110,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
     name: str | None
     tools: Mapping[str, cp.Tool]
     options: cp.StepOptions
+    functions: Literal["step", "effect"]
     _agent: str | None = field(default=None, repr=False)
     # Per run (for_run makes a copy): the step key of the latest decision, and the
     # index of each of its tool calls.
@@ -117,10 +123,17 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         name: str | None = None,
         tools: Mapping[str, cp.Tool] | None = None,
         options: cp.StepOptions | None = None,
+        functions: Literal["step", "effect"] = "step",
     ) -> None:
         """``name``: the agent's name if it has none; ``tools``: pydantic-ai tool name ->
         the ``cp.Tool`` that performs it as an act (the tool's function only declares
-        its parameters); ``options``: for each model request (default: ``MODEL_RETRY``)."""
+        its parameters); ``options``: for each model request (default: ``MODEL_RETRY``);
+        ``functions``: what an unmarked function tool is: a ``"step"`` (run again if a
+        crash lands between its effect and its record) or an ``"effect"`` (an act
+        without lookup: such a crash freezes the run for review instead); ``EFFECT``
+        and ``STEP`` metadata choose per tool."""
+        if functions not in ("step", "effect"):
+            raise ValueError(f"CrashproofDurability: functions={functions!r}: 'step' or 'effect'")
         if name is not None and (not name or "#" in name):
             raise ValueError(f"CrashproofDurability: name {name!r} must be non-empty, no '#'")
         for key, tool in (tools or {}).items():
@@ -129,6 +142,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         self.name = name
         self.tools = dict(tools or {})
         self.options = options if options is not None else cp.StepOptions(retry=MODEL_RETRY)
+        self.functions = functions
         self._agent = name
         self._base = None
         self._index = {}
@@ -239,7 +253,8 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         run_ctx = self._ctx()
         step = self._tool_step(call)
         tool = self.tools.get(call.tool_name)
-        if tool is None and (tool_def.metadata or {}).get("crashproof") == "effect":
+        marked = (tool_def.metadata or {}).get("crashproof", self.functions)
+        if tool is None and marked == "effect":
             tool = FunctionEffect.bind(run_ctx, call.tool_name, handler)
         if tool is not None:
             result = await ctx_call(run_ctx, "act", step, tool, **to_json(args))

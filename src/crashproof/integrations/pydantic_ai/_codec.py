@@ -4,7 +4,8 @@ A model request is journaled as a decision whose arguments are a *projection* of
 is sent: the agent's name, the model's identity, the messages as JSON, the settings and
 the function tools' names and schemas. pydantic-ai stamps every message with the time
 it was made and the run's random id; those differ on every drive of the same workflow,
-so they are left out of the projection (a replay would otherwise never match). Every
+so they are left out of the projection (a replay would otherwise never match; the
+SIGKILL matrix found ``model_id``). Every
 other byte the model receives is bound by the digest: a prompt, a tool's schema or a
 model changed under a live run freezes it (``cp.NonDeterminismError``).
 
@@ -23,8 +24,10 @@ from pydantic_ai.models import Model, ModelRequestContext
 
 __all__ = ["VOLATILE", "decision_value", "model_identity", "request_args", "revive", "to_json"]
 
-#: Keys pydantic-ai fills from the clock or a random id on every drive.
-VOLATILE = frozenset({"timestamp", "run_id", "conversation_id"})
+#: Keys pydantic-ai fills from the clock or a random id on every drive, and a response's
+#: ``model_id``, which the agent graph stamps on a response after the model answered live
+#: but not on one a hook gave back (the model is bound by ``model`` in the arguments).
+VOLATILE = frozenset({"timestamp", "run_id", "conversation_id", "model_id"})
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 

@@ -5,6 +5,7 @@ their effects in files, so a killed child's effects are still counted."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any, ClassVar
@@ -55,7 +56,9 @@ class Forge(cp.Tool):
         return None if pr is None else cp.Receipt(str(pr["n"]), {"pr": pr["n"]}, pr["digest"])
 
 
-def make_agent(directory: Path, *, crash_on_request: int | None = None) -> Agent[None, str]:
+def make_agent(
+    directory: Path, *, crash_on_request: int | None = None, functions: str = "step"
+) -> Agent[None, str]:
     """``adder``: request 1 calls ``add(x=5)``, ``note(text="hi")`` (an effect) and
     ``open_pr(title="fix")`` (the forge); request 2 answers. Each request the model
     receives is logged in ``asked`` (its number of messages); ``crash_on_request=n``
@@ -76,7 +79,10 @@ def make_agent(directory: Path, *, crash_on_request: int | None = None) -> Agent
             )
         return ModelResponse(parts=[TextPart("done")])
 
-    durability = CrashproofDurability(tools={"open_pr": Forge(directory / "prs.json")})
+    durability = CrashproofDurability(
+        tools={"open_pr": Forge(directory / "prs.json")},
+        functions="effect" if functions == "effect" else "step",
+    )
     agent = Agent(FunctionModel(model), name="adder", capabilities=[durability])
 
     @agent.tool_plain
@@ -99,8 +105,10 @@ def make_agent(directory: Path, *, crash_on_request: int | None = None) -> Agent
     return agent
 
 
-def workflows(ledger: cp.Ledger, agent: Agent[None, str]) -> dict[str, cp.Workflow[Any]]:
-    """The same agent run in a sync and in an async workflow."""
+def workflow(ledger: cp.Ledger, agent: Agent[None, str], mode: str) -> cp.Workflow[Any]:
+    """The agent run in a sync (``agent.run_sync``) or async (``await agent.run``)
+    workflow, registered under one name: they write the same journal, so either may
+    resume the other's run."""
 
     def sync(ctx: cp.Context, prompt: str) -> str:
         with durable(ctx):
@@ -110,7 +118,11 @@ def workflows(ledger: cp.Ledger, agent: Agent[None, str]) -> dict[str, cp.Workfl
         with durable(ctx):
             return (await agent.run(prompt)).output
 
-    return {
-        "sync": ledger.workflow("agent-sync", version="1")(sync),
-        "async": ledger.workflow("agent-async", version="1")(async_),
-    }
+    return ledger.workflow("agent", version="1")(sync if mode == "sync" else async_)
+
+
+def drive(ledger: cp.Ledger, wf: cp.Workflow[Any], mode: str, **kw: Any) -> Any:
+    """Start or resume run ``r`` in ``mode``."""
+    if mode == "async":
+        return asyncio.run(ledger.run_async(wf, run_id="r", **kw))
+    return ledger.run(wf, run_id="r", **kw)
