@@ -225,3 +225,77 @@ def test_a_model_without_a_stable_identity_is_refused(tmp_path: Path) -> None:
         with pytest.raises(cp.RunFailed, match="names no stable model"):
             ledger.run(run, run_id="r")
         assert ledger.get_run("r").steps == ()
+
+
+# -- approvals: a risky act waits for a signed approval, then runs once -----------------
+
+
+def test_a_tool_call_waits_for_a_signed_approval_and_runs_once(tmp_path: Path) -> None:
+    from crashproof.integrity.signing import generate_keypair
+
+    policy = cp.Policy(
+        "agents-1",
+        allow={"forge": "1", "pydantic_ai.function": "1"},
+        risk={"forge": "high"},
+        approval_required={"high"},
+    )
+    options = cp.RunOptions(policy=policy)
+    generate_keypair(tmp_path / "alice.pem")
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with cp.Ledger(url) as ledger:
+        ledger.register_policy(policy)
+        wf = workflow(ledger, make_agent(tmp_path), "sync")
+        with pytest.raises(cp.RunFrozen) as frozen:
+            ledger.run(wf, run_id="r", prompt="go", options=options)
+        assert frozen.value.status == "awaiting_approval"
+        assert not (tmp_path / "prs.json").exists()
+        pub = (tmp_path / "alice.pem.pub").read_text()
+        ledger.add_approver("alice", pub, by="root")
+        ledger.approve("r", "adder:model_request/2:open_pr", key=tmp_path / "alice.pem", by="alice")
+    with cp.Ledger(url) as ledger:  # approved, resumed in another process
+        ledger.register_policy(policy)
+        wf = workflow(ledger, make_agent(tmp_path), "sync")
+        assert ledger.run(wf, run_id="r", prompt="go", options=options) == "done"
+        assert ledger.run(wf, run_id="r", prompt="go", options=options) == "done"
+    assert list(json.loads((tmp_path / "prs.json").read_text())) == [
+        "r/adder:model_request/2:open_pr"
+    ]
+    assert lines(tmp_path / "asked") == ["1", "3"]
+    assert lines(tmp_path / "effects") == ["5", "hi"]
+
+
+def test_a_replay_emits_no_span_for_what_it_replays(tmp_path: Path) -> None:
+    """pydantic-ai's own instrumentation sits inside the capability: a resumed run
+    emits spans for new work only (pydantic-ai + DBOS emits them all again, #6974)."""
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    exporter = InMemorySpanExporter()
+    provider = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    settings = InstrumentationSettings(tracer_provider=provider)
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with cp.Ledger(url) as ledger:
+        agent = make_agent(tmp_path, crash_on_request=2)
+        agent.instrument = settings
+        with pytest.raises(cp.SimulatedCrash):
+            _drive(ledger, workflow(ledger, agent, "sync"), "sync", prompt="go")
+    assert [s.name for s in exporter.get_finished_spans()] == [
+        "chat function:model:",
+        "execute_tool add",
+        "execute_tool note",  # the forge's act runs no pydantic-ai tool body: no span
+        "chat function:model:",
+        "invoke_agent adder",
+    ]
+    exporter.clear()
+    with cp.Ledger(url) as ledger:
+        agent = make_agent(tmp_path)
+        agent.instrument = settings
+        assert _drive(ledger, workflow(ledger, agent, "sync"), "sync", prompt="go") == "done"
+    # only the request the crash lost is made (and traced) again
+    assert [s.name for s in exporter.get_finished_spans()] == [
+        "chat function:model:",
+        "invoke_agent adder",
+    ]

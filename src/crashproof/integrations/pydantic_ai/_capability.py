@@ -32,8 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities import AbstractCapability, Instrumentation
 from pydantic_ai.capabilities.abstract import (
+    CapabilityOrdering,
     WrapModelRequestHandler,
     WrapRunHandler,
     WrapToolExecuteHandler,
@@ -167,6 +168,11 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         run = copy.copy(self)
         run._base, run._index = None, {}
         return run
+
+    def get_ordering(self) -> CapabilityOrdering:
+        # Outside pydantic-ai's Instrumentation: a replayed model request or tool call
+        # returns its record without entering it, so no span is emitted again for it.
+        return CapabilityOrdering(position="outermost", wraps=(Instrumentation,))
 
     def _ctx(self) -> cp.Context | cp.AsyncContext:
         ctx = bound()
