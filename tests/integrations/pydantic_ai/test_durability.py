@@ -299,3 +299,63 @@ def test_a_replay_emits_no_span_for_what_it_replays(tmp_path: Path) -> None:
         "chat function:model:",
         "invoke_agent adder",
     ]
+
+
+def test_a_deferred_tool_request_loop_replays_and_runs_the_approved_tool_once(
+    tmp_path: Path,
+) -> None:
+    """pydantic-ai's own human-in-the-loop: a ``requires_approval`` tool ends the first
+    run with ``DeferredToolRequests``; the workflow answers (here from its input) and
+    runs the agent again; a crash after the approved tool ran repeats nothing."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    deleted: list[str] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("delete", {"path": "a"}, tool_call_id="d1")])
+        return ModelResponse(parts=[TextPart("deleted")])
+
+    agent = Agent(
+        FunctionModel(model),
+        name="janitor",
+        output_type=[str, DeferredToolRequests],
+        capabilities=[CrashproofDurability()],
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def delete(path: str) -> str:
+        deleted.append(path)
+        return f"deleted {path}"
+
+    def janitor(ctx: cp.Context, approve: bool) -> str:
+        with durable(ctx):
+            first = agent.run_sync("clean up")
+            assert isinstance(first.output, DeferredToolRequests)
+            answers = DeferredToolResults(
+                approvals={call.tool_call_id: approve for call in first.output.approvals}
+            )
+            second = agent.run_sync(
+                message_history=first.all_messages(), deferred_tool_results=answers
+            )
+        assert isinstance(second.output, str)
+        return second.output
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    crash = cp.CrashPoints(match="after_commit[step_done:janitor:tool/d1:delete]")
+    with cp.Ledger(url, crash_points=crash) as ledger:
+        wf = ledger.workflow("janitor", version="1")(janitor)
+        with pytest.raises(cp.SimulatedCrash):
+            ledger.run(wf, run_id="r", approve=True)
+    with cp.Ledger(url) as ledger:
+        wf = ledger.workflow("janitor", version="1")(janitor)
+        assert ledger.run(wf, run_id="r", approve=True) == "deleted"
+        keys = [s.key for s in ledger.get_run("r").steps]
+    assert deleted == ["a"]
+    assert keys == [
+        "janitor:model_request",
+        "janitor:tool/d1:delete",
+        "janitor:model_request#2",
+    ]
