@@ -152,3 +152,30 @@ def test_a_streamed_run_is_refused(server: ModelServer, tmp_path: Path) -> None:
 def test_an_agent_without_a_name_is_refused() -> None:
     with pytest.raises(cp.CrashproofError, match="named agent"):
         durable_agent(Agent(name=""))
+
+
+@pytest.mark.parametrize(
+    ("point", "outcome"),
+    [
+        ("inside[act:helper:model/2:open_pr:opened]", "SAME"),  # looked up, not re-sent
+        ("before_commit[step_done:helper:model/1:note]", "REFUSED"),  # no lookup: review
+    ],
+)
+def test_a_lost_receipt_is_looked_up_or_frozen_never_repeated(
+    server: ModelServer, point: str, outcome: str, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    crash = cp.CrashPoints(match=point)
+    with cp.Ledger(url, crash_points=crash) as ledger, pytest.raises(cp.SimulatedCrash):
+        drive(ledger, workflow(ledger, make(tmp_path, server.url), "async"), "async")
+    with cp.Ledger(url) as ledger:
+        wf = workflow(ledger, make(tmp_path, server.url), "async")
+        if outcome == "SAME":
+            assert drive(ledger, wf, "async").startswith("done [")
+        else:
+            with pytest.raises(cp.RunFrozen) as frozen:
+                drive(ledger, wf, "async")
+            assert frozen.value.status == "needs_review"
+    assert lines(tmp_path / "effects") == ["5", "hi"]
+    prs = tmp_path / "prs.json"
+    assert (len(json.loads(prs.read_text())) if prs.exists() else 0) == (outcome == "SAME")
