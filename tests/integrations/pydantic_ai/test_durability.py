@@ -359,3 +359,43 @@ def test_a_deferred_tool_request_loop_replays_and_runs_the_approved_tool_once(
         "janitor:tool/d1:delete",
         "janitor:model_request#2",
     ]
+
+
+def test_a_model_outage_stops_the_run_resumable_and_a_bad_request_fails_it(
+    tmp_path: Path,
+) -> None:
+    from pydantic_ai.exceptions import ModelHTTPError
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    status = {"code": 503}
+    asked: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked.append(status["code"])
+        if status["code"] != 200:
+            raise ModelHTTPError(status["code"], "m", body="down")
+        return ModelResponse(parts=[TextPart("up")])
+
+    many = cp.RetryPolicy(attempts=2, retry_on=(cp.Unavailable,))
+    with pytest.raises(ValueError, match="tried once per drive"):
+        CrashproofDurability(options=cp.StepOptions(retry=many))
+    agent = Agent(FunctionModel(model), name="flaky", capabilities=[CrashproofDurability()])
+
+    def flaky(ctx: cp.Context) -> str:
+        with durable(ctx):
+            return agent.run_sync("go").output
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with cp.Ledger(url) as ledger:
+        wf = ledger.workflow("flaky", version="1")(flaky)
+        with pytest.raises(cp.CrashproofError):
+            ledger.run(wf, run_id="r")
+        assert ledger.get_run("r").status is not cp.RunStatus.FAILED  # resumable
+        assert asked == [503]
+        status["code"] = 200
+        assert ledger.resume("r") == "up"
+        status["code"] = 400
+        with pytest.raises(cp.RunFailed, match="down"):
+            ledger.run(wf, run_id="r2")
+    assert asked == [503, 200, 400]  # a 400 is not retried

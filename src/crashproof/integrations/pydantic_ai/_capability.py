@@ -64,11 +64,11 @@ EFFECT: dict[str, str] = {"crashproof": "effect"}
 #: Tool metadata marking a function tool as local work (a step) under ``functions="effect"``.
 STEP: dict[str, str] = {"crashproof": "step"}
 
-#: Model requests: transient errors only (``cp.Unavailable``), 5 tries over about 15 s.
-MODEL_RETRY = cp.RetryPolicy(
-    attempts=5, backoff=1.0, multiplier=2.0, max_backoff=60.0, jitter=0.2,
-    retry_on=(cp.Unavailable,),
-)  # fmt: skip
+#: Model requests: one try. pydantic-ai lets a hook call the model once per request
+#: (``wrap_model_request`` may call its handler only once), so a transient error
+#: (``cp.Unavailable``) stops the run resumable at once and the next drive asks again;
+#: retries within a drive belong inside the model (its HTTP client, ``FallbackModel``).
+MODEL_RETRY = cp.RetryPolicy(attempts=1, retry_on=(cp.Unavailable,))
 
 _TRANSIENT = frozenset({408, 409, 429})
 
@@ -128,7 +128,8 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
     ) -> None:
         """``name``: the agent's name if it has none; ``tools``: pydantic-ai tool name ->
         the ``cp.Tool`` that performs it as an act (the tool's function only declares
-        its parameters); ``options``: for each model request (default: ``MODEL_RETRY``);
+        its parameters); ``options``: for each model request (default: ``MODEL_RETRY``,
+        one try);
         ``functions``: what an unmarked function tool is: a ``"step"`` (run again if a
         crash lands between its effect and its record) or an ``"effect"`` (an act
         without lookup: such a crash freezes the run for review instead); ``EFFECT``
@@ -143,6 +144,13 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         self.name = name
         self.tools = dict(tools or {})
         self.options = options if options is not None else cp.StepOptions(retry=MODEL_RETRY)
+        retry = self.options.retry
+        if retry is not None and retry.attempts > 1:
+            raise ValueError(
+                "CrashproofDurability: a model request is tried once per drive (pydantic-ai "
+                "lets a hook call the model only once); give options a RetryPolicy with "
+                "attempts=1 and retry inside the model (its HTTP client, FallbackModel)"
+            )
         self.functions = functions
         self._agent = name
         self._base = None
