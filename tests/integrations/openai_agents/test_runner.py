@@ -179,3 +179,22 @@ def test_a_lost_receipt_is_looked_up_or_frozen_never_repeated(
     assert lines(tmp_path / "effects") == ["5", "hi"]
     prs = tmp_path / "prs.json"
     assert (len(json.loads(prs.read_text())) if prs.exists() else 0) == (outcome == "SAME")
+
+
+def test_a_handoff_replays_to_the_same_agent(tmp_path: Path) -> None:
+    script = [Turn("handing off", (("transfer_to_expert", "{}"),)), Turn("expert answer")]
+    with ModelServer(script) as server:
+        client = AsyncOpenAI(api_key="k", base_url=server.url + "/v1", max_retries=0)
+        model = OpenAIResponsesModel(model="m", openai_client=client)
+        expert = Agent(name="expert", instructions="answer", model=model)
+        triage = durable_agent(Agent(name="triage", model=model, handoffs=[expert]))
+        url = f"sqlite:///{tmp_path}/runs.db"
+        outs = []
+        for _ in range(2):
+            with cp.Ledger(url) as ledger:
+                outs.append(drive(ledger, workflow(ledger, triage, "async"), "async"))
+                keys = [s.key for s in ledger.get_run("r").steps]
+        assert server.count == 2
+    assert outs[0] == outs[1]
+    assert outs[0].startswith("expert answer [")
+    assert keys == ["triage:model", "expert:model"]
