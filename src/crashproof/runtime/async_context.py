@@ -161,10 +161,10 @@ class AsyncContext:
             task = asyncio.current_task()
         except RuntimeError:  # no event loop in this thread: a step's worker thread
             task = None
-        if task is self._task and not self._ended:
+        if task is self._task and not self._ended and not self._in_flight:
             return False
         if self._delegated and task is not None and not self._ended:
-            if self._in_flight:
+            if self._in_flight:  # from another task, or from the workflow's own
                 raise AsyncMisuse(
                     f"run {self.run_id!r}: a ctx call was made while another was in flight "
                     "(tasks running in parallel under ctx.delegated()): their order would "
