@@ -300,6 +300,34 @@ def test_ctx_calls_from_spawned_tasks_are_refused(tmp_path: Path) -> None:
             assert ledger.get_run(flow.name).status is cp.RunStatus.RUNNING
 
 
+def test_delegated_lets_other_tasks_call_one_at_a_time(tmp_path: Path) -> None:
+    """``ctx.delegated()``: a framework's own tasks may call while the workflow waits
+    (pydantic-ai's hooks do), in sequence; two at once are refused, nothing recorded."""
+
+    async def slow(x: int) -> int:
+        await asyncio.sleep(0.01)
+        return x
+
+    @cp.workflow("seq")
+    async def sequential(ctx: cp.AsyncContext) -> Any:
+        with ctx.delegated():
+            a = await asyncio.create_task(ctx.step("a", slow, 1))
+            b = await asyncio.create_task(ctx.step("b", slow, 2))
+        return [a, b]
+
+    @cp.workflow("par")
+    async def parallel(ctx: cp.AsyncContext) -> Any:
+        with ctx.delegated():
+            return await asyncio.gather(ctx.step("a", slow, 1), ctx.step("b", slow, 2))
+
+    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        assert asyncio.run(ledger.run_async(sequential, run_id="seq")) == [1, 2]
+        assert [s.key for s in ledger.get_run("seq").steps] == ["a", "b"]
+        with pytest.raises(cp.AsyncMisuse, match="while another was in flight"):
+            asyncio.run(ledger.run_async(parallel, run_id="par"))
+        assert [s.key for s in ledger.get_run("par").steps] == []
+
+
 def test_a_task_that_outlives_the_drive_records_nothing(tmp_path: Path) -> None:
     late: list[BaseException] = []
 

@@ -85,7 +85,10 @@ class ModelServer:
     def _next(self, body: dict[str, Any]) -> Turn | Fault:
         with self._lock:
             if self.by_turn:
+                # Chat and Messages: assistant messages; Responses: the model's turns.
                 turn = sum(1 for m in body.get("messages", ()) if m.get("role") == "assistant")
+                if "input" in body and isinstance(body["input"], list):
+                    turn = _responses_turns(body["input"])
                 return self.script[turn] if turn < len(self.script) else Fault(status=400)
             if self._position >= len(self.script):
                 return Fault(status=400)
@@ -373,6 +376,19 @@ class _Responses:
             "response.completed",
             {"type": "response.completed", "response": whole, "sequence_number": next(seq)},
         )
+
+
+def _responses_turns(items: list[Any]) -> int:
+    """The model's earlier turns in a Responses ``input``: each a run of its output items
+    (assistant messages, function calls) between the caller's items."""
+    turns, in_turn = 0, False
+    for item in items:
+        ours = isinstance(item, dict) and (
+            item.get("type") == "function_call" or item.get("role") == "assistant"
+        )
+        turns += ours and not in_turn
+        in_turn = ours
+    return turns
 
 
 def _input(args: str) -> Any:

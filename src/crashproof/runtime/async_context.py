@@ -13,6 +13,12 @@ Two rules keep the journal's order the workflow's order:
 - a ctx call that is cancelled (``CancelledError``, ``asyncio.timeout``) ends the drive
   as a crash at that point would: nothing of it is recorded, every later ctx call and
   the workflow's return raise ``DriveCancelled``, and the run stays resumable.
+
+A framework that runs its hooks in tasks of its own (pydantic-ai) is let in by
+``with ctx.delegated():`` around the await that starts it: while the workflow's task
+waits there, any task of the loop may make ctx calls, but still one at a time (a call
+while another is in flight is refused), so the order is the framework's own, which it
+keeps deterministic (its tools run sequentially).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid as _uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from types import GeneratorType
 from typing import Any, TypeVar
 
@@ -48,6 +55,8 @@ class AsyncContext:
         self._task: asyncio.Task[Any] | None = asyncio.current_task()
         self._batcher = batcher_for(core._host)  # the shell of this core: its host too
         self._ended = False
+        self._delegated = 0  # depth of ``delegated()`` blocks open
+        self._in_flight = False  # a delegated call is being made
         self.cancelled_at: str | None = None  # the key of the call a cancellation hit
 
     async def step(
@@ -111,29 +120,57 @@ class AsyncContext:
         self._own()
         return self._core.patched(change_id)
 
+    @contextmanager
+    def delegated(self) -> Iterator[None]:
+        """While the workflow's task awaits inside this block, ctx calls may come from
+        other tasks of its loop (a framework's own), one at a time: a call made while
+        another is in flight raises ``AsyncMisuse``, nothing recorded."""
+        self._own()
+        self._delegated += 1
+        try:
+            yield
+        finally:
+            self._delegated -= 1
+
     # -- the shell ---------------------------------------------------------------
 
     async def _drive(self, begin: Callable[..., Any], *args: Any) -> Any:
-        self._own()
-        work = begin(*args)
-        if type(work) is not GeneratorType:
-            return work  # replayed: nothing to await
+        delegated = self._own()
+        if delegated:
+            self._in_flight = True
         try:
-            return await run_async(work, self.settle)
-        except asyncio.CancelledError:
-            self.cancelled_at = self._core.last_key or "?"
-            raise
+            work = begin(*args)
+            if type(work) is not GeneratorType:
+                return work  # replayed: nothing to await
+            try:
+                return await run_async(work, self.settle)
+            except asyncio.CancelledError:
+                self.cancelled_at = self._core.last_key or "?"
+                raise
+        finally:
+            if delegated:
+                self._in_flight = False
 
-    def _own(self) -> None:
-        """Refuse a call that does not come from the workflow's task, or after a cancel."""
+    def _own(self) -> bool:
+        """Refuse a call that does not come from the workflow's task (or, inside
+        ``delegated()``, from another task while a call is in flight), or after a
+        cancel. True when the call is a delegated one."""
         if self.cancelled_at is not None:
             raise DriveCancelled(self.run_id, self.cancelled_at)
         try:
             task = asyncio.current_task()
         except RuntimeError:  # no event loop in this thread: a step's worker thread
             task = None
-        if task is self._task and not self._ended:
-            return
+        if task is self._task and not self._ended and not self._in_flight:
+            return False
+        if self._delegated and task is not None and not self._ended:
+            if self._in_flight:  # from another task, or from the workflow's own
+                raise AsyncMisuse(
+                    f"run {self.run_id!r}: a ctx call was made while another was in flight "
+                    "(tasks running in parallel under ctx.delegated()): their order would "
+                    "depend on scheduling. Nothing was recorded; run them one at a time"
+                )
+            return True
         if self._ended:
             raise AsyncMisuse(
                 f"run {self.run_id!r}: this drive has ended, so a ctx call from a task that "

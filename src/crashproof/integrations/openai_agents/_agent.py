@@ -1,0 +1,70 @@
+"""``durable_agent``: a copy of an Agents SDK agent (and of the agents it hands off to)
+whose model is a ``CrashproofModel`` and whose function tools are journaled."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from agents import Agent
+from agents.models.interface import Model
+from agents.tool import FunctionTool
+
+import crashproof as cp
+from crashproof.integrations.openai_agents._model import RETRY, CrashproofModel
+from crashproof.integrations.openai_agents._tools import journaled
+
+__all__ = ["durable_agent"]
+
+
+def _model(agent: Agent[Any], name: str, options: cp.StepOptions) -> CrashproofModel:
+    model = agent.model
+    if isinstance(model, CrashproofModel):
+        return model
+    if isinstance(model, str) or model is None:
+        from agents.models.multi_provider import MultiProvider
+
+        model_name = model or ""
+        inner: Model = MultiProvider().get_model(model or None)
+        model_name = model_name or str(getattr(inner, "model", "") or "")
+    else:
+        inner, model_name = model, str(getattr(model, "model", "") or "")
+    if not model_name:
+        raise cp.CrashproofError(
+            f"agent {agent.name!r}: its model {type(inner).__name__} names no model, so a "
+            "recorded call could not be matched to it on resume; nothing was sent"
+        )
+    return CrashproofModel(inner, name=name, model_name=model_name, options=options)
+
+
+def durable_agent(
+    agent: Agent[Any],
+    *,
+    tools: Mapping[str, cp.Tool] | None = None,
+    effects: Collection[str] = (),
+    options: cp.StepOptions | None = None,
+) -> Agent[Any]:
+    """``agent`` with each model call a decision named ``<agent name>:model`` and each
+    function tool journaled: a name in ``tools`` performed by that ``cp.Tool`` as an
+    act, a name in ``effects`` an act without lookup, any other a step. Agents it hands
+    off to are made durable the same way."""
+    if not agent.name or "#" in agent.name:
+        raise cp.CrashproofError(
+            f"durable_agent needs a named agent without '#', not {agent.name!r}: the name "
+            "is part of every journaled step"
+        )
+    for key, tool in (tools or {}).items():
+        if not isinstance(tool, cp.Tool):
+            raise TypeError(f"durable_agent: tools[{key!r}] is not a cp.Tool")
+    opts = options if options is not None else cp.StepOptions(retry=RETRY)
+    acts, marked = dict(tools or {}), frozenset(effects)
+    wrapped = [
+        journaled(t, acts, marked) if isinstance(t, FunctionTool) else t for t in agent.tools
+    ]
+    handoffs = [
+        durable_agent(h, tools=acts, effects=marked, options=opts) if isinstance(h, Agent) else h
+        for h in agent.handoffs
+    ]
+    return agent.clone(
+        model=_model(agent, f"{agent.name}:model", opts), tools=wrapped, handoffs=handoffs
+    )

@@ -1,0 +1,85 @@
+"""Function tools of an Agents SDK agent, journaled: a ``cp.Tool`` given for a tool name
+is ``ctx.act`` (intent before execute, lookup before any retry; the function's body is
+not called), a name in ``effects`` an act without lookup (frozen for review if a crash
+lands between its effect and its receipt), any other function tool ``ctx.step`` (its
+output recorded with the tool-call id). Keys: ``<model call key>/<index>:<tool>``."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any, ClassVar
+
+from agents.tool import FunctionTool
+from agents.tool_context import ToolContext
+
+import crashproof as cp
+from crashproof.integrations.openai_agents._bridge import Session, bound, ctx_call
+from crashproof.integrations.openai_agents._model import to_json
+
+__all__ = ["journaled"]
+
+Invoke = Callable[[ToolContext[Any], str], Awaitable[Any]]
+
+
+class _Effect(cp.Tool):
+    """A function tool's body as an act without lookup."""
+
+    name: ClassVar[str] = "openai_agents.function"
+    version: ClassVar[str] = "1"
+    supports_lookup: ClassVar[bool] = False
+
+    def __init__(self, invoke: Invoke, context: ToolContext[Any], session: Session) -> None:
+        self.invoke, self.context = invoke, context
+        self.loop = asyncio.get_running_loop()
+        self.is_async = isinstance(session.ctx, cp.AsyncContext)
+
+    async def _run(self, call: cp.Call) -> cp.Receipt:
+        output = await self.invoke(self.context, str(call.params["input"]))
+        return cp.Receipt(call.operation_id, to_json(output), call.intent_digest)
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        return asyncio.run_coroutine_threadsafe(self._run(call), self.loop).result()
+
+
+class _AsyncEffect(_Effect):
+    async def execute(self, call: cp.Call) -> cp.Receipt:  # type: ignore[override]
+        return await self._run(call)
+
+
+def _key(session: Session, context: ToolContext[Any]) -> str:
+    index = session.index.get(context.tool_call_id)
+    if session.base is None or index is None:
+        return f"tool/{context.tool_call_id.replace('#', '.')}:{context.tool_name}"
+    return f"{session.base}/{index}:{context.tool_name}"
+
+
+def journaled(
+    tool: FunctionTool, acts: Mapping[str, cp.Tool], effects: Collection[str]
+) -> FunctionTool:
+    """``tool`` with its calls journaled (a copy; ``tool`` is unchanged)."""
+    invoke: Invoke = tool.on_invoke_tool
+    target = acts.get(tool.name)
+
+    async def on_invoke(context: ToolContext[Any], input_json: str) -> Any:
+        session = bound(f"tool {tool.name!r}")
+        key = _key(session, context)
+        if target is not None:
+            params = json.loads(input_json) if input_json.strip() else {}
+            return await ctx_call(session, "act", key, target, **params)
+        if tool.name in effects:
+            shell = _AsyncEffect if isinstance(session.ctx, cp.AsyncContext) else _Effect
+            effect = shell(invoke, context, session)
+            return await ctx_call(session, "act", key, effect, input=input_json)
+
+        async def run(call_id: str, input: str) -> dict[str, Any]:
+            return {"tool_call_id": call_id, "output": to_json(await invoke(context, input))}
+
+        record = await ctx_call(
+            session, "step", key, run, call_id=context.tool_call_id, input=input_json
+        )
+        return record["output"]
+
+    return dataclasses.replace(tool, on_invoke_tool=on_invoke)

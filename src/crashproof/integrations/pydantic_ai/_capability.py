@@ -1,0 +1,305 @@
+"""``CrashproofDurability``: a pydantic-ai capability that journals an agent's model
+requests and tool calls in the crashproof run of the enclosing ``durable(ctx)`` block.
+
+Hooks (pydantic-ai's ``AbstractCapability``):
+
+- ``for_agent``: the agent must be named (``Agent(..., name=...)``), or a
+  ``name=`` given here: the name is part of every step name and every digest.
+- ``wrap_run``: a run outside ``durable(ctx)`` is refused, never silently not durable.
+- ``prepare_tools``: every function tool runs ``sequential``, so the journal's order is
+  the model's order on every drive.
+- ``wrap_model_request``: one ``ctx.decide("<agent>:model_request", ...)``; the value is
+  the ``ModelResponse``'s JSON, revived on the first run and on replay (the model is
+  not called again, so no span or event of it is emitted again); model name and tokens
+  go to the run's budget. A streamed request is refused (``UserError``) before it is
+  sent: its events could not be given again on replay.
+- ``wrap_tool_execute``: each call of the latest response is journaled under
+  ``<decision key>/<index>:<tool>`` (``#`` written ``.``): a ``cp.Tool`` given in
+  ``tools=`` as ``ctx.act`` (intent before execute, lookup before any retry, fencing
+  token forwarded; the function's body is not called), a tool whose metadata says
+  ``{"crashproof": "effect"}`` (``EFFECT``) as an act without lookup (a crash between
+  its effect and its receipt freezes the run for review instead of repeating it), any
+  other function tool as ``ctx.step`` (its result recorded with the tool-call id,
+  replayed after; like every step, run again if a crash lands between its effect and
+  its record). ``functions="effect"`` makes every unmarked function tool an effect,
+  and ``STEP`` metadata a step.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from pydantic_ai.capabilities import AbstractCapability, Instrumentation
+from pydantic_ai.capabilities.abstract import (
+    CapabilityOrdering,
+    WrapModelRequestHandler,
+    WrapRunHandler,
+    WrapToolExecuteHandler,
+)
+from pydantic_ai.exceptions import (
+    ApprovalRequired,
+    CallDeferred,
+    ModelAPIError,
+    ModelHTTPError,
+    ModelRetry,
+    UserError,
+)
+from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
+
+import crashproof as cp
+from crashproof.integrations.pydantic_ai._bridge import bound, ctx_call
+from crashproof.integrations.pydantic_ai._codec import decision_value, request_args, revive, to_json
+from crashproof.integrations.pydantic_ai._effects import FunctionEffect
+
+__all__ = ["EFFECT", "MODEL_RETRY", "STEP", "CrashproofDurability"]
+
+#: Tool metadata marking a function tool as an effect: ``@agent.tool_plain(metadata=EFFECT)``.
+EFFECT: dict[str, str] = {"crashproof": "effect"}
+#: Tool metadata marking a function tool as local work (a step) under ``functions="effect"``.
+STEP: dict[str, str] = {"crashproof": "step"}
+
+#: Model requests: one try. pydantic-ai lets a hook call the model once per request
+#: (``wrap_model_request`` may call its handler only once), so a transient error
+#: (``cp.Unavailable``) stops the run resumable at once and the next drive asks again;
+#: retries within a drive belong inside the model (its HTTP client, ``FallbackModel``).
+MODEL_RETRY = cp.RetryPolicy(attempts=1, retry_on=(cp.Unavailable,))
+
+_TRANSIENT = frozenset({408, 409, 429})
+
+
+def _transient(exc: Exception) -> Exception:
+    """A transient model error as ``cp.Unavailable`` (retried, then the run stops
+    resumable); anything else as it is (the decision fails, recorded)."""
+    if isinstance(exc, ModelHTTPError):
+        if exc.status_code in _TRANSIENT or exc.status_code >= 500:
+            return cp.Unavailable(f"model request failed: HTTP {exc.status_code}: {exc}")
+        return exc
+    if isinstance(exc, ModelAPIError):  # a connection error, a timeout, a stream cut
+        return cp.Unavailable(f"model request failed: {exc}")
+    return exc
+
+
+def _usage(response: ModelResponse) -> dict[str, int]:
+    u = response.usage
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cached_tokens": u.cache_read_tokens,
+        "total_tokens": u.input_tokens + u.output_tokens,
+    }
+
+
+@dataclass(init=False)
+class CrashproofDurability(AbstractCapability[AgentDepsT]):
+    """Make a named agent durable inside a crashproof workflow::
+
+    durability = CrashproofDurability(tools={"open_pr": forge})
+    agent = Agent(model, name="fixer", capabilities=[durability])
+
+    @ledger.workflow("fix", version="1")
+    async def fix(ctx: cp.AsyncContext, issue: str) -> str:
+        with durable(ctx):
+            return (await agent.run(issue)).output
+    """
+
+    name: str | None
+    tools: Mapping[str, cp.Tool]
+    options: cp.StepOptions
+    functions: Literal["step", "effect"]
+    _agent: str | None = field(default=None, repr=False)
+    # Per run (for_run makes a copy): the step key of the latest decision, and the
+    # index of each of its tool calls.
+    _base: str | None = field(default=None, repr=False)
+    _index: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        tools: Mapping[str, cp.Tool] | None = None,
+        options: cp.StepOptions | None = None,
+        functions: Literal["step", "effect"] = "step",
+    ) -> None:
+        """``name``: the agent's name if it has none; ``tools``: pydantic-ai tool name ->
+        the ``cp.Tool`` that performs it as an act (the tool's function only declares
+        its parameters); ``options``: for each model request (default: ``MODEL_RETRY``,
+        one try);
+        ``functions``: what an unmarked function tool is: a ``"step"`` (run again if a
+        crash lands between its effect and its record) or an ``"effect"`` (an act
+        without lookup: such a crash freezes the run for review instead); ``EFFECT``
+        and ``STEP`` metadata choose per tool."""
+        if functions not in ("step", "effect"):
+            raise ValueError(f"CrashproofDurability: functions={functions!r}: 'step' or 'effect'")
+        if name is not None and (not name or "#" in name):
+            raise ValueError(f"CrashproofDurability: name {name!r} must be non-empty, no '#'")
+        for key, tool in (tools or {}).items():
+            if not isinstance(tool, cp.Tool):
+                raise TypeError(f"CrashproofDurability: tools[{key!r}] is not a cp.Tool")
+        self.name = name
+        self.tools = dict(tools or {})
+        self.options = options if options is not None else cp.StepOptions(retry=MODEL_RETRY)
+        retry = self.options.retry
+        if retry is not None and retry.attempts > 1:
+            raise ValueError(
+                "CrashproofDurability: a model request is tried once per drive (pydantic-ai "
+                "lets a hook call the model only once); give options a RetryPolicy with "
+                "attempts=1 and retry inside the model (its HTTP client, FallbackModel)"
+            )
+        self.functions = functions
+        self._agent = name
+        self._base = None
+        self._index = {}
+
+    # -- binding -------------------------------------------------------------------
+
+    def for_agent(self, agent: Any) -> CrashproofDurability[AgentDepsT]:
+        agent_name = self.name or getattr(agent, "name", None)
+        if not agent_name:
+            raise UserError(
+                "CrashproofDurability needs a named agent: Agent(..., name='...') or "
+                "CrashproofDurability(name='...'). The name is part of every journaled "
+                "step, so it must not change between a crash and its resume"
+            )
+        if "#" in agent_name:
+            raise UserError(f"CrashproofDurability: the agent's name {agent_name!r} holds '#'")
+        agent_bound = copy.copy(self)
+        agent_bound._agent = agent_name
+        return agent_bound
+
+    async def for_run(self, ctx: RunContext[AgentDepsT]) -> CrashproofDurability[AgentDepsT]:
+        run = copy.copy(self)
+        run._base, run._index = None, {}
+        return run
+
+    def get_ordering(self) -> CapabilityOrdering:
+        # Outside pydantic-ai's Instrumentation: a replayed model request or tool call
+        # returns its record without entering it, so no span is emitted again for it.
+        return CapabilityOrdering(position="outermost", wraps=(Instrumentation,))
+
+    def _ctx(self) -> cp.Context | cp.AsyncContext:
+        ctx = bound()
+        if ctx is None:
+            raise UserError(
+                f"agent {self._agent!r} has CrashproofDurability but runs outside a "
+                "crashproof workflow: call agent.run / run_sync inside `with durable(ctx):` "
+                "in the workflow. Nothing was sent"
+            )
+        return ctx
+
+    # -- hooks ---------------------------------------------------------------------
+
+    async def wrap_run(
+        self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        self._ctx()  # refuse before anything is sent
+        return await handler()
+
+    async def prepare_tools(
+        self, ctx: RunContext[AgentDepsT], tool_defs: list[ToolDefinition]
+    ) -> list[ToolDefinition]:
+        return [t if t.sequential else replace(t, sequential=True) for t in tool_defs]
+
+    async def wrap_model_request(
+        self,
+        ctx: RunContext[AgentDepsT],
+        *,
+        request_context: ModelRequestContext,
+        handler: WrapModelRequestHandler,
+    ) -> ModelResponse:
+        run_ctx = self._ctx()
+        if request_context.streaming:
+            raise UserError(
+                f"agent {self._agent!r}: a streamed model request (run_stream, "
+                "run_stream_events, iter with node streaming, event_stream_handler=) is not "
+                "durable under CrashproofDurability, so it is refused before anything is "
+                "sent; use agent.run / run_sync without an event stream handler"
+            )
+        args = request_args(str(self._agent), request_context)
+
+        async def ask(**_: Any) -> cp.Decision:
+            try:
+                response = await handler(request_context)
+            except Exception as exc:
+                failure = _transient(exc)
+                if failure is exc:
+                    raise
+                raise failure from exc
+            return cp.Decision(
+                decision_value(response), model=response.model_name, usage=_usage(response)
+            )
+
+        name = f"{self._agent}:model_request"
+        value = await ctx_call(run_ctx, "decide", name, ask, options=self.options, **args)
+        key = run_ctx.last_key
+        if not isinstance(key, str):
+            raise cp.CrashproofError("the model request's decision left no step key")
+        response = revive(value)
+        self._base = key.replace("#", ".")
+        self._index = {
+            part.tool_call_id: i
+            for i, part in enumerate(p for p in response.parts if isinstance(p, ToolCallPart))
+        }
+        return response
+
+    def _tool_step(self, call: ToolCallPart) -> str:
+        index = self._index.get(call.tool_call_id)
+        if self._base is None or index is None:
+            # A call this run's model did not make (deferred results, a given history):
+            # named by its id, which the history fixes.
+            return f"{self._agent}:tool/{call.tool_call_id.replace('#', '.')}:{call.tool_name}"
+        return f"{self._base}/{index}:{call.tool_name}"
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[AgentDepsT],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        run_ctx = self._ctx()
+        step = self._tool_step(call)
+        tool = self.tools.get(call.tool_name)
+        marked = (tool_def.metadata or {}).get("crashproof", self.functions)
+        if tool is None and marked == "effect":
+            tool = FunctionEffect.bind(run_ctx, call.tool_name, handler)
+        if tool is not None:
+            result = await ctx_call(run_ctx, "act", step, tool, **to_json(args))
+            return FunctionEffect.unwrap(result)
+
+        async def run(call_id: str, params: dict[str, Any]) -> dict[str, Any]:
+            try:
+                output = await handler(params)
+            except ModelRetry as exc:
+                return {"tool_call_id": call_id, "retry": exc.message}
+            except ApprovalRequired as exc:
+                return {"tool_call_id": call_id, "deferred": "approval", "meta": exc.metadata}
+            except CallDeferred as exc:
+                return {"tool_call_id": call_id, "deferred": "call", "meta": exc.metadata}
+            return {"tool_call_id": call_id, "output": to_json(output)}
+
+        record = await ctx_call(
+            run_ctx, "step", step, run, call_id=call.tool_call_id, params=to_json(args)
+        )
+        return _replayed(record)
+
+
+def _replayed(record: Any) -> Any:
+    """A function tool's recorded step back as pydantic-ai expects it: its output, or
+    the control-flow exception the tool raised (a retry prompt, a deferral)."""
+    if not isinstance(record, dict):
+        raise cp.CrashproofError(f"a tool step recorded {record!r}, not a tool record")
+    if "retry" in record:
+        raise ModelRetry(str(record["retry"]))
+    if record.get("deferred") == "approval":
+        raise ApprovalRequired(metadata=record.get("meta"))
+    if record.get("deferred") == "call":
+        raise CallDeferred(metadata=record.get("meta"))
+    return record.get("output")

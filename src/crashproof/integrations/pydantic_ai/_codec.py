@@ -1,0 +1,91 @@
+"""pydantic-ai's messages as crashproof records (sans I/O).
+
+A model request is journaled as a decision whose arguments are a *projection* of what
+is sent: the agent's name, the model's identity, the messages as JSON, the settings and
+the function tools' names and schemas. pydantic-ai stamps every message with the time
+it was made and the run's random id; those differ on every drive of the same workflow,
+so they are left out of the projection (a replay would otherwise never match; the
+SIGKILL matrix found ``model_id``). Every
+other byte the model receives is bound by the digest: a prompt, a tool's schema or a
+model changed under a live run freezes it (``cp.NonDeterminismError``).
+
+The recorded value is the ``ModelResponse`` dumped by pydantic-ai's own
+``ModelMessagesTypeAdapter``, and revived by it on the first run and on replay alike,
+so both see the same object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
+from pydantic_ai.models import Model, ModelRequestContext
+
+__all__ = ["VOLATILE", "decision_value", "model_identity", "request_args", "revive", "to_json"]
+
+#: Keys pydantic-ai fills from the clock or a random id on every drive, and a response's
+#: ``model_id``, which the agent graph stamps on a response after the model answered live
+#: but not on one a hook gave back (the model is bound by ``model`` in the arguments).
+VOLATILE = frozenset({"timestamp", "run_id", "conversation_id", "model_id"})
+
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def to_json(value: Any) -> Any:
+    """Any tool result or setting as plain JSON (pydantic's own encoding)."""
+    return _ANY.dump_python(value, mode="json")
+
+
+def model_identity(model: Model) -> str:
+    """``system:model_name``: what the digest binds. A model that names neither cannot
+    be told apart from another across processes, so it is refused."""
+    system = getattr(model, "system", None)
+    name = getattr(model, "model_name", None)
+    if not isinstance(name, str) or not name or not isinstance(system, str):
+        raise TypeError(
+            f"{type(model).__name__} names no stable model (system={system!r}, "
+            f"model_name={name!r}): a recorded decision could not be matched to it on "
+            "resume; nothing was sent"
+        )
+    return f"{system}:{name}"
+
+
+def request_args(agent: str, request_context: ModelRequestContext) -> dict[str, Any]:
+    """The decision's arguments: everything the model receives, minus clock and ids."""
+    messages: list[ModelMessage] = list(request_context.messages)
+    params = request_context.model_request_parameters
+    tools = [
+        {"name": t.name, "parameters": t.parameters_json_schema, "kind": t.kind}
+        for t in (*params.function_tools, *params.output_tools)
+    ]
+    return {
+        "agent": agent,
+        "model": model_identity(request_context.model),
+        "messages": _strip(ModelMessagesTypeAdapter.dump_python(messages, mode="json")),
+        "settings": to_json(request_context.model_settings or {}),
+        "tools": tools,
+        "output_mode": params.output_mode,
+        "allow_text_output": params.allow_text_output,
+    }
+
+
+def decision_value(response: ModelResponse) -> Any:
+    """The response's JSON, as recorded."""
+    return ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
+
+
+def revive(value: Any) -> ModelResponse:
+    """The recorded JSON back as pydantic-ai's ``ModelResponse``."""
+    (message,) = ModelMessagesTypeAdapter.validate_python([value])
+    if not isinstance(message, ModelResponse):
+        raise TypeError(f"the recorded decision is a {type(message).__name__}, not a response")
+    return message

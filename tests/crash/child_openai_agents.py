@@ -1,0 +1,36 @@
+"""A zygote for the OpenAI Agents SDK crash matrix (as ``child_pydantic_ai.py``): it
+imports the SDK once, then for each line ``URL DIR MODEL_URL N`` forks a child that runs
+the agent of ``tests/integrations/openai_agents/test_runner.py`` with a SIGKILL at the
+N-th crash point, and writes back the child's wait status."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[2]))
+from tests.integrations.openai_agents import test_runner as oa
+
+import crashproof as cp
+
+
+def child(url: str, directory: Path, model_url: str, n: int) -> None:
+    points = cp.CrashPoints(at=n, action="sigkill")
+    with cp.Ledger(url, crash_points=points) as ledger:
+        wf = oa.workflow(ledger, oa.make(directory, model_url), "async")
+        asyncio.run(ledger.run_async(wf, run_id="r", prompt="go"))
+
+
+if __name__ == "__main__":
+    for line in sys.stdin:
+        url, directory, model_url, n = line.split()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                child(url, Path(directory), model_url, int(n))
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), flush=True)

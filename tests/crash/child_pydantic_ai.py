@@ -1,0 +1,36 @@
+"""A zygote for the pydantic-ai crash matrix: it imports pydantic-ai once (seconds on a
+loaded machine), then for each line ``URL DIR MODE N`` read from stdin forks a child
+that runs the agent of ``pyd_agents.make_agent`` (sync or async workflow) with a
+SIGKILL at the N-th crash point, and writes back the child's wait status. Each child is
+a real process killed by SIGKILL mid-run; the zygote itself runs nothing."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "integrations" / "pydantic_ai"))
+import pyd_agents
+
+import crashproof as cp
+
+
+def child(url: str, directory: Path, mode: str, n: int) -> None:
+    points = cp.CrashPoints(at=n, action="sigkill")
+    with cp.Ledger(url, crash_points=points) as ledger:
+        wf = pyd_agents.workflow(ledger, pyd_agents.make_agent(directory), mode)
+        pyd_agents.drive(ledger, wf, mode, prompt="go")
+
+
+if __name__ == "__main__":
+    for line in sys.stdin:
+        url, directory, mode, n = line.split()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                child(url, Path(directory), mode, int(n))
+            finally:
+                os._exit(0)  # reached only when no point fired
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), flush=True)

@@ -1,0 +1,105 @@
+"""SIGKILL of a real child at every crash point of an OpenAI Agents SDK run on a
+``durable_agent`` (two model calls over the real SDK and ``openai`` client to the local
+Responses server in this process; a step, an effect without lookup, a PR through a
+``cp.Tool`` with lookup; the SDK runs the three tools concurrently), resumed in this
+process: SAME, or REFUSED for the effect in its own window; each effect once; a model
+call asked again only when the crash lost its answer before the commit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import crashproof as cp
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+sys.path.insert(0, str(Path(__file__).parents[2]))
+from model_server import ModelServer
+from tests.integrations.openai_agents import test_runner as oa
+
+CHILD = Path(__file__).parent / "child_openai_agents.py"
+NOTE = "helper:model/1:note"
+ADD_WINDOW = "before_commit[step_done:helper:model/0:add]"
+LOST = {
+    "before_commit[step_done:helper:model]": 0,
+    "before_commit[step_done:helper:model#2]": 1,
+}
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ModelServer]:
+    with ModelServer(oa.SCRIPT, by_turn=True) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    yield proc
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=30)
+
+
+def _turns(requests: list[dict[str, object]]) -> Counter[int]:
+    from model_server import _responses_turns
+
+    return Counter(_responses_turns(r["body"]["input"]) for r in requests)  # type: ignore[index]
+
+
+def test_sigkill_at_every_point_of_the_runner(
+    server: ModelServer, zygote: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    (tmp_path / "reference").mkdir()
+    points = cp.CrashPoints()
+    with cp.Ledger("memory://", crash_points=points) as ledger:
+        wf = oa.workflow(ledger, oa.make(tmp_path / "reference", server.url), "async")
+        asyncio.run(ledger.run_async(wf, run_id="r", prompt="go"))
+    assert "inside[act:helper:model/2:open_pr:opened]" in points.passed
+    assert zygote.stdin is not None
+    assert zygote.stdout is not None
+    outcomes: Counter[str] = Counter()
+    for n, point in enumerate(points.passed, start=1):
+        directory = tmp_path / str(n)
+        directory.mkdir()
+        url = f"sqlite:///{directory}/runs.db"
+        del server.requests[:]
+        zygote.stdin.write(f"{url} {directory} {server.url} {n}\n")
+        zygote.stdin.flush()
+        assert int(zygote.stdout.readline()) == -signal.SIGKILL, point
+        with cp.Ledger(url) as ledger:
+            wf = oa.workflow(ledger, oa.make(directory, server.url), "async")
+            status, outcome = "succeeded", "SAME"
+            try:
+                out = asyncio.run(ledger.run_async(wf, run_id="r", prompt="go"))
+                assert out.startswith("done ["), point
+            except cp.RunFrozen as frozen:
+                status, outcome = frozen.status, "REFUSED"
+        if outcome == "REFUSED":
+            assert status == "needs_review", point
+            assert NOTE in point, point
+        effects = oa.lines(directory / "effects")
+        assert effects.count("5") == (2 if point == ADD_WINDOW else 1), point
+        assert effects.count("hi") <= 1, point
+        if outcome == "SAME":
+            assert effects.count("hi") == 1, point
+            prs = json.loads((directory / "prs.json").read_text())
+            assert list(prs) == ["r/helper:model/2:open_pr"], point
+        asked = _turns(server.requests)
+        again = {t for t, c in asked.items() if c > 1}
+        assert again <= ({LOST[point]} if point in LOST else set()), (point, asked)
+        outcomes[outcome] += 1
+    assert outcomes["REFUSED"] == 2
+    assert outcomes["SAME"] == len(points.passed) - 2
