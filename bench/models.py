@@ -33,7 +33,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 from _common import (
     interleaved,
@@ -61,7 +60,10 @@ MESSAGES = [
 
 def sync_client(url: str) -> openai.OpenAI:
     return openai.OpenAI(
-        api_key="local", base_url=url, max_retries=0, http_client=httpx.Client(verify=False)
+        api_key="local",
+        base_url=url,
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(verify=False),
     )
 
 
@@ -70,7 +72,7 @@ def async_client(url: str) -> openai.AsyncOpenAI:
         api_key="local",
         base_url=url,
         max_retries=0,
-        http_client=httpx.AsyncClient(verify=False),
+        http_client=openai.DefaultAsyncHttpxClient(verify=False),
     )
 
 

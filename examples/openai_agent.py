@@ -105,7 +105,8 @@ SYSTEM = "You are a code agent. Use the tools to change the repository, test, co
 
 
 def _function(name: str, description: str, properties: dict[str, Any], *required: str) -> Any:
-    schema = {"type": "object", "properties": properties, "required": list(required)}
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    schema["required"] = list(required)
     schema["additionalProperties"] = False
     return {
         "type": "function",
@@ -229,7 +230,9 @@ def make_env(directory: Path) -> Env:
     forge.ensure_repository("greeter", head=_git(repo, "rev-parse", "main"))
     # Plain HTTP on the loopback: no TLS, so no CA bundle to load for every environment.
     client = openai.OpenAI(
-        api_key="local", base_url=model.url, http_client=httpx.Client(verify=False, timeout=10.0)
+        api_key="local",
+        base_url=model.url,
+        http_client=openai.DefaultHttpxClient(verify=False, timeout=10.0),
     )
     http = httpx.Client(verify=False, timeout=10.0)
     lookup = "/by-key/{operation_id}"
