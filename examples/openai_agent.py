@@ -192,7 +192,8 @@ class Env:
 
 def run_tests(root: Path) -> str:
     """Every ``test_*`` function of the ``test_*.py`` files, in process, with the
-    repository's modules imported fresh from its files (no bytecode written, none kept)."""
+    repository's modules imported fresh from its files (no bytecode written, none kept:
+    a later run, in another repository, imports its own)."""
     before, path, bytecode = set(sys.modules), list(sys.path), sys.dont_write_bytecode
     sys.path.insert(0, str(root))
     sys.dont_write_bytecode = True
@@ -210,8 +211,9 @@ def run_tests(root: Path) -> str:
                         failed.append(f"{test_file.name}::{name}: {type(exc).__name__} {exc}")
     finally:
         sys.path[:], sys.dont_write_bytecode = path, bytecode
-        for name in set(sys.modules) - before:
-            del sys.modules[name]
+        for name in set(sys.modules) - before:  # the repository's own, never a library's
+            if str(getattr(sys.modules[name], "__file__", "")).startswith(f"{root}/"):
+                del sys.modules[name]
     return "\n".join([*failed, f"{passed} passed, {len(failed)} failed"])
 
 
