@@ -2,7 +2,9 @@
 ``openai`` SDK against the test's model server: write a file (a workspace act), run a
 check (a step), open a PR (an act with lookup), then finish.
 
-Usage: python child_models.py URL DIR MODEL_URL SPEC   (SPEC: none | at:N)
+Usage: python child_models.py URL DIR MODEL_URL SPEC   (SPEC: none | at:N), or
+``main(URL, DIR, MODEL_URL, SPEC)`` in a process forked from a forkserver that has
+imported the SDK already (what the crash matrix does).
 The forge keeps its PRs in DIR/prs.json, so they survive SIGKILL.
 """
 
@@ -69,8 +71,11 @@ def make(ledger: cp.Ledger, directory: Path, model_url: str) -> cp.Workflow[Any]
     return ledger.workflow("agent", version="1")(agent)
 
 
-if __name__ == "__main__":
-    url, directory, model_url, spec = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+def main(url: str, directory: str, model_url: str, spec: str) -> None:
     points = cp.CrashPoints(at=int(spec[3:]), action="sigkill") if spec != "none" else None
     with cp.Ledger(url, crash_points=points) as ledger:
-        ledger.run(make(ledger, directory, model_url), run_id="a")
+        ledger.run(make(ledger, Path(directory), model_url), run_id="a")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

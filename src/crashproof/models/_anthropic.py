@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crashproof.models._api import ToolCall, dump
+from crashproof.models._api import ToolCall, dump, revive
 from crashproof.models._pricing import Usage
 
 __all__ = ["MESSAGES"]
@@ -23,7 +23,7 @@ class _Messages:
     def revive(self, data: dict[str, Any]) -> Any:
         from anthropic.types import Message
 
-        return Message.model_construct(**data)
+        return revive(Message, data)
 
     def usage(self, reply: Any) -> tuple[str | None, Usage]:
         u = reply.usage

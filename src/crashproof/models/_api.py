@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from crashproof.models._pricing import Usage
 
-__all__ = ["Api", "ToolCall", "dump"]
+__all__ = ["Api", "ToolCall", "dump", "revive"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,20 @@ def dump(model: Any) -> dict[str, Any]:
     exact for the SDKs' optional fields."""
     data: dict[str, Any] = model.model_dump(mode="json", exclude_none=True, warnings=False)
     return data
+
+
+def revive(cls: Any, data: dict[str, Any]) -> Any:
+    """``data`` (what ``dump`` recorded) as the SDK type ``cls``: validated by pydantic,
+    else, when it does not fit the types this SDK version declares (a field a newer API
+    added), built leniently as the SDK builds the responses it reads (``model_construct``).
+    The same JSON always takes the same path, so the first run and a replay get the same
+    object. Validation first because it is native code: 11 µs for a chat completion with
+    a tool call, against 525 µs for ``model_construct`` (the SDK's Python walk over its
+    types), which was nearly all of the recorder's cost per call (bench/models.py)."""
+    try:
+        return cls.model_validate(data)
+    except ValueError:  # pydantic's ValidationError is a ValueError
+        return cls.model_construct(**data)
 
 
 class Api(Protocol):

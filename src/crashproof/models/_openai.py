@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crashproof.models._api import ToolCall, dump
+from crashproof.models._api import ToolCall, dump, revive
 from crashproof.models._pricing import Usage
 
 __all__ = ["CHAT", "RESPONSES"]
@@ -31,7 +31,7 @@ class _Chat:
     def revive(self, data: dict[str, Any]) -> Any:
         from openai.types.chat import ChatCompletion
 
-        return ChatCompletion.model_construct(**data)
+        return revive(ChatCompletion, data)
 
     def usage(self, reply: Any) -> tuple[str | None, Usage]:
         u = reply.usage
@@ -88,7 +88,7 @@ class _Responses:
     def revive(self, data: dict[str, Any]) -> Any:
         from openai.types.responses import Response
 
-        return Response.model_construct(**data)
+        return revive(Response, data)
 
     def usage(self, reply: Any) -> tuple[str | None, Usage]:
         u = reply.usage
