@@ -1,6 +1,6 @@
 """The ctx of the enclosing ``durable(ctx)`` block, and one ctx call from a coroutine
-on the Agents SDK's loop (the same bridge as the pydantic-ai integration's: kept apart
-so that neither integration imports the other's framework).
+on the Agents SDK's loop (made by ``integrations/_calls_from_loop.py``, shared with the
+pydantic-ai integration).
 
 An async ctx is awaited in place, inside ``ctx.delegated()`` (the SDK runs tools in
 tasks of its own); a lock keeps its calls one at a time in the order the SDK's tasks
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import crashproof as cp
+from crashproof.integrations._calls_from_loop import ctx_call as call_from_loop
 
 __all__ = ["Session", "bound", "ctx_call", "durable"]
 
@@ -76,17 +77,5 @@ async def ctx_call(
     **kwargs: Any,
 ) -> Any:
     """``ctx.<method>(name, work, **kwargs)``, one at a time, from the SDK's loop."""
-    ctx = session.ctx
     async with session.lock:
-        if isinstance(ctx, cp.AsyncContext):
-            return await getattr(ctx, method)(name, work, **kwargs)
-        loop = asyncio.get_running_loop()
-        target: Any = work
-        if not isinstance(work, cp.Tool):
-            coroutine_fn = work
-
-            def on_loop(*args: Any, **kw: Any) -> Any:
-                return asyncio.run_coroutine_threadsafe(coroutine_fn(*args, **kw), loop).result()
-
-            target = on_loop
-        return await asyncio.to_thread(getattr(ctx, method), name, target, **kwargs)
+        return await call_from_loop(session.ctx, method, name, work, **kwargs)

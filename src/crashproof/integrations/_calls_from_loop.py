@@ -1,0 +1,42 @@
+"""One ctx call from a coroutine on a framework's event loop, for either kind of workflow
+(shared by the pydantic-ai and Agents SDK integrations; it imports neither framework).
+
+A ``cp.AsyncContext`` is awaited in place. A sync ``cp.Context`` blocks, and the work it
+wraps (a model request, a tool) must run on the very loop that would be blocked: so the
+sync ctx call goes to a worker thread (contextvars copied) while the loop stays free,
+and the work is handed back to the loop from there."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import crashproof as cp
+
+__all__ = ["ctx_call"]
+
+
+async def ctx_call(
+    ctx: cp.Context | cp.AsyncContext,
+    method: str,
+    name: str,
+    work: Callable[..., Coroutine[Any, Any, Any]] | cp.Tool,
+    /,
+    **kwargs: Any,
+) -> Any:
+    """``ctx.<method>(name, work, **kwargs)``; ``work`` is a coroutine function (a step or
+    a decision) or a ``cp.Tool`` (an act)."""
+    if isinstance(ctx, cp.AsyncContext):
+        return await getattr(ctx, method)(name, work, **kwargs)
+    loop = asyncio.get_running_loop()
+    target: Any = work
+    if not isinstance(work, cp.Tool):
+        coroutine_fn = work
+
+        def on_loop(*args: Any, **kw: Any) -> Any:
+            # Back on the loop the caller runs on, waiting here in the worker thread.
+            return asyncio.run_coroutine_threadsafe(coroutine_fn(*args, **kw), loop).result()
+
+        target = on_loop
+    return await asyncio.to_thread(getattr(ctx, method), name, target, **kwargs)
