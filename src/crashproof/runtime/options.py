@@ -6,6 +6,7 @@ import random as _random
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashproof.errors import PermanentError
 from crashproof.journal.records import Limits
 from crashproof.runtime.guards.policy import Policy
 
@@ -32,7 +33,9 @@ class RetryPolicy:
     """How often a local step or decision is tried, and how long to wait between tries.
 
     Every failed attempt is journaled; a crash during the wait resumes the wait,
-    not the count.
+    not the count. A ``cp.Unavailable`` waits at least its ``retry_after``; when that is
+    more than ``max_backoff``, or the attempts run out, the run stops resumable
+    (``runtime/steps/outage.py``).
     """
 
     attempts: int = 3
@@ -54,7 +57,9 @@ class RetryPolicy:
         return base * (1 + self.jitter * _random.random())
 
     def retries(self, exc: BaseException) -> bool:
-        return isinstance(exc, self.retry_on)
+        """``exc`` is one of ``retry_on``, and not a ``cp.PermanentError`` (it says a
+        try again fails too)."""
+        return isinstance(exc, self.retry_on) and not isinstance(exc, PermanentError)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
