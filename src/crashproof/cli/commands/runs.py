@@ -60,6 +60,19 @@ __all__ = ["list_runs", "reconcile_runs", "resume_run", "retry_run", "show_run",
 _PAGE = 200  # steps `crashproof show` prints unless told (--limit): a long run pages
 
 
+# --app of the commands that drive runs (resume, retry): required, repeatable.
+AppModules = Annotated[
+    list[str],
+    typer.Option(
+        "--app",
+        metavar="MODULE",
+        show_default=False,
+        help="Module whose workflows are registered (every crashproof workflow in its "
+        "globals), and policies (every cp.Policy). Repeatable.",
+    ),
+]
+
+
 def _finish(ledger: Ledger, settings: Settings, run_id: str, go: Callable[[], Any]) -> int:
     """Drive a run with ``go`` and print its outcome; errors propagate to ``main``."""
     try:
@@ -180,16 +193,7 @@ def resume_run(
     run_id: Annotated[
         str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to resume.")
     ],
-    app_modules: Annotated[
-        list[str],
-        typer.Option(
-            "--app",
-            metavar="MODULE",
-            show_default=False,
-            help="Module whose workflows are registered (every crashproof workflow in its "
-            "globals), and policies (every cp.Policy). Repeatable.",
-        ),
-    ],
+    app_modules: AppModules,
     raise_budget: Annotated[
         list[str] | None,
         typer.Option(
@@ -318,16 +322,7 @@ def retry_run(
     run_id: Annotated[
         str, typer.Argument(metavar="RUN_ID", show_default=False, help="The failed run.")
     ],
-    app_modules: Annotated[
-        list[str],
-        typer.Option(
-            "--app",
-            metavar="MODULE",
-            show_default=False,
-            help="Module whose workflows are registered (every crashproof workflow in its "
-            "globals), and policies (every cp.Policy). Repeatable.",
-        ),
-    ],
+    app_modules: AppModules,
     by: Annotated[
         str | None,
         typer.Option(
