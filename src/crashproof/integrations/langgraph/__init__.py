@@ -2,7 +2,7 @@
 
 - ``CrashproofSaver``: a LangGraph checkpointer on a crashproof ledger's database,
   its rows sealed by the ledger's key, witnessed against rollback and fenced by a lease
-  per thread; JSON only (``JsonSerde``), no pickle.
+  per thread; JSON only (``JsonSerde``): nothing stored can run code when read.
 - ``NodeCalls``: tool calls and model calls inside a node as crashproof acts and
   decisions, keyed by thread, checkpoint, task and tool-call id, so a node LangGraph
   runs again after a crash looks its effects up instead of repeating them.

@@ -227,12 +227,12 @@ class SealedRows:
             return Blob(channel, version, encode(value, where))
         known = self._lists.get(key)
         seen = known.seen if known is not None and known.seen is not None else []
+        texts = known.items if known is not None else []  # aligned with seen
         items: list[str] = []
         now: list[tuple[Any, Any]] = []
         for i, item in enumerate(value):
             if i < len(seen) and seen[i][0] is item and unchanged(item, seen[i][1]):
-                assert known is not None
-                items.append(known.items[i])  # the same object, as it was: its text
+                items.append(texts[i])  # the same object, as it was: its text
                 now.append(seen[i])
             else:
                 text = encode_item(item, where)
