@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError, IntegrityError, LedgerError
 from crashproof.journal.records import Event
@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 _Q = load_queries("sqlite")
+T = TypeVar("T")
 _INSERT_ALONE = _Q["insert_event_alone"]
 _RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
 # A run's journal end as a store last committed it: (next seq, last MAC, fencing token,
@@ -211,21 +212,29 @@ class SQLiteJournal:
                         token = end[2] if fencing_token is None else fencing_token
                         self._ends[run_id] = (seq + 1, mac, token, end[3])
                         return
-            conn = self._cursor
+            self._immediate(
+                lambda cur: self._append_locked(cur, events, status, fencing_token, run_id)
+            )
+
+    def _immediate(self, write: Callable[[sqlite3.Cursor], T]) -> T:
+        """``write`` in one write transaction on the shared connection (under the lock):
+        committed, or rolled back and SQLite's error turned into a clear one."""
+        cur = self._cursor
+        try:
+            cur.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    self._append_locked(conn, events, status, fencing_token, run_id)
-                    conn.execute("COMMIT")
-                    self._commits += 1
-                except BaseException:
-                    self._rollback(conn)
-                    raise
-            except sqlite3.DatabaseError as exc:
-                translated = self._translate(exc)
-                if translated is None:
-                    raise
-                raise translated from None
+                out = write(cur)
+                cur.execute("COMMIT")
+                self._commits += 1
+                return out
+            except BaseException:
+                self._rollback(cur)
+                raise
+        except sqlite3.DatabaseError as exc:
+            translated = self._translate(exc)
+            if translated is None:
+                raise
+            raise translated from None
 
     def _append_batch(
         self, groups: Sequence[Sequence[RecordAppend]]
@@ -241,36 +250,27 @@ class SQLiteJournal:
         caller waits for the disk then (SQLiteStore.append_batch)."""
         results: list[tuple[int, Exception] | None] = [None] * len(groups)
         note: tuple[str, int] | None = None
+
+        def write(cur: sqlite3.Cursor) -> None:
+            nonlocal note
+            for g, group in enumerate(groups):
+                for i, (events, status, token, durable) in enumerate(group):
+                    run_id = events[0].run_id
+                    cur.execute("SAVEPOINT record")
+                    try:
+                        self._append_locked(cur, events, status, token, run_id)
+                    except CrashproofError as exc:  # this record's own refusal
+                        cur.execute("ROLLBACK TO record")
+                        cur.execute("RELEASE record")
+                        self._ends.pop(run_id, None)
+                        results[g] = (i, exc)
+                        break
+                    cur.execute("RELEASE record")
+                    if durable:
+                        note = (run_id, events[-1].seq + 1)
+
         with self._lock:
-            cur = self._cursor
-            try:
-                cur.execute("BEGIN IMMEDIATE")
-                try:
-                    for g, group in enumerate(groups):
-                        for i, (events, status, token, durable) in enumerate(group):
-                            run_id = events[0].run_id
-                            cur.execute("SAVEPOINT record")
-                            try:
-                                self._append_locked(cur, events, status, token, run_id)
-                            except CrashproofError as exc:  # this record's own refusal
-                                cur.execute("ROLLBACK TO record")
-                                cur.execute("RELEASE record")
-                                self._ends.pop(run_id, None)
-                                results[g] = (i, exc)
-                                break
-                            cur.execute("RELEASE record")
-                            if durable:
-                                note = (run_id, events[-1].seq + 1)
-                    cur.execute("COMMIT")
-                    self._commits += 1
-                except BaseException:
-                    self._rollback(cur)
-                    raise
-            except sqlite3.DatabaseError as exc:
-                translated = self._translate(exc)
-                if translated is None:
-                    raise
-                raise translated from None
+            self._immediate(write)
         return results, note
 
     def _append_locked(
