@@ -48,6 +48,7 @@ from crashproof.errors import (
     Unavailable,
     UnknownKeyId,
     UnknownWorkflow,
+    Unverified,
     WitnessMissing,
 )
 from crashproof.integrity.external import SealedState
@@ -65,6 +66,7 @@ from crashproof.journal.transcript import Transcript
 from crashproof.runtime.async_context import AsyncContext
 from crashproof.runtime.context import Context
 from crashproof.runtime.guards.approvers import Approver
+from crashproof.runtime.guards.completion import Completion
 from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.guards.review import ReviewCase
 from crashproof.runtime.ledger import Ledger
@@ -72,6 +74,7 @@ from crashproof.runtime.operations.transfer import ImportPlan
 from crashproof.runtime.options import Decision, RetryPolicy, RunOptions, StepOptions
 from crashproof.runtime.replayer.check import ReplayVerdict
 from crashproof.runtime.replayer.sources import replay_check
+from crashproof.runtime.steps.checks import CheckResult
 from crashproof.runtime.worker import Worker
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
@@ -87,7 +90,9 @@ __all__ = [
     "AsyncMisuse",
     "Budget",
     "Call",
+    "CheckResult",
     "CheckpointRejected",
+    "Completion",
     "Context",
     "CrashPoints",
     "CrashproofError",
@@ -148,6 +153,7 @@ __all__ = [
     "Unavailable",
     "UnknownKeyId",
     "UnknownWorkflow",
+    "Unverified",
     "WitnessMissing",
     "Worker",
     "Workflow",

@@ -19,6 +19,7 @@
     ├── RunConflict                  a run id reused with another input
     ├── RunFrozen                    the run waits for a human (needs_review, ...)
     ├── RunStopped                   the run stopped cleanly (a budget, a service out); resumable
+    │   └── Unverified               ... its completion evidence does not hold (cp.Completion)
     ├── RetryRefused                 a retry of a run that is not failed; nothing written
     ├── RunMoved                     the run was exported as a move: it continues elsewhere
     ├── PolicyMismatch               resumed under another policy than the run recorded
@@ -48,6 +49,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -91,6 +93,7 @@ __all__ = [
     "Unavailable",
     "UnknownKeyId",
     "UnknownWorkflow",
+    "Unverified",
     "WitnessMissing",
 ]
 
@@ -373,6 +376,16 @@ class RunStopped(CrashproofError):
         self.wall_seconds = wall_seconds
         self.detail = detail
         super().__init__(f"run {run_id!r} stopped: {reason}" + (f" ({detail})" if detail else ""))
+
+
+class Unverified(RunStopped):
+    """A run that requires completion evidence (``cp.Completion``) returned, but the last
+    check of a required name did not pass at the environments it leaves: stopped,
+    resumable, nothing lost. ``problems`` says why, one line each."""
+
+    def __init__(self, run_id: str, reason: str, *, problems: Sequence[str] = ()) -> None:
+        super().__init__(run_id, reason)
+        self.problems = list(problems)
 
 
 class RetryRefused(CrashproofError):

@@ -10,6 +10,10 @@
   its intent stops the run in ``needs_review`` — REFUSED, with a reason, never DIVERGED.
 - ``SLOW_LEAKY``: ``LEAKY``, whose effect lands long before its answer (as a slow target
   answers): a wall-clock kill (chaos mode) falls between the two in most trials.
+- ``VERIFIED``: a code agent whose success needs its own test run at the tree it leaves
+  (``ctx.check`` + ``cp.Completion``): it edits, tests, edits once more and tests again;
+  every crash point (between the last edit and the last test too) ends SAME, with the
+  same completion evidence.
 - ``LOOKUP_ONLY``: a tool that finds its effect by operation id when asked (so every
   single crash recovers SAME) but whose execute never checks it: a recoverer that took
   the run over and one that was fenced out while about to execute both write it — only
@@ -18,7 +22,10 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import subprocess
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -193,9 +200,44 @@ def step_with_effect(env: FileEnv) -> cp.Workflow[Any]:
     return flow
 
 
+CALC_TEST = "from calc import add\nassert add(2, 3) == 5, 'add(2, 3) != 5'\n"
+
+
+def run_calc_tests(root: str) -> cp.CheckResult:
+    """The task's own check: its test file in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-B", "-c", CALC_TEST], cwd=root, capture_output=True, text=True
+    )
+    return cp.CheckResult(passed=done.returncode == 0, summary=done.stderr[-300:])
+
+
+def verified(env: FileEnv) -> cp.Workflow[Any]:
+    ws = cp.Workspace(env.root / "ws")
+
+    tests = functools.partial(run_calc_tests, str(ws.root))  # no path in the arguments
+
+    @cp.workflow("verified", version="1", completion=cp.Completion(require=["tests"]))
+    def flow(ctx: cp.Context) -> dict[str, Any]:
+        answer = ctx.decide("ask", env.ask, "ask")
+        ctx.act("fix", ws, op="write", path="calc.py", content="def add(a, b):\n    return a + b\n")
+        first = ctx.check("tests", tests)
+        ctx.act("notes", ws, op="write", path="NOTES.md", content=answer + "\n")
+        last = ctx.check("tests", tests)
+        return {"first": first.passed, "last": last.passed}
+
+    return flow
+
+
 TINY = Scenario(
     name="tiny",
     workflow_factory=tiny,
+    env_factory=make_env,
+    fingerprint=file_fingerprint,
+    model_calls=FileEnv.calls,
+)
+VERIFIED = Scenario(
+    name="verified",
+    workflow_factory=verified,
     env_factory=make_env,
     fingerprint=file_fingerprint,
     model_calls=FileEnv.calls,

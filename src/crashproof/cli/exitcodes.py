@@ -134,6 +134,12 @@ def _hint_stopped(exc: CrashproofError) -> str:
             "a service the run needs is out; nothing of the call was recorded: once it is "
             f"back, `crashproof resume {run} --app MODULE` attempts it again"
         )
+    if str(getattr(exc, "reason", "")).startswith("unverified:"):  # guards/completion.py
+        return (
+            "its required check did not pass at the state it leaves; nothing was lost: let "
+            "the workflow check again after its last change, then "
+            f"`crashproof resume {run} --app MODULE` (`crashproof show {run}` has the evidence)"
+        )
     return f"the run stays resumable: fix the cause, then `crashproof resume {run} --app MODULE`"
 
 

@@ -317,9 +317,27 @@ def _header(info: RunInfo) -> Table:
         ("created", Text(_time(info.created_at))),
         ("updated", Text(_time(info.updated_at))),
     ]
+    verified = _verified(info)
+    if verified:
+        rows.insert(5, ("verified", Text(safe(verified), style="green")))
     for label, value in rows:
         grid.add_row(label, value)
     return grid
+
+
+def _verified(info: RunInfo) -> str | None:
+    """A succeeded run's completion evidence in one line: which check, at which states."""
+    completion = (info.evidence or {}).get("completion")
+    if info.status is not RunStatus.SUCCEEDED or not isinstance(completion, dict):
+        return None
+    parts = []
+    for check in completion.get("checks") or []:
+        states = ", ".join(
+            f"{env.get('instance')} @ {str(env.get('fingerprint'))[:12]}"
+            for env in check.get("environments") or []
+        )
+        parts.append(f"{check.get('step')} passed at {states or 'no observed environment'}")
+    return "; ".join(parts) or None
 
 
 def _json_panel(title: str, value: Any, style: str) -> Panel:

@@ -38,7 +38,7 @@ _TERMINAL = (
     EventType.RUN_FROZEN,
     EventType.RUN_STOPPED,
 )
-_BUDGETED = (StepKind.STEP, StepKind.DECIDE, StepKind.ACT)
+_BUDGETED = (StepKind.STEP, StepKind.DECIDE, StepKind.ACT, StepKind.CHECK)
 _OPEN_STATUS = {
     EventType.ATTEMPT_FAILED: StepStatus.RUNNING,
     EventType.ACT_INTENT: StepStatus.RUNNING,
@@ -273,6 +273,8 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
     if outcome is not None:
         if outcome.type is EventType.RUN_SUCCEEDED:
             status, result = RunStatus.SUCCEEDED, outcome.value
+            if outcome.mentions("completion"):  # the checks it required, and what they saw
+                evidence = {"completion": payloads.run_succeeded(outcome).get("completion")}
         elif outcome.type is EventType.RUN_FAILED:
             status, error = RunStatus.FAILED, payloads.run_failed(outcome).get("error")
             if isinstance(error, dict):

@@ -12,12 +12,10 @@ a journal written before the key existed replays through the same code (tests/go
 holds journals of earlier formats).
 
 Reading: ``payloads.step_done(event)["digest"]`` is ``event.payload["digest"]``, typed —
-the same dict, no copy, no check (the caller knows the record's type: it tested
-``event.type``, or the index it read holds only that type). Where a function is handed
-a record whose type it does not test, :func:`expect` checks it first. mypy checks the
-key of every ``[...]`` read and every write, and the type of every value read; it does
-not check the key of a ``.get`` (PEP 589 lets ``.get`` take any string, its value then
-typed ``object``), so a misspelt ``.get`` key shows only where that value is used.
+the same dict, no copy, no check (the caller knows the record's type). Where a function
+is handed a record whose type it does not test, :func:`expect` checks it first. mypy
+checks the key of every ``[...]`` read and every write; not the key of a ``.get`` (PEP
+589), so a misspelt ``.get`` key shows only where its value is used.
 
 Writing: build the TypedDict (``payloads.RunThawed(status="running")``, or an annotated
 literal) and hand it to ``Event`` / ``Context.append_event`` through :func:`as_dict`:
@@ -170,7 +168,9 @@ class RunStarted(TypedDict):
 
 
 class RunSucceeded(DriveRecord):
-    """``run_succeeded``: nothing but the session (the result is the record's value)."""
+    """``run_succeeded``: the session (the result is the record's value)."""
+
+    completion: NotRequired[dict[str, Any]]  # checks it required (runtime/guards/completion)
 
 
 class RunFailed(DriveRecord):

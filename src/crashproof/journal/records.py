@@ -67,6 +67,7 @@ class StepKind(enum.StrEnum):
     RANDOM = "random"
     UUID = "uuid"
     PATCHED = "patched"
+    CHECK = "check"  # a verification and the environments it saw (runtime/steps/checks.py)
 
 
 class EventType(enum.StrEnum):

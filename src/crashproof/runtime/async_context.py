@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid as _uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import GeneratorType
 from typing import Any, TypeVar
@@ -36,6 +36,7 @@ from crashproof.journal.records import StepKind
 from crashproof.runtime.context import Context
 from crashproof.runtime.driving.batching import batcher_for, off_loop
 from crashproof.runtime.options import StepOptions
+from crashproof.runtime.steps.checks import CheckResult, checking
 from crashproof.runtime.steps.handoff import run_async
 from crashproof.tools.port import Tool
 
@@ -87,6 +88,23 @@ class AsyncContext:
         return await self._drive(
             self._core.begin_call, StepKind.DECIDE, name, fn, args, kwargs, options
         )
+
+    async def check(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        on: Iterable[Tool] = (),
+        options: StepOptions | None = None,
+        **kwargs: Any,
+    ) -> CheckResult:
+        """As ``Context.check``: the task's own check run once (``fn`` as in ``step``), its
+        verdict recorded with the environments it saw."""
+        core = self._core
+        fn = checking(name, fn, on, core.handed)
+        value = await self._drive(core.begin_call, StepKind.CHECK, name, fn, args, kwargs, options)
+        return CheckResult.from_json(value)
 
     async def act(self, name: str, tool: Tool, /, **params: Any) -> Any:
         """Perform a side effect through ``tool`` under the act protocol (its methods may

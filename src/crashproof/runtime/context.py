@@ -14,14 +14,13 @@ import datetime as dt
 import random as _random
 import time
 import uuid as _uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import GeneratorType
 from typing import Any, NoReturn, TypeVar
 
 from crashproof.errors import CrashproofError, NonDeterminismError
 from crashproof.journal import payloads
 from crashproof.journal.codec import (
-    NO_ARGS_DIGEST,
     decode,
     encode,
     error_from_record,
@@ -38,9 +37,11 @@ from crashproof.runtime.options import StepOptions
 from crashproof.runtime.port import ActSettings, DriveHost, PendingRecord
 from crashproof.runtime.steps.acts import intent_digest, perform_act
 from crashproof.runtime.steps.arguments import ArgumentDigests
+from crashproof.runtime.steps.checks import CheckResult, checking
 from crashproof.runtime.steps.environment import WorldCheck
 from crashproof.runtime.steps.handoff import Work, async_methods, async_tool_refused, run_sync
 from crashproof.runtime.steps.live import live_call
+from crashproof.runtime.steps.matching import mismatch, patch_marker
 from crashproof.runtime.steps.outbox import deliver, enqueue
 from crashproof.runtime.steps.reconcile import ResumeReread
 from crashproof.store.port import StatusChange
@@ -54,7 +55,7 @@ def _no_crash_point(name: str) -> None: ...
 
 T = TypeVar("T")
 
-_BUDGETED = (StepKind.STEP, StepKind.DECIDE)  # acts are metered in ``act``
+_BUDGETED = (StepKind.STEP, StepKind.DECIDE, StepKind.CHECK)  # acts: metered in ``act``
 _UNGATED = (StepKind.NOW, StepKind.RANDOM, StepKind.UUID)  # reach nothing outside
 _SUCCEEDED = StepStatus.SUCCEEDED.value
 _STEP_DONE = EventType.STEP_DONE
@@ -98,6 +99,7 @@ class Context:
         self.session: dict[str, Any] | None = None  # put in this drive's first record
         self.versions: dict[str, str | None] = {}  # workflow and policy: set by the ledger
         self.last_key: str | None = None  # of the latest step, decision or act begun
+        self.handed: dict[int, Tool] = {}  # tools of acts and checks: what a check observes
         # An async drive's records, committed before its next handoff (Pending); None:
         # committed at once (the sync shell).
         self.pending: Pending | None = None
@@ -147,6 +149,7 @@ class Context:
         self._check_usable()
         key = self.last_key = self._take_key(name)
         digest = intent_digest(tool, params, key)
+        self.handed.setdefault(id(tool), tool)
         recorded = self._peek()
         if recorded is not None:
             if self.world.pending:
@@ -186,6 +189,23 @@ class Context:
             return (yield from enqueue(self, key, tool, params, digest))
         open_events = self._open_acts.pop(key, [])
         return (yield from perform_act(self, key, tool, params, digest, open_events, 1, approval))
+
+    def check(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        on: Iterable[Tool] = (),
+        options: StepOptions | None = None,
+        **kwargs: Any,
+    ) -> CheckResult:
+        """Run the task's own check (tests, a build) once, like a step; record its verdict
+        with the environments of ``on`` and of every tool acted on (``steps/checks.py``)."""
+        work = self.begin_call(
+            StepKind.CHECK, name, checking(name, fn, on, self.handed), args, kwargs, options
+        )
+        return CheckResult.from_json(run_sync(work) if type(work) is GeneratorType else work)
 
     def now(self) -> dt.datetime:
         """The current UTC time, recorded: replay returns the same instant."""
@@ -392,41 +412,12 @@ class Context:
         self.meter.count(payload)
 
     def _record_marker(self, name: str) -> None:
-        key = self._take_key(name)
-        now = time.time()
-        self.append_event(
-            EventType.STEP_DONE,
-            key,
-            payloads.as_dict(
-                payloads.StepDone(
-                    kind=StepKind.PATCHED.value,
-                    digest=NO_ARGS_DIGEST,
-                    status=StepStatus.SUCCEEDED.value,
-                    attempt=1,
-                    started_at=now,
-                    ended_at=now,
-                )
-            ),
-            "true",
-        )
+        self.append_event(EventType.STEP_DONE, self._take_key(name), patch_marker(), "true")
 
     def _match(self, recorded: Event, key: str, kind: StepKind, digest: str) -> None:
-        payload = payloads.step_done(recorded)
-        if (
-            recorded.key == key
-            and payload["kind"] == kind.value
-            and payload["digest"] == digest
-            and payload["kind"] != StepKind.PATCHED
-        ):
-            return
-        expected = {"key": recorded.key, "kind": payload["kind"], "digest": payload["digest"]}
-        actual = {"key": key, "kind": kind.value, "digest": digest}
-        what = "arguments differ" if recorded.key == key else "another call"
-        self.freeze(
-            f"non-determinism at {key!r}: the journal holds {payload['kind']} "
-            f"{recorded.key!r} here, the code now makes {kind} {key!r} ({what})",
-            {"expected": expected, "actual": actual, "seq": recorded.seq},
-        )
+        found = mismatch(recorded, key, kind, digest)
+        if found is not None:
+            self.freeze(*found)
 
     def freeze(
         self,

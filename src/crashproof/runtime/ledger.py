@@ -20,17 +20,14 @@ from crashproof.errors import (
     RetryableError,
     RunFailed,
     UnknownWorkflow,
+    Unverified,
 )
 from crashproof.integrity.external import SealedState
 from crashproof.integrity.keys import Keyring, resolve_keyring
 from crashproof.integrity.seal import Sealer
 from crashproof.integrity.witness import MemoryWitness, SQLiteWitness, Witness, compare
 from crashproof.journal import payloads
-from crashproof.journal.codec import (
-    decode,
-    encode,
-    error_record,
-)
+from crashproof.journal.codec import decode, encode, error_record
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.async_context import AsyncContext, off_loop
@@ -51,6 +48,7 @@ from crashproof.runtime.driving.urls import (
 )
 from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.guards.binding import OperatorChanges, bind_run, ended_run, start_fields
+from crashproof.runtime.guards.completion import verify
 from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.operations.audit import session_record, started_by
 from crashproof.runtime.operations.maintenance import LedgerCare
@@ -370,7 +368,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
                 result = workflow.fn(ctx, **input)
             except Exception as exc:
                 self._fail(run_id, ctx, exc)
-            return run_sync(self._concluded(run_id, ctx, result))
+            return run_sync(self._concluded(workflow, run_id, ctx, result))
 
     async def _drive_async(
         self,
@@ -424,7 +422,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
                 ctx.end()
             if ctx.cancelled_at is not None:  # the workflow swallowed the cancellation
                 raise DriveCancelled(run_id, ctx.cancelled_at)
-            value = await run_async(self._concluded(run_id, core, result), ctx.settle)
+            value = await run_async(self._concluded(workflow, run_id, core, result), ctx.settle)
         except Exception:
             await ctx.settle()  # what the caller learns leaves the process: committed first
             raise
@@ -519,9 +517,12 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
         ctx.finish(EventType.RUN_FAILED, payloads.as_dict(payloads.RunFailed(error=error)), None)
         raise RunFailed(run_id, error, exc) from exc
 
-    def _concluded(self, run_id: str, ctx: Context, result: Any) -> Work[Any]:
+    def _concluded(
+        self, workflow: Workflow[Any], run_id: str, ctx: Context, result: Any
+    ) -> Work[Any]:
         """The workflow returned ``result``: record the run's success (after the receipt
-        re-read when nothing ran live), or raise what stopped it."""
+        re-read when nothing ran live, and with the completion evidence it requires), or
+        raise what stopped it."""
         if ctx.frozen is not None:
             raise stopped_error(run_id, ctx.frozen, ctx.frozen_evidence)
         self._refuse_unreplayed(run_id, ctx, "returned")
@@ -531,7 +532,15 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
             except CrashproofError:
                 raise stopped_error(run_id, ctx.frozen, ctx.frozen_evidence) from None
         value_json = encode(result, what=f"the result of run {run_id!r}")
-        ctx.finish(EventType.RUN_SUCCEEDED, payloads.as_dict(payloads.RunSucceeded()), value_json)
+        succeeded = payloads.RunSucceeded()
+        if workflow.completion is not None:
+            try:
+                succeeded["completion"] = yield from verify(
+                    ctx, workflow.completion, ctx.handed.values()
+                )
+            except Unverified:
+                raise stopped_error(run_id, ctx.frozen, ctx.frozen_evidence) from None
+        ctx.finish(EventType.RUN_SUCCEEDED, payloads.as_dict(succeeded), value_json)
         log.info("run succeeded", extra={"run_id": run_id})
         return decode(value_json)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from crashproof.errors import AsyncMisuse, CrashproofError, UnknownWorkflow
+from crashproof.runtime.guards.completion import Completion
 from crashproof.runtime.guards.policy import Policy
 
 __all__ = ["RESERVED_PARAMS", "Workflow", "workflow"]
@@ -33,6 +34,8 @@ class Workflow(Generic[R]):
     # Older versions whose in-flight runs this code can replay (it keeps their branches,
     # e.g. behind ctx.patched): those runs resume here instead of being refused.
     compatible_with: tuple[str, ...] = ()
+    # The checks its success needs (runtime/guards/completion.py); None: none.
+    completion: Completion | None = None
 
     @property
     def is_async(self) -> bool:
@@ -77,7 +80,11 @@ class Workflow(Generic[R]):
 
 
 def make_workflow(
-    name: str, version: str, fn: Callable[..., R], compatible_with: Sequence[str] = ()
+    name: str,
+    version: str,
+    fn: Callable[..., R],
+    compatible_with: Sequence[str] = (),
+    completion: Completion | None = None,
 ) -> Workflow[R]:
     if not name or not isinstance(name, str):
         raise ValueError("a workflow needs a non-empty name")
@@ -98,17 +105,32 @@ def make_workflow(
         version=str(version),
         fn=fn,
         compatible_with=tuple(str(v) for v in compatible_with),
+        completion=_completion(name, completion),
+    )
+
+
+def _completion(name: str, completion: Any) -> Completion | None:
+    if completion is None or isinstance(completion, Completion):
+        return completion
+    raise TypeError(
+        f"workflow {name!r}: completion= takes cp.Completion(require=[...]), not "
+        f"{type(completion).__name__}"
     )
 
 
 def workflow(
-    name: str, version: str = "1", *, compatible_with: Sequence[str] = ()
+    name: str,
+    version: str = "1",
+    *,
+    compatible_with: Sequence[str] = (),
+    completion: Completion | None = None,
 ) -> Callable[[Callable[..., R]], Workflow[R]]:
     """Decorator that makes a Workflow without binding it to a ledger (the CLI binds it).
-    ``compatible_with``: older versions whose in-flight runs this code can finish."""
+    ``compatible_with``: older versions whose in-flight runs this code can finish;
+    ``completion``: the checks a success needs (``cp.Completion(require=[...])``)."""
 
     def wrap(fn: Callable[..., R]) -> Workflow[R]:
-        return make_workflow(name, version, fn, compatible_with)
+        return make_workflow(name, version, fn, compatible_with, completion)
 
     return wrap
 
@@ -121,13 +143,19 @@ class Registry:
     _policies: dict[str, Policy]
 
     def workflow(
-        self, name: str, version: str = "1", *, compatible_with: Sequence[str] = ()
+        self,
+        name: str,
+        version: str = "1",
+        *,
+        compatible_with: Sequence[str] = (),
+        completion: Completion | None = None,
     ) -> Callable[[Callable[..., R]], Workflow[R]]:
         """Decorator: register ``fn(ctx, **input)`` under ``name`` and ``version``;
-        ``compatible_with`` lists older versions whose in-flight runs it can finish."""
+        ``compatible_with`` lists older versions whose in-flight runs it can finish;
+        ``completion`` the checks its success needs (``cp.Completion``)."""
 
         def wrap(fn: Callable[..., R]) -> Workflow[R]:
-            return self.register(make_workflow(name, version, fn, compatible_with))
+            return self.register(make_workflow(name, version, fn, compatible_with, completion))
 
         return wrap
 

@@ -16,6 +16,7 @@ from crashproof.errors import (
     RunFailed,
     RunFrozen,
     RunStopped,
+    Unverified,
 )
 from crashproof.integrity.witness import lost
 from crashproof.journal import payloads
@@ -125,6 +126,8 @@ def stopped_error(
     already) raises to its caller."""
     if isinstance(cause, RunFailed):  # a reviewer's abort, journaled (runtime/guards/review.py)
         return cause
+    if isinstance(cause, Unverified):  # completion evidence missing (guards/completion.py)
+        return Unverified(run_id, cause.reason, problems=cause.problems)
     if isinstance(cause, RunStopped):  # a clean stop (a budget), not a freeze
         return RunStopped(
             run_id,

@@ -62,6 +62,7 @@ _EPSILON = 1e-9
 _GATED = {
     StepKind.STEP.value: ("steps", "wall_time"),
     StepKind.ACT.value: ("steps", "wall_time"),
+    StepKind.CHECK.value: ("steps", "wall_time"),
     StepKind.DECIDE.value: BUDGET_KINDS,
 }
 
