@@ -276,3 +276,27 @@ def test_the_evidence_is_in_the_checkpoint_and_an_edited_one_is_refused(tmp_path
     target = cp.Ledger(f"sqlite:///{tmp_path / 'c.db'}", key="ab" * 32)
     assert target.import_run(document, by="alice") == "r1"
     assert target.get_run("r1").evidence == source.get_run("r1").evidence
+
+
+def test_a_policy_can_require_the_evidence_for_every_run_bound_to_it(tmp_path: Path) -> None:
+    ws = seed(tmp_path / "repo")
+    ledger = ledger_at(tmp_path)
+    verified = cp.Policy(version="p1", allow={"workspace": "1"}, completion=REQUIRE)
+    assert "completion" not in cp.Policy(version="p1", allow={"workspace": "1"}).declaration()
+
+    def body(ctx: cp.Context, check: bool) -> str:
+        ctx.act("edit", ws, op="write", path="calc.py", content=FIXED)
+        if check:
+            ctx.check("tests", run_tests, str(ws.root))
+        return "done"
+
+    unchecked = cp.workflow("unchecked")(lambda ctx: body(ctx, False))
+    checked = cp.workflow("checked")(lambda ctx: body(ctx, True))
+    bound = cp.RunOptions(policy=verified)
+    with pytest.raises(cp.Unverified, match="no check 'tests' was recorded"):
+        ledger.run(unchecked, run_id="u", options=bound)
+    assert ledger.run(unchecked, run_id="free") == "done"  # no policy: nothing required
+    assert ledger.run(checked, run_id="c", options=bound) == "done"
+    assert ledger.get_run("c").evidence["completion"]["require"] == ["tests"]
+    with pytest.raises(TypeError, match="completion= takes"):
+        cp.Policy(version="p2", allow={}, completion=["tests"])  # type: ignore[arg-type]

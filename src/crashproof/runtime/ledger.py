@@ -48,7 +48,7 @@ from crashproof.runtime.driving.urls import (
 )
 from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.guards.binding import OperatorChanges, bind_run, ended_run, start_fields
-from crashproof.runtime.guards.completion import verify
+from crashproof.runtime.guards.completion import needed, verify
 from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.operations.audit import session_record, started_by
 from crashproof.runtime.operations.maintenance import LedgerCare
@@ -533,11 +533,10 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
                 raise stopped_error(run_id, ctx.frozen, ctx.frozen_evidence) from None
         value_json = encode(result, what=f"the result of run {run_id!r}")
         succeeded = payloads.RunSucceeded()
-        if workflow.completion is not None:
+        completion = needed(workflow.completion, ctx.policy.completion if ctx.policy else None)
+        if completion is not None:
             try:
-                succeeded["completion"] = yield from verify(
-                    ctx, workflow.completion, ctx.handed.values()
-                )
+                succeeded["completion"] = yield from verify(ctx, completion, ctx.handed.values())
             except Unverified:
                 raise stopped_error(run_id, ctx.frozen, ctx.frozen_evidence) from None
         ctx.finish(EventType.RUN_SUCCEEDED, payloads.as_dict(succeeded), value_json)

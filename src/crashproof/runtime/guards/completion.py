@@ -1,7 +1,8 @@
 """Completion evidence: a run that requires checks ends ``succeeded`` only when the last
 check of each required name passed at the environments the run leaves behind.
 
-``@ledger.workflow("fix", completion=cp.Completion(require=["tests"]))``. When the workflow
+``@ledger.workflow("fix", completion=cp.Completion(require=["tests"]))``, or a policy's
+``cp.Policy(..., completion=...)`` for every run bound to it (both: the union). When the workflow
 returns, before its success is recorded, the journal is read (``evaluate``) and, for each
 required name, the last ``ctx.check`` of that name (``runtime/steps/checks.py``) must
 
@@ -40,7 +41,7 @@ from crashproof.runtime.steps.environment import observing
 from crashproof.runtime.steps.handoff import Work
 from crashproof.tools.port import Tool
 
-__all__ = ["Completion", "Verdict", "evaluate", "verify"]
+__all__ = ["Completion", "Verdict", "evaluate", "needed", "verify"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,12 @@ class Completion:
                     "without '#', as passed to ctx.check)"
                 )
         object.__setattr__(self, "require", names)
+
+
+def needed(*declared: Completion | None) -> Completion | None:
+    """What a run must verify: the union of its workflow's and its policy's requirements."""
+    names = [name for c in declared if c is not None for name in c.require]
+    return Completion(dict.fromkeys(names)) if names else None
 
 
 @dataclass(frozen=True, slots=True)

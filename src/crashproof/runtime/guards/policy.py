@@ -55,6 +55,7 @@ from crashproof.errors import ApprovalRequired, CrashproofError, PolicyViolation
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, encode, error_record
 from crashproof.journal.records import EventType, RunStatus, StepKind, StepStatus
+from crashproof.runtime.guards.completion import Completion
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.environment import environment_fingerprint
 from crashproof.runtime.steps.handoff import Work
@@ -105,6 +106,7 @@ class Policy:
         risk: Mapping[str, str | RiskRule] | RiskRule | None = None,
         default_risk: str = "low",
         approval_required: Iterable[str] = (),
+        completion: Completion | None = None,
     ) -> None:
         if not isinstance(version, str) or not version:
             raise ValueError("a Policy needs a non-empty version string")
@@ -135,6 +137,9 @@ class Policy:
             _check_level(level, f"policy {version!r}: approval_required")
             for level in approval_required
         )
+        if completion is not None and not isinstance(completion, Completion):
+            raise TypeError(f"policy {version!r}: completion= takes cp.Completion(require=[...])")
+        self.completion = completion  # the checks every run under it must pass at the end
         self.digest = canonical_digest(self.declaration(), what=f"policy {version!r}")
 
     def _known(self, name: str, where: str) -> None:
@@ -156,7 +161,7 @@ class Policy:
                 name: _callable_name(level) if callable(level) else level
                 for name, level in self.risk.items()
             }
-        return {
+        declared = {
             "version": self.version,
             "identity": self.identity,
             "allow": {name: sorted(versions) for name, versions in self.allow.items()},
@@ -170,6 +175,9 @@ class Policy:
             "default_risk": self.default_risk,
             "approval_required": sorted(self.approval_required),
         }
+        if self.completion is not None:  # (absent otherwise: earlier digests stay the same)
+            declared["completion"] = list(self.completion.require)
+        return declared
 
     def record(self) -> dict[str, Any]:
         """What a run records of its policy: version, digest, identity."""
