@@ -6,7 +6,10 @@ function tool, then an answer), one run at a time, SQLite on one disk.
     .venv/bin/python bench/frameworks.py [--turns 10] [--model-ms 5] [--repeats 5]
 
 Reported: milliseconds per agent run (median), the ratio to no durability, and the
-overhead per journaled call (model request or tool call) over no durability. DBOS is
+overhead per journaled call (model request or tool call) over no durability; then the
+throughput of ``--concurrency`` runs at once on one event loop (runs per second, the
+median of the batches), where the model's wait overlaps and what is left is the
+framework's and the journal's own work. DBOS is
 skipped with a message when ``dbos`` is not installed (``pip install -e '.[bench]'``).
 DBOS journals the model requests only (its function tools are not steps), so it does
 less work per run than crashproof, which journals the tool calls too.
@@ -37,6 +40,7 @@ import crashproof as cp
 from crashproof.integrations.pydantic_ai import CrashproofDurability, durable
 
 Run = Callable[[int], float]  # run number -> seconds
+Batch = Callable[[int, int], float]  # batch number, runs at once -> seconds
 
 
 def make_agent(turns: int, model_ms: float, capabilities: list[Any]) -> Agent[None, str]:
@@ -56,7 +60,7 @@ def make_agent(turns: int, model_ms: float, capabilities: list[Any]) -> Agent[No
     return agent
 
 
-def plain(turns: int, model_ms: float, directory: Path) -> Run:
+def plain(turns: int, model_ms: float, directory: Path) -> tuple[Run, Batch]:
     agent = make_agent(turns, model_ms, [])
 
     def run(i: int) -> float:
@@ -64,10 +68,18 @@ def plain(turns: int, model_ms: float, directory: Path) -> Run:
         asyncio.run(agent.run("go"))
         return time.perf_counter() - start
 
-    return run
+    async def many(n: int) -> None:
+        await asyncio.gather(*(agent.run("go") for _ in range(n)))
+
+    def batch(i: int, n: int) -> float:
+        start = time.perf_counter()
+        asyncio.run(many(n))
+        return time.perf_counter() - start
+
+    return run, batch
 
 
-def crashproof(turns: int, model_ms: float, directory: Path, durability: str) -> Run:
+def crashproof(turns: int, model_ms: float, directory: Path, durability: str) -> tuple[Run, Batch]:
     agent = make_agent(turns, model_ms, [CrashproofDurability()])
     ledger = cp.Ledger(f"sqlite:///{directory}/crashproof-{durability}.db", durability=durability)
 
@@ -81,10 +93,20 @@ def crashproof(turns: int, model_ms: float, directory: Path, durability: str) ->
         asyncio.run(ledger.run_async(flow, run_id=f"run-{i}", i=i))
         return time.perf_counter() - start
 
-    return run
+    async def many(i: int, n: int) -> None:
+        await asyncio.gather(
+            *(ledger.run_async(flow, run_id=f"batch-{i}-{k}", i=k) for k in range(n))
+        )
+
+    def batch(i: int, n: int) -> float:
+        start = time.perf_counter()
+        asyncio.run(many(i, n))
+        return time.perf_counter() - start
+
+    return run, batch
 
 
-def dbos(turns: int, model_ms: float, directory: Path) -> Run | str:
+def dbos(turns: int, model_ms: float, directory: Path) -> tuple[Run, Batch] | str:
     try:
         version = importlib.metadata.version("dbos")
     except importlib.metadata.PackageNotFoundError:
@@ -115,7 +137,19 @@ def dbos(turns: int, model_ms: float, directory: Path) -> Run | str:
             loop.run_until_complete(flow(i))
         return time.perf_counter() - start
 
-    return run
+    async def one(i: int, k: int) -> str:
+        with SetWorkflowID(f"batch-{i}-{k}"):  # the task's own context: its own id
+            return await flow(k)
+
+    async def many(i: int, n: int) -> None:
+        await asyncio.gather(*(one(i, k) for k in range(n)))
+
+    def batch(i: int, n: int) -> float:
+        start = time.perf_counter()
+        loop.run_until_complete(many(i, n))
+        return time.perf_counter() - start
+
+    return run, batch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,17 +157,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--model-ms", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=32, help="runs at once (0: skip)")
     args = parser.parse_args(argv)
     logging.getLogger("dbos").setLevel(logging.WARNING)
     directory = Path(tempfile.mkdtemp(prefix="crashproof-frameworks-"))
-    contestants: dict[str, Run | str] = {
+    contestants: dict[str, tuple[Run, Batch] | str] = {
         "no durability": plain(args.turns, args.model_ms, directory),
         "crashproof (normal)": crashproof(args.turns, args.model_ms, directory, "normal"),
         "crashproof (output)": crashproof(args.turns, args.model_ms, directory, "output"),
         "crashproof (full)": crashproof(args.turns, args.model_ms, directory, "full"),
         "pydantic-ai + DBOS": dbos(args.turns, args.model_ms, directory),
     }
-    runs = {k: v for k, v in contestants.items() if not isinstance(v, str)}
+    pairs = {k: v for k, v in contestants.items() if not isinstance(v, str)}
+    runs = {k: v[0] for k, v in pairs.items()}
     times: dict[str, list[float]] = {k: [] for k in runs}
     for name, run in runs.items():
         run(-1)  # warm up: imports, first connection
@@ -155,7 +191,25 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in contestants.items():
         if isinstance(reason, str):
             print(f"{name}: skipped ({reason})")
+    if args.concurrency > 0:
+        throughput(pairs, args.concurrency, args.repeats)
     return 0
+
+
+def throughput(pairs: dict[str, tuple[Run, Batch]], n: int, repeats: int) -> None:
+    """Runs per second with ``n`` runs at once, side by side, batches interleaved."""
+    walls: dict[str, list[float]] = {name: [] for name in pairs}
+    for i in range(repeats):
+        for name, (_, batch) in pairs.items():
+            walls[name].append(batch(i, n))
+    rates = {name: n / statistics.median(w) for name, w in walls.items()}
+    dbos_rate = rates.get("pydantic-ai + DBOS")
+    print(f"\n{n} runs at once on one event loop; median of {repeats} batches")
+    print(f"{'':22} {'runs/s':>8} {'x plain':>8} {'x DBOS':>8}")
+    base = rates["no durability"]
+    for name, rate in rates.items():
+        vs_dbos = f"{rate / dbos_rate:8.2f}" if dbos_rate else f"{'-':>8}"
+        print(f"{name:22} {rate:8.1f} {rate / base:8.2f} {vs_dbos}")
 
 
 if __name__ == "__main__":
