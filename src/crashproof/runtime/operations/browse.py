@@ -321,6 +321,14 @@ def _undelivered(run_id: str, events: list[Event], replay: Replay) -> list[Pendi
     return out
 
 
+def _cases(events: list[Event]) -> tuple[ReviewCase, ...]:
+    # A case is a needs_review freeze: a journal with no run_frozen has none, and this
+    # type test skips cases_of's decoding of every record (20,000 steps: ~30 ms).
+    if not any(event.type is EventType.RUN_FROZEN for event in events):
+        return ()
+    return tuple(cases_of(events))
+
+
 @dataclass(frozen=True, slots=True)
 class Fold:
     """A run's verified journal, folded, with what the pages read of it."""
@@ -372,7 +380,7 @@ class Folds:
             events=events if whole else [],
             keys=tuple(step_keys(events)) if whole else (),
             replay=replay if whole else None,
-            cases=tuple(cases_of(events)) if info.status.frozen or whole else (),
+            cases=_cases(events) if info.status.frozen or whole else (),
             pending=_pending(row.run_id, events)
             if info.status is RunStatus.AWAITING_APPROVAL
             else None,
