@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from contract.test_store_contract import Backend, backend, event, row
-from crashproof.journal.records import RunStatus
-from crashproof.store.index import IndexQuery, RunIndex, run_index
+from crashproof.journal.records import Event, EventType, RunStatus
+from crashproof.store.index import IndexQuery, RunIndex, outbox_index, run_index
 
 __all__ = ["backend"]  # the fixture, imported from the store contract
 
@@ -62,3 +62,33 @@ def test_summary_and_marks(backend: Backend) -> None:
     assert set(marks) == {"a-1", "b_2", "c%3"}
     assert marks["a-1"][0] == "succeeded"
     assert marks["b_2"] == ("running", 101.0)
+
+
+def _outbox_done(run_id: str, seq: int) -> Event:
+    return Event(
+        run_id=run_id,
+        seq=seq,
+        type=EventType.STEP_DONE,
+        key=f"n{seq}",
+        payload={
+            "kind": "act",
+            "status": "succeeded",
+            "attempt": 1,
+            "outbox": {"tool": "chat", "message": {"text": "hi"}},
+        },
+        value_json=None,
+        created_at=1000.0 + seq,
+    )
+
+
+def test_outbox_runs_are_those_with_an_outbox_message(backend: Backend) -> None:
+    _fill(backend)
+    store = backend.store
+    index = outbox_index(store)
+    assert index is not None
+    assert index.index_outbox_runs() == set()
+    store.append([_outbox_done("b_2", 1)], None)
+    store.append([_outbox_done("crashproof:approvers", 1)], None)  # reserved: left out
+    # "outbox" in a step's value, not its payload: not a message
+    store.append([event("c%3", 1, {"outbox": "outbox"})], None)
+    assert index.index_outbox_runs() == {"b_2"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,9 +25,11 @@ from crashproof.journal.records import (
 __all__ = [
     "Replay",
     "fold_run",
+    "fold_steps",
     "index_journal",
     "moved_reason",
     "spend",
+    "step_keys",
     "step_times",
     "tokens_of",
 ]
@@ -231,15 +233,27 @@ def spend(budget: Budget, payload: payloads.StepDone) -> Budget:
     )
 
 
-def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
-    """The reader's view of a run, folded from its (verified) journal. The index row only
-    supplies timestamps: its status, reason and identity are a cache, never trusted over
-    the events."""
-    replay = index_journal(events)
+def step_keys(events: Sequence[Event]) -> list[str]:
+    """The keys of a journal's steps in the order ``fold_run`` lists them (first record
+    first), without decoding a payload: a page of steps is a slice of these."""
+    seen: dict[str, None] = {}
+    for event in events:
+        if event.key is not None and event.type in _STEP_EVENTS:
+            seen.setdefault(event.key)
+    return list(seen)
+
+
+def fold_steps(
+    events: Sequence[Event], replay: Replay, wanted: Collection[str] | None = None
+) -> tuple[StepInfo, ...]:
+    """The steps of a journal (``replay``: its ``index_journal``), in ``step_keys``
+    order; with ``wanted``, only those keys (each step folds from its own records only,
+    so a page of steps equals that slice of all of them)."""
     steps: dict[str, dict[str, Any]] = {}
-    budget = Budget()
     for event in events:
         if event.key is None or event.type not in _STEP_EVENTS:
+            continue
+        if wanted is not None and event.key not in wanted:
             continue
         p = payloads.step_record(event)
         info = steps.setdefault(
@@ -265,8 +279,37 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
                 info[fieldname] = done[fieldname]
         if "outbox" in done:
             info["delivery"] = "delivered" if event.key not in replay.undelivered else "pending"
-    for event in replay.done:  # what replays (a retried call's failure no more)
-        budget = spend(budget, payloads.step_done(event))
+    return tuple(StepInfo(**info) for info in steps.values())
+
+
+def _spent(done: Sequence[Event]) -> Budget:
+    """What the steps that replay consumed: ``spend`` over ``done``, summed in place (a
+    20,000-step journal: one Budget, not 20,000)."""
+    steps = decisions = tokens = 0
+    cost = 0.0
+    for event in done:  # what replays (a retried call's failure no more)
+        payload = payloads.step_done(event)
+        kind = payload.get("kind")
+        if kind not in _BUDGETED:
+            continue
+        steps += 1
+        if kind == StepKind.DECIDE:
+            decisions += 1
+            tokens += tokens_of(payload.get("usage"))
+            cost += _cost_of(payload)
+    return Budget(steps=steps, decisions=decisions, tokens=tokens, cost=cost)
+
+
+def fold_run(
+    row: RunRow, events: Sequence[Event], *, steps: bool = True, replay: Replay | None = None
+) -> RunInfo:
+    """The reader's view of a run, folded from its (verified) journal. The index row only
+    supplies timestamps: its status, reason and identity are a cache, never trusted over
+    the events. ``steps=False``: without its steps (``RunInfo.steps`` empty; a page of
+    them is ``fold_steps``), everything else the same. ``replay``: the journal's
+    ``index_journal``, when the caller has it already."""
+    replay = index_journal(events) if replay is None else replay
+    budget = _spent(replay.done)
     outcome = replay.outcome
     result = error = evidence = reason = None
     status = RunStatus.RUNNING
@@ -301,7 +344,7 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
         error=error,
         evidence=evidence,
         budget=budget,
-        steps=tuple(StepInfo(**info) for info in steps.values()),
+        steps=fold_steps(events, replay) if steps else (),
         limits=None if replay.limits is None else Limits.from_json(replay.limits),
         policy=replay.policy,
         humans=_humans(events),

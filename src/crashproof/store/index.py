@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 from crashproof.journal.records import RunRow, RunStatus
 
-__all__ = ["RESERVED_PREFIX", "IndexQuery", "RunIndex", "run_index"]
+__all__ = ["RESERVED_PREFIX", "IndexQuery", "OutboxIndex", "RunIndex", "outbox_index", "run_index"]
 
 RESERVED_PREFIX = "crashproof:"  # runtime/guards/approvers.py: the ledger's own runs
 
@@ -70,3 +70,18 @@ class RunIndex(Protocol):
 
 def run_index(store: object) -> RunIndex | None:
     return store if isinstance(store, RunIndex) else None
+
+
+@runtime_checkable
+class OutboxIndex(Protocol):
+    def index_outbox_runs(self) -> set[str]:
+        """The ids of the runs whose journal has an outbox message (a ``step_done``
+        whose stored payload names ``"outbox"``), delivered or not: one scan of the
+        journal table instead of every journal verified and folded. A text test on
+        unverified rows, so only a filter: the reader verifies and folds the journals
+        it names before it shows anything of them."""
+        ...
+
+
+def outbox_index(store: object) -> OutboxIndex | None:
+    return store if isinstance(store, OutboxIndex) else None

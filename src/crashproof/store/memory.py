@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 
 from crashproof.errors import RunNotFound, StaleLeaseError
-from crashproof.journal.records import Event, RunRow, RunStatus
-from crashproof.store.index import IndexQuery
+from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.store.index import RESERVED_PREFIX, IndexQuery
 from crashproof.store.intents import IntentHold, change_of, held, others
 from crashproof.store.port import Lease, StatusChange, blob_digest, check_claimable, lease_was_live
 from crashproof.store.queue import Claimed, LeaseInfo, runnable_key
@@ -72,6 +72,15 @@ class MemoryStore:
         with self._lock:
             rows = [r for r in self._runs.values() if IndexQuery().matches(r)]
         return [(r.run_id, r.status.value, r.updated_at) for r in rows]
+
+    def index_outbox_runs(self) -> set[str]:
+        with self._lock:
+            return {
+                run_id
+                for run_id, events in self._events.items()
+                if not run_id.startswith(RESERVED_PREFIX)
+                and any(e.type is EventType.STEP_DONE and e.mentions("outbox") for e in events)
+            }
 
     def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
         with self._lock:  # results: kept either way (they are in memory already)

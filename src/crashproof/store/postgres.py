@@ -374,6 +374,10 @@ class PostgresStore(PostgresAppend):
             rows = cur.execute(self._q["index_marks"]).fetchall()
         return [(run_id, status, float(updated)) for run_id, status, updated in rows]
 
+    def index_outbox_runs(self) -> set[str]:
+        with self._read() as cur:
+            return {r[0] for r in cur.execute(self._q["index_outbox_runs"]).fetchall()}
+
     def leases(self) -> dict[str, LeaseInfo]:
         with self._read() as cur:
             rows = cur.execute(self._q["leases"]).fetchall()

@@ -205,3 +205,10 @@ GROUP BY status, workflow;
 
 -- name: index_marks
 SELECT run_id, status, updated_at FROM {schema}.runs WHERE left(run_id, 11) <> 'crashproof:';
+
+-- name: index_outbox_runs
+-- Runs with an outbox message journaled (a text test, as journal/fold.py makes it; the
+-- reader then verifies and folds those journals only).
+SELECT DISTINCT run_id FROM {schema}.events
+WHERE type = 'step_done' AND strpos(payload, '"outbox"') > 0
+  AND left(run_id, 11) <> 'crashproof:';

@@ -152,3 +152,10 @@ GROUP BY status, workflow;
 
 -- name: index_marks
 SELECT run_id, status, updated_at FROM runs WHERE substr(run_id, 1, 11) <> 'crashproof:';
+
+-- name: index_outbox_runs
+-- Runs with an outbox message journaled (a text test, as journal/fold.py makes it; the
+-- reader then verifies and folds those journals only).
+SELECT DISTINCT run_id FROM events
+WHERE type = 'step_done' AND instr(payload, '"outbox"') > 0
+  AND substr(run_id, 1, 11) <> 'crashproof:';
