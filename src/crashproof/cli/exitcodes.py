@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from crashproof.errors import (
     ApprovalRefused,
+    CancelRefused,
     CrashproofError,
     DecisionRefused,
     IntegrityError,
@@ -21,6 +22,7 @@ from crashproof.errors import (
     LedgerError,
     NotALedger,
     RetryRefused,
+    RunCancelled,
     RunConflict,
     RunFailed,
     RunFrozen,
@@ -48,6 +50,7 @@ class ExitCode(enum.IntEnum):
     CONFLICT = 4
     LEDGER_UNUSABLE = 5
     RUN_INTERRUPTED = 6
+    RUN_CANCELLED = 7
     INTERNAL = 70
     INTERRUPTED = 130
 
@@ -60,10 +63,12 @@ EXIT_CODES_TEXT: dict[ExitCode, str] = {
     ExitCode.USAGE: "usage or input error (option, module, --arg, URL, run id); nothing changed",
     ExitCode.RUN_FROZEN: "the run is frozen (needs_review, awaiting_approval): waits for a human",
     ExitCode.CONFLICT: "conflict: run id reused with another input, run owned by another worker "
-    "or moved to another ledger, retry of a run that is not failed",
+    "or moved to another ledger, retry of a run that is not failed, cancel of an ended run",
     ExitCode.LEDGER_UNUSABLE: "ledger unusable (missing, not a ledger, corrupt, newer, locked)",
     ExitCode.RUN_INTERRUPTED: "the run stopped, stays resumable (an error, a budget, a service "
     "out): fix it or wait, then resume",
+    ExitCode.RUN_CANCELLED: "the run was cancelled (crashproof cancel): it is never driven "
+    "again; nothing was executed",
     ExitCode.INTERNAL: "internal error (a bug): rerun with --verbose for the traceback",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
@@ -157,6 +162,17 @@ _RULES: tuple[_Rule, ...] = (
     (RunFrozen, ExitCode.RUN_FROZEN, ""),
     (RunConflict, ExitCode.CONFLICT, ""),
     (RunStopped, ExitCode.RUN_INTERRUPTED, ""),
+    (
+        RunCancelled,
+        ExitCode.RUN_CANCELLED,
+        "`crashproof show RUN_ID` shows who cancelled it and why; to do the work again, "
+        "start a new run (or `crashproof fork` it from a step)",
+    ),
+    (
+        CancelRefused,
+        ExitCode.CONFLICT,
+        "`crashproof show RUN_ID` shows how it ended; only a run that has not ended is cancelled",
+    ),
     (
         RetryRefused,
         ExitCode.CONFLICT,

@@ -51,6 +51,7 @@ _OPERATOR = (
     EventType.RUN_IMPORTED,
     EventType.INTENT_OVERRIDE,
     EventType.RUN_RETRIED,
+    EventType.RUN_CANCELLED,
 )
 
 
@@ -174,6 +175,12 @@ def _summary(event: Event) -> str:
         r = payloads.run_retried(event)
         again = f"call {r.get('retried')!r} attempted again" if r.get("retried") else "from the top"
         return f"operator {r.get('by')}@{r.get('host')}: retry of the failed run, {again}"
+    if kind is EventType.RUN_CANCELLED:
+        c = event.payload
+        flight = c.get("in_flight") or []
+        left = f"; left in flight for reconciliation: {', '.join(flight)}" if flight else ""
+        why = f" ({c.get('reason')})" if c.get("reason") else ""
+        return f"operator {c.get('by')}@{c.get('host')}: cancelled the run{why}{left}"
     if kind in _OPERATOR:
         who = payloads.operator_record(event)
         return f"operator {who.get('by')}@{who.get('host')}: {_change(who)}"
