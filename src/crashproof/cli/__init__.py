@@ -36,6 +36,8 @@ code  meaning
       budget, a service out): fix the cause or wait, then resume
 7     the run was cancelled (``crashproof cancel``): it is never driven
       again (resume, retry, run with its id, the worker); nothing ran
+8     show: the run has outbox messages still undelivered (a target was
+      down); ``crashproof dispatch --app MODULE`` delivers them
 70    internal error (a bug): rerun with --verbose for the traceback
 130   interrupted (Ctrl-C)
 128+N stopped by signal N, not by crashproof (SIGKILL: 137 in a shell,

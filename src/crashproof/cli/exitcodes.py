@@ -51,6 +51,7 @@ class ExitCode(enum.IntEnum):
     LEDGER_UNUSABLE = 5
     RUN_INTERRUPTED = 6
     RUN_CANCELLED = 7
+    UNDELIVERED = 8
     INTERNAL = 70
     INTERRUPTED = 130
 
@@ -69,6 +70,8 @@ EXIT_CODES_TEXT: dict[ExitCode, str] = {
     "out): fix it or wait, then resume",
     ExitCode.RUN_CANCELLED: "the run was cancelled (crashproof cancel): it is never driven "
     "again; nothing was executed",
+    ExitCode.UNDELIVERED: "show: the run has outbox messages still undelivered (a target "
+    "was down): `crashproof dispatch --app MODULE` delivers them",
     ExitCode.INTERNAL: "internal error (a bug): rerun with --verbose for the traceback",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }

@@ -1,6 +1,7 @@
-"""`crashproof cancel`: an operator stops a run for good (runtime/operations/cancelling.py).
+"""`crashproof cancel` (an operator stops a run for good: runtime/operations/cancelling.py)
+and `crashproof dispatch` (pending outbox messages delivered: nothing pending in silence).
 
-``crashproof.cli.app`` registers it at the top level.
+``crashproof.cli.app`` registers both at the top level.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from typing import Annotated
 
 import typer
 
-from crashproof.cli.exitcodes import ExitCode
-from crashproof.cli.render import emit_json, safe
+from crashproof.cli.exitcodes import CliError, ExitCode
+from crashproof.cli.loading import app_tools
+from crashproof.cli.render import emit_json, safe, undelivered
 from crashproof.cli.settings import (
     DbOption,
     JsonOption,
@@ -20,7 +22,7 @@ from crashproof.cli.settings import (
     open_ledger,
 )
 
-__all__ = ["cancel_run"]
+__all__ = ["cancel_run", "dispatch_outbox"]
 
 
 def cancel_run(
@@ -59,3 +61,51 @@ def cancel_run(
         left = f"; left in flight for reconciliation: {', '.join(flight)}" if flight else ""
         sys.stderr.write(safe(f"cancelled {run_id} as {record['by']}{left}") + "\n")
     return int(ExitCode.OK)
+
+
+def dispatch_outbox(
+    ctx: typer.Context,
+    run_ids: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[RUN_ID]...", show_default=False, help="Only these runs (default: all)."
+        ),
+    ] = None,
+    app_modules: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--app",
+            metavar="MODULE",
+            show_default=False,
+            help="Module whose outbox tools deliver the messages. Repeatable.",
+        ),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Deliver the pending outbox messages of runs no process drives (a target that was
+    down when the run ended). Each delivery is journaled once; a failed one stays pending.
+    Exits 8 while messages remain undelivered, 0 once none do."""
+    from crashproof.tools.outbox import Outbox
+
+    settings = command_settings(ctx, db, as_json, verbose)
+    tools = [tool for tool in app_tools(app_modules or []) if isinstance(tool, Outbox)]
+    if not tools:
+        raise CliError(
+            ExitCode.USAGE,
+            "no outbox tool to deliver with; nothing was delivered",
+            "pass --app MODULE naming the module that defines the run's cp.Outbox",
+        )
+    with open_ledger(settings, create=False) as ledger:
+        for run_id in run_ids or []:
+            ledger.get_run(run_id)  # an unknown run id: RunNotFound, exit 2
+        delivered = ledger.dispatch_outbox(tools, run_ids or None)
+        infos = [ledger.get_run(r) for r in run_ids] if run_ids else ledger.runs()
+    left = {info.run_id: n for info in infos if (n := undelivered(info))}
+    if settings.json:
+        emit_json({"delivered": delivered, "undelivered": left})
+    else:
+        still = f"; still undelivered: {sum(left.values())} in {', '.join(left)}" if left else ""
+        sys.stderr.write(safe(f"{delivered} message(s) delivered{still}") + "\n")
+    return int(ExitCode.UNDELIVERED if left else ExitCode.OK)
