@@ -130,3 +130,19 @@ def test_dispatch_needs_an_outbox_and_a_known_run(project: Path, cli: Cli, chat_
     assert "no outbox tool" in no_tools.err
     unknown = cli("dispatch", "--app", "notify", "nope:1")
     assert unknown.code == ExitCode.USAGE
+
+
+def test_the_worker_delivers_pending_messages_by_itself(
+    project: Path, cli: Cli, chat_up: Callable[[], None]
+) -> None:
+    (project / "notify.py").write_text(NOTIFY, encoding="utf-8")
+    assert cli("run", "notify:notify", "--run-id", "n:1").code == ExitCode.OK
+    assert cli("show", "n:1").code == ExitCode.UNDELIVERED
+    chat_up()
+    worked = cli("worker", "--app", "notify", "--until-idle")
+    assert worked.code == ExitCode.OK, worked.err
+    assert '"event": "outbox_dispatched"' in worked.err
+    assert len(_Chat.received) == 1
+    assert cli("show", "n:1").code == ExitCode.OK
+    assert cli("worker", "--app", "notify", "--until-idle").code == ExitCode.OK
+    assert len(_Chat.received) == 1  # once
