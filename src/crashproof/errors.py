@@ -23,6 +23,7 @@
     ├── RetryRefused                 a retry of a run that is not failed; nothing written
     ├── RunCancelled                 an operator cancelled the run: it is never driven again
     ├── CancelRefused                a cancel of a run that already ended; nothing written
+    ├── ForkRefused                  a fork that cannot start (step, act in flight, id)
     ├── RunMoved                     the run was exported as a move: it continues elsewhere
     ├── PolicyMismatch               resumed under another policy than the run recorded
     ├── AsyncMisuse                  sync and async mixed up, or a ctx call off the run's task
@@ -83,6 +84,7 @@ __all__ = [
     "RetryRefused",
     "RunCancelled",
     "CancelRefused",
+    "ForkRefused",
     "RetryableError",
     "RunConflict",
     "RunFailed",
@@ -425,6 +427,15 @@ class CancelRefused(CrashproofError):
     def __init__(self, run_id: str, status: str, message: str) -> None:
         self.run_id = run_id
         self.status = status
+        super().__init__(message)
+
+
+class ForkRefused(CrashproofError):
+    """``Ledger.fork`` refused: no such completed step, a prefix ending inside an act, or
+    a new run id in use; nothing was written."""
+
+    def __init__(self, run_id: str, message: str) -> None:
+        self.run_id = run_id
         super().__init__(message)
 
 

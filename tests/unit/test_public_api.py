@@ -25,6 +25,7 @@ PUBLIC = [
     "DriftError",
     "DriveCancelled",
     "EnvironmentChanged",
+    "ForkRefused",
     "ImportPlan",
     "IntegrityError",
     "IntentHeld",

@@ -14,6 +14,7 @@ from crashproof.errors import (
     CancelRefused,
     CrashproofError,
     DecisionRefused,
+    ForkRefused,
     IntegrityError,
     IntentHeld,
     JournalRolledBack,
@@ -170,6 +171,11 @@ _RULES: tuple[_Rule, ...] = (
         ExitCode.RUN_CANCELLED,
         "`crashproof show RUN_ID` shows who cancelled it and why; to do the work again, "
         "start a new run (or `crashproof fork` it from a step)",
+    ),
+    (
+        ForkRefused,
+        ExitCode.CONFLICT,
+        "`crashproof show RUN_ID` lists the steps it completed; fork from one of them",
     ),
     (
         CancelRefused,

@@ -22,7 +22,7 @@ from crashproof.cli.settings import (
     open_ledger,
 )
 
-__all__ = ["cancel_run", "dispatch_outbox"]
+__all__ = ["cancel_run", "dispatch_outbox", "fork_run"]
 
 
 def cancel_run(
@@ -109,3 +109,50 @@ def dispatch_outbox(
         still = f"; still undelivered: {sum(left.values())} in {', '.join(left)}" if left else ""
         sys.stderr.write(safe(f"{delivered} message(s) delivered{still}") + "\n")
     return int(ExitCode.UNDELIVERED if left else ExitCode.OK)
+
+
+def fork_run(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to fork.")
+    ],
+    from_step: Annotated[
+        str,
+        typer.Option(
+            "--from", metavar="STEP", show_default=False, help="The last step the fork keeps."
+        ),
+    ],
+    new_run_id: Annotated[
+        str,
+        typer.Option("--run-id", metavar="NEW", show_default=False, help="The new run's id."),
+    ],
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            show_default=False,
+            help="Who forks the run, journaled (default: the OS user).",
+        ),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Start run NEW from RUN's journal up to and including step STEP (its acts keep their
+    receipts and operation ids; later acts get NEW's). `crashproof resume NEW --app M`
+    replays the prefix and runs the rest live. Refused inside an act (exit 4)."""
+    settings = command_settings(ctx, db, as_json, verbose)
+    with open_ledger(settings, create=False) as ledger:
+        record = ledger.fork(run_id, from_step=from_step, new_run_id=new_run_id, by=by)
+    if settings.json:
+        emit_json({"run_id": new_run_id, **record})
+    else:
+        sys.stderr.write(
+            safe(
+                f"forked {run_id} at {from_step} into {new_run_id} as {record['by']}; "
+                f"`crashproof resume {new_run_id} --app MODULE` drives it on"
+            )
+            + "\n"
+        )
+    return int(ExitCode.OK)

@@ -27,7 +27,7 @@ from crashproof.journal.fold import Replay, cancelled_reason, index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.driving.leases import claim, release, stop_driving
 from crashproof.runtime.guards.budget import operator
-from crashproof.runtime.port import DriveHost
+from crashproof.runtime.operations.forking import LedgerFork
 
 __all__ = ["LedgerCancel", "cancelled", "refuse_cancelled"]
 
@@ -71,8 +71,9 @@ def _refusal(run_id: str, status: str) -> CancelRefused:
     )
 
 
-class LedgerCancel(DriveHost):
-    """``Ledger.cancel`` (see the module docstring)."""
+class LedgerCancel(LedgerFork):
+    """``Ledger.cancel``, and ``Ledger.fork`` beside it (the two operator actions of issue
+    25, one base of ``Ledger``)."""
 
     def cancel(self, run_id: str, *, by: str | None = None, reason: str = "") -> dict[str, Any]:
         """Stop ``run_id`` for good: journal ``run_cancelled`` (``by``: default the OS user,
