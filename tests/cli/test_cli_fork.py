@@ -79,6 +79,8 @@ def test_fork_replays_the_prefix_and_runs_the_rest_live(project: Path, cli: Cli)
     checked = cli("check", "c:2")
     assert checked.code == ExitCode.OK, checked.out + checked.err
     assert cli("check").code == ExitCode.OK
+    audit = cli("show", "c:2", "--timeline").out
+    assert "forked from run 'c:1' at step 'two'" in audit
 
 
 def test_fork_refusals_write_nothing(project: Path, cli: Cli) -> None:
