@@ -21,6 +21,9 @@
     ├── RunStopped                   the run stopped cleanly (a budget, a service out); resumable
     │   └── Unverified               ... its completion evidence does not hold (cp.Completion)
     ├── RetryRefused                 a retry of a run that is not failed; nothing written
+    ├── RunCancelled                 an operator cancelled the run: it is never driven again
+    ├── CancelRefused                a cancel of a run that already ended; nothing written
+    ├── ForkRefused                  a fork that cannot start (step, act in flight, id)
     ├── RunMoved                     the run was exported as a move: it continues elsewhere
     ├── PolicyMismatch               resumed under another policy than the run recorded
     ├── AsyncMisuse                  sync and async mixed up, or a ctx call off the run's task
@@ -79,6 +82,9 @@ __all__ = [
     "ReceiptConflict",
     "ResourceBusy",
     "RetryRefused",
+    "RunCancelled",
+    "CancelRefused",
+    "ForkRefused",
     "RetryableError",
     "RunConflict",
     "RunFailed",
@@ -395,6 +401,41 @@ class RetryRefused(CrashproofError):
     def __init__(self, run_id: str, status: str, message: str) -> None:
         self.run_id = run_id
         self.status = status
+        super().__init__(message)
+
+
+class RunCancelled(CrashproofError):
+    """The run was cancelled by an operator (``Ledger.cancel``, ``crashproof cancel``): it
+    is never driven again, by resume, retry, a worker or a run with the same id. ``by`` and
+    ``reason`` are the cancel's, as journaled."""
+
+    def __init__(self, run_id: str, by: str = "", reason: str = "") -> None:
+        self.run_id = run_id
+        self.by = by
+        self.reason = reason
+        why = f" ({reason})" if reason else ""
+        super().__init__(
+            f"run {run_id!r} was cancelled by {by or 'an operator'}{why}: it is never driven "
+            "again; nothing was executed"
+        )
+
+
+class CancelRefused(CrashproofError):
+    """``Ledger.cancel`` of a run that already ended (succeeded, failed, cancelled) or was
+    moved to another ledger: nothing was written. ``status`` is the run's."""
+
+    def __init__(self, run_id: str, status: str, message: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(message)
+
+
+class ForkRefused(CrashproofError):
+    """``Ledger.fork`` refused: no such completed step, a prefix ending inside an act, or
+    a new run id in use; nothing was written."""
+
+    def __init__(self, run_id: str, message: str) -> None:
+        self.run_id = run_id
         super().__init__(message)
 
 

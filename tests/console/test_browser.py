@@ -148,3 +148,18 @@ def test_resume_and_dispatch_through_the_page(world: World, page: Any, tmp_path:
     assert world.sent == ["notify-1/notify"]
     assert "outbox: 0" in page.locator("#counts").inner_text()
     _shot(page, tmp_path, "dispatched")
+
+
+def test_cancel_through_the_page(world: World, page: Any, tmp_path: Path) -> None:
+    page.goto("/run?id=later-1")
+    assert page.locator("#run-status").inner_text() == "running"
+    page.fill("#cancel-by", "erin")
+    page.fill("#cancel-reason", "wrong <b>ticket</b>")
+    page.click("#cancel")
+    assert page.locator("#message-title").inner_text() == "Cancelled"
+    page.goto("/run?id=later-1")
+    assert page.locator("#run-status").inner_text() == "cancelled"
+    assert page.locator("#cancel-form").count() == 0  # an ended run offers no cancel
+    assert "cancelled by erin: wrong <b>ticket</b>" in page.locator("#header").inner_text()
+    assert world.ledger.get_run("later-1").status.value == "cancelled"
+    _shot(page, tmp_path, "cancelled")

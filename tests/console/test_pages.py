@@ -160,6 +160,37 @@ def test_resume_through_the_page(world: World, client: TestClient) -> None:
     assert missing.status_code == 404
 
 
+def test_cancel_through_the_page(world: World, client: TestClient) -> None:
+    shown = client.get("/run", params={"id": "later-1"}).text
+    assert 'id="cancel-form"' in shown
+    csrf = _csrf(shown)
+    forged = client.post("/actions/cancel", data={"run_id": "later-1", "by": "erin"})
+    assert forged.status_code == 403
+    anonymous = client.post("/actions/cancel", data={"csrf": csrf, "run_id": "later-1"})
+    assert anonymous.status_code == 400
+    assert world.ledger.get_run("later-1").status.value == "running"
+    done = client.post(
+        "/actions/cancel",
+        data={"csrf": csrf, "run_id": "later-1", "by": "erin", "reason": "<script>x</script>"},
+    )
+    assert done.status_code == 200, done.text
+    info = world.ledger.get_run("later-1")
+    assert info.status.value == "cancelled"
+    assert info.reason == "cancelled by erin: <script>x</script>"
+    page = client.get("/run", params={"id": "later-1"}).text
+    assert "s-cancelled" in page
+    assert "&lt;script&gt;x&lt;/script&gt;" in page
+    assert "<script>x</script>" not in page
+    assert 'id="cancel-form"' not in page  # an ended run offers no cancel
+    again = client.post("/actions/cancel", data={"csrf": csrf, "run_id": "later-1", "by": "erin"})
+    assert again.status_code == 409
+    assert "nothing was changed" in again.text
+    world.flags["ready"] = True
+    refused = client.post("/actions/resume", data={"csrf": csrf, "run_id": "later-1"})
+    assert refused.status_code == 409
+    assert "was cancelled by erin" in refused.text
+
+
 def test_a_post_without_the_csrf_token_changes_nothing(world: World, client: TestClient) -> None:
     world.flags.update(ready=True, chat_down=False)
     for data in ({"run_id": "later-1"}, {"run_id": "later-1", "csrf": "forged"}):

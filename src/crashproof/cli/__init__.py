@@ -29,11 +29,15 @@ code  meaning
       human
 4     conflict: the run id exists with another input, another worker
       owns the run, the run was exported (moved) to another ledger, or
-      a retry of a run that is not failed
+      a retry of a run that is not failed, a cancel of a run that ended
 5     the ledger is unusable (missing, not a ledger, corrupt, newer
       schema, locked); nothing was changed
 6     the run stopped before finishing and stays resumable (an error, a
       budget, a service out): fix the cause or wait, then resume
+7     the run was cancelled (``crashproof cancel``): it is never driven
+      again (resume, retry, run with its id, the worker); nothing ran
+8     show: the run has outbox messages still undelivered (a target was
+      down); ``crashproof dispatch --app MODULE`` delivers them
 70    internal error (a bug): rerun with --verbose for the traceback
 130   interrupted (Ctrl-C)
 128+N stopped by signal N, not by crashproof (SIGKILL: 137 in a shell,

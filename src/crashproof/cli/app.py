@@ -17,6 +17,7 @@ from crashproof.cli.commands import (
     approvals,
     console,
     integrity,
+    operating,
     proofs,
     runs,
     transfer,
@@ -65,6 +66,9 @@ def root(
 app.command("run")(runs.start_run)
 app.command("resume")(runs.resume_run)
 app.command("retry")(runs.retry_run)
+app.command("cancel")(operating.cancel_run)
+app.command("fork")(operating.fork_run)
+app.command("dispatch")(operating.dispatch_outbox)
 app.command("runs")(runs.list_runs)
 app.command("show")(runs.show_run)
 app.command("reconcile")(runs.reconcile_runs)

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 from crashproof.errors import (
     ApprovalRefused,
+    CancelRefused,
     CrashproofError,
     DecisionRefused,
+    ForkRefused,
     IntegrityError,
     IntentHeld,
     JournalRolledBack,
@@ -21,6 +23,7 @@ from crashproof.errors import (
     LedgerError,
     NotALedger,
     RetryRefused,
+    RunCancelled,
     RunConflict,
     RunFailed,
     RunFrozen,
@@ -48,6 +51,8 @@ class ExitCode(enum.IntEnum):
     CONFLICT = 4
     LEDGER_UNUSABLE = 5
     RUN_INTERRUPTED = 6
+    RUN_CANCELLED = 7
+    UNDELIVERED = 8
     INTERNAL = 70
     INTERRUPTED = 130
 
@@ -60,10 +65,14 @@ EXIT_CODES_TEXT: dict[ExitCode, str] = {
     ExitCode.USAGE: "usage or input error (option, module, --arg, URL, run id); nothing changed",
     ExitCode.RUN_FROZEN: "the run is frozen (needs_review, awaiting_approval): waits for a human",
     ExitCode.CONFLICT: "conflict: run id reused with another input, run owned by another worker "
-    "or moved to another ledger, retry of a run that is not failed",
+    "or moved to another ledger, retry of a run that is not failed, cancel of an ended run",
     ExitCode.LEDGER_UNUSABLE: "ledger unusable (missing, not a ledger, corrupt, newer, locked)",
     ExitCode.RUN_INTERRUPTED: "the run stopped, stays resumable (an error, a budget, a service "
     "out): fix it or wait, then resume",
+    ExitCode.RUN_CANCELLED: "the run was cancelled (crashproof cancel): it is never driven "
+    "again; nothing was executed",
+    ExitCode.UNDELIVERED: "show: the run has outbox messages still undelivered (a target "
+    "was down): `crashproof dispatch --app MODULE` delivers them",
     ExitCode.INTERNAL: "internal error (a bug): rerun with --verbose for the traceback",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
@@ -157,6 +166,22 @@ _RULES: tuple[_Rule, ...] = (
     (RunFrozen, ExitCode.RUN_FROZEN, ""),
     (RunConflict, ExitCode.CONFLICT, ""),
     (RunStopped, ExitCode.RUN_INTERRUPTED, ""),
+    (
+        RunCancelled,
+        ExitCode.RUN_CANCELLED,
+        "`crashproof show RUN_ID` shows who cancelled it and why; to do the work again, "
+        "start a new run (or `crashproof fork` it from a step)",
+    ),
+    (
+        ForkRefused,
+        ExitCode.CONFLICT,
+        "`crashproof show RUN_ID` lists the steps it completed; fork from one of them",
+    ),
+    (
+        CancelRefused,
+        ExitCode.CONFLICT,
+        "`crashproof show RUN_ID` shows how it ended; only a run that has not ended is cancelled",
+    ),
     (
         RetryRefused,
         ExitCode.CONFLICT,

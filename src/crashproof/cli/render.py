@@ -41,6 +41,7 @@ __all__ = [
     "print_run",
     "print_runs",
     "run_summary",
+    "undelivered",
     "runs_table",
     "safe",
     "steps_table",
@@ -108,6 +109,20 @@ def print_error(failure: Failure) -> None:
 
 def _status(value: str) -> Text:
     return Text(value, style=_STATUS_STYLE.get(value, ""))
+
+
+def undelivered(info: RunInfo) -> int:
+    """How many of the run's outbox messages are still pending (``crashproof dispatch``)."""
+    return sum(1 for step in info.steps if step.delivery == "pending")
+
+
+def _run_status(info: RunInfo) -> Text:
+    """The run's status, marked when messages are pending: ``succeeded (1 undelivered)``."""
+    text = _status(info.status.value)
+    pending = undelivered(info)
+    if pending:
+        text.append(f" ({pending} undelivered)", style="bold yellow")
+    return text
 
 
 def _local(ts: float) -> dt.datetime | None:
@@ -245,7 +260,7 @@ def runs_table(infos: Sequence[RunInfo], leases: Mapping[str, LeaseInfo] | None 
         table.add_row(
             Text(safe(info.run_id)),
             Text(safe(f"{info.workflow}@{info.version}")),
-            _status(info.status.value),
+            _run_status(info),
             _clip(info.reason or "", 40),
             Text(str(b.steps)),
             _count(b.decisions),
@@ -310,7 +325,7 @@ def _header(info: RunInfo) -> Table:
         ("run", Text(safe(info.run_id), style="bold")),
         ("workflow", Text(safe(info.workflow))),
         ("version", Text(safe(info.version))),
-        ("status", _status(info.status.value)),
+        ("status", _run_status(info)),
         ("reason", Text(safe(info.reason or "-"))),
         ("input digest", Text(info.input_digest)),
         ("budget", Text(_budget(info))),

@@ -193,6 +193,22 @@ def create_app(config: ConsoleConfig) -> Starlette:
             return message(request, "Resumed: the run did not finish", _line(exc), 409, back)
         return message(request, "Resumed", f"run {run_id!r}: {outcome}", 200, back)
 
+    async def cancel(request: Request) -> Response:
+        form = await checked_form(request)
+        if form is None:
+            return _csrf_refused()
+        run_id, by = form.get("run_id", ""), form.get("by", "").strip()
+        back = f"/run?id={_quote(run_id)}"
+        if not by:  # attributed like the CLI's: the journal names who cancelled
+            return message(request, "Not cancelled", "say who cancels; nothing done", 400, back)
+        try:
+            await asyncio.to_thread(ledger.cancel, run_id, by=by, reason=form.get("reason", ""))
+        except RunNotFound:
+            return message(request, "No such run", f"no run {run_id!r}; nothing done", 404, "/runs")
+        except CrashproofError as exc:
+            return message(request, "Not cancelled", _line(exc), 409, back)
+        return message(request, "Cancelled", f"run {run_id!r} cancelled by {by}", 200, back)
+
     async def dispatch(request: Request) -> Response:
         form = await checked_form(request)
         if form is None:
@@ -210,6 +226,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/run/timeline", run_timeline),
         Route("/attention", needs_attention),
         Route("/actions/resume", resume, methods=["POST"]),
+        Route("/actions/cancel", cancel, methods=["POST"]),
         Route("/actions/dispatch", dispatch, methods=["POST"]),
     ]
     return Starlette(routes=routes, middleware=[Middleware(_Gate, guard=guard)])

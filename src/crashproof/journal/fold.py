@@ -27,6 +27,7 @@ __all__ = [
     "fold_run",
     "fold_steps",
     "index_journal",
+    "cancelled_reason",
     "moved_reason",
     "spend",
     "step_keys",
@@ -39,6 +40,7 @@ _TERMINAL = (
     EventType.RUN_FAILED,
     EventType.RUN_FROZEN,
     EventType.RUN_STOPPED,
+    EventType.RUN_CANCELLED,
 )
 _BUDGETED = (StepKind.STEP, StepKind.DECIDE, StepKind.ACT, StepKind.CHECK)
 _OPEN_STATUS = {
@@ -322,6 +324,9 @@ def fold_run(
             status, error = RunStatus.FAILED, payloads.run_failed(outcome).get("error")
             if isinstance(error, dict):
                 reason = f"{error.get('type')}: {error.get('message')}"
+        elif outcome.type is EventType.RUN_CANCELLED:  # runtime/operations/cancelling.py
+            status, reason = RunStatus.CANCELLED, cancelled_reason(outcome.payload)
+            evidence = {"cancelled": outcome.payload}
         else:  # frozen or stopped: the record names its status and reason
             halted = payloads.frozen_or_stopped(outcome)
             status = RunStatus(halted.get("status", RunStatus.NEEDS_REVIEW.value))
@@ -349,6 +354,15 @@ def fold_run(
         policy=replay.policy,
         humans=_humans(events),
     )
+
+
+def cancelled_reason(payload: dict[str, Any]) -> str:
+    """What a ``run_cancelled`` record says, for people: who, why, and the acts it left in
+    flight (their outcome is reconciliation's to find, never guessed)."""
+    why = f": {payload.get('reason')}" if payload.get("reason") else ""
+    flight = [str(k) for k in payload.get("in_flight") or []]
+    left = f"; in flight, left to reconciliation: {', '.join(flight)}" if flight else ""
+    return f"cancelled by {payload.get('by')}{why}{left}"
 
 
 def moved_reason(event: Event) -> str:

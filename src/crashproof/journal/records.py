@@ -100,6 +100,10 @@ class EventType(enum.StrEnum):
     INTENT_OVERRIDE = "intent_override"
     # An operator re-drives a failed run under its own id (runtime/driving/retrying.py)
     RUN_RETRIED = "run_retried"
+    # An operator stopped the run for good (runtime/operations/cancelling.py)
+    RUN_CANCELLED = "run_cancelled"
+    # This run was forked from another's prefix (runtime/operations/forking.py)
+    RUN_FORKED = "run_forked"
 
 
 # Each EventType by its stored text: EventType(x) costs ~1 us per record read.

@@ -51,11 +51,12 @@ from crashproof.runtime.guards.binding import OperatorChanges, bind_run, ended_r
 from crashproof.runtime.guards.completion import needed, verify
 from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.operations.audit import session_record, started_by
+from crashproof.runtime.operations.cancelling import LedgerCancel, refuse_cancelled
 from crashproof.runtime.operations.maintenance import LedgerCare
 from crashproof.runtime.operations.moving import refuse_moved
 from crashproof.runtime.operations.oversight import LedgerHumans
 from crashproof.runtime.options import RunOptions
-from crashproof.runtime.port import ActSettings, DriveHost
+from crashproof.runtime.port import ActSettings
 from crashproof.runtime.replayer.verdict import Gate, gate
 from crashproof.runtime.steps.handoff import Work, run_async, run_sync
 from crashproof.runtime.workflow import Registry, Workflow
@@ -76,7 +77,7 @@ R = TypeVar("R")
 _WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
 
 
-class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, DriveHost):
+class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, LedgerQueue):
     """Durable runs of workflows. Independent instances never share state.
 
     Implements the ``DriveHost`` port (``runtime/port.py``) for its Context and its
@@ -471,6 +472,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerQueue, Dr
         token = grant.lease.token
         events = self.journal(run_id, owner=True)
         replay = index_journal(events)
+        refuse_cancelled(run_id, replay)  # under the lease, before anything is written
         if replay.undelivered:  # delivered again below: durable first (a crash may have
             self._store.sync()  # left them unsynced)
         workflow.check_resumes(run_id, str(payloads.run_started(replay.started).get("version")))

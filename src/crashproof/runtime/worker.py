@@ -26,6 +26,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from crashproof.errors import (
@@ -37,10 +38,12 @@ from crashproof.errors import (
     StaleLeaseError,
 )
 from crashproof.runtime.async_context import off_loop
+from crashproof.runtime.driving.outbox_pass import OutboxPass
 from crashproof.runtime.driving.queue import Draining
 from crashproof.runtime.guards.binding import LimitsMismatch
 from crashproof.runtime.options import RunOptions
 from crashproof.store.queue import Claimed, queue_store, runnable_keys
+from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
     from crashproof.runtime.ledger import Ledger
@@ -67,7 +70,9 @@ class Worker:
     when the run was enqueued, ``ledger.enqueue(..., options=...)``), checked as
     ``Ledger.run`` checks them for an existing run: a run bound to anything else is
     refused before anything executes (event ``refused``), left to other workers, and
-    tried again after a back-off; the policy is registered with the ledger.
+    tried again after a back-off; the policy is registered with the ledger. ``outbox``:
+    outbox tools whose pending messages it delivers every ``outbox_every`` seconds
+    (runtime/driving/outbox_pass.py).
     """
 
     def __init__(
@@ -80,6 +85,8 @@ class Worker:
         log: TextIO | None = None,
         options: RunOptions | None = None,
         on_loop: bool = False,
+        outbox: Sequence[Tool] = (),
+        outbox_every: float = 30.0,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
@@ -91,6 +98,7 @@ class Worker:
             ledger.register_policy(options.policy)  # runs bound to it find it
         self.options = options
         self.ledger = ledger
+        self.outbox = OutboxPass(ledger, outbox, outbox_every)  # pending messages delivered
         self.concurrency = concurrency
         self.on_loop = on_loop
         self.poll = float(poll)
@@ -176,6 +184,8 @@ class Worker:
     def _next(self, runnable: list[str]) -> Claimed | bool:
         """The next run claimed; else True (stop serving: stopping, or idle with
         ``until_idle``) or False (nothing to claim now)."""
+        if delivered := self.outbox.tick():
+            self.emit("outbox_dispatched", delivered=delivered)
         with self._changed:
             if self._stopping:
                 return True

@@ -38,6 +38,7 @@ from crashproof.cli.render import (
     print_runs,
     run_summary,
     safe,
+    undelivered,
 )
 from crashproof.cli.settings import (
     DbOption,
@@ -49,7 +50,7 @@ from crashproof.cli.settings import (
 )
 from crashproof.cli.timeline import environments_table, print_timeline
 from crashproof.errors import CrashproofError
-from crashproof.journal.records import Limits, RunStatus
+from crashproof.journal.records import Limits, RunInfo, RunStatus
 from crashproof.runtime.guards.budget import operator, parse_raises, raise_limits
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.audit import run_timeline
@@ -418,10 +419,23 @@ def list_runs(
         print_versions(settings.json, infos)
         return int(ExitCode.OK)
     if settings.json:
-        emit_json([lease_json(info.to_json(), leases.get(info.run_id)) for info in infos])
+        emit_json(
+            [
+                lease_json(
+                    {**info.to_json(), "undelivered": undelivered(info)}, leases.get(info.run_id)
+                )
+                for info in infos
+            ]
+        )
     else:
         print_runs(console(), infos, status.value if status is not None else None, leases)
     return int(ExitCode.OK)
+
+
+def _marked(info: RunInfo) -> dict[str, Any]:
+    """A run's JSON, with ``undelivered``: N when outbox messages are still pending."""
+    pending = undelivered(info)
+    return {**info.to_json(), **({"undelivered": pending} if pending else {})}
 
 
 def show_run(
@@ -458,7 +472,7 @@ def show_run(
     with open_ledger(settings, create=False) as ledger:
         info = ledger.get_run(run_id)
         entries = run_timeline(ledger, run_id) if timeline else None
-    total = len(info.steps)
+    total, pending = len(info.steps), undelivered(info)  # counted before a page is cut
     if limit is None and not settings.json:
         limit = _PAGE
     if first > 1 or (limit is not None and total > limit):  # one page of the steps
@@ -470,9 +484,8 @@ def show_run(
         else:
             print_timeline(console(), run_id, entries, info.evidence)
     elif settings.json:
-        emit_json(
-            {**info.to_json(), "steps_total": total} if total != len(info.steps) else info.to_json()
-        )
+        body = {**info.to_json(), **({"undelivered": pending} if pending else {})}
+        emit_json({**body, "steps_total": total} if total != len(info.steps) else body)
     else:
         print_run(console(), info)
         if len(info.steps) < total:
@@ -483,6 +496,8 @@ def show_run(
         envs = environments_table(info.evidence)
         if envs is not None:
             console().print(envs)
+    if pending:  # a succeeded run whose messages never left says so (crashproof dispatch)
+        return int(ExitCode.UNDELIVERED)
     return int(ExitCode.OK)
 
 

@@ -11,10 +11,11 @@ import typer
 
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.limits import MaxCost, MaxDecisions, MaxSteps, MaxTokens, MaxWall, run_options
-from crashproof.cli.loading import app_policies, app_workflows, load_policy
+from crashproof.cli.loading import app_policies, app_tools, app_workflows, load_policy
 from crashproof.cli.settings import DbOption, VerboseOption, command_settings, open_ledger
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.worker import Worker
+from crashproof.tools.outbox import Outbox
 
 __all__ = ["run_worker"]
 
@@ -117,6 +118,7 @@ def run_worker(
             log=sys.stderr,
             options=options,
             on_loop=on_loop,
+            outbox=[tool for tool in app_tools(app_modules) if isinstance(tool, Outbox)],
         )
 
         def drain(signum: int, _frame: FrameType | None) -> None:

@@ -35,6 +35,7 @@ def not_failed(run_id: str, status: str) -> RetryRefused:
     """The refusal of a retry of a run in ``status``, with what to do instead."""
     instead = {
         RunStatus.SUCCEEDED.value: "it succeeded: there is nothing to retry",
+        RunStatus.CANCELLED.value: "it was cancelled: a cancelled run is never driven again",
         RunStatus.STOPPED.value: f"resume it: crashproof resume {run_id} --app MODULE",
         RunStatus.RUNNING.value: f"resume it: crashproof resume {run_id} --app MODULE",
         RunStatus.NEEDS_REVIEW.value: f"it waits for a review: crashproof review list {run_id}",

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from crashproof.errors import CrashproofError, PolicyMismatch
+from crashproof.errors import CrashproofError, PolicyMismatch, RunCancelled
 from crashproof.journal import payloads
 from crashproof.journal.fold import Replay, index_journal, spend
 from crashproof.journal.records import Budget, Event, EventType, Limits, RunStatus
@@ -203,6 +203,8 @@ def _versions(offered: str | None) -> str:
 
 def ended_run(run_id: str, status: str) -> CrashproofError:
     """The refusal of an operator change to a run that has ended."""
+    if status == RunStatus.CANCELLED.value:
+        return RunCancelled(run_id)  # never driven again, whatever changes
     return CrashproofError(
         f"run {run_id!r} has ended ({status}); its budget and policy can no longer "
         "change, and nothing was changed"

@@ -51,6 +51,8 @@ _OPERATOR = (
     EventType.RUN_IMPORTED,
     EventType.INTENT_OVERRIDE,
     EventType.RUN_RETRIED,
+    EventType.RUN_CANCELLED,
+    EventType.RUN_FORKED,
 )
 
 
@@ -174,6 +176,18 @@ def _summary(event: Event) -> str:
         r = payloads.run_retried(event)
         again = f"call {r.get('retried')!r} attempted again" if r.get("retried") else "from the top"
         return f"operator {r.get('by')}@{r.get('host')}: retry of the failed run, {again}"
+    if kind is EventType.RUN_FORKED:
+        f = event.payload
+        return (
+            f"operator {f.get('by')}@{f.get('host')}: forked from run {f.get('from_run')!r} "
+            f"at step {f.get('from_step')!r} (its sequence {f.get('from_seq')})"
+        )
+    if kind is EventType.RUN_CANCELLED:
+        c = event.payload
+        flight = c.get("in_flight") or []
+        left = f"; left in flight for reconciliation: {', '.join(flight)}" if flight else ""
+        why = f" ({c.get('reason')})" if c.get("reason") else ""
+        return f"operator {c.get('by')}@{c.get('host')}: cancelled the run{why}{left}"
     if kind in _OPERATOR:
         who = payloads.operator_record(event)
         return f"operator {who.get('by')}@{who.get('host')}: {_change(who)}"

@@ -56,13 +56,16 @@ class LedgerCare(DriveHost):
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
         return reconcile_events(run_id, self.journal(run_id), tools)
 
-    def dispatch_outbox(self, tools: Iterable[Tool]) -> int:
+    def dispatch_outbox(self, tools: Iterable[Tool], runs: Iterable[str] | None = None) -> int:
         """Deliver the pending outbox messages of runs no process is driving (ended or
-        frozen; a running run delivers its own on resume). Returns how many were
-        delivered; failures stay pending and are journaled."""
+        frozen; a running run delivers its own on resume); ``runs``: only these. Returns
+        how many were delivered; failures stay pending and are journaled."""
         by_name = {tool.name: tool for tool in tools}
         delivered = 0
+        wanted = None if runs is None else set(runs)
         for row in self.store.list_runs():
+            if wanted is not None and row.run_id not in wanted:
+                continue
             if row.status not in (RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.MOVED):
                 delivered += self._dispatch_run(row.run_id, by_name)
         return delivered

@@ -1,0 +1,117 @@
+"""Forking a run from a step (``Ledger.fork``, ``crashproof fork RUN --from STEP --run-id
+NEW``): a new run whose journal is the old one's prefix, up to and including the record
+of that step (DBOS's fork-from-step, LangGraph's time travel).
+
+The prefix is copied record by record under the new run id and committed through the
+store like any append, so it is sealed and HMAC-chained as the new run's own journal
+(and witnessed from generation 0). Its acts keep their receipts and operation ids (the
+operation id is in each record): ``crashproof resume NEW`` replays them, executing
+nothing. Acts after the prefix run live, and their operation ids derive from the new run
+id (``runtime/steps/acts.py``: ``RUN/KEY``), so no target mistakes them for the source's.
+Outbox messages of the prefix that the source delivered later are marked delivered in
+the fork too (never sent twice). The last record, ``run_forked``, names the source run,
+step and sequence, who and where.
+
+Refused, with nothing written (``cp.ForkRefused``): a step the source never completed,
+a prefix that ends inside an act (an intent without a receipt, UNKNOWN), a new run id
+in use or reserved.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from crashproof.errors import ForkRefused, RunNotFound
+from crashproof.journal import payloads
+from crashproof.journal.fold import index_journal
+from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.runtime.driving.leases import claim, release, stop_driving
+from crashproof.runtime.guards.approvers import reserved
+from crashproof.runtime.guards.budget import operator
+from crashproof.runtime.port import DriveHost
+
+__all__ = ["LedgerFork"]
+
+
+def _as(run_id: str, seq: int, event: Event) -> Event:
+    return Event(
+        run_id, seq, event.type, event.key, event.payload, event.created_at, event.value_json
+    )
+
+
+class LedgerFork(DriveHost):
+    """``Ledger.fork`` (see the module docstring)."""
+
+    def fork(
+        self, run_id: str, *, from_step: str, new_run_id: str, by: str | None = None
+    ) -> dict[str, Any]:
+        """Start ``new_run_id`` from ``run_id``'s journal up to and including step
+        ``from_step``; returns the ``run_forked`` record's payload. Drive it on with
+        ``resume(new_run_id)``. Refusals raise ``ForkRefused``, nothing written."""
+        who = operator(by)
+        if not isinstance(new_run_id, str) or not new_run_id or reserved(new_run_id):
+            raise ForkRefused(run_id, f"--run-id {new_run_id!r} is not a usable run id")
+        if self.store.get_run(run_id) is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+        if self.store.get_run(new_run_id) is not None:
+            raise ForkRefused(
+                run_id, f"run {new_run_id!r} exists already; nothing was written: pick another id"
+            )
+        events = self.journal(run_id)
+        done = [e for e in index_journal(events).done if e.key == from_step]
+        if not done:
+            raise ForkRefused(
+                run_id,
+                f"run {run_id!r} has no completed step {from_step!r}; nothing was written "
+                f"(`crashproof show {run_id}` lists its steps)",
+            )
+        cut = done[0].seq
+        prefix = index_journal(events[: cut + 1])
+        if prefix.open_acts:
+            inside = ", ".join(sorted(prefix.open_acts))
+            raise ForkRefused(
+                run_id,
+                f"the prefix up to {from_step!r} ends inside act(s) {inside} (an intent "
+                "without a receipt); nothing was written: fork from an earlier step, or "
+                f"reconcile {run_id!r} first",
+            )
+        copied = [_as(new_run_id, e.seq, e) for e in events[: cut + 1]]
+        pending = set(prefix.undelivered)
+        for event in events[cut + 1 :]:  # delivered later: never delivered twice
+            if event.type is EventType.OUTBOX_DELIVERED and event.key in pending:
+                copied.append(_as(new_run_id, len(copied), event))
+        record = {
+            "by": who["by"],
+            "host": who["host"],
+            "time": time.time(),
+            "from_run": run_id,
+            "from_step": from_step,
+            "from_seq": cut,
+        }
+        copied.append(
+            Event(new_run_id, len(copied), EventType.RUN_FORKED, None, record, time.time())
+        )
+        started = payloads.run_started(copied[0])
+        now = time.time()
+        row = RunRow(
+            run_id=new_run_id,
+            workflow=str(started.get("workflow")),
+            version=str(started.get("version")),
+            status=RunStatus.RUNNING,
+            input_digest=str(started.get("input_digest")),
+            created_at=now,
+            updated_at=now,
+        )
+        if self.witness is not None:
+            self.witness.start(new_run_id)
+        if self.store.create_run(row, copied[0]) is not None:
+            raise ForkRefused(run_id, f"run {new_run_id!r} exists already; nothing was written")
+        lease = claim(self.store, new_run_id, self.worker_id, self.lease_seconds, False).lease
+        try:
+            self.append_records(copied[1:], None, fencing_token=lease.token)
+        finally:
+            stop_driving(lease.owner, new_run_id)
+            release(self.store, new_run_id, lease)
+        self.store.sync()
+        return record
