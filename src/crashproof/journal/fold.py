@@ -231,6 +231,19 @@ def spend(budget: Budget, payload: payloads.StepDone) -> Budget:
     )
 
 
+_HALTS = (EventType.RUN_FROZEN, EventType.RUN_STOPPED)
+
+
+def _failed_lookups(event: Event) -> int:
+    """Lookups that could not tell (failed, timed out, or answered "cannot tell") behind
+    a freeze or stop: the act protocol keeps them in its evidence (runtime/steps/acts.py)."""
+    evidence = payloads.frozen_or_stopped(event).get("evidence")
+    if not isinstance(evidence, dict):
+        return 0
+    errors = evidence.get("lookup_errors")
+    return (len(errors) if isinstance(errors, list) else 0) + ("lookup_error" in evidence)
+
+
 def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
     """The reader's view of a run, folded from its (verified) journal. The index row only
     supplies timestamps: its status, reason and identity are a cache, never trusted over
@@ -238,9 +251,13 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
     replay = index_journal(events)
     steps: dict[str, dict[str, Any]] = {}
     budget = Budget()
+    unknowns = 0
     for event in events:
+        if event.type in _HALTS:
+            unknowns += _failed_lookups(event)
         if event.key is None or event.type not in _STEP_EVENTS:
             continue
+        unknowns += event.type is EventType.ACT_UNKNOWN
         p = payloads.step_record(event)
         info = steps.setdefault(
             event.key,
@@ -301,6 +318,7 @@ def fold_run(row: RunRow, events: Sequence[Event]) -> RunInfo:
         error=error,
         evidence=evidence,
         budget=budget,
+        unknowns=unknowns,
         steps=tuple(StepInfo(**info) for info in steps.values()),
         limits=None if replay.limits is None else Limits.from_json(replay.limits),
         policy=replay.policy,

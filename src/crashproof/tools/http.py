@@ -90,8 +90,8 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from datetime import timedelta
+from types import TracebackType
 from typing import Any, ClassVar
 from urllib.parse import quote
 

@@ -9,8 +9,8 @@ retried blindly: the tool is asked to ``lookup`` first. Found with the same inte
 attach the receipt; found with another intent → ReceiptConflict, ``needs_review``;
 definitely not found → execute once more with the same operation id, unless the
 intent is older than the tool's ``idempotency_window`` (the target may have forgotten
-the key: ``needs_review``, steps/windows.py); cannot tell → ``needs_review``. A tool that cannot look up and is not idempotent is never
-re-executed automatically.
+the key: ``needs_review``, steps/windows.py); cannot tell → ``needs_review``. A tool
+that cannot look up and is not idempotent is never re-executed automatically.
 """
 
 from __future__ import annotations
