@@ -49,7 +49,13 @@ def test_json_output_of_run_show_and_runs(project: Path, cli: Cli) -> None:
     assert info["result"] == {"text": "hello ada", "times": 2}
     assert info["input"] == {"name": "ada", "times": 2}
     assert len(info["input_digest"]) == 64
-    assert info["budget"] == {"steps": 2, "decisions": 1, "tokens": 15, "cost": 0.002}
+    assert info["budget"] == {
+        "steps": 2,
+        "decisions": 1,
+        "tokens": 15,
+        "cost": 0.002,
+        "unknowns": 0,
+    }
     steps = {s["key"]: s for s in info["steps"]}
     assert steps["compose"]["kind"] == "step"
     assert steps["compose"]["status"] == "succeeded"

@@ -14,6 +14,10 @@ background thread until ``stop()``:
 - ``POST /_control`` with a JSON object of fault counters (see ``Faults``) arms faults
   from another process; ``arm(**faults)`` does it from this one.
 
+``IdempotentServer(state_file, forget_after=s)`` forgets a key ``s`` seconds after its
+resource committed, like Stripe after 24 hours: the lookup answers 404 and a repeated
+POST creates a second resource.
+
 ``IdempotentServer(state_file, keeps_fingerprints=False)`` is a target that dedupes by
 key only, like the README's old example: it stores no intent digest, echoes none, and
 answers a repeated key with the stored resource whatever the payload.
@@ -58,6 +62,7 @@ class Faults:
     drop_after_commit: int = 0  # commit the resource, then close the connection, no reply
     sleep_after_commit: int = 0  # commit the resource, then sleep `sleep_seconds`, then reply
     fail_lookups: int = 0  # 500 on GET by-key
+    hang_lookups: int = 0  # GET by-key sleeps `sleep_seconds` before answering (a hung probe)
     sleep_seconds: float = 1.0
     key: str | None = None  # when set, the faults apply only to requests for this key
 
@@ -87,9 +92,15 @@ class IdempotentServer:
     """See the module docstring. Use as a context manager or ``start()``/``stop()``."""
 
     def __init__(
-        self, state_file: Path, faults: Faults | None = None, *, keeps_fingerprints: bool = True
+        self,
+        state_file: Path,
+        faults: Faults | None = None,
+        *,
+        keeps_fingerprints: bool = True,
+        forget_after: float | None = None,
     ) -> None:
         self.state_file = Path(state_file)
+        self.forget_after = forget_after
         self.keeps_fingerprints = keeps_fingerprints
         self.clock_offset = 0.0  # seconds added to commit times (a target that commits late)
         self.faults = faults or Faults()
@@ -191,6 +202,11 @@ class IdempotentServer:
             entry = self._state["resources"].get(key)
             return None if entry is None else dict(entry["resource"])
 
+    def creates(self) -> int:
+        """How many resources were ever created (forgotten keys included)."""
+        with self._lock:
+            return int(self._state["next_id"]) - 1
+
     def count(self, key: str, method: str) -> int:
         with self._lock:
             return int(self._state["counts"].get(key, {}).get(method, 0))
@@ -234,8 +250,18 @@ class IdempotentServer:
             # target keeps both; the plain one neither).
             "approval": approval if self.keeps_fingerprints else None,
             "committed_at": time.time() + self.clock_offset if self.keeps_fingerprints else None,
+            "created": time.time(),  # the target's own clock, for forget_after
         }
         return resource
+
+    def _expire(self, key: str | None) -> None:
+        """A target with a window forgets old keys (the resource stays, unkeyed)."""
+        entry = self._state["resources"].get(key) if key is not None else None
+        if entry is None or self.forget_after is None:
+            return
+        if time.time() - entry.get("created", time.time()) > self.forget_after:
+            self._state.setdefault("forgotten", []).append(entry["resource"])
+            del self._state["resources"][key]
 
     def _take(self, name: str, key: str | None) -> bool:
         if self.faults.key is not None and key != self.faults.key:
@@ -288,6 +314,7 @@ class IdempotentServer:
             if key in self._state["in_flight"]:
                 handler.reply(409, {"title": "A request is outstanding for this Idempotency-Key"})
                 return
+            self._expire(key)
             entry = self._state["resources"].get(key)
             if entry is not None:
                 if entry["digest"] is not None and entry["digest"] != digest:
@@ -333,6 +360,16 @@ class IdempotentServer:
                 self._save()
                 handler.reply(500, {"title": "lookup unavailable"})
                 return
+            if self._take("hang_lookups", key):
+                self._save()
+                hang = self.faults.sleep_seconds
+            else:
+                hang = 0.0
+        if hang:
+            time.sleep(hang)  # outside the lock: other requests go on
+            handler.reply(404, {"title": "answered too late"})
+            return
+        with self._lock:
             flight = self._state["in_flight"].get(key)
             if flight is not None:
                 flight["lookups_left"] -= 1
@@ -342,6 +379,7 @@ class IdempotentServer:
                     return
                 del self._state["in_flight"][key]
                 self._create(key, flight["digest"], flight["body"])
+            self._expire(key)
             self._save()
             entry = self._state["resources"].get(key)
             if entry is None:

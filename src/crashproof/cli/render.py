@@ -183,6 +183,7 @@ def _budget(info: RunInfo) -> str:
     return (
         f"{_plural(b.steps, 'step')}, {_plural(b.decisions, 'decision')}, "
         f"{_plural(b.tokens, 'token')}, cost {b.cost:.4f}"
+        + (f", {info.unknowns} unknown outcome(s)" if info.unknowns else "")
     )
 
 

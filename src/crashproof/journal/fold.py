@@ -235,6 +235,31 @@ def spend(budget: Budget, payload: payloads.StepDone) -> Budget:
     )
 
 
+_HALTS = (EventType.RUN_FROZEN, EventType.RUN_STOPPED)
+
+
+def _failed_lookups(event: Event) -> int:
+    """Lookups that could not tell (failed, timed out, or answered "cannot tell") behind
+    a freeze or stop: the act protocol keeps them in its evidence (runtime/steps/acts.py)."""
+    evidence = payloads.frozen_or_stopped(event).get("evidence")
+    if not isinstance(evidence, dict):
+        return 0
+    errors = evidence.get("lookup_errors")
+    return (len(errors) if isinstance(errors, list) else 0) + ("lookup_error" in evidence)
+
+
+def count_unknowns(events: Sequence[Event]) -> int:
+    """Outcomes nobody could tell: ``act_unknown`` records, and the failed or timed-out
+    lookups a freeze or stop names in its evidence."""
+    unknowns = 0
+    for event in events:
+        if event.type is EventType.ACT_UNKNOWN:
+            unknowns += 1
+        elif event.type in _HALTS:
+            unknowns += _failed_lookups(event)
+    return unknowns
+
+
 def step_keys(events: Sequence[Event]) -> list[str]:
     """The keys of a journal's steps in the order ``fold_run`` lists them (first record
     first), without decoding a payload: a page of steps is a slice of these."""
@@ -349,6 +374,7 @@ def fold_run(
         error=error,
         evidence=evidence,
         budget=budget,
+        unknowns=count_unknowns(events),
         steps=fold_steps(events, replay) if steps else (),
         limits=None if replay.limits is None else Limits.from_json(replay.limits),
         policy=replay.policy,

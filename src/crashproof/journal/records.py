@@ -424,6 +424,9 @@ class RunInfo:
     error: dict[str, Any] | None = None
     evidence: dict[str, Any] | None = None
     budget: Budget = field(default_factory=Budget)
+    # Outcomes nobody could tell: act_unknown records plus lookups that failed or timed
+    # out (kept in a freeze's or stop's evidence). Shown as budget.unknowns.
+    unknowns: int = 0
     steps: tuple[StepInfo, ...] = ()
     limits: Limits | None = None  # None: the run has no limits
     policy: dict[str, Any] | None = None  # the bound policy: version, digest, identity
@@ -450,6 +453,7 @@ class RunInfo:
                 "decisions": self.budget.decisions,
                 "tokens": self.budget.tokens,
                 "cost": self.budget.cost,
+                "unknowns": self.unknowns,
             },
             "limits": None if self.limits is None else self.limits.to_json(),
             "policy": self.policy,

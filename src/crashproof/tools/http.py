@@ -90,6 +90,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, ClassVar
 from urllib.parse import quote
@@ -163,6 +164,11 @@ class HttpTool(Tool):
     ``observe_id_key`` field names the instance, the whole document is the state
     fingerprint (so it must not hold what the acts themselves change). Without it the
     tool observes nothing (the base URL alone does not say what is behind it).
+    ``idempotency_window``: how long the target remembers a key (Stripe: 24 hours). An
+    act left in flight longer than that, whose key the target does not know, freezes for
+    review instead of being sent again (the target may have forgotten the key). Every
+    request (lookups too) gives up after ``timeout`` seconds: a hung lookup counts as a
+    failed one (``lookup_attempts`` of them, then the run stops resumable).
     """
 
     name: ClassVar[str] = "http"
@@ -187,6 +193,7 @@ class HttpTool(Tool):
         client: httpx.Client | None = None,
         observe_path: str | None = None,
         observe_id_key: str = "id",
+        idempotency_window: timedelta | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
@@ -203,6 +210,9 @@ class HttpTool(Tool):
         self.lookup_path = lookup_path
         self.observe_path = observe_path
         self.observe_id_key = observe_id_key
+        if idempotency_window is not None and idempotency_window <= timedelta(0):
+            raise ValueError(f"idempotency_window must be positive, not {idempotency_window}")
+        self._window = idempotency_window
         self.timeout = timeout
         self.id_key = id_key
         self.digest_key = digest_key
@@ -216,6 +226,11 @@ class HttpTool(Tool):
     def supports_lookup(self) -> bool:  # type: ignore[override]  # per instance, not per class
         """True when a ``lookup_path`` is configured."""
         return self.lookup_path is not None
+
+    @property
+    def idempotency_window(self) -> timedelta | None:  # type: ignore[override]  # per instance
+        """How long the target keeps idempotency keys (Stripe: 24 h); None: forever."""
+        return self._window
 
     # -- the Tool port -----------------------------------------------------
 

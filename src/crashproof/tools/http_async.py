@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 
 import httpx
 
@@ -45,6 +46,7 @@ class AsyncHttpTool(HttpTool):
         headers: Mapping[str, str] | None = None,
         observe_path: str | None = None,
         observe_id_key: str = "id",
+        idempotency_window: timedelta | None = None,
     ) -> None:
         if client is not None and transport is not None:
             raise ValueError("pass either client or transport, not both")
@@ -63,6 +65,7 @@ class AsyncHttpTool(HttpTool):
             client=_NO_SYNC_CLIENT,
             observe_path=observe_path,
             observe_id_key=observe_id_key,
+            idempotency_window=idempotency_window,
         )
         self._given = client
         self._transport = transport

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, ClassVar
 
 __all__ = ["Call", "Observation", "Receipt", "Tool"]
@@ -122,6 +123,10 @@ class Tool:
       id: one that carries none proves nothing (another caller may have used the key)
       and the act freezes for review.
     - ``deferred``: an outbox; see ``crashproof.tools.outbox``.
+    - ``idempotency_window``: how long the target remembers an operation id (None:
+      forever, or unknown). An act left in flight whose first intent is older than this,
+      and that ``lookup`` does not find, is not executed again: the target may have
+      forgotten the key, so the run freezes for review (runtime/steps/windows.py).
     """
 
     name: ClassVar[str] = "tool"
@@ -130,6 +135,7 @@ class Tool:
     idempotent_execute: ClassVar[bool] = False
     honours_fencing: ClassVar[bool] = False
     matches_intent: ClassVar[bool] = False
+    idempotency_window: ClassVar[timedelta | None] = None
     # Every resume looks completed acts up again before its first live call, and freezes
     # the run when a receipt is gone or changed (the tool's copy is the authority). False
     # skips that for this tool (a costly lookup, a target that forgets old keys): a

@@ -7,9 +7,10 @@
 An act found in flight on resume (intent without receipt, or ``unknown``) is never
 retried blindly: the tool is asked to ``lookup`` first. Found with the same intent →
 attach the receipt; found with another intent → ReceiptConflict, ``needs_review``;
-definitely not found → execute once more with the same operation id; cannot tell →
-``needs_review``. A tool that cannot look up and is not idempotent is never
-re-executed automatically.
+definitely not found → execute once more with the same operation id, unless the
+intent is older than the tool's ``idempotency_window`` (the target may have forgotten
+the key: ``needs_review``, steps/windows.py); cannot tell → ``needs_review``. A tool
+that cannot look up and is not idempotent is never re-executed automatically.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from crashproof.runtime.steps.environment import (
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.holds import first_intent
 from crashproof.runtime.steps.outage import stop_unavailable, wait_for
+from crashproof.runtime.steps.windows import first_intent_at, forgotten_key
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["intent_digest", "perform_act"]
@@ -170,7 +172,8 @@ def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Even
     call = _with(call, attempt=int(intent["attempt"]), prepared=recorded.get("prepared"))
     # This drive's retries are counted from here (a run stopped by an outage, or frozen
     # busy, gets a fresh count on resume); attempt numbers go on from the journal's.
-    return (yield from _reconcile(session, tool, call, base=call.attempt))
+    since = first_intent_at(intents, call.operation_id)
+    return (yield from _reconcile(session, tool, call, base=call.attempt, since=since))
 
 
 def _execute(
@@ -237,17 +240,33 @@ def _execute(
 
 
 def _reconcile(
-    session: RunSession, tool: Tool, call: Call, rounds: int = 0, base: int = 0
+    session: RunSession,
+    tool: Tool,
+    call: Call,
+    rounds: int = 0,
+    base: int = 0,
+    since: float | None = None,
 ) -> Work[Any]:
-    """Lookup first; never a blind retry."""
+    """Lookup first; never a blind retry. ``since``: the journal's time of the first
+    intent of this operation id, when recovering an act left in flight."""
     settings = session.act_settings
     if not tool.supports_lookup:
-        if tool.idempotent_execute:
+        forgotten = forgotten_key(tool.idempotency_window, since, time.time())
+        if tool.idempotent_execute and forgotten is None:
             return (yield from _execute_again(session, tool, call, rounds, base))
+        evidence = yield from _evidence(call, tool)
+        if forgotten is not None:  # a deduping target past its window: a resend may repeat
+            why, times = forgotten
+            session.freeze(
+                f"act {call.step!r} ({tool.name}) may or may not have happened, the tool "
+                f"cannot look it up, and {why}: not re-executed automatically",
+                {**evidence, "idempotency_window": times},
+                key=call.step,
+            )
         session.freeze(
             f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
             "cannot look it up: not re-executed automatically",
-            (yield from _evidence(call, tool)),
+            evidence,
             key=call.step,
         )
     failures: list[dict[str, Any]] = []
@@ -280,6 +299,16 @@ def _reconcile(
                 yield Pause(settings.delay(attempt))
             continue
         if found is None:
+            forgotten = forgotten_key(tool.idempotency_window, since, time.time())
+            if forgotten is not None:
+                why, times = forgotten
+                evidence = yield from _evidence(call, tool)
+                session.freeze(
+                    f"act {call.step!r}: {tool.name} does not know operation "
+                    f"{call.operation_id!r}, but {why}; not re-executed",
+                    {**evidence, "idempotency_window": times},
+                    key=call.step,
+                )
             return (yield from _execute_again(session, tool, call, rounds, base))
         return (yield from _journal_receipt(session, tool, call, found, started, reconciled=True))
     evidence = yield from _evidence(call, tool)
