@@ -1,14 +1,15 @@
 """A growing transcript: journal µs per turn, resume time and bytes per turn (#22).
 
     .venv/bin/python bench/transcript.py [--turns 50,200,500,1000,10000] [--before SRC]
-                                         [--peer-max 200] [--dir /tmp]
+                                         [--peer-max 200] [--dbos-cap 600] [--dir /tmp]
 
 The agent loop of the issue: each turn appends a user message (~1 KB of new text) to the
 history, passes the whole history to ``ctx.decide("turn", model, messages=history)``,
 whose instant model answers ~1 KB, and appends the answer: ~2 KB of new text per turn.
 Each case runs in its own child process: T turns in a fresh SQLite ledger (durability
-"normal": no fsync, so the journal's own cost shows), crashed before the last turn's
-commit, then resumed by a new ledger in a new process. Printed per case: µs per turn
+"normal": no fsync, so the journal's own cost shows), really crashed in the last turn
+(the process SIGKILLs itself inside the last turn's model call / step, before its result is
+recorded), then resumed by a new ledger in a new process. Printed per case: µs per turn
 (live), resume time of the crashed run (opening the ledger included), bytes on disk per
 turn (database + WAL + witness) and per turn of new text.
 
@@ -16,16 +17,21 @@ Contestants: crashproof with a plain list and with ``cp.Transcript``; ``--before
 crashproof at another checkout's ``src`` (e.g. main before #22, whose digest is O(T) per
 turn: capped at T = 1,000 there, as its run is O(T²)); LangGraph (messages in state,
 ``add`` reducer, ``SqliteSaver``, ``durability="sync"``), which checkpoints the whole
-state each step: capped at ``--peer-max`` turns (its bytes grow as T²).
+state each step: capped at ``--peer-max`` turns (its bytes grow as T²); its "crash" is a
+run of T-1 turns then a resume from the last checkpoint in a new process (LangGraph has no
+in-flight step to kill mid-turn: a killed superstep restarts from the same checkpoint). DBOS
+Transact (SQLite system database; a workflow whose ``@DBOS.step`` takes the messages),
+SIGKILLed in its last step and recovered by ``DBOS.launch()`` in a new process; each phase
+bounded by ``--dbos-cap`` seconds, printed as "over cap" past it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+# bench/langgraph.py would shadow the langgraph package: drop this script's directory.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 os.environ.setdefault("CRASHPROOF_KEY", "42" * 32)
 TEXT = "The quick brown fox jumps over the lazy dog; " * 22  # ~1 KB, ASCII
 BEFORE_MAX = 1000
@@ -56,7 +65,11 @@ def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict
 
     url = f"sqlite:///{directory / 'ledger.db'}"
 
+    started = time.perf_counter()
+
     def model(messages: list[Any], model: str) -> dict[str, str]:
+        if phase == "live" and len(messages) == 2 * turns:  # the last turn: crash here
+            _killed_here(directory, started, turns - 1)
         return _reply(len(messages))
 
     def register(ledger: Any) -> None:
@@ -70,15 +83,11 @@ def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict
             return len(history)
 
     if phase == "live":
-        points = cp.CrashPoints(match=f"before_commit[step_done:turn#{turns}]")
-        ledger = cp.Ledger(url, durability="normal", crash_points=points)
+        ledger = cp.Ledger(url, durability="normal")
         register(ledger)
         started = time.perf_counter()
-        with contextlib.suppress(cp.SimulatedCrash):
-            ledger.run("agent", run_id="r", turns=turns)
-        elapsed = time.perf_counter() - started
-        ledger.close()
-        return {"us_per_turn": elapsed / turns * 1e6}
+        ledger.run("agent", run_id="r", turns=turns)
+        raise SystemExit("crashproof: the live run was not killed")
     started = time.perf_counter()
     with cp.Ledger(url, durability="normal") as ledger:
         register(ledger)
@@ -86,6 +95,60 @@ def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict
     elapsed = time.perf_counter() - started
     if result != 2 * turns + 1:
         raise SystemExit(f"resume returned {result!r}")
+    return {"resume_s": elapsed, "bytes_per_turn": _disk(directory) / turns}
+
+
+def _killed_here(directory: Path, started: float, done_turns: int) -> None:
+    """A real crash before the last turn: note the live time, then SIGKILL this process."""
+    elapsed = time.perf_counter() - started
+    (directory / "live.json").write_text(json.dumps({"us_per_turn": elapsed / done_turns * 1e6}))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def child_dbos(turns: int, directory: Path, phase: str) -> dict[str, Any]:
+    """DBOS Transact, SQLite system database: a workflow whose step takes the messages.
+
+    Live: T turns, the process SIGKILLed inside the last turn's step (before its output is
+    recorded). Resume: a fresh process launches DBOS, whose recovery restarts the pending
+    workflow; timed until its result, the launch included.
+    """
+    from dbos import DBOS, SetWorkflowID
+
+    started = time.perf_counter()
+    DBOS(
+        config={
+            "name": "crashproof-transcript",
+            "system_database_url": f"sqlite:///{directory / 'dbos.db'}",
+            "log_level": "WARNING",
+            "application_version": "bench",
+        }
+    )
+
+    @DBOS.step(name="turn")
+    def turn_step(messages: list[dict[str, str]]) -> dict[str, str]:
+        if phase == "live" and len(messages) == 2 * turns:
+            _killed_here(directory, started, turns - 1)
+        return _reply(len(messages))
+
+    @DBOS.workflow(name="agent")
+    def agent(turns: int) -> int:
+        history = [{"role": "system", "content": "You are a terse assistant."}]
+        for turn in range(turns):
+            history.append(_user(turn))
+            history.append(turn_step(history))
+        return len(history)
+
+    DBOS.launch()
+    if phase == "live":
+        started = time.perf_counter()
+        with SetWorkflowID("r"):
+            agent(turns)
+        raise SystemExit("dbos: the live run was not killed")
+    result = DBOS.retrieve_workflow("r").get_result()
+    elapsed = time.perf_counter() - started
+    DBOS.destroy()
+    if result != 2 * turns + 1:
+        raise SystemExit(f"dbos resume returned {result!r}")
     return {"resume_s": elapsed, "bytes_per_turn": _disk(directory) / turns}
 
 
@@ -137,7 +200,10 @@ def child_langgraph(turns: int, directory: Path, phase: str) -> dict[str, Any]:
     return {"resume_s": elapsed, "bytes_per_turn": _disk(directory) / turns}
 
 
-def run_case(who: str, turns: int, parent: str | None, before: str | None) -> dict[str, Any]:
+def run_case(
+    who: str, turns: int, parent: str | None, before: str | None, cap: float | None = None
+) -> dict[str, Any] | None:
+    """Both phases in child processes; None when a phase ran over ``cap`` seconds."""
     directory = Path(tempfile.mkdtemp(prefix="crashproof-transcript-", dir=parent))
     env = dict(os.environ)
     if who == "before":
@@ -146,7 +212,15 @@ def run_case(who: str, turns: int, parent: str | None, before: str | None) -> di
     try:
         for phase in ("live", "resume"):
             argv = [sys.executable, __file__, "--child", who, str(turns), str(directory), phase]
-            done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+            try:
+                done = subprocess.run(
+                    argv, env=env, capture_output=True, text=True, check=False, timeout=cap
+                )
+            except subprocess.TimeoutExpired:
+                return None
+            if phase == "live" and done.returncode == -signal.SIGKILL:
+                out.update(json.loads((directory / "live.json").read_text()))
+                continue
             if done.returncode != 0:
                 raise SystemExit(f"{who} T={turns} {phase} failed:\n{done.stderr[-3000:]}")
             out.update(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -160,6 +234,9 @@ def main() -> None:
     parser.add_argument("--turns", default="50,200,500,1000,10000")
     parser.add_argument("--before", help="another checkout's src/ (crashproof before #22)")
     parser.add_argument("--peer-max", type=int, default=200, help="LangGraph: up to T turns")
+    parser.add_argument(
+        "--dbos-cap", type=float, default=600.0, help="DBOS: seconds per phase, then 'over cap'"
+    )
     parser.add_argument("--dir", default=None, help="where the databases go")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -167,13 +244,20 @@ def main() -> None:
         who, turns, directory, phase = args.child
         if who == "langgraph":
             result = child_langgraph(int(turns), Path(directory), phase)
+        elif who == "dbos":
+            result = child_dbos(int(turns), Path(directory), phase)
         else:
             kind = "transcript" if who == "transcript" else "list"
             result = child_crashproof(kind, int(turns), Path(directory), phase)
         print(json.dumps(result))
         return
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    langgraph_missing = None
+    try:  # before _common's directory joins sys.path: langgraph is a namespace package,
+        import langgraph.checkpoint.sqlite  # noqa: F401  # which bench/langgraph.py shadows
+    except ImportError as exc:
+        langgraph_missing = f"langgraph: skipped ({exc}; pip install -e '.[bench]')"
+    sys.path.append(str(_HERE))
     from _common import machine_facts, print_facts
 
     print_facts(machine_facts(Path(args.dir or tempfile.gettempdir())))
@@ -182,12 +266,16 @@ def main() -> None:
     contestants = ["list", "transcript"]
     if args.before:
         contestants.insert(0, "before")
-    try:
-        import langgraph.checkpoint.sqlite  # noqa: F401
-
+    if langgraph_missing:
+        print(langgraph_missing)
+    else:
         contestants.append("langgraph")
+    try:
+        import dbos  # noqa: F401
+
+        contestants.append("dbos")
     except ImportError:
-        print("langgraph: skipped (pip install langgraph langgraph-checkpoint-sqlite)")
+        print("dbos: skipped (pip install dbos)")
     header = f"{'contestant':<22}{'T':>7}{'µs/turn':>10}{'resume':>10}{'B/turn':>10}{'x new':>7}"
     print(header)
     for turns in [int(t) for t in args.turns.split(",")]:
@@ -196,10 +284,17 @@ def main() -> None:
                 who == "langgraph" and turns > args.peer_max
             ):
                 continue
-            r = run_case(who, turns, args.dir, args.before)
-            name = {"before": "crashproof before #22", "list": "crashproof, list"}.get(
-                who, "crashproof, Transcript" if who == "transcript" else "LangGraph"
-            )
+            cap = args.dbos_cap if who == "dbos" else None
+            r = run_case(who, turns, args.dir, args.before, cap)
+            name = {
+                "before": "crashproof before #22",
+                "list": "crashproof, list",
+                "transcript": "crashproof, Transcript",
+                "dbos": "DBOS Transact",
+            }.get(who, "LangGraph")
+            if r is None:
+                print(f"{name:<22}{turns:>7}  over cap ({cap:.0f} s per phase)", flush=True)
+                continue
             print(
                 f"{name:<22}{turns:>7}{r['us_per_turn']:>10.0f}"
                 f"{r['resume_s'] * 1e3:>8.0f}ms{r['bytes_per_turn']:>10.0f}"
