@@ -6,7 +6,8 @@ side of its commit, and an output point is durable before the call returns
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 
 from crashproof._faults import CrashPoints
 from crashproof.errors import StaleLeaseError
@@ -16,7 +17,14 @@ from crashproof.runtime.driving.durability import output_point
 from crashproof.runtime.port import PendingRecord
 from crashproof.store.port import RecordAppend, StatusChange, Store
 
-__all__ = ["JournalCommits"]
+__all__ = ["CommitObserver", "JournalCommits"]
+
+log = logging.getLogger(__name__)
+
+# Told of every record a drive of this process committed, with the lease it was written
+# under (telemetry: crashproof.integrations.otel). Replay commits nothing, so an observer
+# never hears of a replayed call twice.
+CommitObserver = Callable[[Sequence[Event], "int | None"], None]
 
 
 class JournalCommits:
@@ -24,6 +32,20 @@ class JournalCommits:
     _witness: Witness | None
     _stale: set[tuple[str, int]]  # (run id, token) whose lease was lost
     crash_points: CrashPoints | None
+    commit_observers: tuple[CommitObserver, ...] = ()
+
+    def on_commit(self, observer: CommitObserver) -> None:
+        """Call ``observer(records, fencing_token)`` after each commit of this ledger's
+        drives (records of live calls, starts and outcomes; never of a replayed call). An
+        observer that raises is logged, never the commit's failure."""
+        self.commit_observers = (*self.commit_observers, observer)
+
+    def _observed(self, events: Sequence[Event], token: int | None) -> None:
+        for observer in self.commit_observers:
+            try:
+                observer(events, token)
+            except Exception:
+                log.exception("a commit observer failed (the commit stands)")
 
     def append_records(
         self,
@@ -51,6 +73,8 @@ class JournalCommits:
             self._hit("after_commit", events[0])
         if self._witness is not None and durable:
             self._witness.advance(events[0].run_id, events[-1].seq + 1)
+        if self.commit_observers:
+            self._observed(events, fencing_token)
 
     def commit_batch(
         self, groups: Sequence[Sequence[PendingRecord]]
@@ -86,13 +110,13 @@ class JournalCommits:
         for records, refusal in zip(appends, refused, strict=True):
             result = (0, refusal) if refusal is not None else next(kept)
             results.append(result)
-            for events, _status, _token, durable in records[
-                : None if result is None else result[0]
-            ]:
+            for events, _status, token, durable in records[: None if result is None else result[0]]:
                 if self.crash_points is not None:
                     self._hit("after_commit", events[0])
                 if self._witness is not None and durable:
                     self._witness.advance(events[0].run_id, events[-1].seq + 1)
+                if self.commit_observers:
+                    self._observed(events, token)
         return results
 
     def _commit_group(self, group: Sequence[PendingRecord]) -> tuple[int, Exception] | None:
