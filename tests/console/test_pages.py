@@ -191,6 +191,33 @@ def test_cancel_through_the_page(world: World, client: TestClient) -> None:
     assert "was cancelled by erin" in refused.text
 
 
+def test_fork_through_the_page(world: World, client: TestClient) -> None:
+    shown = client.get("/run", params={"id": "greet-1"}).text
+    assert 'id="fork-form"' in shown
+    csrf = _csrf(shown)
+    data = {"run_id": "greet-1", "from_step": "compose", "new_run_id": "greet-2", "by": "erin"}
+    assert client.post("/actions/fork", data=data).status_code == 403  # no CSRF token
+    assert client.post("/actions/fork", data={**data, "csrf": csrf, "by": ""}).status_code == 400
+    assert world.ledger.store.get_run("greet-2") is None
+    done = client.post("/actions/fork", data={**data, "csrf": csrf})
+    assert done.status_code == 200, done.text
+    forked = world.ledger.journal("greet-2")
+    assert [e.key for e in forked if e.type.value == "step_done"] == ["compose"]
+    assert forked[-1].type.value == "run_forked"
+    assert forked[-1].payload["by"] == "erin"
+    page = client.get("/run", params={"id": "greet-2"}).text
+    assert "greet-2" in page
+    refused = client.post(
+        "/actions/fork", data={**data, "csrf": csrf, "new_run_id": "greet-3", "from_step": "<b>"}
+    )
+    assert refused.status_code == 409
+    assert "&lt;b&gt;" in refused.text
+    assert "<b>" not in refused.text
+    assert world.ledger.store.get_run("greet-3") is None
+    again = client.post("/actions/fork", data={**data, "csrf": csrf})  # greet-2 exists
+    assert again.status_code == 409
+
+
 def test_a_post_without_the_csrf_token_changes_nothing(world: World, client: TestClient) -> None:
     world.flags.update(ready=True, chat_down=False)
     for data in ({"run_id": "later-1"}, {"run_id": "later-1", "csrf": "forged"}):

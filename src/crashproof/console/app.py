@@ -209,6 +209,24 @@ def create_app(config: ConsoleConfig) -> Starlette:
             return message(request, "Not cancelled", _line(exc), 409, back)
         return message(request, "Cancelled", f"run {run_id!r} cancelled by {by}", 200, back)
 
+    async def fork(request: Request) -> Response:
+        form = await checked_form(request)
+        if form is None:
+            return _csrf_refused()
+        run_id, by = form.get("run_id", ""), form.get("by", "").strip()
+        step, new = form.get("from_step", "").strip(), form.get("new_run_id", "").strip()
+        back = f"/run?id={_quote(run_id)}"
+        if not by:  # attributed like the CLI's: the new run's record names who forked it
+            return message(request, "Not forked", "say who forks; nothing done", 400, back)
+        try:
+            await asyncio.to_thread(ledger.fork, run_id, from_step=step, new_run_id=new, by=by)
+        except RunNotFound:
+            return message(request, "No such run", f"no run {run_id!r}; nothing done", 404, "/runs")
+        except CrashproofError as exc:
+            return message(request, "Not forked", _line(exc), 409, back)
+        text = f"run {new!r} forked from {run_id!r} after step {step!r} by {by}; resume it to go on"
+        return message(request, "Forked", text, 200, f"/run?id={_quote(new)}")
+
     async def dispatch(request: Request) -> Response:
         form = await checked_form(request)
         if form is None:
@@ -227,6 +245,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/attention", needs_attention),
         Route("/actions/resume", resume, methods=["POST"]),
         Route("/actions/cancel", cancel, methods=["POST"]),
+        Route("/actions/fork", fork, methods=["POST"]),
         Route("/actions/dispatch", dispatch, methods=["POST"]),
     ]
     return Starlette(routes=routes, middleware=[Middleware(_Gate, guard=guard)])
