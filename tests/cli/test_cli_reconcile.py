@@ -54,3 +54,41 @@ def test_reconcile_without_the_tools_needs_review(edits: Path, cli: Cli) -> None
     assert result.code == 3
     assert {c["status"] for c in result.json()} == {"needs_review"}
     assert cli("reconcile", "nope", "--app", "edits").code == 2
+
+
+def test_reconcile_record_journals_findings_that_runs_and_show_read(edits: Path, cli: Cli) -> None:
+    assert cli("run", "edits:edits", "--run-id", "e1").code == 0
+    assert cli("run", "edits:edits", "--run-id", "e2").code == 0  # same files: superseded
+    (edits / "ws" / "two.txt").write_text("changed by hand\n")
+    recorded = cli("reconcile", "e2", "--app", "edits", "--record", "--by", "alice")
+    assert recorded.code == 4  # drifted
+    listed = cli("runs", "--drifted", "--json").json()
+    assert [r["run_id"] for r in listed] == ["e2"]
+    assert listed[0]["drifted"] == ["two"]
+    assert listed[0]["status"] == "succeeded"  # nothing that ended is frozen
+    table = cli("runs")
+    assert "(1 drifted)" in table.out
+    shown = cli("show", "e2")
+    assert "reconciled" in shown.out
+    assert "by alice; drifted: two" in shown.out
+    timeline = cli("show", "e2", "--timeline", "--json").json()["timeline"]
+    assert [e["type"] for e in timeline][-2:] == ["act_reconciled", "act_reconciled"]
+    (edits / "ws" / "two.txt").write_text("2\n")  # put back
+    again = cli("reconcile", "e2", "--app", "edits", "--record", "--by", "bob")
+    assert again.code == 0
+    assert cli("runs", "--drifted", "--json").json() == []
+    assert cli("check").code == 0  # the records are sealed and chained like any other
+
+
+def test_worker_reconcile_every_takes_a_duration(edits: Path, cli: Cli) -> None:
+    for bad in ("soon", "0", "-5m", "1x", "nan"):
+        refused = cli("worker", "--app", "edits", "--reconcile-every", bad, "--until-idle")
+        assert refused.code == 2, bad
+        assert "is not a duration" in refused.err
+        assert "Traceback" not in refused.err
+    assert cli("run", "edits:edits", "--run-id", "e1").code == 0
+    (edits / "ws" / "one.txt").unlink()
+    done = cli("worker", "--app", "edits", "--reconcile-every", "1h", "--until-idle")
+    assert done.code == 0, done.err
+    assert '"event": "reconciled"' in done.err
+    assert [r["run_id"] for r in cli("runs", "--drifted", "--json").json()] == ["e1"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -296,3 +297,32 @@ def test_live_refresh_is_opt_in_and_bounded(client: TestClient) -> None:
     assert 'content="5"' in client.get("/runs", params={"refresh": 5}).text
     assert 'content="2"' in client.get("/runs", params={"refresh": 1}).text  # 2 s at least
     assert 'http-equiv="refresh"' not in client.get("/runs", params={"refresh": "x"}).text
+
+
+def test_a_drifted_act_is_on_the_attention_page(tmp_path: Path) -> None:
+    ws = cp.Workspace(tmp_path / "ws")
+    (tmp_path / "ws").mkdir()
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'd.db'}", key="ab" * 32)
+
+    @ledger.workflow("edit")
+    def edit(ctx: cp.Context) -> str:
+        ctx.act("write", ws, op="write", path="a.txt", content="a\n")
+        return "done"
+
+    ledger.run(edit, run_id="d-1")
+    app = create_app(ConsoleConfig(ledger=ledger))
+    with TestClient(app, base_url="http://127.0.0.1:8765") as c:
+        assert "drifted: 0" in c.get("/runs").text
+        (tmp_path / "ws" / "a.txt").write_text("<b>by hand</b>\n")
+        ledger.reconcile("d-1", [ws], record=True, by="<i>alice</i>")
+        page = c.get("/attention").text
+        assert "drifted: 1" in page
+        table = page[page.index('id="drifted"') :]
+        assert "d-1" in table
+        assert "<code>write</code>" in table
+        assert "&lt;i&gt;alice&lt;/i&gt;" in table
+        assert "<i>alice</i>" not in page
+        (tmp_path / "ws" / "a.txt").write_text("a\n")
+        ledger.reconcile("d-1", [ws], record=True, by="bob")
+        assert "drifted: 0" in c.get("/attention").text
+    assert ledger.get_run("d-1").status is cp.RunStatus.SUCCEEDED

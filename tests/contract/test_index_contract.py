@@ -92,3 +92,21 @@ def test_outbox_runs_are_those_with_an_outbox_message(backend: Backend) -> None:
     # "outbox" in a step's value, not its payload: not a message
     store.append([event("c%3", 1, {"outbox": "outbox"})], None)
     assert index.index_outbox_runs() == {"b_2"}
+
+
+def test_reconciled_runs_are_those_with_a_journaled_finding(backend: Backend) -> None:
+    _fill(backend)
+    store = backend.store
+    index = outbox_index(store)
+    assert index is not None
+    assert index.index_reconciled_runs() == set()
+    finding = Event(
+        run_id="b_2",
+        seq=1,
+        type=EventType.ACT_RECONCILED,
+        key="s1",
+        payload={"by": "alice", "finding": "drifted"},
+        created_at=1.0,
+    )
+    store.append([finding], None)
+    assert index.index_reconciled_runs() == {"b_2"}

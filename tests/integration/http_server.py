@@ -182,6 +182,16 @@ class IdempotentServer:
             del self._state["resources"][key]
             self._save()
 
+    def restore(self, key: str, entry: dict[str, Any]) -> None:
+        """Put back a stored entry taken with ``entry_of`` (someone restored a backup)."""
+        with self._lock:
+            self._state["resources"][key] = entry
+            self._save()
+
+    def entry_of(self, key: str) -> dict[str, Any]:
+        with self._lock:
+            return json.loads(json.dumps(self._state["resources"][key]))  # type: ignore[no-any-return]
+
     def seed_in_flight(self, key: str, digest: str, body: Any, lookups: int) -> None:
         """Mark ``key`` as being processed by an earlier request: POSTs get 409, lookups
         409 until ``lookups`` of them have been answered, then the resource commits."""

@@ -122,6 +122,8 @@ def _run_status(info: RunInfo) -> Text:
     pending = undelivered(info)
     if pending:
         text.append(f" ({pending} undelivered)", style="bold yellow")
+    if info.drifted:  # the latest journaled reconciliation (crashproof reconcile --record)
+        text.append(f" ({len(info.drifted)} drifted)", style="bold red")
     return text
 
 
@@ -336,9 +338,22 @@ def _header(info: RunInfo) -> Table:
     verified = _verified(info)
     if verified:
         rows.insert(5, ("verified", Text(safe(verified), style="green")))
+    reconciled = _reconciled(info)
+    if reconciled:
+        rows.insert(5, ("reconciled", Text(safe(reconciled), style="red" if info.drifted else "")))
     for label, value in rows:
         grid.add_row(label, value)
     return grid
+
+
+def _reconciled(info: RunInfo) -> str | None:
+    """The latest journaled reconciliation in one line: when, by whom, and the drift."""
+    if not info.reconciled:
+        return None
+    latest = max(info.reconciled.values(), key=lambda f: float(f.get("time") or 0))
+    when = _time(float(latest.get("time") or 0))
+    drift = f"; drifted: {', '.join(info.drifted)}" if info.drifted else "; nothing drifted"
+    return f"{len(info.reconciled)} act(s), latest {when} by {latest.get('by')}{drift}"
 
 
 def _verified(info: RunInfo) -> str | None:

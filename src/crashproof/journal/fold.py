@@ -260,6 +260,15 @@ def count_unknowns(events: Sequence[Event]) -> int:
     return unknowns
 
 
+def reconciled_findings(events: Sequence[Event]) -> dict[str, dict[str, Any]]:
+    """The latest ``act_reconciled`` finding per act key (a later pass supersedes)."""
+    found: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event.type is EventType.ACT_RECONCILED and event.key is not None:
+            found[event.key] = event.payload
+    return found
+
+
 def step_keys(events: Sequence[Event]) -> list[str]:
     """The keys of a journal's steps in the order ``fold_run`` lists them (first record
     first), without decoding a payload: a page of steps is a slice of these."""
@@ -375,6 +384,7 @@ def fold_run(
         evidence=evidence,
         budget=budget,
         unknowns=count_unknowns(events),
+        reconciled=reconciled_findings(events),
         steps=fold_steps(events, replay) if steps else (),
         limits=None if replay.limits is None else Limits.from_json(replay.limits),
         policy=replay.policy,

@@ -100,6 +100,8 @@ class EventType(enum.StrEnum):
     INTENT_OVERRIDE = "intent_override"
     # An operator re-drives a failed run under its own id (runtime/driving/retrying.py)
     RUN_RETRIED = "run_retried"
+    # A reconciliation's finding on one act (runtime/operations/reconciling.py): no status
+    ACT_RECONCILED = "act_reconciled"
     # An operator stopped the run for good (runtime/operations/cancelling.py)
     RUN_CANCELLED = "run_cancelled"
     # This run was forked from another's prefix (runtime/operations/forking.py)
@@ -427,6 +429,8 @@ class RunInfo:
     # Outcomes nobody could tell: act_unknown records plus lookups that failed or timed
     # out (kept in a freeze's or stop's evidence). Shown as budget.unknowns.
     unknowns: int = 0
+    # Per act, the latest reconciliation finding journaled (``crashproof reconcile --record``).
+    reconciled: dict[str, dict[str, Any]] = field(default_factory=dict)
     steps: tuple[StepInfo, ...] = ()
     limits: Limits | None = None  # None: the run has no limits
     policy: dict[str, Any] | None = None  # the bound policy: version, digest, identity
@@ -478,4 +482,11 @@ class RunInfo:
                 }
                 for s in self.steps
             ],
+            # Only once something was reconciled: the latest finding per act, and the drift.
+            **({"reconciled": self.reconciled, "drifted": self.drifted} if self.reconciled else {}),
         }
+
+    @property
+    def drifted(self) -> list[str]:
+        """The acts whose latest journaled reconciliation found them ``drifted``."""
+        return [key for key, f in self.reconciled.items() if f.get("finding") == "drifted"]

@@ -41,6 +41,7 @@ from crashproof.runtime.async_context import off_loop
 from crashproof.runtime.driving.outbox_pass import OutboxPass
 from crashproof.runtime.driving.queue import Draining
 from crashproof.runtime.guards.binding import LimitsMismatch
+from crashproof.runtime.operations.reconciling import ReconcilePass
 from crashproof.runtime.options import RunOptions
 from crashproof.store.queue import Claimed, queue_store, runnable_keys
 from crashproof.tools.port import Tool
@@ -72,7 +73,9 @@ class Worker:
     refused before anything executes (event ``refused``), left to other workers, and
     tried again after a back-off; the policy is registered with the ledger. ``outbox``:
     outbox tools whose pending messages it delivers every ``outbox_every`` seconds
-    (runtime/driving/outbox_pass.py).
+    (runtime/driving/outbox_pass.py). ``reconcile`` and ``reconcile_every``: tools whose
+    acts in ended and frozen runs it looks up every so many seconds, journaling each
+    finding, at most ``reconcile_limit`` acts a pass (runtime/operations/reconciling.py).
     """
 
     def __init__(
@@ -87,6 +90,9 @@ class Worker:
         on_loop: bool = False,
         outbox: Sequence[Tool] = (),
         outbox_every: float = 30.0,
+        reconcile: Sequence[Tool] = (),
+        reconcile_every: float | None = None,
+        reconcile_limit: int = 100,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
@@ -99,6 +105,9 @@ class Worker:
         self.options = options
         self.ledger = ledger
         self.outbox = OutboxPass(ledger, outbox, outbox_every)  # pending messages delivered
+        self.reconciling = ReconcilePass(
+            ledger, reconcile, reconcile_every, self.worker_id, reconcile_limit
+        )
         self.concurrency = concurrency
         self.on_loop = on_loop
         self.poll = float(poll)
@@ -186,6 +195,8 @@ class Worker:
         ``until_idle``) or False (nothing to claim now)."""
         if delivered := self.outbox.tick():
             self.emit("outbox_dispatched", delivered=delivered)
+        if found := self.reconciling.tick():
+            self.emit("reconciled", findings=found)
         with self._changed:
             if self._stopping:
                 return True

@@ -80,6 +80,10 @@ class OutboxIndex(Protocol):
         journal table instead of every journal verified and folded. A text test on
         unverified rows, so only a filter: the reader verifies and folds the journals
         it names before it shows anything of them."""
+
+    def index_reconciled_runs(self) -> set[str]:
+        """The ids of the runs with a journaled reconciliation finding (``act_reconciled``
+        records), a filter as ``index_outbox_runs`` is."""
         ...
 
 

@@ -82,6 +82,14 @@ class MemoryStore:
                 and any(e.type is EventType.STEP_DONE and e.mentions("outbox") for e in events)
             }
 
+    def index_reconciled_runs(self) -> set[str]:
+        with self._lock:
+            return {
+                run_id
+                for run_id, events in self._events.items()
+                if any(e.type is EventType.ACT_RECONCILED for e in events)
+            }
+
     def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
         with self._lock:  # results: kept either way (they are in memory already)
             return list(self._events.get(run_id, ()))

@@ -378,6 +378,10 @@ class PostgresStore(PostgresAppend):
         with self._read() as cur:
             return {r[0] for r in cur.execute(self._q["index_outbox_runs"]).fetchall()}
 
+    def index_reconciled_runs(self) -> set[str]:
+        with self._read() as cur:
+            return {r[0] for r in cur.execute(self._q["index_reconciled_runs"]).fetchall()}
+
     def leases(self) -> dict[str, LeaseInfo]:
         with self._read() as cur:
             rows = cur.execute(self._q["leases"]).fetchall()

@@ -318,6 +318,10 @@ class SQLiteStore(SQLiteJournal):
         with self._lock, self._errors():
             return {r[0] for r in self._conn.execute(_Q["index_outbox_runs"]).fetchall()}
 
+    def index_reconciled_runs(self) -> set[str]:
+        with self._lock, self._errors():
+            return {r[0] for r in self._conn.execute(_Q["index_reconciled_runs"]).fetchall()}
+
     def leases(self) -> dict[str, LeaseInfo]:
         with self._lock, self._errors():
             rows = self._conn.execute(_QUEUE["leases"]).fetchall()

@@ -49,7 +49,7 @@ from crashproof.cli.settings import (
     open_ledger,
 )
 from crashproof.cli.timeline import environments_table, print_timeline
-from crashproof.errors import CrashproofError
+from crashproof.errors import CrashproofError, LeaseHeld
 from crashproof.journal.records import Limits, RunInfo, RunStatus
 from crashproof.runtime.guards.budget import operator, parse_raises, raise_limits
 from crashproof.runtime.ledger import Ledger
@@ -406,6 +406,14 @@ def list_runs(
             "old version can be retired when no run is left on it.",
         ),
     ] = False,
+    drifted: Annotated[
+        bool,
+        typer.Option(
+            "--drifted",
+            help="Only runs with an act whose latest journaled reconciliation found it "
+            "drifted (crashproof reconcile --record, worker --reconcile-every).",
+        ),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
@@ -415,6 +423,8 @@ def list_runs(
     with open_ledger(settings, create=False) as ledger:
         infos = ledger.runs(status)
         leases = ledger.leases()
+    if drifted:
+        infos = [info for info in infos if info.drifted]
     if by_version:
         print_versions(settings.json, infos)
         return int(ExitCode.OK)
@@ -519,21 +529,50 @@ def reconcile_runs(
             "lookups. Repeatable.",
         ),
     ] = None,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record",
+            help="Journal each act's finding in its run (who, when, what the lookup "
+            "answered); `runs --drifted` and `show` read the latest. No status changes.",
+        ),
+    ] = False,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            show_default=False,
+            help="Who records the findings, journaled (default: the OS user).",
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
-    """Compare every recorded receipt with the tool's own lookup (read-only).
+    """Compare every recorded receipt with the tool's own lookup (read-only unless
+    --record).
 
     Each act is confirmed, drifted (the world no longer matches the journal) or
     needs_review (nobody can tell). Exit 0 when all are confirmed, 4 when any drifted,
-    3 when some need review.
+    3 when some need review. With --record and no RUN_ID, a run another process is
+    driving is skipped (said on stderr); a named one exits as a held run does.
     """
     settings = command_settings(ctx, db, as_json, verbose)
     tools = app_tools(app_modules or [])
+    checks: list[Any] = []
     with open_ledger(settings, create=False) as ledger:
         run_ids = [run_id] if run_id is not None else [info.run_id for info in ledger.runs()]
-        checks = [check for rid in run_ids for check in ledger.reconcile(rid, tools)]
+        for rid in run_ids:
+            try:
+                checks += ledger.reconcile(rid, tools, record=record, by=by)
+            except LeaseHeld:
+                if run_id is not None:
+                    raise
+                sys.stderr.write(
+                    f"crashproof: run {safe(rid)} is being driven; its findings were not "
+                    "recorded (its own resume re-reads its receipts)\n"
+                )
     if settings.json:
         emit_json([check.to_json() for check in checks])
     else:

@@ -53,6 +53,24 @@ def run_worker(
         bool,
         typer.Option("--until-idle", help="Exit once nothing is runnable or in flight."),
     ] = False,
+    reconcile_every: Annotated[
+        str | None,
+        typer.Option(
+            "--reconcile-every",
+            metavar="DURATION",
+            show_default=False,
+            help="Look up the acts of ended and frozen runs this often (30s, 10m, 1h) with "
+            "the --app modules' tools, journaling each finding (as reconcile --record).",
+        ),
+    ] = None,
+    reconcile_limit: Annotated[
+        int,
+        typer.Option(
+            "--reconcile-limit",
+            metavar="N",
+            help="At most N acts looked up per reconcile pass (a run is never split).",
+        ),
+    ] = 100,
     on_loop: Annotated[
         bool,
         typer.Option(
@@ -98,6 +116,13 @@ def run_worker(
             f"{poll}, {lease}); nothing was started",
             "e.g. crashproof worker --app flows --concurrency 4 --poll 1 --lease 15",
         )
+    every = None if reconcile_every is None else _duration(reconcile_every)
+    if reconcile_limit < 1:
+        raise CliError(
+            ExitCode.USAGE,
+            f"--reconcile-limit must be >= 1 (got {reconcile_limit}); nothing was started",
+            "e.g. crashproof worker --app flows --reconcile-every 10m --reconcile-limit 100",
+        )
     options = run_options(max_steps, max_decisions, max_tokens, max_cost, max_wall)
     if policy is not None:
         limits = options.limits if options is not None else None
@@ -119,6 +144,9 @@ def run_worker(
             options=options,
             on_loop=on_loop,
             outbox=[tool for tool in app_tools(app_modules) if isinstance(tool, Outbox)],
+            reconcile=app_tools(app_modules) if every is not None else (),
+            reconcile_every=every,
+            reconcile_limit=reconcile_limit,
         )
 
         def drain(signum: int, _frame: FrameType | None) -> None:
@@ -130,3 +158,23 @@ def run_worker(
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(text: str) -> float:
+    """``30s``, ``10m``, ``1h`` or plain seconds, > 0; else a usage error."""
+    value = text.strip().lower()
+    number, unit = (value[:-1], value[-1]) if value[-1:] in _UNITS else (value, "s")
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise CliError(
+            ExitCode.USAGE,
+            f"--reconcile-every {text!r} is not a duration; nothing was started",
+            "give a positive number of seconds, or one with s, m or h: 30s, 10m, 1h",
+        )
+    return seconds

@@ -53,6 +53,7 @@ _OPERATOR = (
     EventType.RUN_RETRIED,
     EventType.RUN_CANCELLED,
     EventType.RUN_FORKED,
+    EventType.ACT_RECONCILED,
 )
 
 

@@ -299,6 +299,23 @@ class Attention:
     cases: tuple[ReviewCase, ...] = ()
     approvals: tuple[PendingApproval, ...] = ()
     outbox: tuple[PendingMessage, ...] = ()
+    drifted: tuple[RunInfo, ...] = ()  # runs whose latest reconciliation found drift
+
+
+def _drifted(host: DriveHost, limit: int) -> list[RunInfo]:
+    """The runs with an act whose latest journaled finding is ``drifted``: only those the
+    index names as reconciled are read (verified and folded)."""
+    index = outbox_index(host.store)
+    if index is None:
+        return []
+    found = []
+    for run_id in sorted(index.index_reconciled_runs()):
+        row = host.store.get_run(run_id)
+        if row is not None:
+            info = fold_run(row, host.journal(run_id, results=False), steps=False)
+            if info.drifted:
+                found.append(info)
+    return found[:limit]
 
 
 def _undelivered(run_id: str, events: list[Event], replay: Replay) -> list[PendingMessage]:
@@ -464,6 +481,8 @@ def attention(host: DriveHost, folds: Folds, *, detail: bool = False, limit: int
     counts = {status.value: by_status.get(status.value, 0) for status in ATTENTION_STATUSES}
     messages = folds.pending(host)
     counts["outbox"] = len(messages)
+    drifted = _drifted(host, limit)
+    counts["drifted"] = len(drifted)
     if not detail:
         return Attention(counts=counts)
     frozen: list[RunInfo] = []
@@ -489,4 +508,5 @@ def attention(host: DriveHost, folds: Folds, *, detail: bool = False, limit: int
         cases=tuple(cases),
         approvals=tuple(approvals),
         outbox=tuple(messages[:limit]),
+        drifted=tuple(drifted),
     )

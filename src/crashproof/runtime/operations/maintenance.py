@@ -17,6 +17,7 @@ from crashproof.journal.fold import fold_run, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunStatus
 from crashproof.runtime.driving.leases import Heartbeat, claim, release, stop_driving
 from crashproof.runtime.guards.approvers import reserved
+from crashproof.runtime.operations.reconciling import record_findings
 from crashproof.runtime.port import DriveHost
 from crashproof.runtime.steps.handoff import run_sync
 from crashproof.runtime.steps.outbox import deliver
@@ -49,12 +50,20 @@ class LedgerCare(DriveHost):
         # Filtered on the status folded from each journal, not on the index row's cache.
         return [info for info in infos if wanted is None or info.status is wanted]
 
-    def reconcile(self, run_id: str, tools: Iterable[Tool]) -> list[ActCheck]:
+    def reconcile(
+        self, run_id: str, tools: Iterable[Tool], *, record: bool = False, by: str | None = None
+    ) -> list[ActCheck]:
         """Ask each tool to look up each act the run recorded: ``confirmed``, ``drifted``
-        or ``needs_review`` per act (see ``crashproof.runtime.steps.reconcile``). Read-only."""
+        or ``needs_review`` per act (see ``crashproof.runtime.steps.reconcile``).
+        Read-only, unless ``record``: then each finding is journaled in the run, attributed
+        to ``by`` (``runtime/operations/reconciling.py``; ``LeaseHeld`` while another
+        process drives it)."""
         if self.store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
-        return reconcile_events(run_id, self.journal(run_id), tools)
+        checks = reconcile_events(run_id, self.journal(run_id), tools)
+        if record:
+            record_findings(self, run_id, checks, by)
+        return checks
 
     def dispatch_outbox(self, tools: Iterable[Tool], runs: Iterable[str] | None = None) -> int:
         """Deliver the pending outbox messages of runs no process is driving (ended or

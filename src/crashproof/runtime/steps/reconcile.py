@@ -21,6 +21,7 @@ a few at a time, and a drifted one freezes the run (``runtime/context.py``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,8 @@ class ActCheck:
     tool: str
     status: str  # confirmed | drifted | needs_review
     detail: str
+    receipt: dict[str, Any] | None = None  # what the tool's lookup answered, if anything
+    checked_at: float | None = None  # when the lookup answered (None: judged by the journal)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +57,8 @@ class ActCheck:
             "tool": self.tool,
             "status": self.status,
             "detail": self.detail,
+            "receipt": self.receipt,
+            "checked_at": self.checked_at,
         }
 
 
@@ -206,9 +211,15 @@ def _checked(
     ]
     found: Iterator[Outcome] = iter((yield InvokeAll(lookups, workers)) if lookups else ())
     checks = []
+    answered_at = time.time()
     for (event, call, _), verdict in zip(acts, verdicts, strict=True):
-        if verdict is None and call is not None:
-            verdict = _judged(next(found), event, call)
+        receipt: dict[str, Any] | None = None
+        looked_up = verdict is None and call is not None
+        if looked_up and call is not None:
+            outcome = next(found)
+            verdict = _judged(outcome, event, call)
+            if isinstance(outcome.value, Receipt):
+                receipt = _receipt_json(outcome.value)
         status, detail = verdict or ("needs_review", "not checked")
         checks.append(
             ActCheck(
@@ -218,9 +229,20 @@ def _checked(
                 tool=_tool_name(event),
                 status=status,
                 detail=detail,
+                receipt=receipt,
+                checked_at=answered_at if looked_up else None,
             )
         )
     return checks
+
+
+def _receipt_json(found: Receipt) -> dict[str, Any]:
+    return {
+        "receipt_id": found.receipt_id,
+        "intent_digest": found.intent_digest,
+        "result_digest": _canonical(found.result),
+        "committed_at": found.committed_at,
+    }
 
 
 def _without_lookup(

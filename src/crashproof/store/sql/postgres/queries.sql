@@ -212,3 +212,7 @@ SELECT run_id, status, updated_at FROM {schema}.runs WHERE left(run_id, 11) <> '
 SELECT DISTINCT run_id FROM {schema}.events
 WHERE type = 'step_done' AND strpos(payload, '"outbox"') > 0
   AND left(run_id, 11) <> 'crashproof:';
+
+-- name: index_reconciled_runs
+-- Runs with a journaled reconciliation finding (runtime/operations/reconciling.py).
+SELECT DISTINCT run_id FROM {schema}.events WHERE type = 'act_reconciled';

@@ -159,3 +159,7 @@ SELECT run_id, status, updated_at FROM runs WHERE substr(run_id, 1, 11) <> 'cras
 SELECT DISTINCT run_id FROM events
 WHERE type = 'step_done' AND instr(payload, '"outbox"') > 0
   AND substr(run_id, 1, 11) <> 'crashproof:';
+
+-- name: index_reconciled_runs
+-- Runs with a journaled reconciliation finding (runtime/operations/reconciling.py).
+SELECT DISTINCT run_id FROM events WHERE type = 'act_reconciled';
