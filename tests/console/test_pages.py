@@ -326,3 +326,41 @@ def test_a_drifted_act_is_on_the_attention_page(tmp_path: Path) -> None:
         ledger.reconcile("d-1", [ws], record=True, by="bob")
         assert "drifted: 0" in c.get("/attention").text
     assert ledger.get_run("d-1").status is cp.RunStatus.SUCCEEDED
+
+
+def test_retry_through_the_page(tmp_path: Path) -> None:
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'f.db'}", key="ab" * 32)
+    fixed = tmp_path / "fixed"
+    ran: list[str] = []
+
+    def tests() -> str:
+        ran.append("tests")
+        if not fixed.exists():
+            raise ValueError("tests failed")
+        return "green"
+
+    @ledger.workflow("fixable")
+    def fixable(ctx: cp.Context) -> str:
+        plan = ctx.decide("plan", lambda: ran.append("plan") or "p")
+        return f"{plan}: {ctx.step('tests', tests)}"
+
+    with pytest.raises(cp.RunFailed):
+        ledger.run(fixable, run_id="f-1")
+    app = create_app(ConsoleConfig(ledger=ledger))
+    with TestClient(app, base_url="http://127.0.0.1:8765") as c:
+        shown = c.get("/run", params={"id": "f-1"}).text
+        assert 'id="retry-form"' in shown
+        csrf = _csrf(shown)
+        assert c.post("/actions/retry", data={"run_id": "f-1", "by": "erin"}).status_code == 403
+        anonymous = c.post("/actions/retry", data={"csrf": csrf, "run_id": "f-1"})
+        assert anonymous.status_code == 400
+        still = c.post("/actions/retry", data={"csrf": csrf, "run_id": "f-1", "by": "erin"})
+        assert still.status_code == 409  # fails again: the failure shown, the run failed
+        fixed.touch()
+        done = c.post("/actions/retry", data={"csrf": csrf, "run_id": "f-1", "by": "erin"})
+        assert done.status_code == 200, done.text
+        assert "succeeded" in done.text
+        assert 'id="retry-form"' not in c.get("/run", params={"id": "f-1"}).text
+    assert ran == ["plan", "tests", "tests", "tests"]  # the decision was never asked again
+    retried = [e for e in ledger.journal("f-1") if e.type.value == "run_retried"]
+    assert [e.payload["by"] for e in retried] == ["erin", "erin"]

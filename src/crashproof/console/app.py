@@ -193,6 +193,22 @@ def create_app(config: ConsoleConfig) -> Starlette:
             return message(request, "Resumed: the run did not finish", _line(exc), 409, back)
         return message(request, "Resumed", f"run {run_id!r}: {outcome}", 200, back)
 
+    async def retry(request: Request) -> Response:
+        form = await checked_form(request)
+        if form is None:
+            return _csrf_refused()
+        run_id, by = form.get("run_id", ""), form.get("by", "").strip()
+        back = f"/run?id={_quote(run_id)}"
+        if not by:  # attributed like the CLI's: the run_retried record names who retried
+            return message(request, "Not retried", "say who retries; nothing done", 400, back)
+        try:
+            outcome = await asyncio.to_thread(_resume, ledger, run_id, by)
+        except RunNotFound:
+            return message(request, "No such run", f"no run {run_id!r}; nothing done", 404, "/runs")
+        except CrashproofError as exc:
+            return message(request, "Retried: the run did not finish", _line(exc), 409, back)
+        return message(request, "Retried", f"run {run_id!r}: {outcome}", 200, back)
+
     async def cancel(request: Request) -> Response:
         form = await checked_form(request)
         if form is None:
@@ -244,6 +260,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/run/timeline", run_timeline),
         Route("/attention", needs_attention),
         Route("/actions/resume", resume, methods=["POST"]),
+        Route("/actions/retry", retry, methods=["POST"]),
         Route("/actions/cancel", cancel, methods=["POST"]),
         Route("/actions/fork", fork, methods=["POST"]),
         Route("/actions/dispatch", dispatch, methods=["POST"]),
@@ -261,14 +278,18 @@ def _line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
-def _resume(ledger: Ledger, run_id: str) -> str:
-    """Resume as ``crashproof resume`` does (an async workflow on a loop of its own)."""
+def _resume(ledger: Ledger, run_id: str, retry_by: str | None = None) -> str:
+    """Resume as ``crashproof resume`` does (an async workflow on a loop of its own); with
+    ``retry_by``, retry a failed run as ``crashproof retry --by`` does."""
     row = ledger.store.get_run(run_id)
     if row is None:
         raise RunNotFound(f"no run {run_id!r}")
     workflow = ledger.workflows.get(row.workflow)
+    retry = retry_by is not None
     if workflow is not None and workflow.is_async:
-        asyncio.run(ledger.resume_async(run_id))
+        asyncio.run(ledger.resume_async(run_id, retry=retry, by=retry_by))
+    elif retry:
+        ledger.retry(run_id, by=retry_by)
     else:
         ledger.resume(run_id)
     return ledger.get_run(run_id).status.value
