@@ -179,69 +179,55 @@ def create_app(config: ConsoleConfig) -> Starlette:
         data = {k: v for k, v in form.items() if isinstance(v, str)}
         return data if guard.csrf_ok(data.get("csrf")) else None
 
-    async def resume(request: Request) -> Response:
+    async def on_run(
+        request: Request, did: str, act: Callable[[dict[str, str], str, str], Done], who: bool
+    ) -> Response:
+        """A write action on one run, as the CLI's: CSRF checked, attributed (``who``: a
+        name is required, else 400 and nothing done), run in a thread; a refusal is its
+        one-line reason (409), never a traceback. ``act`` says what happened, and the run
+        to show next (None: this one)."""
         form = await checked_form(request)
         if form is None:
             return _csrf_refused()
-        run_id = form.get("run_id", "")
+        run_id, by = form.get("run_id", ""), form.get("by", "").strip()
         back = f"/run?id={_quote(run_id)}"
+        if who and not by:  # the journal names who did it, as the CLI's --by does
+            return message(request, f"Not {did}", "say who you are; nothing done", 400, back)
         try:
-            outcome = await asyncio.to_thread(_resume, ledger, run_id)
+            text, shown = await asyncio.to_thread(act, form, run_id, by)
         except RunNotFound:
             return message(request, "No such run", f"no run {run_id!r}; nothing done", 404, "/runs")
         except CrashproofError as exc:
-            return message(request, "Resumed: the run did not finish", _line(exc), 409, back)
-        return message(request, "Resumed", f"run {run_id!r}: {outcome}", 200, back)
+            return message(request, f"Not {did}: the run did not get there", _line(exc), 409, back)
+        link = back if shown is None else f"/run?id={_quote(shown)}"
+        return message(request, did.capitalize(), text, 200, link)
+
+    def resumed(form: dict[str, str], run_id: str, by: str) -> Done:
+        return f"run {run_id!r}: {_resume(ledger, run_id)}", None
+
+    def retried(form: dict[str, str], run_id: str, by: str) -> Done:
+        return f"run {run_id!r}: {_resume(ledger, run_id, by)}", None
+
+    def cancelled(form: dict[str, str], run_id: str, by: str) -> Done:
+        ledger.cancel(run_id, by=by, reason=form.get("reason", ""))
+        return f"run {run_id!r} cancelled by {by}", None
+
+    def forked(form: dict[str, str], run_id: str, by: str) -> Done:
+        step, new = form.get("from_step", "").strip(), form.get("new_run_id", "").strip()
+        ledger.fork(run_id, from_step=step, new_run_id=new, by=by)
+        return f"run {new!r} forked from {run_id!r} after step {step!r} by {by}; resume it", new
+
+    async def resume(request: Request) -> Response:
+        return await on_run(request, "resumed", resumed, who=False)
 
     async def retry(request: Request) -> Response:
-        form = await checked_form(request)
-        if form is None:
-            return _csrf_refused()
-        run_id, by = form.get("run_id", ""), form.get("by", "").strip()
-        back = f"/run?id={_quote(run_id)}"
-        if not by:  # attributed like the CLI's: the run_retried record names who retried
-            return message(request, "Not retried", "say who retries; nothing done", 400, back)
-        try:
-            outcome = await asyncio.to_thread(_resume, ledger, run_id, by)
-        except RunNotFound:
-            return message(request, "No such run", f"no run {run_id!r}; nothing done", 404, "/runs")
-        except CrashproofError as exc:
-            return message(request, "Retried: the run did not finish", _line(exc), 409, back)
-        return message(request, "Retried", f"run {run_id!r}: {outcome}", 200, back)
+        return await on_run(request, "retried", retried, who=True)
 
     async def cancel(request: Request) -> Response:
-        form = await checked_form(request)
-        if form is None:
-            return _csrf_refused()
-        run_id, by = form.get("run_id", ""), form.get("by", "").strip()
-        back = f"/run?id={_quote(run_id)}"
-        if not by:  # attributed like the CLI's: the journal names who cancelled
-            return message(request, "Not cancelled", "say who cancels; nothing done", 400, back)
-        try:
-            await asyncio.to_thread(ledger.cancel, run_id, by=by, reason=form.get("reason", ""))
-        except RunNotFound:
-            return message(request, "No such run", f"no run {run_id!r}; nothing done", 404, "/runs")
-        except CrashproofError as exc:
-            return message(request, "Not cancelled", _line(exc), 409, back)
-        return message(request, "Cancelled", f"run {run_id!r} cancelled by {by}", 200, back)
+        return await on_run(request, "cancelled", cancelled, who=True)
 
     async def fork(request: Request) -> Response:
-        form = await checked_form(request)
-        if form is None:
-            return _csrf_refused()
-        run_id, by = form.get("run_id", ""), form.get("by", "").strip()
-        step, new = form.get("from_step", "").strip(), form.get("new_run_id", "").strip()
-        back = f"/run?id={_quote(run_id)}"
-        if not by:  # attributed like the CLI's: the new run's record names who forked it
-            return message(request, "Not forked", "say who forks; nothing done", 400, back)
-        try:
-            await asyncio.to_thread(ledger.fork, run_id, from_step=step, new_run_id=new, by=by)
-        except RunNotFound:
-            return message(request, "No such run", f"no run {run_id!r}; nothing done", 404, "/runs")
-        except CrashproofError as exc:
-            return message(request, "Not forked", _line(exc), 409, back)
-        text = f"run {new!r} forked from {run_id!r} after step {step!r} by {by}; resume it to go on"
-        return message(request, "Forked", text, 200, f"/run?id={_quote(new)}")
+        return await on_run(request, "forked", forked, who=True)
 
     async def dispatch(request: Request) -> Response:
         form = await checked_form(request)
@@ -266,6 +252,9 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/actions/dispatch", dispatch, methods=["POST"]),
     ]
     return Starlette(routes=routes, middleware=[Middleware(_Gate, guard=guard)])
+
+
+Done = tuple[str, str | None]  # what an action did, and the run to show next (None: its own)
 
 
 def _quote(text: str) -> str:
