@@ -25,6 +25,7 @@ from crashproof.runtime.ledger import DURABILITY_MODES, Ledger
 __all__ = [
     "DEFAULT_DB",
     "ENV_DB",
+    "ByOption",
     "DbOption",
     "JsonOption",
     "Settings",
@@ -61,6 +62,16 @@ JsonOption = Annotated[
 VerboseOption = Annotated[
     bool,
     typer.Option("--verbose", "-v", help="Log at INFO on stderr; show tracebacks of errors."),
+]
+# Who takes an operator action (cancel, fork, retry, reconcile --record): journaled with it.
+ByOption = Annotated[
+    str | None,
+    typer.Option(
+        "--by",
+        metavar="NAME",
+        show_default=False,
+        help="Who takes this action, journaled with it (default: the OS user).",
+    ),
 ]
 
 

@@ -15,6 +15,7 @@ from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.cli.loading import app_tools
 from crashproof.cli.render import emit_json, safe, undelivered
 from crashproof.cli.settings import (
+    ByOption,
     DbOption,
     JsonOption,
     VerboseOption,
@@ -30,15 +31,7 @@ def cancel_run(
     run_id: Annotated[
         str, typer.Argument(metavar="RUN_ID", show_default=False, help="The run to cancel.")
     ],
-    by: Annotated[
-        str | None,
-        typer.Option(
-            "--by",
-            metavar="NAME",
-            show_default=False,
-            help="Who cancels the run, journaled (default: the OS user).",
-        ),
-    ] = None,
+    by: ByOption = None,
     reason: Annotated[
         str,
         typer.Option("--reason", metavar="TEXT", help="Why, journaled with the cancel."),
@@ -126,15 +119,7 @@ def fork_run(
         str,
         typer.Option("--run-id", metavar="NEW", show_default=False, help="The new run's id."),
     ],
-    by: Annotated[
-        str | None,
-        typer.Option(
-            "--by",
-            metavar="NAME",
-            show_default=False,
-            help="Who forks the run, journaled (default: the OS user).",
-        ),
-    ] = None,
+    by: ByOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,

@@ -41,6 +41,7 @@ from crashproof.cli.render import (
     undelivered,
 )
 from crashproof.cli.settings import (
+    ByOption,
     DbOption,
     JsonOption,
     Settings,
@@ -324,15 +325,7 @@ def retry_run(
         str, typer.Argument(metavar="RUN_ID", show_default=False, help="The failed run.")
     ],
     app_modules: AppModules,
-    by: Annotated[
-        str | None,
-        typer.Option(
-            "--by",
-            metavar="NAME",
-            show_default=False,
-            help="Who retries the run, journaled (default: the OS user).",
-        ),
-    ] = None,
+    by: ByOption = None,
     take_over: Annotated[
         bool,
         typer.Option(
@@ -537,15 +530,7 @@ def reconcile_runs(
             "answered); `runs --drifted` and `show` read the latest. No status changes.",
         ),
     ] = False,
-    by: Annotated[
-        str | None,
-        typer.Option(
-            "--by",
-            metavar="NAME",
-            show_default=False,
-            help="Who records the findings, journaled (default: the OS user).",
-        ),
-    ] = None,
+    by: ByOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,

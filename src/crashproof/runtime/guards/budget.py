@@ -41,10 +41,10 @@ from crashproof.journal.records import (
     Event,
     EventType,
     Limits,
-    RunStatus,
     StepKind,
 )
 from crashproof.runtime.port import RunSession
+from crashproof.runtime.steps.outage import journal_stop
 
 __all__ = [
     "Meter",
@@ -161,18 +161,7 @@ def _stop(
         "next_step": key,  # the call that did not start
         "next_kind": call.value,
     }
-    session.append_event(
-        EventType.RUN_STOPPED,
-        key,
-        payloads.as_dict(
-            payloads.RunStopped(
-                status=RunStatus.STOPPED.value, reason=exc.reason, evidence=evidence
-            )
-        ),
-        status=(RunStatus.STOPPED, exc.reason),
-    )
-    # Like a freeze: every later ctx call raises it again, even if the workflow catches it.
-    session.halt(exc, evidence)
+    journal_stop(session, key, exc, evidence)
     raise exc
 
 

@@ -35,10 +35,11 @@ from typing import Any, NoReturn
 
 from crashproof.errors import Unverified
 from crashproof.journal import payloads
-from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
+from crashproof.journal.records import Event, EventType, StepKind, StepStatus
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.environment import observing
 from crashproof.runtime.steps.handoff import Work
+from crashproof.runtime.steps.outage import journal_stop
 from crashproof.tools.port import Tool
 
 __all__ = ["Completion", "Verdict", "evaluate", "needed", "verify"]
@@ -201,17 +202,7 @@ def _observe_now(tool: Tool | None) -> Work[dict[str, Any]]:
 def _stop(session: RunSession, problems: list[str], evidence: dict[str, Any]) -> NoReturn:
     reason = "unverified: " + "; ".join(problems)
     exc = Unverified(session.run_id, reason, problems=problems)
-    session.append_event(
-        EventType.RUN_STOPPED,
-        None,
-        payloads.as_dict(
-            payloads.RunStopped(
-                status=RunStatus.STOPPED.value,
-                reason=reason,
-                evidence={"completion": evidence, "problems": problems, "next_kind": "check"},
-            )
-        ),
-        status=(RunStatus.STOPPED, reason),
+    journal_stop(
+        session, None, exc, {"completion": evidence, "problems": problems, "next_kind": "check"}
     )
-    session.halt(exc, {"completion": evidence, "problems": problems})
     raise exc

@@ -34,7 +34,7 @@ from crashproof.runtime.driving.leases import claim, release, stop_driving
 from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.guards.budget import operator
 from crashproof.runtime.port import DriveHost
-from crashproof.runtime.steps.reconcile import ActCheck
+from crashproof.runtime.steps.reconcile import ACT_TEXT, ActCheck
 from crashproof.tools.port import Tool
 
 __all__ = ["ReconcilePass", "record_findings"]
@@ -90,9 +90,6 @@ class _Reconciler(_Host, Protocol):
     def reconcile(self, run_id: str, tools: Sequence[Tool]) -> list[ActCheck]: ...
 
 
-_ACT_TEXT = '{"kind":"act",'  # how every act's step_done text begins (act_records.py)
-
-
 class ReconcilePass:
     """Reconciles ended and frozen runs when due, at most ``limit`` acts a pass (a run is
     never split: one with more acts than the limit is reconciled alone in its pass); free
@@ -133,8 +130,7 @@ class ReconcilePass:
                 acts = sum(
                     1
                     for e in journal
-                    if e.type is EventType.STEP_DONE
-                    and (e.payload_json or "").startswith(_ACT_TEXT)
+                    if e.type is EventType.STEP_DONE and (e.payload_json or "").startswith(ACT_TEXT)
                 )
                 if not acts:
                     continue

@@ -31,7 +31,7 @@ from crashproof.journal.codec import error_record
 from crashproof.journal.records import EventType, RunStatus
 from crashproof.runtime.port import RunSession
 
-__all__ = ["stop_unavailable", "wait_for"]
+__all__ = ["journal_stop", "stop_unavailable", "wait_for"]
 
 _SHOWN = 200  # characters of the service's message kept in the stop reason
 
@@ -95,6 +95,18 @@ def stop_unavailable(
             "ended_at": time.time(),
         },
     }
+    journal_stop(session, key, stopped, evidence)
+    raise stopped from exc
+
+
+def journal_stop(
+    session: RunSession, key: str | None, stopped: RunStopped, evidence: dict[str, Any]
+) -> None:
+    """A clean, resumable stop (a service out, a budget, missing completion evidence):
+    the ``run_stopped`` record, and every later ctx call raises ``stopped`` again,
+    whatever the workflow catches; the ledger raises it when the workflow ends. The
+    caller raises it now."""
+    reason = stopped.reason
     session.append_event(
         EventType.RUN_STOPPED,
         key,
@@ -103,7 +115,4 @@ def stop_unavailable(
         ),
         status=(RunStatus.STOPPED, reason),
     )
-    # Like a budget's stop: every later ctx call raises it again, whatever the workflow
-    # catches, and the ledger raises it when the workflow ends.
     session.halt(stopped, evidence)
-    raise stopped from exc

@@ -35,7 +35,7 @@ from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.handoff import Invoke, InvokeAll, Outcome, Work, run_sync
 from crashproof.tools.port import Call, Receipt, Tool
 
-__all__ = ["ActCheck", "ResumeReread", "reconcile_events", "reread_receipts"]
+__all__ = ["ACT_TEXT", "ActCheck", "ResumeReread", "reconcile_events", "reread_receipts"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +94,7 @@ def reread_receipts(
 
 
 _Act = tuple[Event, Call | None, Tool | None]
-_ACT_TEXT = '{"kind":"act",'  # how every act's step_done text begins (act_records.py)
+ACT_TEXT = '{"kind":"act",'  # how every act's step_done text begins (act_records.py)
 
 
 class ResumeReread:
@@ -103,7 +103,7 @@ class ResumeReread:
 
     def __init__(self, replay: Replay) -> None:
         # Only a drive that replays a completed act has anything to re-read.
-        self.pending = any((e.payload_json or "").startswith(_ACT_TEXT) for e in replay.done)
+        self.pending = any((e.payload_json or "").startswith(ACT_TEXT) for e in replay.done)
         self._tools: dict[str, Tool] = {}
 
     def seen(self, key: str, tool: Tool) -> None:
