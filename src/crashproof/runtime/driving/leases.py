@@ -10,7 +10,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "abandoned",
     "adopt",
     "claim",
+    "operator_lease",
     "release",
     "stop_driving",
 ]
@@ -247,6 +249,25 @@ def release(store: Store, run_id: str, lease: Lease) -> None:
         store.release(run_id, lease)
     except CrashproofError as exc:  # the lease expires anyway
         log.warning("lease release failed: %s", exc, extra={"run_id": run_id})
+
+
+@contextmanager
+def operator_lease(
+    store: Store, run_id: str, owner: str, ttl: float, *, take_over: bool = False
+) -> Iterator[Lease]:
+    """The run's lease for an operator's short write (a decision, a cancel, findings):
+    released after it and after an error; a crash inside (a BaseException) leaves it to
+    expire, as a dead process's would. ``take_over``: fence out whoever drives it."""
+    lease = claim(store, run_id, owner, ttl, take_over).lease
+    try:
+        yield lease
+    except BaseException as exc:
+        stop_driving(lease.owner, run_id)
+        if isinstance(exc, Exception):
+            release(store, run_id, lease)
+        raise
+    stop_driving(lease.owner, run_id)
+    release(store, run_id, lease)
 
 
 def stop_driving(owner: str, run_id: str) -> None:

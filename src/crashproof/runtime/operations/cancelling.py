@@ -25,7 +25,7 @@ from typing import Any
 from crashproof.errors import CancelRefused, RunCancelled, RunNotFound
 from crashproof.journal.fold import Replay, cancelled_reason, index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
-from crashproof.runtime.driving.leases import claim, release, stop_driving
+from crashproof.runtime.driving.leases import operator_lease
 from crashproof.runtime.guards.budget import operator
 from crashproof.runtime.operations.forking import LedgerFork
 
@@ -88,8 +88,9 @@ class LedgerCancel(LedgerFork):
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
         if row.status.terminal or row.status is RunStatus.MOVED:
             raise _refusal(run_id, row.status.value)
-        lease = claim(self.store, run_id, self.worker_id, self.lease_seconds, True).lease
-        try:
+        with operator_lease(
+            self.store, run_id, self.worker_id, self.lease_seconds, take_over=True
+        ) as lease:
             events = self.journal(run_id, owner=True)
             replay = index_journal(events)
             if replay.moved is not None:
@@ -115,12 +116,5 @@ class LedgerCancel(LedgerFork):
             self.append_records(
                 [event], (RunStatus.CANCELLED, cancelled_reason(payload)), fencing_token=lease.token
             )
-        except BaseException as exc:
-            stop_driving(lease.owner, run_id)
-            if isinstance(exc, Exception):
-                release(self.store, run_id, lease)
-            raise
-        stop_driving(lease.owner, run_id)
-        release(self.store, run_id, lease)
         self.store.sync()
         return dict(payload)

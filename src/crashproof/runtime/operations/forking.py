@@ -26,7 +26,7 @@ from crashproof.errors import ForkRefused, RunNotFound
 from crashproof.journal import payloads
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
-from crashproof.runtime.driving.leases import claim, release, stop_driving
+from crashproof.runtime.driving.leases import operator_lease
 from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.guards.budget import operator
 from crashproof.runtime.port import DriveHost
@@ -107,11 +107,7 @@ class LedgerFork(DriveHost):
             self.witness.start(new_run_id)
         if self.store.create_run(row, copied[0]) is not None:
             raise ForkRefused(run_id, f"run {new_run_id!r} exists already; nothing was written")
-        lease = claim(self.store, new_run_id, self.worker_id, self.lease_seconds, False).lease
-        try:
+        with operator_lease(self.store, new_run_id, self.worker_id, self.lease_seconds) as lease:
             self.append_records(copied[1:], None, fencing_token=lease.token)
-        finally:
-            stop_driving(lease.owner, new_run_id)
-            release(self.store, new_run_id, lease)
         self.store.sync()
         return record

@@ -22,10 +22,8 @@ two continuations. A move is only as single as the file that carries it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from crashproof.errors import RunMoved
@@ -33,10 +31,10 @@ from crashproof.integrity import checkpoint
 from crashproof.journal import payloads
 from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
-from crashproof.runtime.driving.leases import claim, release, stop_driving
+from crashproof.runtime.driving.leases import operator_lease
 from crashproof.runtime.guards.budget import operator
 from crashproof.runtime.operations.transfer import arrival_events, checkpoint_digest, folded_status
-from crashproof.store.port import Lease, Store
+from crashproof.store.port import Store
 
 if TYPE_CHECKING:
     from crashproof.runtime.port import DriveHost
@@ -71,7 +69,7 @@ def move_out(ledger: DriveHost, run_id: str, by: str | None) -> bool:
     a holder that is provably gone is taken over and fenced out). Returns False when the
     run had already moved (nothing written)."""
     who = operator(by)
-    with _leased(ledger, run_id) as lease:
+    with operator_lease(ledger.store, run_id, ledger.worker_id, ledger.lease_seconds) as lease:
         events = ledger.journal(run_id)
         if events[-1].type is EventType.RUN_MOVED:  # moved meanwhile: the same document
             moved = False
@@ -114,7 +112,7 @@ def move_back(ledger: DriveHost, found: checkpoint.Checkpoint, by: str) -> str:
     """A move imported into the ledger it left (its journal is exactly the document's):
     journal the arrival under the run's lease; the run is driven here again."""
     run_id = found.run.run_id
-    with _leased(ledger, run_id) as lease:
+    with operator_lease(ledger.store, run_id, ledger.worker_id, ledger.lease_seconds) as lease:
         events = ledger.journal(run_id)
         if events[-1].type is EventType.RUN_MOVED and len(events) == len(found.records):
             arrival = arrival_events(found, by, len(events))
@@ -125,20 +123,3 @@ def move_back(ledger: DriveHost, found: checkpoint.Checkpoint, by: str) -> str:
                 ledger.witness.advance(run_id, len(events) + len(arrival))
             log.info("moved run returned", extra={"run_id": run_id, "by": by})
     return run_id
-
-
-@contextlib.contextmanager
-def _leased(ledger: DriveHost, run_id: str) -> Iterator[Lease]:
-    """The run's lease for one move (LeaseHeld if a live worker holds it), released
-    after; on a crash-like BaseException it is left to expire, as a driver's is."""
-    store = ledger.store
-    lease = claim(store, run_id, ledger.worker_id, ledger.lease_seconds, False).lease
-    try:
-        yield lease
-    except BaseException as exc:
-        stop_driving(lease.owner, run_id)
-        if isinstance(exc, Exception):
-            release(store, run_id, lease)
-        raise
-    stop_driving(lease.owner, run_id)
-    release(store, run_id, lease)

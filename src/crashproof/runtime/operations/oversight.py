@@ -22,7 +22,7 @@ from crashproof.integrity.signing import key_fingerprint, load_private_key
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
-from crashproof.runtime.driving.leases import claim, release, stop_driving
+from crashproof.runtime.driving.leases import operator_lease
 from crashproof.runtime.guards.approvals import (
     awaiting,
     check_approval,
@@ -60,19 +60,11 @@ class LedgerHumans(DriveHost):
 
     def _operator_append(self, run_id: str, build: Build) -> list[Event]:
         """Under the run's lease: read its journal, build records, commit them at once."""
-        lease = claim(self.store, run_id, self.worker_id, self.lease_seconds, False).lease
-        try:
+        with operator_lease(self.store, run_id, self.worker_id, self.lease_seconds) as lease:
             events = self.journal(run_id, owner=True)
             added, status = build(events)
             if added:
                 self.append_records(added, status, fencing_token=lease.token)
-        except BaseException as exc:
-            stop_driving(lease.owner, run_id)
-            if isinstance(exc, Exception):
-                release(self.store, run_id, lease)
-            raise
-        stop_driving(lease.owner, run_id)
-        release(self.store, run_id, lease)
         return added
 
     def _known_run(self, run_id: str) -> None:

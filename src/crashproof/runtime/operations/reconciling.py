@@ -30,7 +30,7 @@ from typing import Protocol
 
 from crashproof.errors import CrashproofError, LeaseHeld
 from crashproof.journal.records import Event, EventType, RunStatus
-from crashproof.runtime.driving.leases import claim, release, stop_driving
+from crashproof.runtime.driving.leases import operator_lease
 from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.guards.budget import operator
 from crashproof.runtime.port import DriveHost
@@ -55,8 +55,7 @@ def record_findings(host: _Host, run_id: str, checks: Sequence[ActCheck], by: st
     if not checks:
         return 0
     who = operator(by)
-    lease = claim(host.store, run_id, host.worker_id, host.lease_seconds, False).lease
-    try:
+    with operator_lease(host.store, run_id, host.worker_id, host.lease_seconds) as lease:
         events = host.journal(run_id, owner=True)
         now = time.time()
         records = tuple(
@@ -80,9 +79,6 @@ def record_findings(host: _Host, run_id: str, checks: Sequence[ActCheck], by: st
             for n, check in enumerate(checks)
         )
         host.append_records(records, None, fencing_token=lease.token, output=True)
-    finally:
-        stop_driving(lease.owner, run_id)
-        release(host.store, run_id, lease)
     return len(records)
 
 
