@@ -21,6 +21,9 @@ scalars = (
     | st.integers(min_value=-SAFE, max_value=SAFE)
     | st.text()
     | st.floats(allow_nan=False, allow_infinity=False)
+    # whole floats, which the fast path writes as ints, and the edges of that range
+    | st.integers(min_value=-SAFE, max_value=SAFE).map(float)
+    | st.sampled_from([0.0, -0.0, 1.0, float(SAFE), -float(SAFE), 2.0**53, 1e21, 0.5])
 )
 json_values = st.recursive(
     scalars,
@@ -123,3 +126,9 @@ def test_intent_digest_fast_path_covers_the_usual_act() -> None:
     assert _flat_intent(tool, {"nested": {"a": 1}}) is None
     assert _flat_intent(tool, {"f": 1.5}) is None
     assert _flat_intent(tool, {"s": "é"}) is None
+
+
+def test_whole_floats_take_the_fast_path_with_rfc8785_bytes() -> None:
+    value = {"usage": {"audio_seconds": 0.0, "tokens": 12, "ratio": -3.0}, "text": "é"}
+    assert canonical_digest(value, what="a value") == rfc(value)
+    assert canonical_digest([-0.0, 2.0**53], what="a value") == rfc([-0.0, 2.0**53])

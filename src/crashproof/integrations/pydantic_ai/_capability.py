@@ -54,7 +54,13 @@ from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 
 import crashproof as cp
 from crashproof.integrations.pydantic_ai._bridge import bound, ctx_call
-from crashproof.integrations.pydantic_ai._codec import decision_value, request_args, revive, to_json
+from crashproof.integrations.pydantic_ai._codec import (
+    Projection,
+    decision_value,
+    request_args,
+    revive,
+    to_json,
+)
 from crashproof.integrations.pydantic_ai._effects import FunctionEffect
 
 __all__ = ["EFFECT", "MODEL_RETRY", "STEP", "CrashproofDurability"]
@@ -117,6 +123,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
     # index of each of its tool calls.
     _base: str | None = field(default=None, repr=False)
     _index: dict[str, int] = field(default_factory=dict, repr=False)
+    _projection: Projection = field(default_factory=Projection, repr=False)
 
     def __init__(
         self,
@@ -155,6 +162,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         self._agent = name
         self._base = None
         self._index = {}
+        self._projection = Projection()
 
     # -- binding -------------------------------------------------------------------
 
@@ -174,7 +182,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> CrashproofDurability[AgentDepsT]:
         run = copy.copy(self)
-        run._base, run._index = None, {}
+        run._base, run._index, run._projection = None, {}, Projection()
         return run
 
     def get_ordering(self) -> CapabilityOrdering:
@@ -220,7 +228,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
                 "durable under CrashproofDurability, so it is refused before anything is "
                 "sent; use agent.run / run_sync without an event stream handler"
             )
-        args = request_args(str(self._agent), request_context)
+        args = request_args(str(self._agent), request_context, self._projection)
 
         async def ask(**_: Any) -> cp.Decision:
             try:

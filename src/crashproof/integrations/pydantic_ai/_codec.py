@@ -16,13 +16,22 @@ so both see the same object.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pydantic import TypeAdapter
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.models import Model, ModelRequestContext
 
-__all__ = ["VOLATILE", "decision_value", "model_identity", "request_args", "revive", "to_json"]
+__all__ = [
+    "VOLATILE",
+    "Projection",
+    "decision_value",
+    "model_identity",
+    "request_args",
+    "revive",
+    "to_json",
+]
 
 #: Keys pydantic-ai fills from the clock or a random id on every drive, and a response's
 #: ``model_id``, which the agent graph stamps on a response after the model answered live
@@ -59,8 +68,45 @@ def model_identity(model: Model) -> str:
     return f"{system}:{name}"
 
 
-def request_args(agent: str, request_context: ModelRequestContext) -> dict[str, Any]:
-    """The decision's arguments: everything the model receives, minus clock and ids."""
+class Projection:
+    """The messages of one agent run as JSON, each dumped once while it is unchanged.
+
+    An agent sends its whole history with every request, and dumping all of it each time
+    was most of the projection's cost (~25 µs a message, per request). A message is
+    dumped once and kept beside a deep copy of itself; a later request reuses the dump
+    while the message still equals that copy (dataclass ``==``, field by field: ~3 µs),
+    so a message changed since, by pydantic-ai (parts reassigned, instructions set) or
+    in place by anyone, is dumped again. The digest binds the same JSON as before: that
+    of every message as it is sent. (``==`` holds ``1 == True``: a tool argument changed
+    in place from one to the other after it was sent would go unseen.)
+    """
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[ModelMessage, ModelMessage, Any]] = {}
+
+    def messages(self, messages: list[ModelMessage]) -> list[Any]:
+        seen, kept = self._seen, {}
+        out = []
+        for message in messages:
+            hit = seen.get(id(message))
+            if hit is not None and hit[0] is message and hit[1] == message:
+                dumped = hit[2]
+            else:
+                dumped = _strip(ModelMessagesTypeAdapter.dump_python([message], mode="json")[0])
+                hit = (message, copy.deepcopy(message), dumped)
+            kept[id(message)] = hit
+            out.append(dumped)
+        self._seen = kept
+        return out
+
+
+def request_args(
+    agent: str, request_context: ModelRequestContext, projection: Projection
+) -> dict[str, Any]:
+    """The decision's arguments: everything the model receives, minus clock and ids
+    (``projection``: the agent run's dumps of its messages)."""
     messages: list[ModelMessage] = list(request_context.messages)
     params = request_context.model_request_parameters
     tools = [
@@ -70,7 +116,7 @@ def request_args(agent: str, request_context: ModelRequestContext) -> dict[str, 
     return {
         "agent": agent,
         "model": model_identity(request_context.model),
-        "messages": _strip(ModelMessagesTypeAdapter.dump_python(messages, mode="json")),
+        "messages": projection.messages(messages),
         "settings": to_json(request_context.model_settings or {}),
         "tools": tools,
         "output_mode": params.output_mode,
