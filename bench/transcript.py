@@ -11,7 +11,10 @@ Each case runs in its own child process: T turns in a fresh SQLite ledger (durab
 (the process SIGKILLs itself inside the last turn's model call / step, before its result is
 recorded), then resumed by a new ledger in a new process. Printed per case: µs per turn
 (live), resume time of the crashed run (opening the ledger included), bytes on disk per
-turn (database + WAL + witness) and per turn of new text.
+turn (database + WAL + witness) and per turn of new text. Bytes per turn are what each
+turn adds: (size after T turns - size after 2 turns) / (T - 2), the same run of 2 turns
+measured once per contestant; that base (the empty database's tables and indexes, the
+run's own records) is printed beside it, as it does not grow with T.
 
 Contestants: crashproof with a plain list and with ``cp.Transcript``; ``--before SRC``:
 crashproof at another checkout's ``src`` (e.g. main before #22, whose digest is O(T) per
@@ -276,8 +279,12 @@ def main() -> None:
         contestants.append("dbos")
     except ImportError:
         print("dbos: skipped (pip install dbos)")
-    header = f"{'contestant':<22}{'T':>7}{'µs/turn':>10}{'resume':>10}{'B/turn':>10}{'x new':>7}"
+    header = (
+        f"{'contestant':<22}{'T':>7}{'µs/turn':>10}{'resume':>10}{'B/turn':>10}{'x new':>7}"
+        f"{'base':>10}"
+    )
     print(header)
+    bases: dict[str, float] = {}  # contestant -> bytes on disk after a run of 2 turns
     for turns in [int(t) for t in args.turns.split(",")]:
         for who in contestants:
             if (who == "before" and turns > BEFORE_MAX) or (
@@ -295,10 +302,14 @@ def main() -> None:
             if r is None:
                 print(f"{name:<22}{turns:>7}  over cap ({cap:.0f} s per phase)", flush=True)
                 continue
+            if who not in bases:
+                two = run_case(who, 2, args.dir, args.before, cap)
+                bases[who] = 2 * two["bytes_per_turn"] if two else 0.0
+            per_turn = (r["bytes_per_turn"] * turns - bases[who]) / (turns - 2)
             print(
                 f"{name:<22}{turns:>7}{r['us_per_turn']:>10.0f}"
-                f"{r['resume_s'] * 1e3:>8.0f}ms{r['bytes_per_turn']:>10.0f}"
-                f"{r['bytes_per_turn'] / new_text:>7.1f}",
+                f"{r['resume_s'] * 1e3:>8.0f}ms{per_turn:>10.0f}"
+                f"{per_turn / new_text:>7.1f}{bases[who]:>10.0f}",
                 flush=True,
             )
 
