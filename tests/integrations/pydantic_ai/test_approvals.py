@@ -1,0 +1,156 @@
+"""pydantic-ai's approval-requiring tools under ``CrashproofDurability`` (default
+``approvals="crashproof"``): the run waits in ``awaiting_approval`` on the tool call's
+own key before anything runs; a signed approval of exactly that call releases it once;
+nothing else does. Real ``FunctionModel``, real ledger on SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+
+import crashproof as cp
+from crashproof.integrity.signing import generate_keypair
+
+from .approval_agents import DELETE, OPTIONS, POLICY, make_janitor
+from .pyd_agents import lines, workflow
+
+pytestmark = pytest.mark.timeout(60)
+
+MODES = ["sync", "async"]
+
+
+def _drive(ledger: cp.Ledger, agent: Agent[None, str], mode: str, run_id: str = "r") -> Any:
+    wf = workflow(ledger, agent, mode)
+    if mode == "async":
+        return asyncio.run(ledger.run_async(wf, run_id=run_id, prompt="go", options=OPTIONS))
+    return ledger.run(wf, run_id=run_id, prompt="go", options=OPTIONS)
+
+
+def _ledger(tmp_path: Path, **kw: Any) -> cp.Ledger:
+    ledger = cp.Ledger(f"sqlite:///{tmp_path}/runs.db", **kw)
+    ledger.register_policy(POLICY)
+    return ledger
+
+
+def _alice(tmp_path: Path, ledger: cp.Ledger) -> Path:
+    key = tmp_path / "alice.pem"
+    if not key.exists():
+        generate_keypair(key)
+    if "alice" not in ledger.approvers():
+        ledger.add_approver("alice", (tmp_path / "alice.pem.pub").read_text(), by="root")
+    return key
+
+
+def _wait(ledger: cp.Ledger, agent: Agent[None, str], mode: str, run_id: str = "r") -> None:
+    with pytest.raises(cp.RunFrozen) as frozen:
+        _drive(ledger, agent, mode, run_id)
+    assert frozen.value.status == "awaiting_approval"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_requires_approval_tool_waits_before_anything_runs(mode: str, tmp_path: Path) -> None:
+    with _ledger(tmp_path) as ledger:
+        _wait(ledger, make_janitor(tmp_path), mode)
+        info = ledger.get_run("r")
+        assert info.status == "awaiting_approval"
+        assert [s.key for s in info.steps] == ["janitor:model_request"]
+        _wait(ledger, make_janitor(tmp_path), mode)  # resumed unapproved: still waits
+    assert lines(tmp_path / "effects") == []
+    assert lines(tmp_path / "asked") == ["1"]  # no second model request
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_signed_approval_runs_the_tool_once_and_the_model_sees_its_result(
+    mode: str, tmp_path: Path
+) -> None:
+    with _ledger(tmp_path) as ledger:
+        _wait(ledger, make_janitor(tmp_path), mode)
+        ledger.approve("r", DELETE, key=_alice(tmp_path, ledger), by="alice")
+    other = "async" if mode == "sync" else "sync"
+    with _ledger(tmp_path) as ledger:  # approved, resumed in another ledger and shell
+        assert _drive(ledger, make_janitor(tmp_path), other) == "model saw: deleted a"
+        assert _drive(ledger, make_janitor(tmp_path), mode) == "model saw: deleted a"
+        info = ledger.get_run("r")
+    assert info.status == "succeeded"
+    assert [(s.key, s.kind) for s in info.steps] == [
+        ("janitor:model_request", "decide"),
+        (DELETE, "act"),
+        ("janitor:model_request#2", "decide"),
+    ]
+    assert lines(tmp_path / "effects") == ["a"]
+    assert lines(tmp_path / "asked") == ["1", "3"]
+
+
+def test_an_approval_of_another_run_or_step_does_not_release_it(tmp_path: Path) -> None:
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r2").mkdir()
+    with _ledger(tmp_path) as ledger:
+        _wait(ledger, make_janitor(tmp_path / "r1"), "sync", "r1")
+        _wait(ledger, make_janitor(tmp_path / "r2"), "sync", "r2")
+        key = _alice(tmp_path, ledger)
+        with pytest.raises(cp.ApprovalRefused, match="not awaiting approval"):
+            ledger.approve("r2", "janitor:model_request/1:delete", key=key, by="alice")
+        document = ledger.approve("r1", DELETE, key=key, by="alice")
+        with pytest.raises(cp.ApprovalRefused, match="run id"):
+            ledger.submit_approval("r2", document, by="mallory")  # r1's, replayed on r2
+        _wait(ledger, make_janitor(tmp_path / "r2"), "sync", "r2")
+        assert _drive(ledger, make_janitor(tmp_path / "r1"), "sync", "r1") == "model saw: deleted a"
+        assert ledger.get_run("r2").status == "awaiting_approval"
+    assert lines(tmp_path / "r1" / "effects") == ["a"]
+    assert lines(tmp_path / "r2" / "effects") == []
+
+
+def test_a_tool_raising_approval_required_waits_and_runs_once(tmp_path: Path) -> None:
+    with _ledger(tmp_path) as ledger:
+        _wait(ledger, make_janitor(tmp_path, raising=True), "async")
+        frozen_on = ledger.get_run("r")
+        assert [s.key for s in frozen_on.steps] == ["janitor:model_request", DELETE]
+        ledger.approve("r", f"{DELETE}#2", key=_alice(tmp_path, ledger), by="alice")
+        agent = make_janitor(tmp_path, raising=True)
+        assert _drive(ledger, agent, "sync") == "model saw: deleted a"
+        assert _drive(ledger, agent, "async") == "model saw: deleted a"
+    assert lines(tmp_path / "effects") == ["a"]
+    assert lines(tmp_path / "asked") == ["1", "3"]
+
+
+def test_without_a_policy_asking_an_approval_the_tool_is_refused_not_run(
+    tmp_path: Path,
+) -> None:
+    with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+        wf = workflow(ledger, make_janitor(tmp_path), "sync")
+        with pytest.raises(cp.RunFailed, match="requires approval, but the run's policy"):
+            ledger.run(wf, run_id="r", prompt="go")
+    assert lines(tmp_path / "effects") == []
+
+
+def test_a_crash_after_the_approval_is_consumed_runs_the_tool_once(tmp_path: Path) -> None:
+    crash = cp.CrashPoints(match=f"after_commit[approval_consumed:{DELETE}]")
+    with _ledger(tmp_path, crash_points=crash) as ledger:
+        _wait(ledger, make_janitor(tmp_path), "sync")
+        ledger.approve("r", DELETE, key=_alice(tmp_path, ledger), by="alice")
+        with pytest.raises(cp.SimulatedCrash):
+            _drive(ledger, make_janitor(tmp_path), "sync")
+    assert crash.fired is not None
+    assert lines(tmp_path / "effects") == []
+    with _ledger(tmp_path) as ledger:  # the consumed approval still lets it run, once
+        assert _drive(ledger, make_janitor(tmp_path), "async") == "model saw: deleted a"
+    assert lines(tmp_path / "effects") == ["a"]
+
+
+def test_a_crash_after_the_tool_effect_freezes_for_review_never_runs_twice(
+    tmp_path: Path,
+) -> None:
+    with _ledger(tmp_path) as ledger:
+        _wait(ledger, make_janitor(tmp_path), "sync")
+        ledger.approve("r", DELETE, key=_alice(tmp_path, ledger), by="alice")
+        with pytest.raises(cp.SimulatedCrash):
+            _drive(ledger, make_janitor(tmp_path, crash_after_effect=True), "sync")
+    with _ledger(tmp_path) as ledger:
+        with pytest.raises(cp.RunFrozen) as frozen:
+            _drive(ledger, make_janitor(tmp_path), "sync")
+        assert frozen.value.status == "needs_review"
+    assert lines(tmp_path / "effects") == ["a"]
