@@ -6,6 +6,11 @@ nothing else does. Real ``FunctionModel``, real ledger on SQLite."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +159,62 @@ def test_a_crash_after_the_tool_effect_freezes_for_review_never_runs_twice(
             _drive(ledger, make_janitor(tmp_path), "sync")
         assert frozen.value.status == "needs_review"
     assert lines(tmp_path / "effects") == ["a"]
+
+
+# -- SIGKILL of a real child at every crash point of the approved drive -----------------
+
+CHILD = Path(__file__).parent / "child_approvals.py"
+# Between the intent's commit and the receipt's: an act without lookup cannot tell
+# whether the effect happened, so the run waits for review; the tool never runs twice.
+WINDOW = {f"after_commit[act_intent:{DELETE}]": [], f"before_commit[step_done:{DELETE}]": ["a"]}
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    yield proc
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=30)
+
+
+def _approved(directory: Path) -> None:
+    """Run ``r`` in ``directory``, waiting for its approval, and approved."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with _ledger(directory) as ledger:
+        _wait(ledger, make_janitor(directory), "sync")
+        ledger.approve("r", DELETE, key=_alice(directory, ledger), by="alice")
+
+
+def test_sigkill_at_every_point_after_the_approval(
+    zygote: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    reference = tmp_path / "reference"
+    _approved(reference)
+    points = cp.CrashPoints()
+    with _ledger(reference, crash_points=points) as ledger:
+        assert _drive(ledger, make_janitor(reference), "sync") == "model saw: deleted a"
+    assert f"after_commit[approval_consumed:{DELETE}]" in points.passed
+    assert zygote.stdin is not None
+    assert zygote.stdout is not None
+    outcomes: Counter[str] = Counter()
+    for n, point in enumerate(points.passed, start=1):
+        mode, other = ("sync", "async") if n % 2 else ("async", "sync")
+        directory = tmp_path / str(n)
+        _approved(directory)
+        zygote.stdin.write(f"sqlite:///{directory}/runs.db {directory} {mode} {n}\n")
+        zygote.stdin.flush()
+        assert int(zygote.stdout.readline()) == -signal.SIGKILL, point
+        with _ledger(directory) as ledger:  # the next process
+            outcome, status = "SAME", "succeeded"
+            try:
+                assert _drive(ledger, make_janitor(directory), other) == "model saw: deleted a"
+            except cp.RunFrozen as frozen:
+                outcome, status = "REFUSED", frozen.status
+        assert status == ("needs_review" if point in WINDOW else "succeeded"), point
+        assert lines(directory / "effects") == WINDOW.get(point, ["a"]), point  # never twice
+        outcomes[outcome] += 1
+    assert outcomes["SAME"] > 0
+    assert outcomes["REFUSED"] > 0
