@@ -6,6 +6,7 @@ nothing else does. Real ``FunctionModel``, real ledger on SQLite."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -218,3 +219,70 @@ def test_sigkill_at_every_point_after_the_approval(
         outcomes[outcome] += 1
     assert outcomes["SAME"] > 0
     assert outcomes["REFUSED"] > 0
+
+
+# -- a cp.Tool given for an approval-requiring tool: the same gate, its own lookup -------
+
+
+def _forge_agent(directory: Path) -> Agent[None, str]:
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from crashproof.integrations.pydantic_ai import CrashproofDurability
+
+    from .pyd_agents import Forge
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[ToolCallPart("open_pr", {"title": "fix"}, tool_call_id="p")]
+            )
+        return ModelResponse(parts=[TextPart("opened")])
+
+    durability = CrashproofDurability(tools={"open_pr": Forge(directory / "prs.json")})
+    agent = Agent(FunctionModel(model), name="janitor", capabilities=[durability])
+
+    @agent.tool_plain(requires_approval=True)
+    def open_pr(title: str) -> str:
+        """Open a PR (performed by the forge)."""
+        raise AssertionError("the forge performs open_pr")
+
+    return agent
+
+
+def test_a_cp_tool_that_requires_approval_waits_and_a_lost_receipt_is_looked_up(
+    tmp_path: Path,
+) -> None:
+    policy = cp.Policy(
+        "forge-1", allow={"forge": "1"}, risk={"forge": "high"}, approval_required={"high"}
+    )
+    options = cp.RunOptions(policy=policy)
+    url = f"sqlite:///{tmp_path}/runs.db"
+    step = "janitor:model_request/0:open_pr"
+    crash = cp.CrashPoints(match=f"inside[act:{step}:opened]")
+    with cp.Ledger(url, crash_points=crash) as ledger:
+        ledger.register_policy(policy)
+        wf = workflow(ledger, _forge_agent(tmp_path), "sync")
+        with pytest.raises(cp.RunFrozen, match="needs an approval"):
+            ledger.run(wf, run_id="r", prompt="go", options=options)
+        assert not (tmp_path / "prs.json").exists()
+        ledger.approve("r", step, key=_alice(tmp_path, ledger), by="alice")
+        with pytest.raises(cp.SimulatedCrash):  # the PR is opened, its receipt lost
+            ledger.run(wf, run_id="r", prompt="go", options=options)
+    with cp.Ledger(url) as ledger:
+        ledger.register_policy(policy)
+        wf = workflow(ledger, _forge_agent(tmp_path), "async")
+        assert asyncio.run(ledger.run_async(wf, run_id="r", prompt="go", options=options)) == (
+            "opened"
+        )
+    assert list(json.loads((tmp_path / "prs.json").read_text())) == [f"r/{step}"]
+
+
+def test_a_cp_tool_that_requires_approval_is_refused_when_the_policy_asks_none(
+    tmp_path: Path,
+) -> None:
+    with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+        wf = workflow(ledger, _forge_agent(tmp_path), "sync")
+        with pytest.raises(cp.RunFailed, match="requires approval, but the run's policy"):
+            ledger.run(wf, run_id="r", prompt="go")
+    assert not (tmp_path / "prs.json").exists()

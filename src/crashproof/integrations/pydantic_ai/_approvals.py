@@ -28,7 +28,6 @@ the run (``crashproof cancel``).
 
 from __future__ import annotations
 
-import copy
 from typing import Any, ClassVar, cast
 
 from pydantic_ai.capabilities.abstract import WrapToolExecuteHandler
@@ -87,10 +86,14 @@ def _gated(tool: cp.Tool) -> cp.Tool:
     base = type(tool)
     cls = _GATED.get(base)
     if cls is None:
-        cls = type(f"Approved{base.__name__}", (_RequiresApproval, base), {"__slots__": ()})
+        cls = type(f"Approved{base.__name__}", (_RequiresApproval, base), {})
         _GATED[base] = cls
-    twin: Any = copy.copy(tool)
-    twin.__class__ = cls
+    twin: Any = object.__new__(cls)
+    twin.__dict__.update(getattr(tool, "__dict__", {}))
+    for klass in base.__mro__:  # and the attributes a slotted tool keeps in its slots
+        for slot in getattr(klass, "__slots__", ()):
+            if slot not in ("__dict__", "__weakref__") and hasattr(tool, slot):
+                setattr(twin, slot, getattr(tool, slot))
     return cast(cp.Tool, twin)
 
 
