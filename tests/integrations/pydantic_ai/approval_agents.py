@@ -37,17 +37,27 @@ OPTIONS = cp.RunOptions(policy=POLICY)
 
 
 def make_janitor(
-    directory: Path, *, raising: bool = False, crash_after_effect: bool = False
+    directory: Path,
+    *,
+    raising: bool = False,
+    crash_after_effect: bool = False,
+    paths: tuple[str, ...] = ("a",),
 ) -> Agent[None, str]:
-    """``raising``: the tool raises ``ApprovalRequired`` itself until approved, instead of
-    being declared ``requires_approval=True``; ``crash_after_effect``: the tool raises
+    """``paths``: the first request calls ``delete`` once for each; ``raising``: the
+    tool raises ``ApprovalRequired`` itself until approved, instead of being declared
+    ``requires_approval=True``; ``crash_after_effect``: the tool raises
     ``cp.SimulatedCrash`` after its effect, before it returns (the first time)."""
     asked, effects = directory / "asked", directory / "effects"
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         _append(asked, str(len(messages)))
         if len(messages) == 1:
-            return ModelResponse(parts=[ToolCallPart("delete", {"path": "a"}, tool_call_id="d1")])
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("delete", {"path": path}, tool_call_id=f"d{i}")
+                    for i, path in enumerate(paths, start=1)
+                ]
+            )
         last = messages[-1]
         seen = [
             str(p.content)

@@ -110,6 +110,23 @@ def test_an_approval_of_another_run_or_step_does_not_release_it(tmp_path: Path) 
     assert lines(tmp_path / "r2" / "effects") == []
 
 
+def test_two_calls_in_one_response_wait_for_an_approval_each(tmp_path: Path) -> None:
+    second = "janitor:model_request/1:delete"
+    with _ledger(tmp_path) as ledger:
+        key = _alice(tmp_path, ledger)
+        agent = make_janitor(tmp_path, paths=("a", "b"))
+        _wait(ledger, agent, "sync")
+        ledger.approve("r", DELETE, key=key, by="alice")
+        with pytest.raises(cp.ApprovalRefused, match="not awaiting approval"):
+            ledger.approve("r", second, key=key, by="alice")  # not asked yet
+        _wait(ledger, agent, "async")  # a ran; b waits
+        assert lines(tmp_path / "effects") == ["a"]
+        ledger.approve("r", second, key=key, by="alice")
+        assert _drive(ledger, agent, "sync") == "model saw: deleted a; deleted b"
+    assert lines(tmp_path / "effects") == ["a", "b"]
+    assert lines(tmp_path / "asked") == ["1", "3"]
+
+
 def test_a_tool_raising_approval_required_waits_and_runs_once(tmp_path: Path) -> None:
     with _ledger(tmp_path) as ledger:
         _wait(ledger, make_janitor(tmp_path, raising=True), "async")
