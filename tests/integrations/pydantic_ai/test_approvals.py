@@ -176,7 +176,13 @@ def test_a_crash_after_the_tool_effect_freezes_for_review_never_runs_twice(
         with pytest.raises(cp.RunFrozen) as frozen:
             _drive(ledger, make_janitor(tmp_path), "sync")
         assert frozen.value.status == "needs_review"
-    assert lines(tmp_path / "effects") == ["a"]
+        assert lines(tmp_path / "effects") == ["a"]
+        # a reviewer's signed replan is that act's release: it runs again, @2
+        case = ledger.review_cases("r", state="open")[0]
+        ledger.decide(case.case_id, "replan", key=_alice(tmp_path, ledger), no_reread=True)
+        assert _drive(ledger, make_janitor(tmp_path), "async") == "model saw: deleted a"
+        assert _drive(ledger, make_janitor(tmp_path), "sync") == "model saw: deleted a"
+    assert lines(tmp_path / "effects") == ["a", "a"]
 
 
 # -- SIGKILL of a real child at every crash point of the approved drive -----------------

@@ -22,7 +22,9 @@ Safe by construction, not by configuration: the act's ``prepare`` refuses (``cp.
 PermanentError``, nothing executed, the refusal recorded) when it carries no consumed
 approval (``Call.approval`` is None) -- a run without a policy, or with one that does
 not ask an approval for it, fails with the reason instead of running the tool
-unapproved. crashproof has no signed denial: an operator who will not approve cancels
+unapproved. A reviewer's signed ``replan`` of the act (after a crash between its intent
+and its receipt) releases it again under its new operation id, as for any act.
+crashproof has no signed denial: an operator who will not approve cancels
 the run (``crashproof cancel``).
 """
 
@@ -53,7 +55,10 @@ class _RequiresApproval:
     name: ClassVar[str]
 
     def prepare(self, call: cp.Call) -> dict[str, Any] | None:
-        if call.approval is None:
+        # A reviewer's signed replan (after a crash in the act's window) runs it again
+        # under a new epoch, ``run/step@2``: that signed decision is its release.
+        replanned = call.operation_id != f"{call.run_id}/{call.step}"
+        if call.approval is None and not replanned:
             raise cp.PermanentError(
                 f"the pydantic-ai tool call {call.step!r} requires approval, but the run's "
                 f"policy asked none for tool {self.name!r}: it was not executed. Give the "
