@@ -91,6 +91,21 @@ def test_a_signed_approval_runs_the_tool_once_and_the_model_sees_its_result(
     assert lines(tmp_path / "asked") == ["1", "3"]
 
 
+def test_the_cli_approves_the_tool_call_by_its_key(tmp_path: Path) -> None:
+    from crashproof.cli import ExitCode, main
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with _ledger(tmp_path) as ledger:
+        _wait(ledger, make_janitor(tmp_path), "sync")
+        key = str(_alice(tmp_path, ledger))
+    other = main(["approve", "r", "janitor:model_request/1:delete", "--key", key, "--db", url])
+    assert other != ExitCode.OK  # not the call the run waits on: nothing journaled
+    assert main(["approve", "r", DELETE, "--key", key, "--by", "alice", "--db", url]) == 0
+    with _ledger(tmp_path) as ledger:
+        assert _drive(ledger, make_janitor(tmp_path), "async") == "model saw: deleted a"
+    assert lines(tmp_path / "effects") == ["a"]
+
+
 def test_an_approval_of_another_run_or_step_does_not_release_it(tmp_path: Path) -> None:
     (tmp_path / "r1").mkdir()
     (tmp_path / "r2").mkdir()
