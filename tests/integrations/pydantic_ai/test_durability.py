@@ -304,9 +304,11 @@ def test_a_replay_emits_no_span_for_what_it_replays(tmp_path: Path) -> None:
 def test_a_deferred_tool_request_loop_replays_and_runs_the_approved_tool_once(
     tmp_path: Path,
 ) -> None:
-    """pydantic-ai's own human-in-the-loop: a ``requires_approval`` tool ends the first
-    run with ``DeferredToolRequests``; the workflow answers (here from its input) and
-    runs the agent again; a crash after the approved tool ran repeats nothing."""
+    """pydantic-ai's own human-in-the-loop, chosen with ``approvals="pydantic_ai"`` (the
+    default waits for crashproof's signed approval instead: test_approvals.py): a
+    ``requires_approval`` tool ends the first run with ``DeferredToolRequests``; the
+    workflow answers (here from its input) and runs the agent again; a crash after the
+    approved tool ran repeats nothing."""
     from pydantic_ai import DeferredToolRequests, DeferredToolResults
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -322,7 +324,7 @@ def test_a_deferred_tool_request_loop_replays_and_runs_the_approved_tool_once(
         FunctionModel(model),
         name="janitor",
         output_type=[str, DeferredToolRequests],
-        capabilities=[CrashproofDurability()],
+        capabilities=[CrashproofDurability(approvals="pydantic_ai")],
     )
 
     @agent.tool_plain(requires_approval=True)

@@ -20,6 +20,7 @@ step or an act (see ``_capability.py``). Only ``crashproof``'s public names are 
 here; ``import crashproof`` never imports pydantic-ai.
 """
 
+from crashproof.integrations.pydantic_ai._approvals import APPROVAL_TOOL
 from crashproof.integrations.pydantic_ai._bridge import durable
 from crashproof.integrations.pydantic_ai._capability import (
     EFFECT,
@@ -29,4 +30,12 @@ from crashproof.integrations.pydantic_ai._capability import (
 )
 from crashproof.integrations.pydantic_ai._codec import VOLATILE
 
-__all__ = ["EFFECT", "MODEL_RETRY", "STEP", "VOLATILE", "CrashproofDurability", "durable"]
+__all__ = [
+    "APPROVAL_TOOL",
+    "EFFECT",
+    "MODEL_RETRY",
+    "STEP",
+    "VOLATILE",
+    "CrashproofDurability",
+    "durable",
+]

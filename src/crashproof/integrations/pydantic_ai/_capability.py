@@ -23,6 +23,12 @@ Hooks (pydantic-ai's ``AbstractCapability``):
   replayed after; like every step, run again if a crash lands between its effect and
   its record). ``functions="effect"`` makes every unmarked function tool an effect,
   and ``STEP`` metadata a step.
+- ``handle_deferred_tool_calls`` (``approvals="crashproof"``, the default): a call
+  pydantic-ai defers for approval (``requires_approval=True``, ``ApprovalRequired``) is
+  passed on to ``wrap_tool_execute``, which performs it as an act that waits in
+  ``awaiting_approval`` for a signed approval and never runs without one
+  (``_approvals.py``). ``approvals="pydantic_ai"``: pydantic-ai's own loop (the run ends
+  with ``DeferredToolRequests``; an approved call is journaled as any other).
 """
 
 from __future__ import annotations
@@ -50,9 +56,16 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
-from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
+from pydantic_ai.tools import (
+    AgentDepsT,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    ToolDefinition,
+)
 
 import crashproof as cp
+from crashproof.integrations.pydantic_ai._approvals import approval_tool, to_the_gate
 from crashproof.integrations.pydantic_ai._bridge import bound, ctx_call
 from crashproof.integrations.pydantic_ai._codec import (
     Projection,
@@ -118,6 +131,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
     tools: Mapping[str, cp.Tool]
     options: cp.StepOptions
     functions: Literal["step", "effect"]
+    approvals: Literal["crashproof", "pydantic_ai"]
     _agent: str | None = field(default=None, repr=False)
     # Per run (for_run makes a copy): the step key of the latest decision, and the
     # index of each of its tool calls.
@@ -132,6 +146,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         tools: Mapping[str, cp.Tool] | None = None,
         options: cp.StepOptions | None = None,
         functions: Literal["step", "effect"] = "step",
+        approvals: Literal["crashproof", "pydantic_ai"] = "crashproof",
     ) -> None:
         """``name``: the agent's name if it has none; ``tools``: pydantic-ai tool name ->
         the ``cp.Tool`` that performs it as an act (the tool's function only declares
@@ -140,9 +155,15 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         ``functions``: what an unmarked function tool is: a ``"step"`` (run again if a
         crash lands between its effect and its record) or an ``"effect"`` (an act
         without lookup: such a crash freezes the run for review instead); ``EFFECT``
-        and ``STEP`` metadata choose per tool."""
+        and ``STEP`` metadata choose per tool; ``approvals``: a tool call pydantic-ai
+        defers for approval waits for crashproof's signed approval (``"crashproof"``)
+        or ends the agent run with ``DeferredToolRequests`` (``"pydantic_ai"``)."""
         if functions not in ("step", "effect"):
             raise ValueError(f"CrashproofDurability: functions={functions!r}: 'step' or 'effect'")
+        if approvals not in ("crashproof", "pydantic_ai"):
+            raise ValueError(
+                f"CrashproofDurability: approvals={approvals!r}: 'crashproof' or 'pydantic_ai'"
+            )
         if name is not None and (not name or "#" in name):
             raise ValueError(f"CrashproofDurability: name {name!r} must be non-empty, no '#'")
         for key, tool in (tools or {}).items():
@@ -159,6 +180,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
                 "attempts=1 and retry inside the model (its HTTP client, FallbackModel)"
             )
         self.functions = functions
+        self.approvals = approvals
         self._agent = name
         self._base = None
         self._index = {}
@@ -255,6 +277,14 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         }
         return response
 
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[AgentDepsT], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        if self.approvals == "pydantic_ai":
+            return None
+        self._ctx()
+        return to_the_gate(requests)
+
     def _tool_step(self, call: ToolCallPart) -> str:
         index = self._index.get(call.tool_call_id)
         if self._base is None or index is None:
@@ -276,7 +306,9 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         step = self._tool_step(call)
         tool = self.tools.get(call.tool_name)
         marked = (tool_def.metadata or {}).get("crashproof", self.functions)
-        if tool is None and marked == "effect":
+        if self.approvals == "crashproof" and ctx.tool_call_approved:
+            tool = approval_tool(run_ctx, call.tool_name, handler, tool)
+        elif tool is None and marked == "effect":
             tool = FunctionEffect.bind(run_ctx, call.tool_name, handler)
         if tool is not None:
             result = await ctx_call(run_ctx, "act", step, tool, **to_json(args))
