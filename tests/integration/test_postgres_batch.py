@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import crashproof as cp
-from crashproof.journal.records import RunStatus
+from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.store.port import BLOB_THRESHOLD
 
 from .test_postgres_append import Wire, event, new_run
@@ -144,3 +144,34 @@ def test_a_seq_another_store_took_undoes_the_transaction_then_refuses_only_its_r
     assert seqs(store, "a") == [0, 1]
     assert store.load_events("b")[1].value_json == '"theirs"'
     assert seqs(store, "c") == [0, 1]
+
+
+def _act(seq: int, type_: EventType, run_id: str, key: str = "act") -> Event:
+    payload = {"kind": "act", "intent_digest": f"d-{run_id}"}
+    return Event(run_id, seq, type_, key, payload, created_at=1.5 + seq)
+
+
+def test_an_acts_end_and_a_runs_end_release_their_holds_only_with_the_record(
+    store: PostgresStore,
+) -> None:
+    old = store.claim("b", "w1", 30.0)
+    for run_id in RUNS:  # each run holds an intent (the checked path: a new hold)
+        store.append([_act(1, EventType.ACT_INTENT, run_id)])
+    new = store.claim("b", "w2", 30.0, take_over=True)
+    results = store.append_batch(
+        [
+            [([_act(2, EventType.STEP_DONE, "a")], None, None, False)],  # the act's end
+            [([_act(2, EventType.STEP_DONE, "b")], None, old.token, False)],  # refused
+            [([_act(2, EventType.RUN_SUCCEEDED, "c", key="")], None, None, True)],  # the run's
+        ]
+    )
+    assert results[0] is None
+    assert results[1] is not None
+    assert isinstance(results[1][1], cp.StaleLeaseError)
+    assert results[2] is None
+    # The refused record released nothing: b's hold is still there.
+    assert [h.run_id for h in store.unresolved_intents()] == ["b"]
+    assert store.append_batch(
+        [[([_act(2, EventType.STEP_DONE, "b")], None, new.token, False)]]
+    ) == [None]
+    assert store.unresolved_intents() == []

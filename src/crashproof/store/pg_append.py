@@ -201,15 +201,16 @@ class PostgresAppend:
                 continue
             next_seq, prev_mac = known
             for events, status, token, _durable in group:
-                if (
-                    events[0].seq != next_seq
-                    or any(touches(e) for e in events)
-                    or any(
-                        e.run_id != run_id or e.seq != next_seq + i for i, e in enumerate(events)
-                    )
-                ):
+                if any(e.run_id != run_id or e.seq != next_seq + i for i, e in enumerate(events)):
                     break
+                release = _released(events)
+                if release is False:
+                    break  # a new hold: checked in Python (the checked path)
                 query, params, mac = self._one_trip_params(events, status, token, "", prev_mac)
+                if isinstance(release, Change):  # released in the same statement, with it
+                    query = self._q["append_event_releasing"]
+                    params["release_all"] = release.what == "end"
+                    params["release_key"] = release.key
                 plan.statements.append((query, params, len(events)))
                 next_seq, prev_mac = events[-1].seq + 1, mac
                 plan.ends.append((next_seq, mac))
@@ -386,6 +387,18 @@ class PostgresAppend:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     with contextlib.suppress(psycopg.Error):  # a broken one is discarded
                         conn.rollback()
+
+
+def _released(events: Sequence[Event]) -> Change | bool | None:
+    """What a batch's one-statement append does to the index of unresolved intents for
+    ``events``: None (nothing), the release one record makes (an act's end, a run's
+    end), or False: the checked path (a new hold, or several records that touch it)."""
+    if not any(touches(e) for e in events):
+        return None
+    change = change_of(events[0]) if len(events) == 1 else None
+    if change is None or change.what not in ("release", "end"):
+        return False
+    return change
 
 
 class _Plan:
