@@ -29,12 +29,16 @@ from crashproof.store.pg_connection import first_line, parse_url
 __all__ = ["PostgresWitness"]
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# The connections a witness opens at most: enough for the runs of a worker or an event
+# loop to start and read their journals side by side.
+_CONNECTIONS = 4
 _LOCK_KEY = 0x63707769746E6573  # "cpwitnes": serializes creating witness schemas
 
 
 class PostgresWitness:
-    """Generations in ``<schema>.witness`` on one autocommit connection behind a lock
-    (the witness is written only at output points: one connection is plenty)."""
+    """Generations in ``<schema>.witness``, on a few autocommit connections (opened as
+    needed): many runs starting, reading their journals and reaching output points at
+    once would queue on one."""
 
     def __init__(self, url: str, *, schema: str, connect_timeout: float = 10.0) -> None:
         if not _SCHEMA_NAME.match(schema):
@@ -52,21 +56,26 @@ class PostgresWitness:
         self._asking = threading.Lock()
         self._pending: dict[str, int] = {}
         self._asked = self._written = 0
-        self._conn = self._connect()
+        # Idle connections (the last one used first); at most _CONNECTIONS in use.
+        self._slots = threading.BoundedSemaphore(_CONNECTIONS)
+        self._idle_lock = threading.Lock()
+        self._closed = False
+        first = self._connect()
+        self._idle = [first]
         try:
-            self._create()
+            self._create(first)
         except BaseException:
-            self._conn.close()
+            first.close()
             raise
 
-    def _create(self) -> None:
+    def _create(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         """The schema and table, if missing; one transaction under an advisory lock, so
         processes opening a new witness at once do not race to create it."""
         try:
-            with self._conn.transaction():
-                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                self._conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                self._conn.execute(
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                conn.execute(
                     f"CREATE TABLE IF NOT EXISTS {self._table} (run_id text PRIMARY KEY, "
                     "generation bigint NOT NULL CHECK (generation >= 0), "
                     "updated_at double precision NOT NULL)"
@@ -125,7 +134,7 @@ class PostgresWitness:
                 # act waits for it before it executes (BEGIN, SET LOCAL, UPDATE, COMMIT
                 # took four). The set_config is that SET LOCAL, made by the rows it lets
                 # through (an update that changes nothing commits nothing to flush).
-                self._locked(
+                self._execute(
                     f"UPDATE {self._table} AS w SET generation = a.generation, updated_at = %s "
                     "FROM unnest(%s::text[], %s::bigint[]) AS a (run_id, generation) "
                     "WHERE w.run_id = a.run_id AND w.generation < a.generation "
@@ -163,37 +172,51 @@ class PostgresWitness:
     def _execute(
         self, sql: str, args: tuple[Any, ...] = (), *, alone: bool = False
     ) -> tuple[Any, ...] | None:
-        """One statement in its own transaction. Every statement here is idempotent, so a
-        connection the server dropped (restart, idle timeout) is replaced and the
-        statement tried once more."""
-        with self._lock:
-            return self._locked(sql, args, alone=alone)
+        """One statement in its own transaction, on an idle connection. Every statement
+        here is idempotent, so a connection the server dropped (restart, idle timeout) is
+        replaced and the statement tried once more."""
+        with self._slots:
+            with self._idle_lock:
+                if self._closed:
+                    raise self._unusable(RuntimeError("the witness was closed"))
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = self._connect()
+            try:
+                try:
+                    return self._run(conn, sql, args, alone)
+                except psycopg.OperationalError as exc:
+                    if not conn.broken:
+                        raise self._unusable(exc) from None
+                except psycopg.Error as exc:
+                    raise self._unusable(exc) from None
+                conn.close()
+                conn = self._connect()
+                try:
+                    return self._run(conn, sql, args, alone)
+                except psycopg.Error as exc:
+                    raise self._unusable(exc) from None
+            finally:
+                self._put_back(conn)
 
-    def _locked(
-        self, sql: str, args: tuple[Any, ...] = (), *, alone: bool = False
+    def _put_back(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        with self._idle_lock:
+            if not self._closed and not conn.closed and not conn.broken:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    @staticmethod
+    def _run(
+        conn: psycopg.Connection[tuple[Any, ...]], sql: str, args: tuple[Any, ...], alone: bool
     ) -> tuple[Any, ...] | None:
-        """``_execute`` under the lock."""
-        try:
-            return self._run(sql, args, alone)
-        except psycopg.OperationalError as exc:
-            if not self._conn.broken:
-                raise self._unusable(exc) from None
-        except psycopg.Error as exc:
-            raise self._unusable(exc) from None
-        self._conn = self._connect()
-        try:
-            return self._run(sql, args, alone)
-        except psycopg.Error as exc:
-            raise self._unusable(exc) from None
-
-    def _run(self, sql: str, args: tuple[Any, ...], alone: bool) -> tuple[Any, ...] | None:
         if alone:  # a read, or a statement that sets what it needs itself (autocommit)
-            cursor = self._conn.execute(sql, args)
+            cursor = conn.execute(sql, args)
         else:
-            with self._conn.transaction():
+            with conn.transaction():
                 # A witness update needs no flush of its own (see the module docstring).
-                self._conn.execute("SET LOCAL synchronous_commit = off")
-                cursor = self._conn.execute(sql, args)
+                conn.execute("SET LOCAL synchronous_commit = off")
+                cursor = conn.execute(sql, args)
         row: tuple[Any, ...] | None = cursor.fetchone() if cursor.description is not None else None
         return row
 
@@ -204,5 +227,8 @@ class PostgresWitness:
         )
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        with self._idle_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
