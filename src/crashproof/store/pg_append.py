@@ -17,6 +17,11 @@ about the run, the append falls back to the checked path: lock the run's row, re
 journal's end, compare, write, in two round trips. That path raises the same clear
 errors as always (StaleLeaseError: taken over, seq taken, no such run) or succeeds
 when only the remembered end was out of date. Nothing of a refused write is kept.
+
+``append_batch`` sends many runs' one-statement appends in one pipelined transaction
+(the async drives that reach a commit in the same turn: runtime/driving/batching.py):
+one round trip for all, each record refused by its own checks without touching the
+others'.
 """
 
 from __future__ import annotations
@@ -143,10 +148,12 @@ class PostgresAppend:
         (the run's fencing token, the previous record with the MAC chained to) refuse it
         by writing nothing, so a refused record needs no savepoint and costs the other
         runs nothing; the records after it in its group are refused by the same chain
-        check. The records the statement cannot take (nothing known about the run, an
-        act's intent or end: the index too) and a group's records from its first refused
-        one go on after the commit through ``append`` (the checked path, its clear
-        errors). Per group: None, or (index, error) of the first record not kept; the
+        check; an act's end and a run's end release their intents in their own statement
+        (append_event_releasing). The records the statement cannot take (nothing known
+        about the run, an act's intent: a new hold, checked in Python) and a group's
+        records from its first refused one go on after the commit through ``append``
+        (the checked path, its clear errors), the groups side by side. Per group:
+        None, or (index, error) of the first record not kept; the
         records before it are kept. Returns once an output point among them is durable
         (the transaction commits with synchronous_commit on then). A taken seq or a
         deadlock undoes the whole transaction (nothing kept): every group then goes

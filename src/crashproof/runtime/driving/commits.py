@@ -80,7 +80,7 @@ class JournalCommits:
         self, groups: Sequence[Sequence[PendingRecord]]
     ) -> list[tuple[int, Exception] | None]:
         """Commit several async drives' pending records (a group per drive, in order) at
-        once: in one transaction where the store has ``append_batch`` (SQLite), else
+        once: in one transaction where the store has ``append_batch`` (SQLite, PostgreSQL), else
         group by group as ``append_records``. Per group: None, or (index, error) of its
         first record not kept; the records before it are kept."""
         batch = getattr(self._store, "append_batch", None)
