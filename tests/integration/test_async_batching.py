@@ -20,6 +20,15 @@ from .test_async import AsyncTargetTool, _acount, _aplan, _count, _splan, shape
 RUNS = 12
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The ledger of the batched drives: both stores commit a batch in one transaction
+    (SQLiteStore.append_batch, PostgresAppend.append_batch)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return f"sqlite:///{tmp_path / 'a.db'}"
+
+
 class _Batches:
     """Counts the groups of every batch the ledger's store commits (it calls through)."""
 
@@ -83,7 +92,7 @@ async def _all(ledger: cp.Ledger, flow: cp.Workflow[Any], ids: list[str]) -> lis
 
 
 def test_concurrent_drives_commit_together_and_each_writes_the_sync_journal(
-    tmp_path: Path,
+    tmp_path: Path, url: str
 ) -> None:
     ids = [f"r{k}" for k in range(RUNS)]
     target_s, target_a = Target(tmp_path / "s.json"), Target(tmp_path / "a.json")
@@ -91,7 +100,7 @@ def test_concurrent_drives_commit_together_and_each_writes_the_sync_journal(
         flow = sync_flow(TargetTool(target_s))
         expected = [ls.run(flow, run_id=i, n=3) for i in ids]
         sync_journals = {i: _unordered(ls.journal(i)) for i in ids}
-    with cp.Ledger(f"sqlite:///{tmp_path / 'a.db'}") as la:
+    with cp.Ledger(url) as la:
         batches = _Batches(la)
         results = asyncio.run(_all(la, async_flow(AsyncTargetTool(target_a)), ids))
         async_journals = {i: _unordered(la.journal(i)) for i in ids}
@@ -107,9 +116,9 @@ def _next(event: Event, seq: int) -> Event:
     return Event(event.run_id, seq, event.type, event.key, event.payload, event.created_at)
 
 
-def test_a_record_refused_in_a_batch_keeps_the_other_runs_records(tmp_path: Path) -> None:
+def test_a_record_refused_in_a_batch_keeps_the_other_runs_records(tmp_path: Path, url: str) -> None:
     flow = sync_flow(TargetTool(Target(tmp_path / "t.json")))
-    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+    with cp.Ledger(url) as ledger:
         for run_id in ("a", "b", "c"):
             ledger.run(flow, run_id=run_id, n=1)
         ends = {r: ledger.journal(r) for r in ("a", "b", "c")}
@@ -140,9 +149,10 @@ def test_a_record_refused_in_a_batch_keeps_the_other_runs_records(tmp_path: Path
 
 
 @pytest.mark.parametrize("point", ["before_commit", "after_commit"])
-def test_a_crash_inside_a_batch_resumes_every_run_once(tmp_path: Path, point: str) -> None:
+def test_a_crash_inside_a_batch_resumes_every_run_once(
+    tmp_path: Path, point: str, url: str
+) -> None:
     ids = [f"r{k}" for k in range(RUNS)]
-    url = f"sqlite:///{tmp_path / 'l.db'}"
     target = Target(tmp_path / "t.json")
     flow = async_flow(AsyncTargetTool(target))
     # The third commit of the counting steps: by then the drives commit in batches.

@@ -29,12 +29,16 @@ from crashproof.store.pg_connection import first_line, parse_url
 __all__ = ["PostgresWitness"]
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# The connections a witness opens at most: enough for the runs of a worker or an event
+# loop to start and read their journals side by side.
+_CONNECTIONS = 4
 _LOCK_KEY = 0x63707769746E6573  # "cpwitnes": serializes creating witness schemas
 
 
 class PostgresWitness:
-    """Generations in ``<schema>.witness`` on one autocommit connection behind a lock
-    (the witness is written only at output points: one connection is plenty)."""
+    """Generations in ``<schema>.witness``, on a few autocommit connections (opened as
+    needed): many runs starting, reading their journals and reaching output points at
+    once would queue on one."""
 
     def __init__(self, url: str, *, schema: str, connect_timeout: float = 10.0) -> None:
         if not _SCHEMA_NAME.match(schema):
@@ -47,21 +51,31 @@ class PostgresWitness:
         self.schema = schema
         self._table = f'"{schema}".witness'
         self._lock = threading.Lock()
-        self._conn = self._connect()
+        # Advances asked for and not yet written (advance_many): run id -> generation;
+        # the tickets of the calls asked and covered so far.
+        self._asking = threading.Lock()
+        self._pending: dict[str, int] = {}
+        self._asked = self._written = 0
+        # Idle connections (the last one used first); at most _CONNECTIONS in use.
+        self._slots = threading.BoundedSemaphore(_CONNECTIONS)
+        self._idle_lock = threading.Lock()
+        self._closed = False
+        first = self._connect()
+        self._idle = [first]
         try:
-            self._create()
+            self._create(first)
         except BaseException:
-            self._conn.close()
+            first.close()
             raise
 
-    def _create(self) -> None:
+    def _create(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         """The schema and table, if missing; one transaction under an advisory lock, so
         processes opening a new witness at once do not race to create it."""
         try:
-            with self._conn.transaction():
-                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                self._conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                self._conn.execute(
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                conn.execute(
                     f"CREATE TABLE IF NOT EXISTS {self._table} (run_id text PRIMARY KEY, "
                     "generation bigint NOT NULL CHECK (generation >= 0), "
                     "updated_at double precision NOT NULL)"
@@ -70,35 +84,71 @@ class PostgresWitness:
             raise self._unusable(exc) from None
 
     def get(self, run_id: str) -> int | None:
-        row = self._execute(f"SELECT generation FROM {self._table} WHERE run_id = %s", (run_id,))
+        # A read: one statement in autocommit, one round trip (a transaction took four).
+        row = self._execute(
+            f"SELECT generation FROM {self._table} WHERE run_id = %s", (run_id,), alone=True
+        )
         return None if row is None else int(row[0])
 
     def known(self) -> dict[str, int]:
         row = self._execute(  # one row, so one statement as every other here
-            f"SELECT coalesce(json_object_agg(run_id, generation), '{{}}') FROM {self._table}"
+            f"SELECT coalesce(json_object_agg(run_id, generation), '{{}}') FROM {self._table}",
+            alone=True,
         )
         found = {} if row is None else row[0]
         return {str(run_id): int(generation) for run_id, generation in found.items()}
 
     def start(self, run_id: str) -> None:
+        # One round trip, as advance: the set_config is the SET LOCAL of its transaction.
         self._execute(
-            f"INSERT INTO {self._table} (run_id, generation, updated_at) VALUES (%s, 0, %s) "
+            f"INSERT INTO {self._table} (run_id, generation, updated_at) "
+            "SELECT %s, 0, %s WHERE set_config('synchronous_commit', 'off', true) = 'off' "
             "ON CONFLICT (run_id) DO NOTHING",
             (run_id, time.time()),
+            alone=True,
         )
 
     def advance(self, run_id: str, generation: int) -> None:
-        # One statement, its own transaction (autocommit), one round trip: the act waits
-        # for it before it executes (BEGIN, SET LOCAL, UPDATE, COMMIT took four). The
-        # set_config is that SET LOCAL, made by the row it lets through (an update that
-        # changes nothing commits nothing to flush).
-        self._execute(
-            f"UPDATE {self._table} SET generation = %s, updated_at = %s "
-            "WHERE run_id = %s AND generation < %s "
-            "AND set_config('synchronous_commit', 'off', true) = 'off'",
-            (generation, time.time(), run_id, generation),
-            alone=True,
-        )
+        self.advance_many({run_id: generation})
+
+    def advance_many(self, generations: dict[str, int]) -> None:
+        """Raise several runs' generations (never lowering one); returns once a write made
+        after this call began holds them. Concurrent callers combine, as the SQLite
+        witness's do: whoever takes the connection next writes every advance asked so far
+        in one statement, and the callers it covered return without writing (one
+        connection behind a lock: many runs' output points would queue on it)."""
+        with self._asking:
+            pending = self._pending
+            for run_id, generation in generations.items():
+                if pending.get(run_id, -1) < generation:
+                    pending[run_id] = generation
+            self._asked = ticket = self._asked + 1
+        with self._lock:
+            if self._written >= ticket:
+                return  # covered by the write another caller made meanwhile
+            with self._asking:
+                batch, self._pending = self._pending, {}
+                upto = self._asked
+            try:
+                # One statement, its own transaction (autocommit), one round trip: the
+                # act waits for it before it executes (BEGIN, SET LOCAL, UPDATE, COMMIT
+                # took four). The set_config is that SET LOCAL, made by the rows it lets
+                # through (an update that changes nothing commits nothing to flush).
+                self._execute(
+                    f"UPDATE {self._table} AS w SET generation = a.generation, updated_at = %s "
+                    "FROM unnest(%s::text[], %s::bigint[]) AS a (run_id, generation) "
+                    "WHERE w.run_id = a.run_id AND w.generation < a.generation "
+                    "AND set_config('synchronous_commit', 'off', true) = 'off'",
+                    (time.time(), list(batch), list(batch.values())),
+                    alone=True,
+                )
+            except BaseException:
+                with self._asking:  # not written: the next caller tries these again
+                    for run_id, generation in batch.items():
+                        if self._pending.get(run_id, -1) < generation:
+                            self._pending[run_id] = generation
+                raise
+            self._written = upto
 
     def reset(self, run_id: str, generation: int) -> None:
         self._execute(
@@ -122,35 +172,53 @@ class PostgresWitness:
     def _execute(
         self, sql: str, args: tuple[Any, ...] = (), *, alone: bool = False
     ) -> tuple[Any, ...] | None:
-        """One statement in its own transaction. Every statement here is idempotent, so a
-        connection the server dropped (restart, idle timeout) is replaced and the
-        statement tried once more."""
-        with self._lock:
+        """One statement in its own transaction, on an idle connection. Every statement
+        here is idempotent, so a connection the server dropped (restart, idle timeout) is
+        replaced and the statement tried once more."""
+        with self._slots:
+            with self._idle_lock:
+                if self._closed:
+                    raise self._unusable(RuntimeError("the witness was closed"))
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = self._connect()
             try:
-                return self._run(sql, args, alone)
-            except psycopg.OperationalError as exc:
-                if not self._conn.broken:
+                try:
+                    return self._run(conn, sql, args, alone)
+                except psycopg.OperationalError as exc:
+                    if not conn.broken:
+                        raise self._unusable(exc) from None
+                except psycopg.Error as exc:
                     raise self._unusable(exc) from None
-            except psycopg.Error as exc:
-                raise self._unusable(exc) from None
-            self._conn = self._connect()
-            try:
-                return self._run(sql, args, alone)
-            except psycopg.Error as exc:
-                raise self._unusable(exc) from None
+                conn.close()
+                conn = self._connect()
+                try:
+                    return self._run(conn, sql, args, alone)
+                except psycopg.Error as exc:
+                    raise self._unusable(exc) from None
+            finally:
+                self._put_back(conn)
 
-    def _run(self, sql: str, args: tuple[Any, ...], alone: bool) -> tuple[Any, ...] | None:
-        if alone:  # a statement that sets what it needs itself (autocommit)
-            self._conn.execute(sql, args)
-            return None
-        with self._conn.transaction():
-            # A witness update needs no flush of its own (see the module docstring).
-            self._conn.execute("SET LOCAL synchronous_commit = off")
-            cursor = self._conn.execute(sql, args)
-            row: tuple[Any, ...] | None = (
-                cursor.fetchone() if cursor.description is not None else None
-            )
-            return row
+    def _put_back(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        with self._idle_lock:
+            if not self._closed and not conn.closed and not conn.broken:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    @staticmethod
+    def _run(
+        conn: psycopg.Connection[tuple[Any, ...]], sql: str, args: tuple[Any, ...], alone: bool
+    ) -> tuple[Any, ...] | None:
+        if alone:  # a read, or a statement that sets what it needs itself (autocommit)
+            cursor = conn.execute(sql, args)
+        else:
+            with conn.transaction():
+                # A witness update needs no flush of its own (see the module docstring).
+                conn.execute("SET LOCAL synchronous_commit = off")
+                cursor = conn.execute(sql, args)
+        row: tuple[Any, ...] | None = cursor.fetchone() if cursor.description is not None else None
+        return row
 
     def _unusable(self, exc: BaseException) -> LedgerError:
         return LedgerError(
@@ -159,5 +227,8 @@ class PostgresWitness:
         )
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        with self._idle_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()

@@ -17,10 +17,16 @@ about the run, the append falls back to the checked path: lock the run's row, re
 journal's end, compare, write, in two round trips. That path raises the same clear
 errors as always (StaleLeaseError: taken over, seq taken, no such run) or succeeds
 when only the remembered end was out of date. Nothing of a refused write is kept.
+
+``append_batch`` sends many runs' one-statement appends in one pipelined transaction
+(the async drives that reach a commit in the same turn: runtime/driving/batching.py):
+one round trip for all, each record refused by its own checks without touching the
+others'.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import threading
 import time
@@ -31,12 +37,13 @@ import psycopg
 import psycopg.errors
 from psycopg_pool import ConnectionPool
 
-from crashproof.errors import StaleLeaseError
+from crashproof.errors import CrashproofError, StaleLeaseError
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event
 from crashproof.store.intents import Change, IntentHold, change_of, held, others, touches
 from crashproof.store.port import (
     GENESIS,
+    RecordAppend,
     RecordSealer,
     StatusChange,
     blob_digest,
@@ -120,12 +127,154 @@ class PostgresAppend:
         run_id, first = events[0].run_id, events[0].seq
         if any(e.run_id != run_id or e.seq != first + i for i, e in enumerate(events)):
             return False  # the checked path refuses it with the usual message
+        query, params, mac = self._one_trip_params(
+            events, status, fencing_token, self._wanted_synchronous(durable), prev_mac
+        )
+        with self._errors(), self._pool.connection() as conn:
+            try:
+                written = conn.execute(query, params, prepare=True).rowcount
+            except psycopg.errors.UniqueViolation:
+                return False  # a taken seq (another writer): the checked path raises it
+        if written != len(events):
+            return False
+        self._remember(run_id, events[-1].seq + 1, mac)
+        return True
+
+    def append_batch(
+        self, groups: Sequence[Sequence[RecordAppend]]
+    ) -> list[tuple[int, Exception] | None]:
+        """Several runs' records (a group per run, in order) in one transaction and one
+        round trip: each record as its one-statement append (append_event), whose checks
+        (the run's fencing token, the previous record with the MAC chained to) refuse it
+        by writing nothing, so a refused record needs no savepoint and costs the other
+        runs nothing; the records after it in its group are refused by the same chain
+        check; an act's end and a run's end release their intents in their own statement
+        (append_event_releasing). The records the statement cannot take (nothing known
+        about the run, an act's intent: a new hold, checked in Python) and a group's
+        records from its first refused one go on after the commit through ``append``
+        (the checked path, its clear errors), the groups side by side. Per group:
+        None, or (index, error) of the first record not kept; the
+        records before it are kept. Returns once an output point among them is durable
+        (the transaction commits with synchronous_commit on then). A taken seq or a
+        deadlock undoes the whole transaction (nothing kept): every group then goes
+        through ``append``; an error of the transaction itself is raised for all."""
+        plans = self._batch_plans(groups)
+        sent = [plan for plan in plans if plan.statements]
+        # One order for the runs' row locks: two batches never wait on each other in a cycle.
+        sent.sort(key=lambda plan: plan.run_id)
+        written: list[list[int]] | None = []
+        if sent:
+            durable = any(groups[p.group][i][3] for p in sent for i in range(len(p.statements)))
+            written = self._batch_trip(sent, self._wanted_synchronous(durable))
+            if written is None:  # nothing of the transaction was kept
+                for plan in sent:
+                    plan.statements.clear()
+                    plan.ends.clear()
+        counts = dict(zip((id(plan) for plan in sent), written or (), strict=False))
+        results: list[tuple[int, Exception] | None] = [None] * len(groups)
+        rest: list[tuple[int, int]] = []  # (group, its first record not yet kept)
+        for plan in plans:
+            kept = 0
+            for count, statement in zip(counts.get(id(plan), ()), plan.statements, strict=False):
+                if count != statement[2]:
+                    break
+                kept += 1
+            if kept:
+                self._remember(plan.run_id, *plan.ends[kept - 1])
+            if kept < len(groups[plan.group]):
+                rest.append((plan.group, kept))
+        # Each run's rest in order, the runs side by side (the pool bounds them): one
+        # run's checked appends (two round trips each) never wait for another's.
+        if len(rest) == 1:
+            g, start = rest[0]
+            results[g] = self._append_rest(groups[g], start)
+        elif rest:
+            done = _REST.map(lambda item: self._append_rest(groups[item[0]], item[1]), rest)
+            for (g, _start), result in zip(rest, done, strict=True):
+                results[g] = result
+        return results
+
+    def _batch_plans(self, groups: Sequence[Sequence[RecordAppend]]) -> list[_Plan]:
+        """Per group, the statements of its records' longest prefix that the one-statement
+        append can take, each chained to the one before."""
+        plans = []
+        for g, group in enumerate(groups):
+            run_id = group[0][0][0].run_id
+            plan = _Plan(g, run_id)
+            plans.append(plan)
+            with self._ends_lock:
+                known = self._ends.pop(run_id, None)  # back in only once its appends land
+            if known is None:
+                continue
+            next_seq, prev_mac = known
+            for events, status, token, _durable in group:
+                if any(e.run_id != run_id or e.seq != next_seq + i for i, e in enumerate(events)):
+                    break
+                release = _released(events)
+                if release is False:
+                    break  # a new hold: checked in Python (the checked path)
+                query, params, mac = self._one_trip_params(events, status, token, "", prev_mac)
+                if isinstance(release, Change):  # released in the same statement, with it
+                    query = self._q["append_event_releasing"]
+                    params["release_all"] = release.what == "end"
+                    params["release_key"] = release.key
+                plan.statements.append((query, params, len(events)))
+                next_seq, prev_mac = events[-1].seq + 1, mac
+                plan.ends.append((next_seq, mac))
+        return plans
+
+    def _batch_trip(self, plans: list[_Plan], synchronous: str) -> list[list[int]] | None:
+        """The statements of ``plans`` in one transaction, pipelined: one round trip; the
+        rows each wrote, or None when a taken seq or a deadlock undid it all."""
+        with self._errors(), self._pool.connection() as conn:
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    cursors = []
+                    for plan in plans:
+                        row = []
+                        for query, params, _records in plan.statements:
+                            params["synchronous"] = synchronous
+                            row.append(conn.execute(query, params, prepare=True))
+                        cursors.append(row)
+                    conn.execute("COMMIT")
+            except _UNDONE:
+                return None
+            finally:  # a statement failed inside the pipeline: never pool an open transaction
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):  # a broken one is discarded
+                        conn.rollback()
+        return [[cur.rowcount for cur in row] for row in cursors]
+
+    def _append_rest(
+        self, group: Sequence[RecordAppend], start: int
+    ) -> tuple[int, Exception] | None:
+        """A group's records from ``start`` on, each through ``append``; (index, error) of
+        the first one refused."""
+        for index in range(start, len(group)):
+            events, status, token, durable = group[index]
+            try:
+                self.append(events, status, fencing_token=token, durable=durable)
+            except CrashproofError as exc:  # this record's own refusal
+                return index, exc
+        return None
+
+    def _one_trip_params(
+        self,
+        events: Sequence[Event],
+        status: StatusChange | None,
+        fencing_token: int | None,
+        synchronous: str,
+        prev_mac: str | None,
+    ) -> tuple[str, dict[str, Any], str | None]:
+        """The one-statement append of ``events`` (one run's, contiguous) after
+        ``prev_mac``: (query, parameters, the last record's MAC)."""
         blobs, rows, mac = self._rows(events, prev_mac or GENESIS)
         params: dict[str, Any] = {
-            "run_id": run_id,
+            "run_id": events[0].run_id,
             "token": fencing_token,
             "prev_mac": prev_mac,
-            "synchronous": self._wanted_synchronous(durable),
+            "synchronous": synchronous,
             "status": None if status is None else status[0].value,
             "reason": None if status is None else reason_in(status[1]),
             "now": time.time(),
@@ -136,20 +285,12 @@ class PostgresAppend:
             params["data"] = blobs[0][1] if blobs else None
         else:
             query = self._q["append_events"]
-            params["first"] = first
+            params["first"] = events[0].seq
             params["digests"] = [b[0] for b in blobs]
             params["datas"] = [b[1] for b in blobs]
             for i, column in enumerate(_EVENT_COLUMNS, start=1):  # [0] is the run id
                 params[f"{column}s"] = [row[i] for row in rows]
-        with self._errors(), self._pool.connection() as conn:
-            try:
-                written = conn.execute(query, params, prepare=True).rowcount
-            except psycopg.errors.UniqueViolation:
-                return False  # a taken seq (another writer): the checked path raises it
-        if written != len(events):
-            return False
-        self._remember(run_id, events[-1].seq + 1, mac)
-        return True
+        return query, params, mac
 
     def _append_checked(
         self,
@@ -254,6 +395,38 @@ class PostgresAppend:
                     with contextlib.suppress(psycopg.Error):  # a broken one is discarded
                         conn.rollback()
 
+
+def _released(events: Sequence[Event]) -> Change | bool | None:
+    """What a batch's one-statement append does to the index of unresolved intents for
+    ``events``: None (nothing), the release one record makes (an act's end, a run's
+    end), or False: the checked path (a new hold, or several records that touch it)."""
+    if not any(touches(e) for e in events):
+        return None
+    change = change_of(events[0]) if len(events) == 1 else None
+    if change is None or change.what not in ("release", "end"):
+        return False
+    return change
+
+
+class _Plan:
+    """One group of a batch: its index, its run, the one-statement appends of its records'
+    prefix (query, parameters, records) and the journal's end after each."""
+
+    __slots__ = ("ends", "group", "run_id", "statements")
+
+    def __init__(self, group: int, run_id: str) -> None:
+        self.group = group
+        self.run_id = run_id
+        self.statements: list[tuple[str, dict[str, Any], int]] = []
+        self.ends: list[tuple[int, str | None]] = []
+
+
+# The threads in which the runs of a batch that the one-statement append could not take
+# go on side by side (each its own pool connection: the pool bounds them).
+_REST = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="crashproof-pg")
+
+# A batch transaction that meets one of these kept nothing: its groups go one by one.
+_UNDONE = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
 
 # The event columns after the run id, in the order of _rows: the parameters of
 # append_event, and (plural, as unnest() arrays) of append_events.

@@ -123,8 +123,8 @@ _BATCHERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Commit
 
 def batcher_for(host: DriveHost) -> CommitBatcher | None:
     """The batcher of ``host``'s drives on the running loop, where its store commits
-    many runs' records in one transaction (``append_batch``); None elsewhere (each drive
-    commits in a thread of its own, which a PostgreSQL pool runs side by side)."""
+    many runs' records in one transaction (``append_batch``: SQLite, PostgreSQL); None
+    elsewhere (each drive commits in a thread of its own)."""
     if getattr(host.store, "append_batch", None) is None:
         return None
     loop = asyncio.get_running_loop()

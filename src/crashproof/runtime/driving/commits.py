@@ -80,7 +80,7 @@ class JournalCommits:
         self, groups: Sequence[Sequence[PendingRecord]]
     ) -> list[tuple[int, Exception] | None]:
         """Commit several async drives' pending records (a group per drive, in order) at
-        once: in one transaction where the store has ``append_batch`` (SQLite), else
+        once: in one transaction where the store has ``append_batch`` (SQLite, PostgreSQL), else
         group by group as ``append_records``. Per group: None, or (index, error) of its
         first record not kept; the records before it are kept."""
         batch = getattr(self._store, "append_batch", None)
@@ -107,16 +107,27 @@ class JournalCommits:
                     self._hit("before_commit", record[0][0])
         kept = iter(batch([records for records in appends if records]))
         results: list[tuple[int, Exception] | None] = []
+        landed: list[RecordAppend] = []
         for records, refusal in zip(appends, refused, strict=True):
             result = (0, refusal) if refusal is not None else next(kept)
             results.append(result)
-            for events, _status, token, durable in records[: None if result is None else result[0]]:
-                if self.crash_points is not None:
-                    self._hit("after_commit", events[0])
-                if self._witness is not None and durable:
-                    self._witness.advance(events[0].run_id, events[-1].seq + 1)
-                if self.commit_observers:
-                    self._observed(events, token)
+            landed += records[: None if result is None else result[0]]
+        if self.crash_points is not None:
+            for events, _status, _token, _durable in landed:
+                self._hit("after_commit", events[0])
+        if self._witness is not None:
+            # The runs' output points in one witness write where it takes several
+            # (advance_many), before any of them goes on.
+            advances = {e[0].run_id: e[-1].seq + 1 for e, _s, _t, durable in landed if durable}
+            many = getattr(self._witness, "advance_many", None)
+            if many is not None and len(advances) > 1:
+                many(advances)
+            else:
+                for run_id, generation in advances.items():
+                    self._witness.advance(run_id, generation)
+        if self.commit_observers:
+            for events, _status, token, _durable in landed:
+                self._observed(events, token)
         return results
 
     def _commit_group(self, group: Sequence[PendingRecord]) -> tuple[int, Exception] | None:

@@ -154,6 +154,42 @@ SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::
        %(mac)s::text
 FROM ok;
 
+-- name: append_event_releasing
+-- append_event for a record that releases intents of its run from the index (an act's
+-- end: the hold of its step, release_key; the run's end: every hold, release_all),
+-- released in the same statement, so only with the record (released ... USING ok). A
+-- record that holds a new intent needs the check in Python (store/pg_append.py).
+WITH fence AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE run_id = %(run_id)s
+      AND (%(token)s::bigint IS NULL OR fencing_token = %(token)s::bigint)
+    FOR UPDATE
+), ok AS (
+    SELECT set_config('synchronous_commit', %(synchronous)s::text, true) AS synchronous
+    WHERE EXISTS (SELECT FROM fence)
+      AND EXISTS (SELECT FROM {schema}.events
+                  WHERE run_id = %(run_id)s AND seq = %(seq)s::bigint - 1
+                    AND mac IS NOT DISTINCT FROM %(prev_mac)s::text)
+), new_blob AS (
+    INSERT INTO {schema}.blobs (digest, data)
+    SELECT %(blob)s::text, %(data)s::text FROM ok WHERE %(blob)s::text IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING
+), released AS (
+    DELETE FROM {schema}.unresolved_intents AS u USING ok
+    WHERE u.run_id = %(run_id)s
+      AND (%(release_all)s::boolean OR u.step_key = %(release_key)s::text)
+), new_status AS (
+    UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
+                             updated_at = %(now)s::float8
+    FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
+)
+INSERT INTO {schema}.events
+    (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::text,
+       %(value)s::text, %(blob)s::text, %(created_at)s::float8, %(key_id)s::text,
+       %(mac)s::text
+FROM ok;
+
 -- name: lock_intent
 -- Serialises the transactions that would hold one intent digest (store/intents.py): a
 -- check and the hold that follows it cannot interleave with another run's.
