@@ -21,6 +21,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+import crashproof as cp
 from crashproof.integrations.pydantic_ai._codec import Projection, _strip
 
 
@@ -95,3 +96,24 @@ def test_a_new_object_with_the_same_content_is_dumped_anew() -> None:
     projection = Projection()
     first, second = history(2), history(2)
     assert projection.messages(first) == projection.messages(second) == whole(second)
+
+
+def test_the_transcript_digests_as_the_plain_list_did() -> None:
+    # Runs recorded when the projection was a plain list still match after an upgrade.
+    from crashproof.journal.transcript import digest_v2
+
+    projection = Projection()
+    messages = history(4)
+    projection.messages(messages[:3])
+    projected = projection.messages(messages)
+    assert isinstance(projected, cp.Transcript)
+    plain = whole(messages)
+    assert digest_v2((), {"messages": projected}) == digest_v2((), {"messages": plain})
+
+
+def test_a_stamp_the_projection_leaves_out_keeps_the_prefix() -> None:
+    projection = Projection()
+    messages = history(3)
+    first = projection.messages(messages)
+    messages[1].run_id = "another run"  # pydantic-ai stamps a response after the hook
+    assert projection.messages(messages) is first

@@ -25,6 +25,8 @@ from pydantic import TypeAdapter
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.models import Model, ModelRequestContext
 
+import crashproof as cp
+
 __all__ = [
     "VOLATILE",
     "Projection",
@@ -94,44 +96,63 @@ def _clone(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-class Projection:
-    """The messages of one agent run as JSON, each dumped once while it is unchanged.
+def _unchanged(kept: Any, message: Any) -> bool:
+    """``message`` still equals ``kept``, its copy, but for the fields the projection
+    leaves out (pydantic-ai stamps a response's ``run_id`` after a hook returned it:
+    the copy takes the stamp, so the next request's comparison is one ``==`` again)."""
+    if kept == message:
+        return True
+    if type(kept) is not type(message):
+        return False
+    was, now = kept.__dict__, message.__dict__
+    if was.keys() != now.keys() or any(k not in VOLATILE and was[k] != v for k, v in now.items()):
+        return False
+    for k in VOLATILE.intersection(now):
+        was[k] = now[k]
+    return True
 
-    An agent sends its whole history with every request, and dumping all of it each time
-    was most of the projection's cost (~25 µs a message, per request). A message is
-    dumped once and kept beside a copy of itself; a later request reuses the dump while
-    the message still equals that copy (dataclass ``==``, field by field: ~2 µs), so a
-    message changed since, by pydantic-ai (parts reassigned, instructions set) or in
-    place by anyone, is dumped again. The digest binds the same JSON as before: that of
-    every message as it is sent. (``==`` holds ``1 == True``: a tool argument changed in
-    place from one to the other after it was sent would go unseen.)
+
+class Projection:
+    """The messages of one agent run as a ``cp.Transcript``: each message dumped and
+    digested once while it is unchanged.
+
+    An agent sends its whole history with every request. Dumping all of it each time
+    was most of the projection's cost (~25 µs a message, per request), and a plain list
+    made the arguments digest compare every earlier message again. Here each message is
+    dumped once, kept beside a copy of itself, and appended to a Transcript, whose
+    digest is the same as a plain list's with the same JSON and costs the new messages
+    only. A later request reuses the prefix of messages that are the same objects and
+    still equal their copies (dataclass ``==``, field by field: ~2 µs); from the first
+    one changed since (by pydantic-ai, or in place by anyone) the Transcript is built
+    again, so the digest binds every message as it is sent. (``==`` holds ``1 == True``:
+    a tool argument changed in place from one to the other after it was sent would go
+    unseen.)
     """
 
-    __slots__ = ("_seen",)
+    __slots__ = ("_sent", "_transcript")
 
     def __init__(self) -> None:
-        self._seen: dict[int, tuple[ModelMessage, ModelMessage, Any]] = {}
+        self._sent: list[tuple[ModelMessage, ModelMessage]] = []  # (message, its copy)
+        self._transcript = cp.Transcript()
 
-    def messages(self, messages: list[ModelMessage]) -> list[Any]:
-        seen = self._seen
-        hits: list[tuple[ModelMessage, ModelMessage, Any] | None] = []
-        changed: list[ModelMessage] = []
-        for message in messages:
-            hit = seen.get(id(message))
-            if hit is None or hit[0] is not message or hit[1] != message:
-                hit = None
-                changed.append(message)
-            hits.append(hit)
-        dumps = iter(ModelMessagesTypeAdapter.dump_python(changed, mode="json") if changed else ())
-        kept: dict[int, tuple[ModelMessage, ModelMessage, Any]] = {}
-        out = []
-        for message, hit in zip(messages, hits, strict=True):
-            if hit is None:
-                hit = (message, _clone(message), _strip(next(dumps)))
-            kept[id(message)] = hit  # the message itself is held: its id is not reused
-            out.append(hit[2])
-        self._seen = kept
-        return out
+    def messages(self, messages: list[ModelMessage]) -> cp.Transcript:
+        sent, transcript = self._sent, self._transcript
+        same = 0
+        for message, (was, kept) in zip(messages, sent, strict=False):
+            if message is not was or not _unchanged(kept, message):
+                break
+            same += 1
+        if same < len(sent):  # a message changed or left: its chain from there again
+            transcript = cp.Transcript(transcript[:same])
+            del sent[same:]
+        new = messages[same:]
+        if new:
+            dumps = ModelMessagesTypeAdapter.dump_python(new, mode="json")
+            for message, dumped in zip(new, dumps, strict=True):
+                transcript.append(_strip(dumped))
+                sent.append((message, _clone(message)))
+        self._transcript = transcript
+        return transcript
 
 
 def request_args(
