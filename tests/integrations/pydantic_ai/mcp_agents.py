@@ -47,10 +47,11 @@ def make_agent(
     effect: bool = False,
     functions: str = "step",
     toolset: Any = None,
+    more: tuple[Any, ...] = (),
 ) -> Agent[None, str]:
     """``counter``: see the module's docstring. ``effect=True`` marks the server's
-    tools ``EFFECT``; ``crash_on_request=n`` raises ``cp.SimulatedCrash`` inside the
-    n-th request, once."""
+    tools ``EFFECT``; ``more``: toolsets after it; ``crash_on_request=n`` raises
+    ``cp.SimulatedCrash`` inside the n-th request, once."""
     asked = directory / "asked"
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -72,4 +73,6 @@ def make_agent(
     if effect:
         mcp = mcp.with_metadata(**EFFECT)
     durability = CrashproofDurability(functions="effect" if functions == "effect" else "step")
-    return Agent(FunctionModel(model), name="counter", toolsets=[mcp], capabilities=[durability])
+    return Agent(
+        FunctionModel(model), name="counter", toolsets=[mcp, *more], capabilities=[durability]
+    )

@@ -208,3 +208,57 @@ def test_an_agent_with_a_server_outside_a_workflow_is_refused(tmp_path: Path) ->
     with pytest.raises(UserError, match="outside a crashproof workflow"):
         make_agent(tmp_path).run_sync("go")
     assert lines(tmp_path / "server.log") == []
+
+
+# -- several servers, several agent runs ---------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_servers_are_listed_in_toolset_order_on_every_drive(mode: str, tmp_path: Path) -> None:
+    """A second server (behind ``prefixed``) is journaled too, after the first, in the
+    agent's toolset order: a crash and a resume in the other kind of workflow replay
+    both listings without a non-determinism."""
+    other = "async" if mode == "sync" else "sync"
+    (tmp_path / "tally").mkdir()
+
+    def agent(crash_on_request: int | None = None) -> Agent[None, str]:
+        tally = server(tmp_path / "tally", id="tally").prefixed("t")
+        return make_agent(tmp_path, crash_on_request=crash_on_request, more=(tally,))
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with cp.Ledger(url) as ledger:
+        wf = workflow(ledger, agent(crash_on_request=2), mode)
+        with pytest.raises(cp.SimulatedCrash):
+            drive(ledger, wf, mode, prompt="go")
+    with cp.Ledger(url) as ledger:
+        wf = workflow(ledger, agent(), other)
+        assert drive(ledger, wf, other, prompt="go") == "done with bump,double,t_bump,t_double"
+        keys = [s.key for s in ledger.get_run("r").steps]
+    assert keys[:3] == [
+        "counter:mcp/counter:list_tools",
+        "counter:mcp/tally:list_tools",
+        "counter:model_request",
+    ]
+    assert lines(tmp_path / "tally" / "server.log") == ["start", "list_tools"]
+    assert lines(tmp_path / "server.log") == FIRST_RUN
+
+
+def test_a_second_agent_run_in_the_workflow_lists_again(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+
+    def twice(ctx: cp.Context) -> str:
+        with durable(ctx):
+            return agent.run_sync("go").output + " / " + agent.run_sync("again").output
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    for _ in range(2):  # the second drive replays it all
+        with cp.Ledger(url) as ledger:
+            wf = ledger.workflow("twice", version="1")(twice)
+            assert ledger.run(wf, run_id="r").count("done with bump,double") == 2
+            keys = [s.key for s in ledger.get_run("r").steps]
+    assert [k for k in keys if ":mcp/" in k] == [
+        "counter:mcp/counter:list_tools",
+        "counter:mcp/counter:list_tools#2",
+    ]
+    assert lines(tmp_path / "server.log").count("list_tools") == 2
+    assert lines(tmp_path / "effects") == ["3", "3"]
