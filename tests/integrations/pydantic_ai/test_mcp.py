@@ -6,6 +6,7 @@ recorded, and a changed server configuration under a live run freezes it."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,21 @@ def test_a_second_agent_run_in_the_workflow_lists_again(tmp_path: Path) -> None:
     ]
     assert lines(tmp_path / "server.log").count("list_tools") == 2
     assert lines(tmp_path / "effects") == ["3", "3"]
+
+
+def test_a_server_that_cannot_be_reached_stops_the_run_resumable(tmp_path: Path) -> None:
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai.mcp import MCPToolset
+
+    down = MCPToolset(StdioTransport(sys.executable, ["-c", "raise SystemExit(1)"]), id="counter")
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with cp.Ledger(url) as ledger:
+        wf = workflow(ledger, make_agent(tmp_path, toolset=down), "sync")
+        with pytest.raises(cp.CrashproofError):
+            drive(ledger, wf, "sync", prompt="go")
+        assert ledger.get_run("r").status is not cp.RunStatus.FAILED  # resumable
+    assert lines(tmp_path / "asked") == []  # nothing asked without the tool list
+    with cp.Ledger(url) as ledger:  # the server is back
+        wf = workflow(ledger, make_agent(tmp_path), "sync")
+        assert drive(ledger, wf, "sync", prompt="go") == "done with bump,double"
+    assert lines(tmp_path / "server.log") == FIRST_RUN

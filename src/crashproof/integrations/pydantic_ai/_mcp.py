@@ -84,9 +84,17 @@ class JournaledMCPToolset(WrapperToolset[AgentDepsT]):
         return ctx
 
     async def _enter(self) -> None:
-        if not self._entered:
+        """Connect, once per run; a server that cannot be reached is ``cp.Unavailable``
+        (nothing was sent: the run stops resumable, and the next drive connects again)."""
+        if self._entered:
+            return
+        try:
             await self.wrapped.__aenter__()
-            self._entered = True
+        except UserError:
+            raise
+        except Exception as exc:
+            raise cp.Unavailable(f"MCP server {self.id!r} could not be reached: {exc}") from exc
+        self._entered = True
 
     async def __aenter__(self) -> Self:
         return self  # entered on first live use (_enter), never for a replay
