@@ -205,6 +205,17 @@ def test_a_server_that_cannot_be_journaled_is_refused(
     assert lines(tmp_path / "server.log") == []
 
 
+def test_two_servers_with_one_id_are_refused(tmp_path: Path) -> None:
+    twin = server(tmp_path).prefixed("twin")
+    agent = make_agent(tmp_path, more=(twin,))
+    with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+        wf = workflow(ledger, agent, "sync")
+        with pytest.raises(cp.RunFailed, match="share the id 'counter'"):
+            drive(ledger, wf, "sync", prompt="go")
+    assert lines(tmp_path / "server.log") == []
+    assert lines(tmp_path / "asked") == []
+
+
 def test_an_agent_with_a_server_outside_a_workflow_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="outside a crashproof workflow"):
         make_agent(tmp_path).run_sync("go")
