@@ -6,6 +6,9 @@ Hooks (pydantic-ai's ``AbstractCapability``):
 - ``for_agent``: the agent must be named (``Agent(..., name=...)``), or a
   ``name=`` given here: the name is part of every step name and every digest.
 - ``wrap_run``: a run outside ``durable(ctx)`` is refused, never silently not durable.
+- ``get_wrapper_toolset``: each MCP server (``MCPToolset``, with an ``id``) has its tool
+  listing journaled as ``<agent>:mcp/<id>:list_tools`` and is entered only when asked
+  live (see ``_mcp.py``); its calls are tool calls like any other.
 - ``prepare_tools``: every function tool runs ``sequential``, so the journal's order is
   the model's order on every drive.
 - ``wrap_model_request``: one ``ctx.decide("<agent>:model_request", ...)``; the value is
@@ -63,6 +66,7 @@ from pydantic_ai.tools import (
     RunContext,
     ToolDefinition,
 )
+from pydantic_ai.toolsets import AbstractToolset
 
 import crashproof as cp
 from crashproof.integrations.pydantic_ai._approvals import approval_tool, to_the_gate
@@ -75,6 +79,7 @@ from crashproof.integrations.pydantic_ai._codec import (
     to_json,
 )
 from crashproof.integrations.pydantic_ai._effects import FunctionEffect
+from crashproof.integrations.pydantic_ai._mcp import journal_mcp
 
 __all__ = ["EFFECT", "MODEL_RETRY", "STEP", "CrashproofDurability"]
 
@@ -229,6 +234,11 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
     ) -> AgentRunResult[Any]:
         self._ctx()  # refuse before anything is sent
         return await handler()
+
+    def get_wrapper_toolset(
+        self, toolset: AbstractToolset[AgentDepsT]
+    ) -> AbstractToolset[AgentDepsT] | None:
+        return journal_mcp(str(self._agent), toolset)
 
     async def prepare_tools(
         self, ctx: RunContext[AgentDepsT], tool_defs: list[ToolDefinition]
