@@ -46,7 +46,8 @@ def test_the_same_seed_draws_the_same_kills() -> None:
 def test_a_repeated_effect_is_caught() -> None:
     """The tool writes its effect, then takes 0.4 s to answer: most kills fall between
     the two, and the recovery, which trusts its claim of idempotence, writes it again."""
-    report = verify("verify_scenarios:SLOW_LEAKY", mode="chaos", trials=6, seed=5)
+    # 10 trials: on a loaded machine a few kills land before the effect or after the end
+    report = verify("verify_scenarios:SLOW_LEAKY", mode="chaos", trials=10, seed=5)
     assert not report.ok
     counts = report.chaos_counts()
     assert counts["duplicated"] >= 1
