@@ -6,7 +6,6 @@ N-th crash point, and writes back the child's wait status."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
@@ -23,14 +22,12 @@ def child(url: str, directory: Path, model_url: str, n: int) -> None:
         asyncio.run(ledger.run_async(wf, run_id="r", prompt="go"))
 
 
+def forked(url: str, directory: str, model_url: str, n: str) -> None:
+    child(url, Path(directory), model_url, int(n))
+
+
 if __name__ == "__main__":
-    for line in sys.stdin:
-        url, directory, model_url, n = line.split()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                child(url, Path(directory), model_url, int(n))
-            finally:
-                os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        print(os.waitstatus_to_exitcode(status), flush=True)
+    sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the shared zygote
+    from zygote import serve
+
+    serve(forked)

@@ -6,7 +6,6 @@ a real process killed by SIGKILL mid-run; the zygote itself runs nothing."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -23,14 +22,12 @@ def child(url: str, directory: Path, mode: str, n: int) -> None:
         pyd_agents.drive(ledger, wf, mode, prompt="go")
 
 
+def forked(url: str, directory: str, mode: str, n: str) -> None:
+    child(url, Path(directory), mode, int(n))
+
+
 if __name__ == "__main__":
-    for line in sys.stdin:
-        url, directory, mode, n = line.split()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                child(url, Path(directory), mode, int(n))
-            finally:
-                os._exit(0)  # reached only when no point fired
-        _, status = os.waitpid(pid, 0)
-        print(os.waitstatus_to_exitcode(status), flush=True)
+    sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the shared zygote
+    from zygote import serve
+
+    serve(forked)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import crashproof as cp
+import zygote as zygotes
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 sys.path.insert(0, str(Path(__file__).parents[2]))
@@ -44,13 +45,7 @@ def server() -> Iterator[ModelServer]:
 
 @pytest.fixture(scope="module")
 def zygote() -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    yield proc
-    assert proc.stdin is not None
-    proc.stdin.close()
-    proc.wait(timeout=30)
+    yield from zygotes.started(CHILD)
 
 
 def _turns(requests: list[dict[str, object]]) -> Counter[int]:
@@ -68,17 +63,13 @@ def test_sigkill_at_every_point_of_the_runner(
         wf = oa.workflow(ledger, oa.make(tmp_path / "reference", server.url), "async")
         asyncio.run(ledger.run_async(wf, run_id="r", prompt="go"))
     assert "inside[act:helper:model/2:open_pr:opened]" in points.passed
-    assert zygote.stdin is not None
-    assert zygote.stdout is not None
     outcomes: Counter[str] = Counter()
     for n, point in enumerate(points.passed, start=1):
         directory = tmp_path / str(n)
         directory.mkdir()
         url = f"sqlite:///{directory}/runs.db"
         del server.requests[:]
-        zygote.stdin.write(f"{url} {directory} {server.url} {n}\n")
-        zygote.stdin.flush()
-        assert int(zygote.stdout.readline()) == -signal.SIGKILL, point
+        assert zygotes.kill(zygote, url, directory, server.url, n) == -signal.SIGKILL, point
         with cp.Ledger(url) as ledger:
             wf = oa.workflow(ledger, oa.make(directory, server.url), "async")
             status, outcome = "succeeded", "SAME"

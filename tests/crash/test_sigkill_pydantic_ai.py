@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import crashproof as cp
+import zygote as zygotes
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "integrations" / "pydantic_ai"))
 import pyd_agents
@@ -40,13 +41,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture(scope="module")
 def zygote() -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    yield proc
-    assert proc.stdin is not None
-    proc.stdin.close()
-    proc.wait(timeout=30)
+    yield from zygotes.started(CHILD)
 
 
 def _points(tmp_path: Path) -> list[str]:
@@ -61,8 +56,6 @@ def test_sigkill_at_every_point_of_the_agent(zygote: subprocess.Popen[str], tmp_
     (tmp_path / "reference").mkdir()
     points = _points(tmp_path / "reference")
     assert "inside[act:adder:model_request/2:open_pr:opened]" in points
-    assert zygote.stdin is not None
-    assert zygote.stdout is not None
     outcomes: Counter[str] = Counter()
     for n, point in enumerate(points, start=1):
         # Killed in one kind of workflow, resumed in the other (their journals are one).
@@ -70,9 +63,7 @@ def test_sigkill_at_every_point_of_the_agent(zygote: subprocess.Popen[str], tmp_
         directory = tmp_path / str(n)
         directory.mkdir()
         url = f"sqlite:///{directory}/runs.db"
-        zygote.stdin.write(f"{url} {directory} {mode} {n}\n")
-        zygote.stdin.flush()
-        assert int(zygote.stdout.readline()) == -signal.SIGKILL, point
+        assert zygotes.kill(zygote, url, directory, mode, n) == -signal.SIGKILL, point
         with cp.Ledger(url) as ledger:  # the next process
             wf = pyd_agents.workflow(ledger, pyd_agents.make_agent(directory), other)
             status, outcome = "succeeded", "SAME"

@@ -6,7 +6,6 @@ SIGKILL at the N-th crash point, and writes back the child's wait status."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
@@ -27,14 +26,12 @@ def resume(url: str, directory: Path, mode: str, points: cp.CrashPoints | None =
         return ledger.run(wf, run_id="r", prompt="go", options=OPTIONS)
 
 
+def forked(url: str, directory: str, mode: str, n: str) -> None:
+    resume(url, Path(directory), mode, cp.CrashPoints(at=int(n), action="sigkill"))
+
+
 if __name__ == "__main__":
-    for line in sys.stdin:
-        url, directory, mode, n = line.split()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                resume(url, Path(directory), mode, cp.CrashPoints(at=int(n), action="sigkill"))
-            finally:
-                os._exit(0)  # reached only when no point fired
-        _, status = os.waitpid(pid, 0)
-        print(os.waitstatus_to_exitcode(status), flush=True)
+    sys.path.insert(0, str(Path(__file__).parents[2]))  # tests/: the shared zygote
+    from zygote import serve
+
+    serve(forked)

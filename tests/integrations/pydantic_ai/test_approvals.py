@@ -9,7 +9,6 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from pydantic_ai import Agent
 
 import crashproof as cp
+import zygote as zygotes
 from crashproof.integrity.signing import generate_keypair
 
 from .approval_agents import DELETE, OPTIONS, POLICY, make_janitor
@@ -210,13 +210,7 @@ WINDOW = {f"after_commit[act_intent:{DELETE}]": [], f"before_commit[step_done:{D
 
 @pytest.fixture(scope="module")
 def zygote() -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    yield proc
-    assert proc.stdin is not None
-    proc.stdin.close()
-    proc.wait(timeout=30)
+    yield from zygotes.started(CHILD)
 
 
 def _approved(directory: Path) -> None:
@@ -236,16 +230,15 @@ def test_sigkill_at_every_point_after_the_approval(
     with _ledger(reference, crash_points=points) as ledger:
         assert _drive(ledger, make_janitor(reference), "sync") == "model saw: deleted a"
     assert f"after_commit[approval_consumed:{DELETE}]" in points.passed
-    assert zygote.stdin is not None
-    assert zygote.stdout is not None
     outcomes: Counter[str] = Counter()
     for n, point in enumerate(points.passed, start=1):
         mode, other = ("sync", "async") if n % 2 else ("async", "sync")
         directory = tmp_path / str(n)
         _approved(directory)
-        zygote.stdin.write(f"sqlite:///{directory}/runs.db {directory} {mode} {n}\n")
-        zygote.stdin.flush()
-        assert int(zygote.stdout.readline()) == -signal.SIGKILL, point
+        assert (
+            zygotes.kill(zygote, f"sqlite:///{directory}/runs.db", directory, mode, n)
+            == -signal.SIGKILL
+        ), point
         with _ledger(directory) as ledger:  # the next process
             outcome, status = "SAME", "succeeded"
             try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import crashproof as cp
+import zygote as zygotes
 
 from .mcp_agents import lines, make_agent
 from .pyd_agents import drive, workflow
@@ -37,13 +37,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def zygote() -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    yield proc
-    assert proc.stdin is not None
-    proc.stdin.close()
-    proc.wait(timeout=30)
+    yield from zygotes.started(CHILD)
 
 
 def _points(directory: Path) -> list[str]:
@@ -61,17 +55,13 @@ def test_sigkill_at_every_point_of_an_mcp_agent(
     points = _points(tmp_path / "reference")
     assert "before_commit[step_done:counter:mcp/counter:list_tools]" in points
     recorded_from = points.index(f"after_commit[step_done:{DOUBLE}]")
-    assert zygote.stdin is not None
-    assert zygote.stdout is not None
     outcomes: Counter[str] = Counter()
     for n, point in enumerate(points, start=1):
         mode, other = ("sync", "async") if n % 2 else ("async", "sync")
         directory = tmp_path / str(n)
         directory.mkdir()
         url = f"sqlite:///{directory}/runs.db"
-        zygote.stdin.write(f"{url} {directory} {mode} {n}\n")
-        zygote.stdin.flush()
-        assert int(zygote.stdout.readline()) == -signal.SIGKILL, point
+        assert zygotes.kill(zygote, url, directory, mode, n) == -signal.SIGKILL, point
         starts = lines(directory / "server.log").count("start")
         with cp.Ledger(url) as ledger:  # the next process
             wf = workflow(ledger, make_agent(directory, effect=True), other)
