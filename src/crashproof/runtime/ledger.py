@@ -25,11 +25,11 @@ from crashproof.errors import (
 from crashproof.integrity.external import SealedState
 from crashproof.integrity.keys import Keyring, resolve_keyring
 from crashproof.integrity.seal import Sealer
-from crashproof.integrity.witness import MemoryWitness, SQLiteWitness, Witness, compare
+from crashproof.integrity.witness import Witness, compare
 from crashproof.journal import payloads
 from crashproof.journal.codec import decode, encode, error_record
 from crashproof.journal.fold import index_journal
-from crashproof.journal.records import Event, EventType, RunStatus
+from crashproof.journal.records import Event, EventType
 from crashproof.runtime.async_context import AsyncContext, off_loop
 from crashproof.runtime.context import Context
 from crashproof.runtime.driving import leases
@@ -38,16 +38,15 @@ from crashproof.runtime.driving.durability import share_witness_writes
 from crashproof.runtime.driving.leases import HOST, Grant, Heartbeat, stop_driving
 from crashproof.runtime.driving.lifecycle import record_start, recorded_outcome, stopped_error
 from crashproof.runtime.driving.queue import Draining, LedgerQueue
-from crashproof.runtime.driving.retrying import not_failed
+from crashproof.runtime.driving.resuming import LedgerResume
 from crashproof.runtime.driving.urls import (
     DURABILITY_MODES,
     default_witness,
     open_store,
-    sqlite_file,
     without_password,
 )
 from crashproof.runtime.guards.approvers import reserved
-from crashproof.runtime.guards.binding import OperatorChanges, bind_run, ended_run, start_fields
+from crashproof.runtime.guards.binding import OperatorChanges, bind_run, start_fields
 from crashproof.runtime.guards.completion import needed, verify
 from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.operations.audit import session_record, started_by
@@ -57,7 +56,7 @@ from crashproof.runtime.operations.moving import refuse_moved
 from crashproof.runtime.operations.oversight import LedgerHumans
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.port import ActSettings
-from crashproof.runtime.replayer.verdict import Gate, gate
+from crashproof.runtime.replayer.verdict import Gate, drive_schema, gate
 from crashproof.runtime.steps.handoff import Work, run_async, run_sync
 from crashproof.runtime.workflow import Registry, Workflow
 from crashproof.store.port import Store
@@ -77,7 +76,9 @@ R = TypeVar("R")
 _WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
 
 
-class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, LedgerQueue):
+class Ledger(
+    Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, LedgerQueue, LedgerResume
+):
     """Durable runs of workflows. Independent instances never share state.
 
     Implements the ``DriveHost`` port (``runtime/port.py``) for its Context and its
@@ -151,8 +152,8 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         completion; returns the workflow's result. The same run id with another input
         raises RunConflict and starts nothing. ``options``: the run's ``cp.Limits`` and
         ``cp.Policy``, recorded at start (a budget reached raises RunStopped)."""
-        workflow = self._record(wf, run_id, options, input, is_async=False)
-        return self._drive(workflow, run_id, options)  # type: ignore[no-any-return]
+        workflow, fresh = self._record(wf, run_id, options, input, is_async=False)
+        return self._drive(workflow, run_id, options, fresh=fresh)  # type: ignore[no-any-return]
 
     def resume(
         self,
@@ -251,9 +252,10 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         input: dict[str, Any],
         *,
         is_async: bool | None = None,
-    ) -> Workflow[R]:
-        """Record the run's start unless it exists with the same input (else RunConflict).
-        ``is_async``: the shell that drives it next (None: a worker, either)."""
+    ) -> tuple[Workflow[R], Event | None]:
+        """Record the run's start unless it exists with the same input (else RunConflict);
+        the start record too when this call created the run. ``is_async``: the shell that
+        drives it next (None: a worker, either)."""
         workflow = self._resolve(wf)
         if is_async is not None:
             workflow.check_shell(is_async)
@@ -263,42 +265,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         if not isinstance(run_id, str) or not run_id or reserved(run_id):
             raise ValueError("run_id must be a non-empty string, not under 'crashproof:'")
         fields["started_by"] = started_by(self.worker_id)
-        record_start(self, workflow, run_id, input, fields)
-        return workflow
-
-    def _to_resume(
-        self, run_id: str, changes: OperatorChanges, *, is_async: bool
-    ) -> Workflow[Any] | Callable[[], Any]:
-        """The workflow to drive ``run_id`` with, or the answer of a run that needs no
-        drive (ended or frozen, its code not registered here)."""
-        row = self._store.get_run(run_id)
-        if row is None:
-            raise self.missing(run_id)  # lost from the journal, when the witness saw it
-        if row.status is RunStatus.MOVED:  # before anything else: the run is elsewhere
-            refuse_moved(self._store, run_id, self.journal(run_id))
-        if changes.retry and row.status is not RunStatus.FAILED:
-            raise not_failed(run_id, row.status.value)  # checked again under the lease
-        if changes and row.status.terminal and not changes.retry:
-            raise ended_run(run_id, row.status.value)
-        workflow = self._workflows.get(row.workflow)
-        if workflow is None and not changes.retry and (row.status.terminal or row.status.frozen):
-            # An ended or frozen run answers from its journal; its code is not needed.
-            replay = index_journal(self.journal(run_id))
-            finished = recorded_outcome(run_id, replay)
-            if finished is not None and not (
-                replay.outcome and payloads.outcome(replay.outcome).get("retryable")
-            ):
-                self._store.sync()  # the outcome leaves again: durable first
-                return finished
-        if workflow is None:
-            known = ", ".join(sorted(self._workflows)) or "none"
-            raise UnknownWorkflow(
-                f"run {run_id!r} needs workflow {row.workflow!r}, which is not registered "
-                f"here (registered: {known}); nothing was changed. Import the module that "
-                "defines it (CLI: --app MODULE)."
-            )
-        workflow.check_shell(is_async)
-        return workflow
+        return workflow, record_start(self, workflow, run_id, input, fields)
 
     def sealed_state(self, namespace: str, *, witness: Witness | None = None) -> SealedState:
         """HMAC seals under this ledger's keyring and a generation witness, for state an
@@ -309,16 +276,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         if not re.fullmatch(r"[a-z][a-z0-9_]{0,30}", namespace):
             raise ValueError(f"namespace must be a short lower-case identifier, not {namespace!r}")
         if witness is None:
-            path = sqlite_file(self.url)
-            schema = getattr(self._store, "schema", None)
-            if path is not None:
-                witness = SQLiteWitness(path.with_name(f"{path.name}.{namespace}.witness"))
-            elif isinstance(schema, str) and self.url.startswith(("postgresql", "postgres")):
-                from crashproof.integrity.pg_witness import PostgresWitness  # needs psycopg
-
-                witness = PostgresWitness(self.url, schema=f"{schema}_{namespace}_witness")
-            elif self.url == "memory://":
-                witness = MemoryWitness()
+            witness = default_witness(self.url, self._store, namespace)
         return SealedState(namespace, resolve_keyring(self._key), witness)
 
     def close(self) -> None:
@@ -356,12 +314,13 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         changes: OperatorChanges | None = None,
         take_over: bool = False,
         wait: float = 0.0,
+        fresh: Event | None = None,
     ) -> Any:
-        """Drive the run under its lease (``_owning``), the workflow called in this thread."""
-        verdict = gate(self, workflow, run_id)  # before the lease (runtime/replayer/verdict.py)
-        grant = self._lease_for(run_id, take_over, wait)  # a new claim, or the queue's
+        """Drive the run under its lease (``_owning``), the workflow called in this thread.
+        ``fresh``: the start record, when the caller just created the run."""
+        verdict, grant, known = self._admit(workflow, run_id, take_over, wait, fresh)
         with self._owning(run_id, grant):
-            opened = self._open(workflow, run_id, options, changes, grant, verdict)
+            opened = self._open(workflow, run_id, options, changes, grant, verdict, known)
             if not isinstance(opened, tuple):
                 return opened()
             ctx, input = opened
@@ -373,7 +332,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
 
     async def _drive_async(
         self,
-        workflow: Workflow[Any] | Callable[[], Workflow[Any]],
+        workflow: Workflow[Any] | Callable[[], tuple[Workflow[Any], Event | None]],
         run_id: str,
         options: RunOptions | None = None,
         *,
@@ -385,17 +344,19 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         awaited with an ``AsyncContext`` over the same core. ``workflow``: or what
         records the run's start and returns it (``run_async``)."""
 
-        def admitted() -> tuple[Workflow[Any], Any, Grant]:
-            found = workflow if isinstance(workflow, Workflow) else workflow()
-            return found, gate(self, found, run_id), self._lease_for(run_id, take_over, wait)
+        def admitted() -> tuple[Workflow[Any], tuple[Gate, Grant, list[Event] | None]]:
+            found, fresh = (workflow, None) if isinstance(workflow, Workflow) else workflow()
+            return found, self._admit(found, run_id, take_over, wait, fresh)
 
         # The start, the verdict, the claim (or its wait) and the opening read and write
         # the journal: off the loop, the first three in one thread hop.
-        found, verdict, grant = await off_loop(admitted)
+        found, (verdict, grant, known) = await off_loop(admitted)
         heartbeat: Heartbeat | None = None
         try:
             with self._owning(run_id, grant, leases.TaskHeartbeat) as heartbeat:
-                opened = await off_loop(self._open, found, run_id, options, changes, grant, verdict)
+                opened = await off_loop(
+                    self._open, found, run_id, options, changes, grant, verdict, known
+                )
                 return await self._drive_owned_async(run_id, found, opened)
         finally:  # the lease is free when the drive returns
             released = getattr(heartbeat, "released", None)
@@ -429,6 +390,27 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
             raise
         await ctx.settle()
         return value
+
+    def _admit(
+        self,
+        workflow: Workflow[Any],
+        run_id: str,
+        take_over: bool,
+        wait: float,
+        fresh: Event | None,
+    ) -> tuple[Gate, Grant, list[Event] | None]:
+        """The drive's verdict and lease, and its journal when known without a read: a run
+        this drive created (``fresh``, its start record) whose lease it was the first to
+        claim (fencing token 1). Every writer of a journal holds a lease, so no one wrote
+        after the start, and no version changed since it: no verdict to compute."""
+        if fresh is not None:
+            grant = self._lease_for(run_id, take_over, wait)
+            if grant.lease.token == 1:
+                return Gate(drive_schema(self)), grant, [fresh]
+            stop_driving(grant.lease.owner, run_id)  # another drive came between: the
+            leases.release(self._store, run_id, grant.lease)  # verdict comes first
+        verdict = gate(self, workflow, run_id)  # before the lease (runtime/replayer/verdict.py)
+        return verdict, self._lease_for(run_id, take_over, wait), None  # or the queue's claim
 
     @contextlib.contextmanager
     def _owning(
@@ -466,11 +448,17 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         changes: OperatorChanges | None,
         grant: Grant,
         verdict: Gate,
+        known: list[Event] | None = None,
     ) -> tuple[Context, dict[str, Any]] | Callable[[], Any]:
         """The core Context for this drive and the run's input; or, for a run that has
-        ended, the answer it ended with."""
+        ended, the answer it ended with. ``known``: the journal, when ``_admit`` knew it."""
         token = grant.lease.token
-        events = self.journal(run_id, owner=True)
+        if known is None:
+            events = self.journal(run_id, owner=True)
+        else:  # rolled forward past the start record as journal(owner=True) would
+            events = known
+            if self._witness is not None and self.durability != "output":
+                self._witness.advance(run_id, len(known))
         replay = index_journal(events)
         refuse_cancelled(run_id, replay)  # under the lease, before anything is written
         if replay.undelivered:  # delivered again below: durable first (a crash may have

@@ -37,9 +37,10 @@ def record_start(
     run_id: str,
     input: dict[str, Any],
     fields: dict[str, Any],
-) -> None:
+) -> Event | None:
     """Record the run's start (``fields``: its limits and policy, and who starts it)
-    unless it exists with the same input; another input raises RunConflict."""
+    unless it exists with the same input; another input raises RunConflict. Returns the
+    start record when this call created the run (its drive need not read it back)."""
     workflow.bind_input(input)
     input_json = encode(input, what=f"the input of run {run_id!r}")
     digest = canonical_digest(
@@ -83,8 +84,10 @@ def record_start(
         if points is not None:
             points.hit("after_commit[run_started]")
         log.info("run started", extra={"run_id": run_id, "workflow": workflow.name})
-    elif existing.input_digest != digest:
+        return first
+    if existing.input_digest != digest:
         raise RunConflict(run_id, existing.input_digest, digest)
+    return None
 
 
 def recorded_outcome(run_id: str, replay: Replay) -> Callable[[], Any] | None:

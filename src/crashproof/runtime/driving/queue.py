@@ -17,6 +17,7 @@ import asyncio
 from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError
+from crashproof.journal.records import Event
 from crashproof.runtime.driving.leases import Grant, adopt, claim, release
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.workflow import Workflow
@@ -67,7 +68,7 @@ class LedgerQueue:
         input: dict[str, Any],
         *,
         is_async: bool | None = None,
-    ) -> Workflow[R]:
+    ) -> tuple[Workflow[R], Event | None]:
         raise NotImplementedError  # provided by Ledger
 
     def enqueue(

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from crashproof.errors import LedgerError
-from crashproof.integrity.witness import SQLiteWitness, Witness
+from crashproof.integrity.witness import MemoryWitness, SQLiteWitness, Witness
 from crashproof.store.port import RecordSealer, Store
 
 __all__ = [
@@ -92,16 +92,21 @@ def sqlite_file(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-def default_witness(url: str, store: Store) -> Witness | None:
+def default_witness(url: str, store: Store, namespace: str | None = None) -> Witness | None:
     """A separate file beside a SQLite ledger (``runs.db.witness``), a separate schema
     beside a PostgreSQL one (``crashproof_witness``). An in-memory ledger has nothing
-    that could be rolled back, so it has no witness."""
+    that could be rolled back, so it has no witness. ``namespace``: the witness of an
+    integration's own sealed state (``Ledger.sealed_state``): ``runs.db.NS.witness``,
+    schema ``crashproof_NS_witness``, and one in memory for ``memory://``."""
+    infix = "" if namespace is None else f".{namespace}"
     path = sqlite_file(url)
     if path is not None:
-        return SQLiteWitness(path.with_name(path.name + ".witness"))
+        return SQLiteWitness(path.with_name(f"{path.name}{infix}.witness"))
     schema = getattr(store, "schema", None)
     if isinstance(schema, str) and url.startswith(("postgresql://", "postgres://")):
         from crashproof.integrity.pg_witness import PostgresWitness  # needs psycopg
 
-        return PostgresWitness(url, schema=f"{schema}_witness")
+        return PostgresWitness(url, schema=f"{schema}{infix.replace('.', '_')}_witness")
+    if namespace is not None and url == "memory://":
+        return MemoryWitness()
     return None

@@ -54,7 +54,15 @@ from crashproof.runtime.workflow import Workflow
 from crashproof.store.migrate import declared_changes
 from crashproof.store.port import StatusChange, Store
 
-__all__ = ["RESUMABLE", "Gate", "apply_mappings", "compute", "gate", "last_versions"]
+__all__ = [
+    "RESUMABLE",
+    "Gate",
+    "apply_mappings",
+    "compute",
+    "drive_schema",
+    "gate",
+    "last_versions",
+]
 
 RESUMABLE = "resumable"
 NEEDS_REVIEW = "needs_review"
@@ -143,10 +151,15 @@ def _dialect(host: DriveHost) -> str:
     return "postgres" if host.url.startswith(("postgresql://", "postgres://")) else "sqlite"
 
 
+def drive_schema(host: DriveHost) -> int | None:
+    """The store's schema version a drive runs on (named in its session)."""
+    return host.store.schema_version() if not host.url.startswith("memory:") else None
+
+
 def gate(host: DriveHost, workflow: Workflow[Any], run_id: str) -> Gate:
     """Before the drive's lease: the verdict, when the workflow or schema version changed
     since the run's last drive. Raises RunFrozen (journaled) when it is not resumable."""
-    schema = host.store.schema_version() if not host.url.startswith("memory:") else None
+    schema = drive_schema(host)
     events = host.journal(run_id)
     replay = index_journal(events)
     outcome = replay.outcome
