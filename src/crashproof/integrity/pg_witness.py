@@ -108,6 +108,21 @@ class PostgresWitness:
             alone=True,
         )
 
+    def start_unseen(self, run_id: str) -> int | None:
+        """``get`` and, when the witness never saw the run, ``start``, in one statement
+        and one round trip (witness.start_new): the generation held before, or None."""
+        row = self._execute(
+            f"WITH seen AS (SELECT generation FROM {self._table} WHERE run_id = %s), "
+            f"made AS (INSERT INTO {self._table} (run_id, generation, updated_at) "
+            "SELECT %s, 0, %s WHERE NOT EXISTS (SELECT FROM seen) "
+            "AND set_config('synchronous_commit', 'off', true) = 'off' "
+            "ON CONFLICT (run_id) DO NOTHING) "
+            "SELECT (SELECT generation FROM seen)",
+            (run_id, run_id, time.time()),
+            alone=True,
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
     def advance(self, run_id: str, generation: int) -> None:
         self.advance_many({run_id: generation})
 

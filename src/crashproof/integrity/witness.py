@@ -32,7 +32,7 @@ from typing import Protocol
 from crashproof.errors import JournalRolledBack, LedgerError, WitnessMissing
 from crashproof.store.sqlite_file import enter_wal
 
-__all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare", "lost"]
+__all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare", "lost", "start_new"]
 
 _MADE_KEPT = 100_000  # runs remembered by SQLiteWitness._made
 _ADVANCE = "UPDATE witness SET generation = ?, updated_at = ? WHERE run_id = ? AND generation < ?"
@@ -71,6 +71,20 @@ def lost(run_id: str, witnessed: int) -> JournalRolledBack:
         "the journal holds no record of it (its -wal deleted or truncated after a crash, "
         "or an older copy of the ledger restored); nothing was executed."
     )
+
+
+def start_new(witness: Witness, run_id: str) -> None:
+    """Witness a new run at generation 0 before its first commit; raise ``lost`` when the
+    witness saw it past 0 already (never a second start). A witness with
+    ``start_unseen(run_id) -> int | None`` (start unless it holds the run, returning the
+    generation held before) does both at once: one round trip on PostgreSQL instead of
+    two; any other witness is read, then started."""
+    combined = getattr(witness, "start_unseen", None)
+    witnessed = combined(run_id) if combined is not None else witness.get(run_id)
+    if witnessed:  # lost from the journal: never a second start (nothing was started)
+        raise lost(run_id, witnessed)
+    if combined is None:
+        witness.start(run_id)
 
 
 def compare(run_id: str, journal: int, witnessed: int | None) -> bool:

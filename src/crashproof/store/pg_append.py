@@ -21,7 +21,9 @@ when only the remembered end was out of date. Nothing of a refused write is kept
 ``append_batch`` sends many runs' one-statement appends in one pipelined transaction
 (the async drives that reach a commit in the same turn: runtime/driving/batching.py):
 one round trip for all, each record refused by its own checks without touching the
-others'.
+others'. An act's intent (a new hold of the index of unresolved intents) goes in the
+batch too, its hold checked in SQL after the intent's lock (append_event_holding);
+refused, it writes nothing and the checked path after the commit says who holds it.
 """
 
 from __future__ import annotations
@@ -149,12 +151,15 @@ class PostgresAppend:
         by writing nothing, so a refused record needs no savepoint and costs the other
         runs nothing; the records after it in its group are refused by the same chain
         check; an act's end and a run's end release their intents in their own statement
-        (append_event_releasing). The records the statement cannot take (nothing known
-        about the run, an act's intent: a new hold, checked in Python) and a group's
+        (append_event_releasing); an act's intent, a new hold, is checked against the
+        other runs' holds and held in its own statement too (append_event_holding,
+        after lock_run_intent: the same rule and lock as the checked path's), written
+        only when no other run holds it. The records the statement cannot take (nothing
+        known about the run, several records that touch the index) and a group's
         records from its first refused one go on after the commit through ``append``
-        (the checked path, its clear errors), the groups side by side. Per group:
-        None, or (index, error) of the first record not kept; the
-        records before it are kept. Returns once an output point among them is durable
+        (the checked path, its clear errors: IntentHeld names the holder), the groups
+        side by side. Per group: None, or (index, error) of the first record not kept;
+        the records before it are kept. Returns once an output point among them is durable
         (the transaction commits with synchronous_commit on then). A taken seq or a
         deadlock undoes the whole transaction (nothing kept): every group then goes
         through ``append``; an error of the transaction itself is raised for all."""
@@ -210,15 +215,23 @@ class PostgresAppend:
             for events, status, token, _durable in group:
                 if any(e.run_id != run_id or e.seq != next_seq + i for i, e in enumerate(events)):
                     break
-                release = _released(events)
-                if release is False:
-                    break  # a new hold: checked in Python (the checked path)
+                change = _index_change(events)
+                if change is False:
+                    break  # several records that touch the index: the checked path
                 query, params, mac = self._one_trip_params(events, status, token, "", prev_mac)
-                if isinstance(release, Change):  # released in the same statement, with it
+                lock = None
+                if isinstance(change, Change) and change.what == "hold":
+                    # Checked and held in the same statement, after the digest's lock.
+                    query = self._q["append_event_holding"]
+                    params["digest"] = change.digest
+                    params["instance"] = change.instance
+                    params["overrides"] = list(change.overrides)
+                    lock = {"run_id": run_id, "digest": change.digest}
+                elif isinstance(change, Change):  # released in the same statement, with it
                     query = self._q["append_event_releasing"]
-                    params["release_all"] = release.what == "end"
-                    params["release_key"] = release.key
-                plan.statements.append((query, params, len(events)))
+                    params["release_all"] = change.what == "end"
+                    params["release_key"] = change.key
+                plan.statements.append((query, params, len(events), lock))
                 next_seq, prev_mac = events[-1].seq + 1, mac
                 plan.ends.append((next_seq, mac))
         return plans
@@ -233,7 +246,9 @@ class PostgresAppend:
                     cursors = []
                     for plan in plans:
                         row = []
-                        for query, params, _records in plan.statements:
+                        for query, params, _records, lock in plan.statements:
+                            if lock is not None:  # a new hold: its lock, then its append
+                                conn.execute(self._q["lock_run_intent"], lock, prepare=True)
                             params["synchronous"] = synchronous
                             row.append(conn.execute(query, params, prepare=True))
                         cursors.append(row)
@@ -258,6 +273,14 @@ class PostgresAppend:
             except CrashproofError as exc:  # this record's own refusal
                 return index, exc
         return None
+
+    def _record_params(self, event: Event, prev_mac: str) -> tuple[dict[str, Any], str | None]:
+        """One record as the one-record statements take it (its columns after the run id,
+        ``data``: its blob's text or None) and its MAC, chained to ``prev_mac``."""
+        blobs, rows, mac = self._rows((event,), prev_mac)
+        params: dict[str, Any] = dict(zip(_EVENT_COLUMNS, rows[0][1:], strict=True))
+        params["data"] = blobs[0][1] if blobs else None
+        return params, mac
 
     def _one_trip_params(
         self,
@@ -396,28 +419,28 @@ class PostgresAppend:
                         conn.rollback()
 
 
-def _released(events: Sequence[Event]) -> Change | bool | None:
+def _index_change(events: Sequence[Event]) -> Change | bool | None:
     """What a batch's one-statement append does to the index of unresolved intents for
-    ``events``: None (nothing), the release one record makes (an act's end, a run's
-    end), or False: the checked path (a new hold, or several records that touch it)."""
+    ``events``: None (nothing), the change one record makes (an act's intent: a new
+    hold; an act's end, a run's end: a release), or False: the checked path (several
+    records that touch it)."""
     if not any(touches(e) for e in events):
         return None
     change = change_of(events[0]) if len(events) == 1 else None
-    if change is None or change.what not in ("release", "end"):
-        return False
-    return change
+    return False if change is None else change
 
 
 class _Plan:
     """One group of a batch: its index, its run, the one-statement appends of its records'
-    prefix (query, parameters, records) and the journal's end after each."""
+    prefix (query, parameters, records, and for a new hold the parameters of
+    lock_run_intent, sent before it) and the journal's end after each."""
 
     __slots__ = ("ends", "group", "run_id", "statements")
 
     def __init__(self, group: int, run_id: str) -> None:
         self.group = group
         self.run_id = run_id
-        self.statements: list[tuple[str, dict[str, Any], int]] = []
+        self.statements: list[tuple[str, dict[str, Any], int, dict[str, Any] | None]] = []
         self.ends: list[tuple[int, str | None]] = []
 
 

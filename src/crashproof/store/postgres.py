@@ -26,6 +26,7 @@ from psycopg_pool import ConnectionPool
 
 from crashproof.errors import (
     IntegrityError,
+    LedgerError,
     NotALedger,
     RunNotFound,
     SchemaTooNew,
@@ -202,15 +203,34 @@ class PostgresStore(PostgresAppend):
             return self._read_version(cur)
 
     def create_run(self, row: RunRow, first: Event) -> RunRow | None:
-        with self._transaction() as cur:
-            head = (row.run_id, row.workflow, row.version, row.status.value, reason_in(row.reason))
-            tail = (row.input_digest, row.created_at, row.updated_at)
-            cur.execute(self._q["insert_run"], (*head, *tail))
-            if cur.rowcount == 0:
-                return _row(cur.execute(self._q["get_run"], (row.run_id,)).fetchone())
-            mac = self._insert_events(cur, (first,), GENESIS)
-        self._remember(row.run_id, first.seq + 1, mac)
-        return None
+        # One statement, one round trip (queries.sql, create_run): a transaction of
+        # BEGIN, SET LOCAL, two inserts and COMMIT took five.
+        params, mac = self._record_params(first, GENESIS)
+        params.update(
+            run_id=row.run_id,
+            workflow=row.workflow,
+            version=row.version,
+            status=row.status.value,
+            reason=reason_in(row.reason),
+            input_digest=row.input_digest,
+            created=row.created_at,
+            updated=row.updated_at,
+            synchronous=self._wanted_synchronous(False),
+        )
+        with self._read() as cur:  # autocommit: the statement is its own transaction
+            found = cur.execute(self._q["create_run"], params, prepare=True).fetchone()
+        if found is None:  # (SELECT 1) LEFT JOIN: always one row
+            raise LedgerError(f"{self.display}: creating run {row.run_id!r} returned nothing")
+        if found[0]:
+            self._remember(row.run_id, first.seq + 1, mac)
+            return None
+        if found[1] is not None:
+            return _row(found[1:])
+        # Created by another transaction after this statement's snapshot: read it now.
+        existing = self.get_run(row.run_id)
+        if existing is None:
+            raise LedgerError(f"{self.display}: run {row.run_id!r} neither created nor found")
+        return existing
 
     def get_run(self, run_id: str) -> RunRow | None:
         with self._read() as cur:
@@ -243,26 +263,36 @@ class PostgresStore(PostgresAppend):
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
     ) -> Lease:
-        with self._transaction() as cur:
-            # Locks the run's row; expiry is judged by the server's clock.
-            found = cur.execute(self._q["get_lease"], (run_id,)).fetchone()
-            if found is None:
-                raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
-            held_by, expires_at, _token, now = found
+        # One statement, one round trip (queries.sql, claim_lease): the transaction of
+        # BEGIN, SET LOCAL, lock-and-read, update and COMMIT took five.
+        params = {
+            "run_id": run_id,
+            "owner": owner,
+            "ttl": float(ttl_seconds),
+            "take_over": take_over,
+            "synchronous": self._wanted_synchronous(False),
+        }
+        with self._read() as cur:  # autocommit: the statement is its own transaction
+            found = cur.execute(self._q["claim_lease"], params, prepare=True).fetchone()
+        if found is None:
+            raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
+        held_by, expires_at, now, token, until = found
+        if token is None:  # not taken, nothing written: the claim rule says why
             check_claimable(run_id, held_by, expires_at, now, owner, take_over)
-            live = lease_was_live(held_by, expires_at, now, owner)
-            claimed = cur.execute(
-                self._q["claim_lease"], (owner, float(ttl_seconds), run_id)
-            ).fetchone()
-            if claimed is None:  # the row is locked: cannot happen
-                raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
-            return Lease(owner, int(claimed[0]), float(claimed[1]), ttl_seconds, held_by, live)
+            raise LedgerError(  # the statement and the rule disagree: a bug, nothing written
+                f"run {run_id!r}: the claim statement refused a lease the claim rule allows "
+                f"(held by {held_by!r} until {expires_at!r}, server clock {now!r})"
+            )
+        live = lease_was_live(held_by, expires_at, now, owner)
+        return Lease(owner, int(token), float(until), ttl_seconds, held_by, live)
 
     def renew(self, run_id: str, lease: Lease) -> Lease:
-        with self._transaction() as cur:
+        synchronous = self._wanted_synchronous(False)
+        with self._read() as cur:  # one statement in autocommit: one round trip
             renewed = cur.execute(
                 self._q["renew_lease"],
-                (float(lease.ttl_seconds), run_id, lease.owner, lease.token),
+                (float(lease.ttl_seconds), run_id, lease.owner, lease.token, synchronous),
+                prepare=True,
             ).fetchone()
         if renewed is None:
             raise StaleLeaseError(
@@ -272,8 +302,13 @@ class PostgresStore(PostgresAppend):
         return Lease(lease.owner, lease.token, float(renewed[0]), lease.ttl_seconds)
 
     def release(self, run_id: str, lease: Lease) -> None:
-        with self._transaction() as cur:
-            cur.execute(self._q["release_lease"], (run_id, lease.owner, lease.token))
+        synchronous = self._wanted_synchronous(False)
+        with self._read() as cur:  # one statement in autocommit: one round trip
+            cur.execute(
+                self._q["release_lease"],
+                (run_id, lease.owner, lease.token, synchronous),
+                prepare=True,
+            )
 
     # -- checkpoints (export/import), beyond the port ----------------------
 

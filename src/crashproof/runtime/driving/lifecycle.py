@@ -18,7 +18,7 @@ from crashproof.errors import (
     RunStopped,
     Unverified,
 )
-from crashproof.integrity.witness import lost
+from crashproof.integrity.witness import start_new
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, encode, error_from_record
 from crashproof.journal.fold import Replay
@@ -72,11 +72,8 @@ def record_start(
     )
     store, witness, points = host.store, host.witness, host.crash_points
     new = store.get_run(run_id) is None
-    if new and witness is not None:
-        witnessed = witness.get(run_id)
-        if witnessed:  # lost from the journal: never a second start
-            raise lost(run_id, witnessed)
-        witness.start(run_id)  # generation 0, before the run's first commit
+    if new and witness is not None:  # generation 0, before the run's first commit
+        start_new(witness, run_id)  # (a run the witness saw but the journal lost: refused)
     if new and points is not None:  # resuming commits nothing here: no crash point
         points.hit("before_commit[run_started]")
     existing = store.create_run(row, first)

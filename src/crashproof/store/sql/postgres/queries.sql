@@ -64,26 +64,75 @@ SELECT (SELECT coalesce(max(e.seq) + 1, 0) FROM {schema}.events AS e WHERE e.run
        r.fencing_token
 FROM {schema}.runs AS r WHERE r.run_id = %s FOR UPDATE;
 
--- name: get_lease
--- The run's lease and the server's clock, the row locked until the transaction ends.
-SELECT owner, lease_expires_at, fencing_token, extract(epoch FROM clock_timestamp())::float8
-FROM {schema}.runs WHERE run_id = %s FOR UPDATE;
-
 -- name: claim_lease
-UPDATE {schema}.runs
-SET owner = %s, lease_expires_at = extract(epoch FROM clock_timestamp())::float8 + %s,
-    fencing_token = fencing_token + 1
-WHERE run_id = %s
-RETURNING fencing_token, lease_expires_at;
+-- A claim in one statement and one round trip, sent in autocommit (its own transaction):
+-- the run's row locked, the lease taken when the claim rule (store/port.py,
+-- check_claimable) lets the owner in: no owner, an expired lease (the server's clock),
+-- the same owner again, or take_over. Returns the row's owner and expiry as found, the
+-- server's clock, and the new token and expiry (NULL: not taken, nothing written; the
+-- caller raises LeaseHeld from what was found). No row: no such run.
+WITH found AS (
+    SELECT run_id, owner, lease_expires_at,
+           extract(epoch FROM clock_timestamp())::float8 AS now
+    FROM {schema}.runs WHERE run_id = %(run_id)s
+    FOR UPDATE
+), claimed AS (
+    UPDATE {schema}.runs AS r
+    SET owner = %(owner)s::text, lease_expires_at = found.now + %(ttl)s::float8,
+        fencing_token = r.fencing_token + 1
+    FROM found
+    WHERE r.run_id = found.run_id
+      AND (%(take_over)s::boolean OR found.owner IS NULL OR found.lease_expires_at IS NULL
+           OR found.lease_expires_at <= found.now OR found.owner = %(owner)s::text)
+      AND set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
+    RETURNING r.fencing_token, r.lease_expires_at
+)
+SELECT found.owner, found.lease_expires_at, found.now, claimed.fencing_token,
+       claimed.lease_expires_at
+FROM found LEFT JOIN claimed ON true;
 
 -- name: renew_lease
+-- Autocommit, one round trip: set_config is its SET LOCAL.
 UPDATE {schema}.runs SET lease_expires_at = extract(epoch FROM clock_timestamp())::float8 + %s
 WHERE run_id = %s AND owner = %s AND fencing_token = %s
+  AND set_config('synchronous_commit', %s::text, true) IS NOT NULL
 RETURNING lease_expires_at;
 
 -- name: release_lease
+-- Autocommit, one round trip, as renew_lease.
 UPDATE {schema}.runs SET owner = NULL, lease_expires_at = NULL
-WHERE run_id = %s AND owner = %s AND fencing_token = %s;
+WHERE run_id = %s AND owner = %s AND fencing_token = %s
+  AND set_config('synchronous_commit', %s::text, true) IS NOT NULL;
+
+-- name: create_run
+-- A new run's row and its start record in one statement and one round trip (autocommit:
+-- its own transaction), both or neither: the record only with the row this statement
+-- inserted. Returns how many rows it inserted (1, or 0 when the run exists) and the row
+-- that existed as of the statement's snapshot (none when this statement created it, or
+-- when another transaction created it meanwhile: the caller reads it then).
+WITH new_run AS (
+    INSERT INTO {schema}.runs
+        (run_id, workflow, version, status, reason, input_digest, created_at, updated_at)
+    SELECT %(run_id)s::text, %(workflow)s::text, %(version)s::text, %(status)s::text,
+           %(reason)s::text, %(input_digest)s::text, %(created)s::float8, %(updated)s::float8
+    WHERE set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING run_id
+), new_blob AS (
+    INSERT INTO {schema}.blobs (digest, data)
+    SELECT %(blob)s::text, %(data)s::text FROM new_run WHERE %(blob)s::text IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING
+), new_event AS (
+    INSERT INTO {schema}.events
+        (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+    SELECT new_run.run_id, %(seq)s::bigint, %(type)s::text, %(key)s::text,
+           %(payload)s::text, %(value)s::text, %(blob)s::text, %(created_at)s::float8,
+           %(key_id)s::text, %(mac)s::text
+    FROM new_run
+)
+SELECT (SELECT count(*) FROM new_run), r.run_id, r.workflow, r.version, r.status, r.reason,
+       r.input_digest, r.created_at, r.updated_at
+FROM (SELECT 1) AS one LEFT JOIN {schema}.runs AS r ON r.run_id = %(run_id)s::text;
 
 -- name: append_events
 -- A journal append in one statement and one round trip (store/pg_append.py), sent in
@@ -189,6 +238,61 @@ SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::
        %(value)s::text, %(blob)s::text, %(created_at)s::float8, %(key_id)s::text,
        %(mac)s::text
 FROM ok;
+
+-- name: append_event_holding
+-- append_event for an act's intent, a new hold in the index of unresolved intents (the
+-- batch: store/pg_append.py), checked and installed in SQL as apply_change does it in
+-- Python: written only if the run holds the step already (its own act again), or no
+-- other run holds the same digest on the same instance except those its overrides name;
+-- else nothing is written (0 rows) and the checked path says who holds it. Sent right
+-- after lock_run_intent in the same transaction, so its snapshot sees every hold
+-- committed before that lock was granted, and a hold made earlier in the transaction.
+WITH fence AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE run_id = %(run_id)s
+      AND (%(token)s::bigint IS NULL OR fencing_token = %(token)s::bigint)
+    FOR UPDATE
+), ok AS (
+    SELECT set_config('synchronous_commit', %(synchronous)s::text, true) AS synchronous
+    WHERE EXISTS (SELECT FROM fence)
+      AND EXISTS (SELECT FROM {schema}.events
+                  WHERE run_id = %(run_id)s AND seq = %(seq)s::bigint - 1
+                    AND mac IS NOT DISTINCT FROM %(prev_mac)s::text)
+      AND (EXISTS (SELECT FROM {schema}.unresolved_intents
+                   WHERE run_id = %(run_id)s AND step_key = %(key)s::text)
+           OR NOT EXISTS (SELECT FROM {schema}.unresolved_intents
+                          WHERE intent_digest = %(digest)s::text
+                            AND instance = %(instance)s::text
+                            AND run_id <> %(run_id)s
+                            AND run_id <> ALL(%(overrides)s::text[])))
+), new_blob AS (
+    INSERT INTO {schema}.blobs (digest, data)
+    SELECT %(blob)s::text, %(data)s::text FROM ok WHERE %(blob)s::text IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING
+), new_hold AS (
+    INSERT INTO {schema}.unresolved_intents (run_id, step_key, intent_digest, instance, since)
+    SELECT %(run_id)s, %(key)s::text, %(digest)s::text, %(instance)s::text,
+           %(created_at)s::float8
+    FROM ok
+    ON CONFLICT (run_id, step_key) DO NOTHING
+), new_status AS (
+    UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
+                             updated_at = %(now)s::float8
+    FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
+)
+INSERT INTO {schema}.events
+    (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::text,
+       %(value)s::text, %(blob)s::text, %(created_at)s::float8, %(key_id)s::text,
+       %(mac)s::text
+FROM ok;
+
+-- name: lock_run_intent
+-- Before append_event_holding, a statement of its own (its snapshot is taken when it
+-- starts): the run's row, as the checked path locks it first (journal_end), then the
+-- intent digest's lock (lock_intent), both held until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtextextended(%(digest)s::text, 0))
+FROM (SELECT 1 FROM {schema}.runs WHERE run_id = %(run_id)s::text FOR UPDATE) AS run;
 
 -- name: lock_intent
 -- Serialises the transactions that would hold one intent digest (store/intents.py): a

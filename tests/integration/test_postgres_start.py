@@ -1,0 +1,142 @@
+"""A run's start and lease on PostgreSQL, each one statement and one round trip (counted
+on the wire): create_run, claim, renew, release and the witness's start, with every
+refusal of the transactions they replace kept (nothing written)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import crashproof as cp
+from crashproof.integrity.witness import start_new
+from crashproof.journal.records import RunRow, RunStatus
+
+from .test_postgres_append import Wire, event
+
+psycopg = pytest.importorskip("psycopg")
+
+from crashproof.integrity.pg_witness import PostgresWitness  # noqa: E402
+from crashproof.store.postgres import PostgresStore  # noqa: E402
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[PostgresStore]:
+    from crashproof.integrity.keys import Keyring
+    from crashproof.integrity.seal import Sealer
+
+    opened = PostgresStore(pg_url, pool_size=1, sealer=Sealer(Keyring(b"k" * 32)))
+    yield opened
+    opened.close()
+
+
+def row(run_id: str = "r", digest: str = "d") -> RunRow:
+    return RunRow(
+        run_id=run_id,
+        workflow="wf",
+        version="1",
+        status=RunStatus.RUNNING,
+        input_digest=digest,
+        created_at=1.0,
+        updated_at=1.0,
+    )
+
+
+def trips(store: PostgresStore, work: object) -> int:
+    with tempfile.TemporaryDirectory() as directory:
+        wire = Wire(store, Path(directory) / "trace")
+        try:
+            if callable(work):
+                work()
+            return wire.round_trips()
+        finally:
+            wire.close()
+
+
+def test_create_run_is_one_round_trip_and_returns_an_existing_row(store: PostgresStore) -> None:
+    # (Each statement is prepared on its first use: a round trip of its own, once.)
+    store.create_run(row("warm"), event(0, run_id="warm"))
+    store.append([event(1, run_id="warm")])
+    assert trips(store, lambda: store.create_run(row(), event(0))) == 1
+    assert [e.seq for e in store.load_events("r")] == [0]
+    # Again (another input): the existing row back, nothing written.
+    found: list[RunRow | None] = []
+    assert trips(store, lambda: found.append(store.create_run(row(digest="e"), event(0)))) == 1
+    assert found[0] is not None
+    assert found[0].input_digest == "d"
+    assert [e.seq for e in store.load_events("r")] == [0]
+    # The next append goes on from the start record this store wrote (one round trip).
+    assert trips(store, lambda: store.append([event(1)])) == 1
+
+
+def test_a_blob_start_record_lands_with_its_row(store: PostgresStore) -> None:
+    from crashproof.store.port import BLOB_THRESHOLD
+
+    big = '"' + "b" * BLOB_THRESHOLD + '"'
+    assert store.create_run(row(), event(0, big)) is None
+    assert store.load_events("r")[0].value_json == big
+
+
+def test_claim_renew_release_are_one_round_trip_each(store: PostgresStore) -> None:
+    store.create_run(row(), event(0))
+    store.create_run(row("warm"), event(0, run_id="warm"))
+    warm = store.claim("warm", "w1", 30.0)  # (prepared on first use: a round trip, once)
+    store.release("warm", store.renew("warm", warm))
+    leases: list[cp.Lease] = []
+    assert trips(store, lambda: leases.append(store.claim("r", "w1", 30.0))) == 1
+    lease = leases[0]
+    assert lease.token == 1
+    assert lease.previous_owner is None
+    assert trips(store, lambda: leases.append(store.renew("r", lease))) == 1
+    assert leases[1].expires_at >= lease.expires_at
+    assert trips(store, lambda: store.release("r", lease)) == 1
+    again = store.claim("r", "w2", 30.0)
+    assert again.token == 2
+    assert again.previous_owner is None  # released
+
+
+def test_a_refused_claim_writes_nothing(store: PostgresStore) -> None:
+    store.create_run(row(), event(0))
+    first = store.claim("r", "w1", 30.0)
+    with pytest.raises(cp.LeaseHeld) as held:
+        store.claim("r", "w2", 30.0)
+    assert held.value.owner == "w1"
+    assert store.leases()["r"].token == first.token  # no token spent
+    # The same owner again, and an explicit take-over, are let in.
+    assert store.claim("r", "w1", 30.0).token == first.token + 1
+    taken = store.claim("r", "w2", 30.0, take_over=True)
+    assert taken.token == first.token + 2
+    assert taken.previous_owner == "w1"
+    assert taken.previous_live
+    with pytest.raises(cp.RunNotFound):
+        store.claim("nope", "w1", 30.0)
+    # A superseded lease renews and releases nothing.
+    with pytest.raises(cp.StaleLeaseError):
+        store.renew("r", first)
+    store.release("r", first)
+    assert store.leases()["r"].owner == "w2"
+
+
+def test_an_expired_lease_is_claimed_by_the_servers_clock(store: PostgresStore) -> None:
+    store.create_run(row(), event(0))
+    store.claim("r", "w1", 0.0)
+    taken = store.claim("r", "w2", 30.0)
+    assert taken.previous_owner == "w1"
+    assert not taken.previous_live
+
+
+def test_the_witness_starts_a_new_run_in_one_statement(pg_url: str) -> None:
+    witness = PostgresWitness(pg_url, schema="crashproof_witness")
+    try:
+        assert witness.start_unseen("r") is None
+        assert witness.get("r") == 0
+        assert witness.start_unseen("r") == 0  # seen at 0: nothing changed
+        start_new(witness, "r")  # a start again before any commit: allowed
+        witness.advance("r", 3)
+        with pytest.raises(cp.JournalRolledBack, match="lost from the journal"):
+            start_new(witness, "r")
+        assert witness.get("r") == 3
+    finally:
+        witness.close()
