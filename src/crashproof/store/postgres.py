@@ -61,6 +61,8 @@ SCHEMA_VERSION = _MIGRATIONS[-1].version
 # "output": ordinary commits with synchronous_commit off, those before an output with it on
 # (a synchronous commit flushes the server's WAL up to it, every earlier commit included).
 _SYNCHRONOUS = {"output": "off", "full": "on", "normal": "off"}
+# Seconds a schema version read stays current for schema_version().
+_VERSION_FRESH = 1.0
 # Plain lower-case identifiers only: they need no quoting rules beyond double quotes.
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -113,6 +115,7 @@ class PostgresStore(PostgresAppend):
         self.durability = durability
         self._sealer = sealer
         self._init_ends()  # where each run's journal ends, as last read or written
+        self._version = (0, -_VERSION_FRESH)  # schema_version(): (version, when read)
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout)),
@@ -199,8 +202,17 @@ class PostgresStore(PostgresAppend):
     # -- the port ----------------------------------------------------------
 
     def schema_version(self) -> int:
+        # Every drive names the version in its session, and runs start by the hundred at
+        # once: a version read in the last second is as current as one read now (a
+        # migration by another process may land right after either read), at no round
+        # trip. (bench/concurrency.py --postgres: one round trip of five at a run's start.)
+        read, at = self._version
+        if time.monotonic() - at < _VERSION_FRESH:
+            return read
         with self._read() as cur:
-            return self._read_version(cur)
+            found = self._read_version(cur)
+        self._version = (found, time.monotonic())
+        return found
 
     def create_run(self, row: RunRow, first: Event) -> RunRow | None:
         # One statement, one round trip (queries.sql, create_run): a transaction of
