@@ -323,3 +323,62 @@ def test_two_batches_racing_for_one_intent_hold_it_once(store: PostgresStore, pg
     refused = next(r[0] for r in results.values() if r[0] is not None)
     assert isinstance(refused[1], cp.IntentHeld)
     assert len(store.unresolved_intents()) == 1
+
+
+def test_the_runs_first_records_share_one_statement_each_refused_on_its_own(
+    store: PostgresStore,
+) -> None:
+    old = store.claim("b", "w1", 30.0)
+    new = store.claim("b", "w2", 30.0, take_over=True)
+    tokens = {"a": store.claim("a", "w1", 30.0).token, "c": None}
+    big = '"' + "s" * BLOB_THRESHOLD + '"'  # the same blob in two runs of one batch
+    results = store.append_batch(
+        [
+            [
+                ([event(1, big, run_id="a")], None, tokens["a"], False),
+                ([event(2, run_id="a")], None, tokens["a"], False),  # chained to the row
+            ],
+            [
+                ([event(1, run_id="b")], None, old.token, False),  # a superseded lease
+                ([event(2, run_id="b")], None, new.token, False),  # refused after it
+            ],
+            [([event(1, big, run_id="c")], None, None, True)],
+        ]
+    )
+    assert results[0] is None
+    assert results[2] is None
+    assert results[1] is not None
+    assert results[1][0] == 0
+    assert isinstance(results[1][1], cp.StaleLeaseError)
+    assert seqs(store, "a") == [0, 1, 2]
+    assert seqs(store, "b") == [0]  # nothing of b was kept
+    assert seqs(store, "c") == [0, 1]
+    assert store.load_events("a")[1].value_json == big
+    assert store.load_events("c")[1].value_json == big
+    # b goes on under its current lease, from what was kept.
+    assert store.append_batch([[([event(1, run_id="b")], None, new.token, False)]]) == [None]
+    assert seqs(store, "b") == [0, 1]
+
+
+def test_a_first_record_chained_to_a_stale_end_writes_nothing(
+    store: PostgresStore, pg_url: str
+) -> None:
+    # Another store appends to b (seq 1) and this store's b record comes at seq 2 with a
+    # MAC chained to a record it never saw: no taken seq, the chain check refuses it.
+    other = PostgresStore(pg_url, sealer=store.sealer)
+    try:
+        other.load_events("b")
+        other.append([event(1, '"theirs"', run_id="b")])
+    finally:
+        other.close()
+    store._remember("b", 2, "not-the-mac")
+    results = store.append_batch(
+        [
+            [([event(1, run_id="a")], None, None, False)],
+            [([event(2, '"mine"', run_id="b")], None, None, False)],
+        ]
+    )
+    assert results[0] is None
+    assert results[1] is None  # the checked path then appended it after the real end
+    events = store.load_events("b")  # verified: the chain holds
+    assert [e.value_json for e in events[1:]] == ['"theirs"', '"mine"']

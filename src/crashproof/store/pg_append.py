@@ -218,6 +218,7 @@ class PostgresAppend:
                 change = _index_change(events)
                 if change is False:
                     break  # several records that touch the index: the checked path
+                query: str | None
                 query, params, mac = self._one_trip_params(events, status, token, "", prev_mac)
                 lock = None
                 if isinstance(change, Change) and change.what == "hold":
@@ -231,6 +232,13 @@ class PostgresAppend:
                     query = self._q["append_event_releasing"]
                     params["release_all"] = change.what == "end"
                     params["release_key"] = change.key
+                if (
+                    not plan.statements
+                    and query == self._q["append_event"]
+                    and status is None
+                    and change is None
+                ):
+                    query = None  # a run's first plain record: in the batch's rows statement
                 plan.statements.append((query, params, len(events), lock))
                 next_seq, prev_mac = events[-1].seq + 1, mac
                 plan.ends.append((next_seq, mac))
@@ -239,14 +247,25 @@ class PostgresAppend:
     def _batch_trip(self, plans: list[_Plan], synchronous: str) -> list[list[int]] | None:
         """The statements of ``plans`` in one transaction, pipelined: one round trip; the
         rows each wrote, or None when a taken seq or a deadlock undid it all."""
+        rows = [plan.statements[0][1] for plan in plans if plan.statements[0][0] is None]
         with self._errors(), self._pool.connection() as conn:
             try:
                 with conn.pipeline():
                     conn.execute("BEGIN")
-                    cursors = []
+                    # First, the runs' first plain records, all in one statement (the rows
+                    # it wrote come back): the statements that follow chain to them.
+                    first = None
+                    if rows:
+                        first = conn.execute(
+                            self._q["append_records"], _rows_params(rows, synchronous), prepare=True
+                        )
+                    cursors: list[list[psycopg.Cursor[Any] | None]] = []
                     for plan in plans:
-                        row = []
+                        row: list[psycopg.Cursor[Any] | None] = []
                         for query, params, _records, lock in plan.statements:
+                            if query is None:
+                                row.append(None)  # in the rows statement
+                                continue
                             if lock is not None:  # a new hold: its lock, then its append
                                 conn.execute(self._q["lock_run_intent"], lock, prepare=True)
                             params["synchronous"] = synchronous
@@ -259,7 +278,11 @@ class PostgresAppend:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     with contextlib.suppress(psycopg.Error):  # a broken one is discarded
                         conn.rollback()
-        return [[cur.rowcount for cur in row] for row in cursors]
+        landed = {found[0] for found in first.fetchall()} if first is not None else set()
+        return [
+            [int(plan.run_id in landed) if cur is None else cur.rowcount for cur in row]
+            for plan, row in zip(plans, cursors, strict=True)
+        ]
 
     def _append_rest(
         self, group: Sequence[RecordAppend], start: int
@@ -440,7 +463,8 @@ class _Plan:
     def __init__(self, group: int, run_id: str) -> None:
         self.group = group
         self.run_id = run_id
-        self.statements: list[tuple[str, dict[str, Any], int, dict[str, Any] | None]] = []
+        # (query None: the run's first plain record, in the batch's rows statement)
+        self.statements: list[tuple[str | None, dict[str, Any], int, dict[str, Any] | None]] = []
         self.ends: list[tuple[int, str | None]] = []
 
 
@@ -448,12 +472,26 @@ class _Plan:
 # go on side by side (each its own pool connection: the pool bounds them).
 _REST = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="crashproof-pg")
 
+
 # A batch transaction that meets one of these kept nothing: its groups go one by one.
 _UNDONE = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
 
 # The event columns after the run id, in the order of _rows: the parameters of
 # append_event, and (plural, as unnest() arrays) of append_events.
 _EVENT_COLUMNS = ("seq", "type", "key", "payload", "value", "blob", "created_at", "key_id", "mac")
+
+
+def _rows_params(rows: list[dict[str, Any]], synchronous: str) -> dict[str, Any]:
+    """The parameters of append_records: the one-record parameters of ``rows`` (one per
+    run) as arrays, a column each."""
+    params: dict[str, Any] = {"synchronous": synchronous}
+    for column in _ROW_COLUMNS:
+        params[f"{column}s"] = [row[column] for row in rows]
+    return params
+
+
+# The columns of append_records, each an array of one value per run.
+_ROW_COLUMNS = ("run_id", "token", "prev_mac", *_EVENT_COLUMNS, "data")
 
 
 def apply_change(

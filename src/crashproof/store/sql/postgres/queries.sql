@@ -203,6 +203,49 @@ SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::
        %(mac)s::text
 FROM ok;
 
+-- name: append_records
+-- append_event for many runs at once, a record each (the first plain record of each run
+-- in a batch: store/pg_append.py), one statement instead of one per record: each row
+-- written only if its run's row, locked (in run id order) until the commit, still
+-- carries the writer's fencing token (NULL: unfenced) and the record before it is there
+-- with the MAC it chained to; a taken seq fails the statement (the batch is undone).
+-- Returns the run ids of the rows written. The arrays are sent in binary (placeholders
+-- ending in b, not s): the driver writes their elements as they are, with no escaping
+-- (in text, escaping cost as much as the rest of the batch: bench in docs/benchmarks.md).
+WITH rec AS (
+    SELECT *
+    FROM unnest(%(run_ids)b::text[], %(tokens)b::bigint[], %(prev_macs)b::text[],
+                %(seqs)b::bigint[], %(types)b::text[], %(keys)b::text[],
+                %(payloads)b::text[], %(values)b::text[], %(blobs)b::text[],
+                %(created_ats)b::float8[], %(key_ids)b::text[], %(macs)b::text[],
+                %(datas)b::text[])
+         AS e (run_id, token, prev_mac, seq, type, key, payload, value, blob, created_at,
+               key_id, mac, data)
+), fence AS (
+    SELECT r.run_id
+    FROM {schema}.runs AS r JOIN rec ON rec.run_id = r.run_id
+    WHERE rec.token IS NULL OR r.fencing_token = rec.token
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+), ok AS (
+    SELECT rec.*
+    FROM rec JOIN fence ON fence.run_id = rec.run_id
+    WHERE set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
+      AND EXISTS (SELECT FROM {schema}.events AS p
+                  WHERE p.run_id = rec.run_id AND p.seq = rec.seq - 1
+                    AND p.mac IS NOT DISTINCT FROM rec.prev_mac)
+), new_blobs AS (
+    INSERT INTO {schema}.blobs (digest, data)
+    SELECT DISTINCT ok.blob, ok.data FROM ok WHERE ok.blob IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING
+)
+INSERT INTO {schema}.events
+    (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+SELECT ok.run_id, ok.seq, ok.type, ok.key, ok.payload, ok.value, ok.blob, ok.created_at,
+       ok.key_id, ok.mac
+FROM ok
+RETURNING run_id;
+
 -- name: append_event_releasing
 -- append_event for a record that releases intents of its run from the index (an act's
 -- end: the hold of its step, release_key; the run's end: every hold, release_all),
