@@ -5,7 +5,9 @@ refusal of the transactions they replace kept (nothing written)."""
 from __future__ import annotations
 
 import tempfile
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 import crashproof as cp
 from crashproof.integrity.witness import start_new
 from crashproof.journal.records import RunRow, RunStatus
+from crashproof.store.port import Lease
 
 from .test_postgres_append import Wire, event
 
@@ -84,7 +87,7 @@ def test_claim_renew_release_are_one_round_trip_each(store: PostgresStore) -> No
     store.create_run(row("warm"), event(0, run_id="warm"))
     warm = store.claim("warm", "w1", 30.0)  # (prepared on first use: a round trip, once)
     store.release("warm", store.renew("warm", warm))
-    leases: list[cp.Lease] = []
+    leases: list[Lease] = []
     assert trips(store, lambda: leases.append(store.claim("r", "w1", 30.0))) == 1
     lease = leases[0]
     assert lease.token == 1
@@ -138,5 +141,106 @@ def test_the_witness_starts_a_new_run_in_one_statement(pg_url: str) -> None:
         with pytest.raises(cp.JournalRolledBack, match="lost from the journal"):
             start_new(witness, "r")
         assert witness.get("r") == 3
+    finally:
+        witness.close()
+
+
+def _at_once(work: list[object]) -> list[object]:
+    """Run the callables of ``work`` in threads started together; their results or errors."""
+    barrier = threading.Barrier(len(work))
+
+    def run(fn: object) -> object:
+        barrier.wait()
+        try:
+            return fn() if callable(fn) else None
+        except Exception as exc:
+            return exc
+
+    with ThreadPoolExecutor(len(work)) as pool:
+        return list(pool.map(run, work))
+
+
+def test_concurrent_claims_of_one_run_let_one_owner_in(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=8)
+    try:
+        store.create_run(row(), event(0))
+        for _round in range(5):
+            got = _at_once([lambda o=o: store.claim("r", f"w{o}", 30.0) for o in range(12)])
+            leases = [g for g in got if isinstance(g, Lease)]
+            refused = [g for g in got if isinstance(g, cp.LeaseHeld)]
+            assert len(leases) == 1, got
+            assert len(refused) == 11
+            store.release("r", leases[0])
+    finally:
+        store.close()
+
+
+def test_concurrent_claims_of_many_runs_share_statements_refusing_each_on_its_own(
+    pg_url: str,
+) -> None:
+    store = PostgresStore(pg_url, pool_size=8)
+    try:
+        for k in range(20):
+            store.create_run(row(f"r{k}"), event(0, run_id=f"r{k}"))
+        held = store.claim("r3", "other", 30.0)
+        got = _at_once(
+            [lambda k=k: store.claim(f"r{k}", "w1", 30.0) for k in range(20)]
+            + [lambda: store.claim("nope", "w1", 30.0)]
+        )
+        assert isinstance(got[3], cp.LeaseHeld)
+        assert isinstance(got[20], cp.RunNotFound)
+        assert all(isinstance(g, Lease) and g.token == 1 for k, g in enumerate(got[:20]) if k != 3)
+        leases = store.leases()
+        assert leases["r3"].owner == "other"
+        assert leases["r3"].token == held.token  # the refused claim wrote nothing
+        # Released together: each by its own token.
+        _at_once(
+            [lambda k=k, g=g: store.release(f"r{k}", g) for k, g in enumerate(got[:20]) if k != 3]
+            + [lambda: store.release("r3", Lease("w1", 99, 0.0, 30.0))]  # not the holder
+        )
+        leases = store.leases()
+        assert leases["r3"].owner == "other"
+        assert all(leases[f"r{k}"].owner is None for k in range(20) if k != 3)
+    finally:
+        store.close()
+
+
+def test_concurrent_starts_of_one_run_create_it_once(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=8)
+    try:
+        got = _at_once([lambda: store.create_run(row(), event(0)) for _ in range(10)])
+        assert got.count(None) == 1, got  # created once; the others see the row
+        assert all(isinstance(g, RunRow) for g in got if g is not None)
+        assert [e.seq for e in store.load_events("r")] == [0]
+    finally:
+        store.close()
+
+
+def test_a_value_the_database_refuses_fails_only_its_own_start(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=8)
+    try:
+        runs = [f"r{k}" for k in range(10)] + ["bad\x00id"]
+        got = _at_once([lambda r=r: store.create_run(row(r), event(0, run_id=r)) for r in runs])
+        assert got[:10] == [None] * 10
+        assert isinstance(got[10], cp.LedgerError)
+        assert "NUL" in str(got[10])
+        assert sorted(r.run_id for r in store.list_runs()) == sorted(runs[:10])
+    finally:
+        store.close()
+
+
+def test_concurrent_witness_starts_share_a_statement(pg_url: str) -> None:
+    witness = PostgresWitness(pg_url, schema="crashproof_witness")
+    try:
+        witness.start_unseen("seen")
+        witness.advance("seen", 2)
+        got = _at_once(
+            [lambda k=k: witness.start_unseen(f"r{k}") for k in range(12)]
+            + [lambda: witness.start_unseen("seen")]
+        )
+        assert got == [None] * 12 + [2]
+        known = witness.known()
+        assert all(known[f"r{k}"] == 0 for k in range(12))
+        assert known["seen"] == 2
     finally:
         witness.close()

@@ -34,6 +34,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import decode
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.combining import Combiner
 from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, split_statements
@@ -116,6 +117,12 @@ class PostgresStore(PostgresAppend):
         self._sealer = sealer
         self._init_ends()  # where each run's journal ends, as last read or written
         self._version = (0, -_VERSION_FRESH)  # schema_version(): (version, when read)
+        # Runs that start, claim and release at the same time share one statement each
+        # (store/combining.py): a hundred async drives on one loop do so at once.
+        self._getting = Combiner(self._get_many)
+        self._creating = Combiner(self._create_many)
+        self._claiming = Combiner(self._claim_many)
+        self._releasing = Combiner(self._release_many)
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout)),
@@ -215,23 +222,22 @@ class PostgresStore(PostgresAppend):
         return found
 
     def create_run(self, row: RunRow, first: Event) -> RunRow | None:
-        # One statement, one round trip (queries.sql, create_run): a transaction of
-        # BEGIN, SET LOCAL, two inserts and COMMIT took five.
+        # One statement, one round trip, shared by the runs starting at the same time
+        # (queries.sql, create_runs): a transaction of BEGIN, SET LOCAL, two inserts and
+        # COMMIT took five round trips a run.
         params, mac = self._record_params(first, GENESIS)
         params.update(
             run_id=row.run_id,
             workflow=row.workflow,
             version=row.version,
-            status=row.status.value,
+            state=row.status.value,  # (not "status": the arrays are named by adding "s")
             reason=reason_in(row.reason),
             input_digest=row.input_digest,
             created=row.created_at,
             updated=row.updated_at,
-            synchronous=self._wanted_synchronous(False),
         )
-        with self._read() as cur:  # autocommit: the statement is its own transaction
-            found = cur.execute(self._q["create_run"], params, prepare=True).fetchone()
-        if found is None:  # (SELECT 1) LEFT JOIN: always one row
+        found = self._creating(row.run_id, params)
+        if found is None:
             raise LedgerError(f"{self.display}: creating run {row.run_id!r} returned nothing")
         if found[0]:
             self._remember(row.run_id, first.seq + 1, mac)
@@ -244,10 +250,23 @@ class PostgresStore(PostgresAppend):
             raise LedgerError(f"{self.display}: run {row.run_id!r} neither created nor found")
         return existing
 
+    def _create_many(self, calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+        params = _columns(_CREATE_COLUMNS, [call for _run_id, call in calls])
+        params["synchronous"] = self._wanted_synchronous(False)
+        with self._read() as cur:  # autocommit: the statement is its own transaction
+            rows = cur.execute(self._q["create_runs"], params, prepare=True).fetchall()
+        return {found[0]: found[1:] for found in rows}
+
     def get_run(self, run_id: str) -> RunRow | None:
-        with self._read() as cur:
-            found = cur.execute(self._q["get_run"], (run_id,)).fetchone()
+        found = self._getting(run_id, None)  # shared with concurrent reads (get_runs)
         return None if found is None else _row(found)
+
+    def _get_many(self, calls: list[tuple[str, None]]) -> dict[str, Any]:
+        with self._read() as cur:
+            rows = cur.execute(
+                self._q["get_runs"], {"run_ids": [run_id for run_id, _ in calls]}, prepare=True
+            ).fetchall()
+        return {found[0]: found for found in rows}
 
     def list_runs(self, status: RunStatus | None = None) -> list[RunRow]:
         with self._read() as cur:
@@ -275,20 +294,13 @@ class PostgresStore(PostgresAppend):
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
     ) -> Lease:
-        # One statement, one round trip (queries.sql, claim_lease): the transaction of
-        # BEGIN, SET LOCAL, lock-and-read, update and COMMIT took five.
-        params = {
-            "run_id": run_id,
-            "owner": owner,
-            "ttl": float(ttl_seconds),
-            "take_over": take_over,
-            "synchronous": self._wanted_synchronous(False),
-        }
-        with self._read() as cur:  # autocommit: the statement is its own transaction
-            found = cur.execute(self._q["claim_lease"], params, prepare=True).fetchone()
-        if found is None:
+        # One statement, one round trip, shared by concurrent claims (queries.sql,
+        # claim_leases): the transaction of BEGIN, SET LOCAL, lock-and-read, update and
+        # COMMIT took five round trips a claim.
+        found = self._claiming(run_id, (owner, float(ttl_seconds), take_over))
+        if found is None or not found[0]:
             raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
-        held_by, expires_at, now, token, until = found
+        _exists, held_by, expires_at, now, token, until = found
         if token is None:  # not taken, nothing written: the claim rule says why
             check_claimable(run_id, held_by, expires_at, now, owner, take_over)
             raise LedgerError(  # the statement and the rule disagree: a bug, nothing written
@@ -297,6 +309,18 @@ class PostgresStore(PostgresAppend):
             )
         live = lease_was_live(held_by, expires_at, now, owner)
         return Lease(owner, int(token), float(until), ttl_seconds, held_by, live)
+
+    def _claim_many(self, calls: list[tuple[str, tuple[str, float, bool]]]) -> dict[str, Any]:
+        params = {
+            "run_ids": [run_id for run_id, _ in calls],
+            "owners": [owner for _, (owner, _ttl, _take) in calls],
+            "ttls": [ttl for _, (_owner, ttl, _take) in calls],
+            "take_overs": [take for _, (_owner, _ttl, take) in calls],
+            "synchronous": self._wanted_synchronous(False),
+        }
+        with self._read() as cur:  # autocommit: the statement is its own transaction
+            rows = cur.execute(self._q["claim_leases"], params, prepare=True).fetchall()
+        return {found[0]: found[1:] for found in rows}
 
     def renew(self, run_id: str, lease: Lease) -> Lease:
         synchronous = self._wanted_synchronous(False)
@@ -314,13 +338,18 @@ class PostgresStore(PostgresAppend):
         return Lease(lease.owner, lease.token, float(renewed[0]), lease.ttl_seconds)
 
     def release(self, run_id: str, lease: Lease) -> None:
-        synchronous = self._wanted_synchronous(False)
-        with self._read() as cur:  # one statement in autocommit: one round trip
-            cur.execute(
-                self._q["release_lease"],
-                (run_id, lease.owner, lease.token, synchronous),
-                prepare=True,
-            )
+        self._releasing(run_id, (lease.owner, lease.token))  # shared: release_leases
+
+    def _release_many(self, calls: list[tuple[str, tuple[str, int]]]) -> dict[str, Any]:
+        params = {
+            "run_ids": [run_id for run_id, _ in calls],
+            "owners": [owner for _, (owner, _token) in calls],
+            "tokens": [token for _, (_owner, token) in calls],
+            "synchronous": self._wanted_synchronous(False),
+        }
+        with self._read() as cur:  # autocommit: one statement, one round trip
+            rows = cur.execute(self._q["release_leases"], params, prepare=True).fetchall()
+        return {found[0]: True for found in rows}
 
     # -- checkpoints (export/import), beyond the port ----------------------
 
@@ -474,6 +503,19 @@ class PostgresStore(PostgresAppend):
     def _errors(self, *, opening: bool = False) -> contextlib.AbstractContextManager[None]:
         """Turn psycopg's errors into clear crashproof ones, without a driver traceback."""
         return translated_errors(f"PostgreSQL ledger {self.display}", self.schema, opening=opening)
+
+
+# The columns of create_runs, each an array of one value per run.
+_CREATE_COLUMNS = (
+    *("run_id", "workflow", "version", "state", "reason", "input_digest", "created"),
+    *("updated", "seq", "type", "key", "payload", "value", "blob", "data", "created_at"),
+    *("key_id", "mac"),
+)
+
+
+def _columns(names: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``rows`` (one dict of parameters each) as arrays, one per column (its name + s)."""
+    return {f"{name}s": [row[name] for row in rows] for name in names}
 
 
 def _row(found: Any) -> RunRow:

@@ -25,10 +25,6 @@ INSERT INTO {schema}.runs
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (run_id) DO NOTHING;
 
--- name: get_run
-SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
-FROM {schema}.runs WHERE run_id = %s;
-
 -- name: list_runs
 SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
 FROM {schema}.runs ORDER BY created_at, run_id COLLATE "C";
@@ -64,32 +60,42 @@ SELECT (SELECT coalesce(max(e.seq) + 1, 0) FROM {schema}.events AS e WHERE e.run
        r.fencing_token
 FROM {schema}.runs AS r WHERE r.run_id = %s FOR UPDATE;
 
--- name: claim_lease
--- A claim in one statement and one round trip, sent in autocommit (its own transaction):
--- the run's row locked, the lease taken when the claim rule (store/port.py,
--- check_claimable) lets the owner in: no owner, an expired lease (the server's clock),
--- the same owner again, or take_over. Returns the row's owner and expiry as found, the
--- server's clock, and the new token and expiry (NULL: not taken, nothing written; the
--- caller raises LeaseHeld from what was found). No row: no such run.
-WITH found AS (
-    SELECT run_id, owner, lease_expires_at,
+-- name: claim_leases
+-- Claims of several runs in one statement and one round trip, sent in autocommit (its own
+-- transaction; concurrent claims combined: store/combining.py): each run's row locked (in
+-- run id order), its lease taken when the claim rule (store/port.py, check_claimable)
+-- lets the owner in: no owner, an expired lease (the server's clock), the same owner
+-- again, or take_over. Per run asked: whether it exists, its owner and expiry as found,
+-- the server's clock, and the new token and expiry (NULL: not taken, nothing written;
+-- the caller raises LeaseHeld from what was found).
+WITH asked AS (
+    SELECT *
+    FROM unnest(%(run_ids)b::text[], %(owners)b::text[], %(ttls)b::float8[],
+                %(take_overs)b::boolean[])
+         AS a (run_id, owner, ttl, take_over)
+), found AS (
+    SELECT r.run_id, r.owner, r.lease_expires_at,
            extract(epoch FROM clock_timestamp())::float8 AS now
-    FROM {schema}.runs WHERE run_id = %(run_id)s
-    FOR UPDATE
+    FROM {schema}.runs AS r
+    WHERE r.run_id IN (SELECT asked.run_id FROM asked)
+    ORDER BY r.run_id
+    FOR UPDATE OF r
 ), claimed AS (
     UPDATE {schema}.runs AS r
-    SET owner = %(owner)s::text, lease_expires_at = found.now + %(ttl)s::float8,
+    SET owner = asked.owner, lease_expires_at = found.now + asked.ttl,
         fencing_token = r.fencing_token + 1
-    FROM found
+    FROM found JOIN asked ON asked.run_id = found.run_id
     WHERE r.run_id = found.run_id
-      AND (%(take_over)s::boolean OR found.owner IS NULL OR found.lease_expires_at IS NULL
-           OR found.lease_expires_at <= found.now OR found.owner = %(owner)s::text)
+      AND (asked.take_over OR found.owner IS NULL OR found.lease_expires_at IS NULL
+           OR found.lease_expires_at <= found.now OR found.owner = asked.owner)
       AND set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
-    RETURNING r.fencing_token, r.lease_expires_at
+    RETURNING r.run_id, r.fencing_token, r.lease_expires_at
 )
-SELECT found.owner, found.lease_expires_at, found.now, claimed.fencing_token,
-       claimed.lease_expires_at
-FROM found LEFT JOIN claimed ON true;
+SELECT asked.run_id, found.run_id IS NOT NULL, found.owner, found.lease_expires_at,
+       found.now, claimed.fencing_token, claimed.lease_expires_at
+FROM asked
+LEFT JOIN found ON found.run_id = asked.run_id
+LEFT JOIN claimed ON claimed.run_id = asked.run_id;
 
 -- name: renew_lease
 -- Autocommit, one round trip: set_config is its SET LOCAL.
@@ -98,41 +104,75 @@ WHERE run_id = %s AND owner = %s AND fencing_token = %s
   AND set_config('synchronous_commit', %s::text, true) IS NOT NULL
 RETURNING lease_expires_at;
 
--- name: release_lease
--- Autocommit, one round trip, as renew_lease.
-UPDATE {schema}.runs SET owner = NULL, lease_expires_at = NULL
-WHERE run_id = %s AND owner = %s AND fencing_token = %s
-  AND set_config('synchronous_commit', %s::text, true) IS NOT NULL;
+-- name: release_leases
+-- Releases of several runs' leases (each by its owner and token) in one statement and one
+-- round trip, autocommit (concurrent releases combined, as claims are); the rows locked
+-- in run id order.
+WITH asked AS (
+    SELECT *
+    FROM unnest(%(run_ids)b::text[], %(owners)b::text[], %(tokens)b::bigint[])
+         AS a (run_id, owner, token)
+), held AS (
+    SELECT r.run_id
+    FROM {schema}.runs AS r JOIN asked ON asked.run_id = r.run_id
+    WHERE r.owner = asked.owner AND r.fencing_token = asked.token
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+)
+UPDATE {schema}.runs AS r SET owner = NULL, lease_expires_at = NULL
+FROM held
+WHERE r.run_id = held.run_id
+  AND set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
+RETURNING r.run_id;
 
--- name: create_run
--- A new run's row and its start record in one statement and one round trip (autocommit:
--- its own transaction), both or neither: the record only with the row this statement
--- inserted. Returns how many rows it inserted (1, or 0 when the run exists) and the row
--- that existed as of the statement's snapshot (none when this statement created it, or
--- when another transaction created it meanwhile: the caller reads it then).
-WITH new_run AS (
+-- name: create_runs
+-- New runs' rows and their start records in one statement and one round trip
+-- (autocommit: its own transaction; concurrent starts combined: store/combining.py),
+-- each run's record only with the row this statement inserted (in run id order). Per
+-- run asked: whether this statement inserted it, and the row that existed as of the
+-- statement's snapshot (none when this statement created it, or when another
+-- transaction created it meanwhile: the caller reads it then).
+WITH asked AS (
+    SELECT *
+    FROM unnest(%(run_ids)b::text[], %(workflows)b::text[], %(versions)b::text[],
+                %(states)b::text[], %(reasons)b::text[], %(input_digests)b::text[],
+                %(createds)b::float8[], %(updateds)b::float8[], %(seqs)b::bigint[],
+                %(types)b::text[], %(keys)b::text[], %(payloads)b::text[],
+                %(values)b::text[], %(blobs)b::text[], %(datas)b::text[],
+                %(created_ats)b::float8[], %(key_ids)b::text[], %(macs)b::text[])
+         AS a (run_id, workflow, version, status, reason, input_digest, created, updated,
+               seq, type, key, payload, value, blob, data, created_at, key_id, mac)
+), new_runs AS (
     INSERT INTO {schema}.runs
         (run_id, workflow, version, status, reason, input_digest, created_at, updated_at)
-    SELECT %(run_id)s::text, %(workflow)s::text, %(version)s::text, %(status)s::text,
-           %(reason)s::text, %(input_digest)s::text, %(created)s::float8, %(updated)s::float8
+    SELECT run_id, workflow, version, status, reason, input_digest, created, updated
+    FROM asked
     WHERE set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
+    ORDER BY run_id
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id
-), new_blob AS (
+), new_blobs AS (
     INSERT INTO {schema}.blobs (digest, data)
-    SELECT %(blob)s::text, %(data)s::text FROM new_run WHERE %(blob)s::text IS NOT NULL
+    SELECT DISTINCT asked.blob, asked.data
+    FROM asked JOIN new_runs ON new_runs.run_id = asked.run_id
+    WHERE asked.blob IS NOT NULL
     ON CONFLICT (digest) DO NOTHING
-), new_event AS (
+), new_events AS (
     INSERT INTO {schema}.events
         (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
-    SELECT new_run.run_id, %(seq)s::bigint, %(type)s::text, %(key)s::text,
-           %(payload)s::text, %(value)s::text, %(blob)s::text, %(created_at)s::float8,
-           %(key_id)s::text, %(mac)s::text
-    FROM new_run
+    SELECT asked.run_id, asked.seq, asked.type, asked.key, asked.payload, asked.value,
+           asked.blob, asked.created_at, asked.key_id, asked.mac
+    FROM asked JOIN new_runs ON new_runs.run_id = asked.run_id
 )
-SELECT (SELECT count(*) FROM new_run), r.run_id, r.workflow, r.version, r.status, r.reason,
-       r.input_digest, r.created_at, r.updated_at
-FROM (SELECT 1) AS one LEFT JOIN {schema}.runs AS r ON r.run_id = %(run_id)s::text;
+SELECT asked.run_id, new_runs.run_id IS NOT NULL, r.run_id, r.workflow, r.version, r.status,
+       r.reason, r.input_digest, r.created_at, r.updated_at
+FROM asked
+LEFT JOIN new_runs ON new_runs.run_id = asked.run_id
+LEFT JOIN {schema}.runs AS r ON r.run_id = asked.run_id;
+
+-- name: get_runs
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM {schema}.runs WHERE run_id = ANY(%(run_ids)b::text[]);
 
 -- name: append_events
 -- A journal append in one statement and one round trip (store/pg_append.py), sent in
