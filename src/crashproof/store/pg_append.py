@@ -21,9 +21,15 @@ when only the remembered end was out of date. Nothing of a refused write is kept
 ``append_batch`` sends many runs' one-statement appends in one pipelined transaction
 (the async drives that reach a commit in the same turn: runtime/driving/batching.py):
 one round trip for all, each record refused by its own checks without touching the
-others'. An act's intent (a new hold of the index of unresolved intents) goes in the
-batch too, its hold checked in SQL after the intent's lock (append_event_holding);
-refused, it writes nothing and the checked path after the commit says who holds it.
+others'. The runs' first plain records share one statement (append_records: the same
+checks per row, its arrays sent in binary), the others follow it one statement each. An
+act's intent (a new hold of the index of unresolved intents) goes in the batch too, its
+hold checked in SQL after the intent's lock (append_event_holding); refused, it writes
+nothing and the checked path after the commit says who holds it. The rows statement
+locks its runs' rows (in run id order) before the statements after it lock theirs: a
+transaction of another process locking the same runs in another order may meet it in a
+deadlock, which PostgreSQL breaks by failing one of the two (this one: undone, its
+groups go on one by one; nothing is lost).
 """
 
 from __future__ import annotations

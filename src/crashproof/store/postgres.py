@@ -9,6 +9,9 @@ empty, or a crashproof ledger this version can read; migrations run in one trans
 under an advisory lock, so processes opening a new ledger at once do not race.
 
 Journal appends (one round trip each in the common case) are in store/pg_append.py.
+A run's start and lease are one statement each (create_runs, claim_leases,
+release_leases), shared by the runs that start, claim or release at the same time
+(store/combining.py): an event loop of async drives starts hundreds at once.
 Only the PostgreSQL modules import psycopg: ``import crashproof`` works without it.
 """
 
