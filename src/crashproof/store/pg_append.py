@@ -59,7 +59,7 @@ from crashproof.store.port import (
     seq_taken,
 )
 
-__all__ = ["PostgresAppend", "apply_change", "reason_in"]
+__all__ = ["PostgresAppend", "apply_change", "as_columns", "reason_in"]
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 # Journal ends remembered at most: a worker drives a few runs at a time; the oldest entry
@@ -262,9 +262,9 @@ class PostgresAppend:
                     # it wrote come back): the statements that follow chain to them.
                     first = None
                     if rows:
-                        first = conn.execute(
-                            self._q["append_records"], _rows_params(rows, synchronous), prepare=True
-                        )
+                        params = as_columns(_ROW_COLUMNS, rows)
+                        params["synchronous"] = synchronous
+                        first = conn.execute(self._q["append_records"], params, prepare=True)
                     cursors: list[list[psycopg.Cursor[Any] | None]] = []
                     for plan in plans:
                         row: list[psycopg.Cursor[Any] | None] = []
@@ -487,16 +487,13 @@ _UNDONE = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
 _EVENT_COLUMNS = ("seq", "type", "key", "payload", "value", "blob", "created_at", "key_id", "mac")
 
 
-def _rows_params(rows: list[dict[str, Any]], synchronous: str) -> dict[str, Any]:
-    """The parameters of append_records: the one-record parameters of ``rows`` (one per
-    run) as arrays, a column each."""
-    params: dict[str, Any] = {"synchronous": synchronous}
-    for column in _ROW_COLUMNS:
-        params[f"{column}s"] = [row[column] for row in rows]
-    return params
+def as_columns(names: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``rows`` (one dict of parameters each, one per run) as the parameters of a rows
+    statement: an array per column, named by adding "s" (``seq`` -> ``seqs``)."""
+    return {f"{name}s": [row[name] for row in rows] for name in names}
 
 
-# The columns of append_records, each an array of one value per run.
+# The columns of append_records.
 _ROW_COLUMNS = ("run_id", "token", "prev_mac", *_EVENT_COLUMNS, "data")
 
 

@@ -42,7 +42,7 @@ from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, split_statements
 from crashproof.store.migrate_postgres import lock_key
-from crashproof.store.pg_append import PostgresAppend, apply_change, reason_in
+from crashproof.store.pg_append import PostgresAppend, apply_change, as_columns, reason_in
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
 from crashproof.store.port import (
     GENESIS,
@@ -254,7 +254,7 @@ class PostgresStore(PostgresAppend):
         return existing
 
     def _create_many(self, calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-        params = _columns(_CREATE_COLUMNS, [call for _run_id, call in calls])
+        params = as_columns(_CREATE_COLUMNS, [call for _run_id, call in calls])
         params["synchronous"] = self._wanted_synchronous(False)
         with self._read() as cur:  # autocommit: the statement is its own transaction
             rows = cur.execute(self._q["create_runs"], params, prepare=True).fetchall()
@@ -508,17 +508,27 @@ class PostgresStore(PostgresAppend):
         return translated_errors(f"PostgreSQL ledger {self.display}", self.schema, opening=opening)
 
 
-# The columns of create_runs, each an array of one value per run.
+# The columns of create_runs (as_columns).
 _CREATE_COLUMNS = (
-    *("run_id", "workflow", "version", "state", "reason", "input_digest", "created"),
-    *("updated", "seq", "type", "key", "payload", "value", "blob", "data", "created_at"),
-    *("key_id", "mac"),
+    "run_id",
+    "workflow",
+    "version",
+    "state",
+    "reason",
+    "input_digest",
+    "created",
+    "updated",
+    "seq",
+    "type",
+    "key",
+    "payload",
+    "value",
+    "blob",
+    "data",
+    "created_at",
+    "key_id",
+    "mac",
 )
-
-
-def _columns(names: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``rows`` (one dict of parameters each) as arrays, one per column (its name + s)."""
-    return {f"{name}s": [row[name] for row in rows] for name in names}
 
 
 def _row(found: Any) -> RunRow:
