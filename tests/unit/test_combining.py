@@ -80,3 +80,44 @@ def test_a_call_alone_raises_its_own_error_once() -> None:
     with pytest.raises(ValueError, match="refused bad"):
         combined("bad", 1)
     assert len(many.sent) == 1
+
+
+def test_a_crash_in_the_leading_call_is_raised_not_swallowed() -> None:
+    class Crash(BaseException):
+        pass
+
+    first_sent = threading.Event()
+    go_on = threading.Event()
+
+    def many(calls: list[tuple[str, int]]) -> dict[str, int]:
+        if len(calls) > 1:
+            raise Crash
+        if not first_sent.is_set():  # the first statement stays in flight meanwhile
+            first_sent.set()
+            go_on.wait(10)
+        return {key: arg for key, arg in calls}
+
+    combined: Combiner[str, int, int] = Combiner(many)
+    outcomes: list[object] = []
+
+    def call(k: int) -> None:
+        try:
+            outcomes.append(combined(f"r{k}", k))
+        except Crash:
+            outcomes.append("crash")
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(8)]
+    threads[0].start()
+    first_sent.wait(10)
+    for thread in threads[1:]:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(combined._pending) < 7 and time.monotonic() < deadline:
+        time.sleep(0.001)  # the seven others wait for the first statement
+    go_on.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    # The next statement (the seven) crashed: its leader raised the crash, the six
+    # others were answered alone.
+    assert outcomes.count("crash") == 1
+    assert len(outcomes) == 8  # the seven others got their own answers

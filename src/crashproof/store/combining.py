@@ -66,14 +66,14 @@ class Combiner(Generic[K, A, R]):
         """Answer ``batch`` with one statement (this thread leads it)."""
         try:
             found = self._many([(c.key, c.arg) for c in batch])
-        except BaseException:
+        except BaseException as exc:
             with self._cond:
                 for other in batch:
                     other.done = other.alone = True
                 self._busy = False
                 self._cond.notify_all()
-            if batch == [mine]:
-                raise  # this call alone: its own error
+            if batch == [mine] or not isinstance(exc, Exception):
+                raise  # this call alone: its own error; or a crash, never swallowed
             return
         with self._cond:
             for other in batch:
