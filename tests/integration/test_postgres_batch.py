@@ -198,11 +198,12 @@ def test_an_intent_held_by_another_run_is_refused_inside_the_batch_the_others_co
                 ]
             )
             # The holds are checked in the batch's one round trip; only the refused
-            # record takes the checked path after it (which names the holder).
+            # record takes the checked path after it, which names the holder (its
+            # read, its holds, its rollback and the deallocation that follows it).
             trips = wire.round_trips()
         finally:
             wire.close()
-    assert trips <= 1 + 3
+    assert trips <= 1 + 5
     assert results[1] is None
     assert results[0] is not None
     assert results[0][0] == 0
@@ -382,3 +383,34 @@ def test_a_first_record_chained_to_a_stale_end_writes_nothing(
     assert results[1] is None  # the checked path then appended it after the real end
     events = store.load_events("b")  # verified: the chain holds
     assert [e.value_json for e in events[1:]] == ['"theirs"', '"mine"']
+
+
+def test_a_runs_end_in_the_rows_statement_changes_status_and_releases_only_if_kept(
+    store: PostgresStore,
+) -> None:
+    for run_id in RUNS:  # each run holds an intent (its own act)
+        assert store.append_batch([[([_intent(1, run_id, f"d-{run_id}")], None, None, True)]]) == [
+            None
+        ]
+    old = store.claim("b", "w1", 30.0)
+    store.claim("b", "w2", 30.0, take_over=True)
+    done = (RunStatus.SUCCEEDED, None)
+    results = store.append_batch(
+        [
+            [([_act(2, EventType.RUN_SUCCEEDED, "a", key="")], done, None, True)],
+            [([_act(2, EventType.RUN_SUCCEEDED, "b", key="")], done, old.token, True)],  # stale
+            [([_act(2, EventType.STEP_DONE, "c")], None, None, False)],  # the act's end
+        ]
+    )
+    assert results[0] is None
+    assert results[2] is None
+    assert results[1] is not None
+    assert isinstance(results[1][1], cp.StaleLeaseError)
+    statuses = {r: store.get_run(r).status for r in RUNS}  # type: ignore[union-attr]
+    assert statuses == {
+        "a": RunStatus.SUCCEEDED,
+        "b": RunStatus.RUNNING,  # the refused record changed nothing
+        "c": RunStatus.RUNNING,
+    }
+    assert [h.run_id for h in store.unresolved_intents()] == ["b"]
+    assert seqs(store, "b") == [0, 1]

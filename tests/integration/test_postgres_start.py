@@ -244,3 +244,24 @@ def test_concurrent_witness_starts_share_a_statement(pg_url: str) -> None:
         assert known["seen"] == 2
     finally:
         witness.close()
+
+
+def test_a_refused_append_leaves_the_connections_prepared_statements_usable(
+    store: PostgresStore,
+) -> None:
+    """A refusal on the checked path rolls its transaction back; psycopg then empties its
+    cache of prepared statements. A ROLLBACK queued in the pipeline deferred the server's
+    DEALLOCATE ALL past the next statement it prepared, whose next use then failed
+    ("prepared statement _pg3_5 does not exist"): the one connection here sees it."""
+    store.create_run(row(), event(0))
+    old = store.claim("r", "w1", 30.0)
+    new = store.claim("r", "w2", 30.0, take_over=True)
+    for _attempt in range(3):
+        with pytest.raises(cp.StaleLeaseError):
+            store.append([event(1)], fencing_token=old.token)  # refused: checked path
+        for _use in range(3):  # prepared on first use, then used again
+            found = store.get_run("r")
+            assert found is not None
+            assert store.claim("r", "w2", 30.0).token > new.token
+    store.append([event(1)], fencing_token=store.leases()["r"].token)
+    assert [e.seq for e in store.load_events("r")] == [0, 1]

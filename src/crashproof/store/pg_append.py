@@ -238,13 +238,12 @@ class PostgresAppend:
                     query = self._q["append_event_releasing"]
                     params["release_all"] = change.what == "end"
                     params["release_key"] = change.key
-                if (
-                    not plan.statements
-                    and query == self._q["append_event"]
-                    and status is None
-                    and change is None
-                ):
-                    query = None  # a run's first plain record: in the batch's rows statement
+                if not plan.statements and len(events) == 1 and lock is None:
+                    # A run's first record (no new hold): in the batch's rows statement.
+                    query = None
+                    params["state"] = params["status"]  # (arrays are named by adding "s")
+                    params.setdefault("release_all", False)
+                    params.setdefault("release_key", None)
                 plan.statements.append((query, params, len(events), lock))
                 next_seq, prev_mac = events[-1].seq + 1, mac
                 plan.ends.append((next_seq, mac))
@@ -280,7 +279,7 @@ class PostgresAppend:
                     conn.execute("COMMIT")
             except _UNDONE:
                 return None
-            finally:  # a statement failed inside the pipeline: never pool an open transaction
+            finally:  # refused, or a statement failed: never pool an open transaction
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     with contextlib.suppress(psycopg.Error):  # a broken one is discarded
                         conn.rollback()
@@ -430,12 +429,13 @@ class PostgresAppend:
                     setting = self._synchronous_for(durable)
                     if setting is not None:
                         cur.execute(f"SET LOCAL synchronous_commit TO {setting}")
-                    try:
-                        yield cur
-                    except BaseException:
-                        with contextlib.suppress(psycopg.Error):  # keep the first error
-                            cur.execute("ROLLBACK")
-                        raise
+                    # A refusal raised here leaves the transaction open: the rollback
+                    # below ends it. Not a ROLLBACK queued in the pipeline: psycopg then
+                    # empties its cache of prepared statements but deallocates them on
+                    # the server only at the connection's next statement, after it
+                    # prepared that one again, which the next use then misses ("prepared
+                    # statement does not exist"). conn.rollback() deallocates at once.
+                    yield cur
                     cur.execute("COMMIT")
             except psycopg.errors.UniqueViolation:  # a queued insert, raised at the sync
                 raise StaleLeaseError(
@@ -494,7 +494,8 @@ def as_columns(names: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str
 
 
 # The columns of append_records.
-_ROW_COLUMNS = ("run_id", "token", "prev_mac", *_EVENT_COLUMNS, "data")
+_ROW_COLUMNS: tuple[str, ...] = ("run_id", "token", "prev_mac", *_EVENT_COLUMNS, "data")
+_ROW_COLUMNS += ("state", "reason", "now", "release_all", "release_key")
 
 
 def apply_change(

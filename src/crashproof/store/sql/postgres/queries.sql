@@ -244,23 +244,27 @@ SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::
 FROM ok;
 
 -- name: append_records
--- append_event for many runs at once, a record each (the first plain record of each run
--- in a batch: store/pg_append.py), one statement instead of one per record: each row
--- written only if its run's row, locked (in run id order) until the commit, still
--- carries the writer's fencing token (NULL: unfenced) and the record before it is there
--- with the MAC it chained to; a taken seq fails the statement (the batch is undone).
--- Returns the run ids of the rows written. The arrays are sent in binary (placeholders
--- ending in b, not s): the driver writes their elements as they are, with no escaping
--- (in text, escaping cost as much as the rest of the batch: bench in docs/benchmarks.md).
+-- append_event (and append_event_releasing) for many runs at once, a record each (the
+-- first record of each run in a batch that holds no new intent: store/pg_append.py), one
+-- statement instead of one per record: each row written only if its run's row, locked
+-- (in run id order) until the commit, still carries the writer's fencing token (NULL:
+-- unfenced) and the record before it is there with the MAC it chained to; a taken seq
+-- fails the statement (the batch is undone). With its row, and only with it, go its
+-- blob, its run's status change (state NULL: none) and the intents it releases (an
+-- act's end: release_key; a run's end: release_all). Returns the run ids of the rows
+-- written. The arrays are sent in binary (placeholders ending in b, not s): the driver
+-- writes their elements as they are, with no escaping (in text, escaping cost as much
+-- as the rest of the batch: bench in docs/benchmarks.md).
 WITH rec AS (
     SELECT *
     FROM unnest(%(run_ids)b::text[], %(tokens)b::bigint[], %(prev_macs)b::text[],
                 %(seqs)b::bigint[], %(types)b::text[], %(keys)b::text[],
                 %(payloads)b::text[], %(values)b::text[], %(blobs)b::text[],
                 %(created_ats)b::float8[], %(key_ids)b::text[], %(macs)b::text[],
-                %(datas)b::text[])
+                %(datas)b::text[], %(states)b::text[], %(reasons)b::text[],
+                %(nows)b::float8[], %(release_alls)b::boolean[], %(release_keys)b::text[])
          AS e (run_id, token, prev_mac, seq, type, key, payload, value, blob, created_at,
-               key_id, mac, data)
+               key_id, mac, data, state, reason, now, release_all, release_key)
 ), fence AS (
     SELECT r.run_id
     FROM {schema}.runs AS r JOIN rec ON rec.run_id = r.run_id
@@ -278,6 +282,13 @@ WITH rec AS (
     INSERT INTO {schema}.blobs (digest, data)
     SELECT DISTINCT ok.blob, ok.data FROM ok WHERE ok.blob IS NOT NULL
     ON CONFLICT (digest) DO NOTHING
+), released AS (
+    DELETE FROM {schema}.unresolved_intents AS u USING ok
+    WHERE u.run_id = ok.run_id AND (ok.release_all OR u.step_key = ok.release_key)
+), new_status AS (
+    UPDATE {schema}.runs AS r
+    SET status = ok.state, reason = ok.reason, updated_at = ok.now
+    FROM ok WHERE r.run_id = ok.run_id AND ok.state IS NOT NULL
 )
 INSERT INTO {schema}.events
     (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
