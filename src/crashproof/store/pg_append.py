@@ -21,8 +21,9 @@ when only the remembered end was out of date. Nothing of a refused write is kept
 ``append_batch`` sends many runs' one-statement appends in one pipelined transaction
 (the async drives that reach a commit in the same turn: runtime/driving/batching.py):
 one round trip for all, each record refused by its own checks without touching the
-others'. The runs' first plain records share one statement (append_records: the same
-checks per row, its arrays sent in binary), the others follow it one statement each. An
+others'. The runs' first records share one statement (append_records: the same checks
+per row, a status change and an act's or a run's end releasing its intents with its row
+only, the arrays sent in binary), the others follow it one statement each. An
 act's intent (a new hold of the index of unresolved intents) goes in the batch too, its
 hold checked in SQL after the intent's lock (append_event_holding); refused, it writes
 nothing and the checked path after the commit says who holds it. The rows statement
@@ -257,7 +258,7 @@ class PostgresAppend:
             try:
                 with conn.pipeline():
                     conn.execute("BEGIN")
-                    # First, the runs' first plain records, all in one statement (the rows
+                    # First, the runs' first records, all in one statement (the rows
                     # it wrote come back): the statements that follow chain to them.
                     first = None
                     if rows:
@@ -469,7 +470,7 @@ class _Plan:
     def __init__(self, group: int, run_id: str) -> None:
         self.group = group
         self.run_id = run_id
-        # (query None: the run's first plain record, in the batch's rows statement)
+        # (query None: the run's first record, in the batch's rows statement)
         self.statements: list[tuple[str | None, dict[str, Any], int, dict[str, Any] | None]] = []
         self.ends: list[tuple[int, str | None]] = []
 
