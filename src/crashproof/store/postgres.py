@@ -201,10 +201,10 @@ class PostgresStore(PostgresAppend):
         with self._read() as cur:
             return self._read_version(cur)
 
-    def create_run(self, row: RunRow, first: Event) -> RunRow | None:
+    def create_run(self, row: RunRow, first: Event, lease: Lease | None = None) -> RunRow | None:
         with self._transaction() as cur:
             head = (row.run_id, row.workflow, row.version, row.status.value, reason_in(row.reason))
-            tail = (row.input_digest, row.created_at, row.updated_at)
+            tail = (row.input_digest, row.created_at, row.updated_at, *_held(lease))
             cur.execute(self._q["insert_run"], (*head, *tail))
             if cur.rowcount == 0:
                 return _row(cur.execute(self._q["get_run"], (row.run_id,)).fetchone())
@@ -299,7 +299,7 @@ class PostgresStore(PostgresAppend):
         run exists (then nothing is written and False is returned)."""
         with self._transaction() as cur:
             head = (row.run_id, row.workflow, row.version, row.status.value, reason_in(row.reason))
-            tail = (row.input_digest, row.created_at, row.updated_at)
+            tail = (row.input_digest, row.created_at, row.updated_at, *_held(None))
             cur.execute(self._q["insert_run"], (*head, *tail))
             if cur.rowcount == 0:
                 return False
@@ -427,6 +427,13 @@ class PostgresStore(PostgresAppend):
     def _errors(self, *, opening: bool = False) -> contextlib.AbstractContextManager[None]:
         """Turn psycopg's errors into clear crashproof ones, without a driver traceback."""
         return translated_errors(f"PostgreSQL ledger {self.display}", self.schema, opening=opening)
+
+
+def _held(lease: Lease | None) -> tuple[str | None, float | None, int]:
+    """insert_run's owner, ttl and fencing token: a new run held under ``lease``, or not."""
+    if lease is None:
+        return None, None, 0
+    return lease.owner, float(lease.ttl_seconds), lease.token
 
 
 def _row(found: Any) -> RunRow:

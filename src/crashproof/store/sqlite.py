@@ -204,9 +204,9 @@ class SQLiteStore(SQLiteJournal):
         with self._lock, self._errors():
             return self._read_version()
 
-    def create_run(self, row: RunRow, first: Event) -> RunRow | None:
-        with self._transaction() as conn:
-            run_no = _insert_run_row(conn, row)
+    def create_run(self, row: RunRow, first: Event, lease: Lease | None = None) -> RunRow | None:
+        with self._transaction(row.run_id) as conn:
+            run_no = _insert_run_row(conn, row, lease)
             if run_no is None:
                 existing = conn.execute(_Q["get_run"], (row.run_id,)).fetchone()
                 return _row(existing)
@@ -234,7 +234,7 @@ class SQLiteStore(SQLiteJournal):
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
     ) -> Lease:
-        with self._transaction() as conn:
+        with self._transaction(run_id) as conn:
             found = conn.execute(_Q["get_lease"], (run_id,)).fetchone()
             if found is None:
                 raise RunNotFound(f"no run {run_id!r} in ledger {self.path}")
@@ -248,7 +248,7 @@ class SQLiteStore(SQLiteJournal):
 
     def renew(self, run_id: str, lease: Lease) -> Lease:
         expires_at = time.time() + lease.ttl_seconds
-        with self._transaction() as conn:
+        with self._transaction(run_id) as conn:
             cur = conn.execute(_Q["renew_lease"], (expires_at, run_id, lease.owner, lease.token))
             if cur.rowcount == 0:
                 raise StaleLeaseError(
@@ -258,7 +258,7 @@ class SQLiteStore(SQLiteJournal):
         return Lease(lease.owner, lease.token, expires_at, lease.ttl_seconds)
 
     def release(self, run_id: str, lease: Lease) -> None:
-        with self._transaction() as conn:
+        with self._transaction(run_id) as conn:
             conn.execute(_Q["release_lease"], (run_id, lease.owner, lease.token))
 
     def close(self) -> None:
@@ -421,9 +421,15 @@ class SQLiteStore(SQLiteJournal):
     # -- internals ---------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, run_id: str | None = None) -> Iterator[sqlite3.Connection]:
+        """``run_id``: the one run whose journal end (its fencing token) this transaction
+        may change; the other runs' ends stay known. None: a migration, a queue claim...:
+        every end is read again."""
         with self._lock, self._errors():
-            self._ends.clear()  # a claim, a new run, a migration...: journal ends re-read
+            if run_id is None:
+                self._ends.clear()
+            else:  # a thousand runs starting must not make every other run re-read its end
+                self._ends.pop(run_id, None)
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -435,9 +441,11 @@ class SQLiteStore(SQLiteJournal):
                 raise
 
 
-def _insert_run_row(conn: sqlite3.Connection, row: RunRow) -> int | None:
-    """Insert a run's index row unless the run exists; the new run's number (run_no),
-    None when the run exists."""
+def _insert_run_row(
+    conn: sqlite3.Connection, row: RunRow, lease: Lease | None = None
+) -> int | None:
+    """Insert a run's index row (held under ``lease``) unless the run exists; the new
+    run's number (run_no), None when the run exists."""
     found = conn.execute(
         _Q["insert_run"],
         (
@@ -449,6 +457,9 @@ def _insert_run_row(conn: sqlite3.Connection, row: RunRow) -> int | None:
             row.input_digest,
             row.created_at,
             row.updated_at,
+            None if lease is None else lease.owner,
+            None if lease is None else lease.expires_at,
+            0 if lease is None else lease.token,
         ),
     ).fetchall()  # (RETURNING: read it all, or the statement is still in progress)
     return None if not found else int(found[0][0])

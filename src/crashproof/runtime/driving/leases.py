@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from crashproof.errors import CrashproofError, LeaseHeld, StaleLeaseError
 from crashproof.runtime.driving.batching import off_loop
@@ -113,6 +113,14 @@ def _process_alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
+class Ending(Protocol):
+    """A drive as its heartbeat sees it: ``ended`` once the run's outcome is committed,
+    which released the lease too (a terminal status does, ``Store.append``): no release
+    is due then."""
+
+    ended: bool
+
+
 class Heartbeat:
     """Renews a lease every ttl/3 from a daemon thread until stopped. A renewal refused
     as stale marks the lease lost: the run stops at its next commit."""
@@ -122,6 +130,7 @@ class Heartbeat:
         self._run_id = run_id
         self.lease = lease
         self._lost = lost
+        self.drive: Ending | None = None  # set once the drive has opened
         self._stopped = threading.Event()
         self._thread = threading.Thread(
             target=self._beat, name=f"crashproof-lease:{run_id}", daemon=True
@@ -153,7 +162,8 @@ class Heartbeat:
 
     def release(self) -> None:
         """The drive ended: free the lease for anyone (after ``stop``)."""
-        release(self._store, self._run_id, self.lease)
+        if self.drive is None or not self.drive.ended:
+            release(self._store, self._run_id, self.lease)
 
 
 class TaskHeartbeat(Heartbeat):
@@ -169,6 +179,7 @@ class TaskHeartbeat(Heartbeat):
         self._run_id = run_id
         self.lease = lease
         self._lost = lost
+        self.drive = None
         self._loop = asyncio.get_running_loop()
         self._task = self._loop.create_task(self._beat_async())
         self.released: asyncio.Future[None] | None = None  # the release, awaited by the drive
@@ -184,7 +195,8 @@ class TaskHeartbeat(Heartbeat):
         self._task.cancel()
 
     def release(self) -> None:
-        self.released = asyncio.ensure_future(off_loop(super().release), loop=self._loop)
+        if self.drive is None or not self.drive.ended:
+            self.released = asyncio.ensure_future(off_loop(super().release), loop=self._loop)
 
 
 def claim(
@@ -211,6 +223,14 @@ def claim(
         with DRIVING_LOCK:
             DRIVING.discard((owner, run_id))
         raise
+
+
+def first(owner: str, run_id: str, ttl: float) -> Lease:
+    """The lease a run is created under by the drive that starts it (``Store.create_run``:
+    fencing token 1, as its first claim would leave it), listed as driving first, as
+    ``claim`` does; ``stop_driving`` when the run turns out to exist already."""
+    _start_driving(owner, run_id)
+    return Lease(owner, 1, time.time() + ttl, ttl)
 
 
 def adopt(run_id: str, lease: Lease) -> Grant:

@@ -23,10 +23,15 @@ from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, encode, error_from_record
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.runtime.driving import leases
 from crashproof.runtime.port import DriveHost
 from crashproof.runtime.workflow import Workflow
+from crashproof.store.port import Lease
 
-__all__ = ["record_start", "recorded_outcome", "stopped_error"]
+__all__ = ["Started", "record_start", "recorded_outcome", "stopped_error"]
+
+# A run this call created: its start record, and the lease it was created under.
+Started = tuple[Event, Lease | None]
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +42,13 @@ def record_start(
     run_id: str,
     input: dict[str, Any],
     fields: dict[str, Any],
-) -> Event | None:
+    owner: str | None = None,
+) -> Started | None:
     """Record the run's start (``fields``: its limits and policy, and who starts it)
     unless it exists with the same input; another input raises RunConflict. Returns the
-    start record when this call created the run (its drive need not read it back)."""
+    start record when this call created the run (its drive need not read it back), and
+    the run's first lease when ``owner`` is given: a new run is created held by it (a
+    claim saved), an existing one is left to the drive's claim."""
     workflow.bind_input(input)
     input_json = encode(input, what=f"the input of run {run_id!r}")
     digest = canonical_digest(
@@ -79,12 +87,20 @@ def record_start(
         witness.start(run_id)  # generation 0, before the run's first commit
     if new and points is not None:  # resuming commits nothing here: no crash point
         points.hit("before_commit[run_started]")
-    existing = store.create_run(row, first)
-    if existing is None:
-        if points is not None:
+    lease = None if owner is None or not new else leases.first(owner, run_id, host.lease_seconds)
+    try:
+        existing = store.create_run(row, first, lease)
+        if existing is None and points is not None:
             points.hit("after_commit[run_started]")
+    except BaseException:  # a crash leaves the lease in the store to expire, as a drive's
+        if lease is not None:
+            leases.stop_driving(lease.owner, run_id)
+        raise
+    if existing is None:
         log.info("run started", extra={"run_id": run_id, "workflow": workflow.name})
-        return first
+        return first, lease
+    if lease is not None:  # created meanwhile by another drive: claimed as any other
+        leases.stop_driving(lease.owner, run_id)
     if existing.input_digest != digest:
         raise RunConflict(run_id, existing.input_digest, digest)
     return None

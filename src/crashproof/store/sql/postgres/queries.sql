@@ -20,9 +20,13 @@ WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 ORDER BY c.relname;
 
 -- name: insert_run
+-- Held under a first lease when given one (owner, ttl, token; else NULL, NULL, 0): the
+-- expiry by the server's clock, as a claim's.
 INSERT INTO {schema}.runs
-    (run_id, workflow, version, status, reason, input_digest, created_at, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+    (run_id, workflow, version, status, reason, input_digest, created_at, updated_at,
+     owner, lease_expires_at, fencing_token)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s,
+        %s, extract(epoch FROM clock_timestamp())::float8 + %s::float8, %s)
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: get_run
@@ -38,7 +42,14 @@ SELECT run_id, workflow, version, status, reason, input_digest, created_at, upda
 FROM {schema}.runs WHERE status = %s ORDER BY created_at, run_id COLLATE "C";
 
 -- name: set_status
-UPDATE {schema}.runs SET status = %s, reason = %s, updated_at = %s WHERE run_id = %s;
+-- A terminal status releases the run's lease too (Store.append): no release commit after.
+UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
+    updated_at = %(now)s::float8,
+    owner = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                 ELSE owner END,
+    lease_expires_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled')
+                            THEN NULL ELSE lease_expires_at END
+WHERE run_id = %(run_id)s;
 
 -- name: insert_event
 INSERT INTO {schema}.events
@@ -112,7 +123,11 @@ WITH fence AS (
     ON CONFLICT (digest) DO NOTHING
 ), new_status AS (
     UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
-                             updated_at = %(now)s::float8
+        updated_at = %(now)s::float8,
+        owner = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE owner END,
+        lease_expires_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled')
+                                THEN NULL ELSE lease_expires_at END
     FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
 )
 INSERT INTO {schema}.events
@@ -144,7 +159,11 @@ WITH fence AS (
     ON CONFLICT (digest) DO NOTHING
 ), new_status AS (
     UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
-                             updated_at = %(now)s::float8
+        updated_at = %(now)s::float8,
+        owner = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE owner END,
+        lease_expires_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled')
+                                THEN NULL ELSE lease_expires_at END
     FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
 )
 INSERT INTO {schema}.events
@@ -180,7 +199,11 @@ WITH fence AS (
       AND (%(release_all)s::boolean OR u.step_key = %(release_key)s::text)
 ), new_status AS (
     UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
-                             updated_at = %(now)s::float8
+        updated_at = %(now)s::float8,
+        owner = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE owner END,
+        lease_expires_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled')
+                                THEN NULL ELSE lease_expires_at END
     FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
 )
 INSERT INTO {schema}.events

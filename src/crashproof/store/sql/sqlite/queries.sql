@@ -13,8 +13,8 @@ INSERT INTO crashproof_migrations (version, name, applied_at) VALUES (?, ?, ?);
 -- name: insert_run
 -- Returns the new run's number (no row when the run exists already).
 INSERT INTO runs (run_id, workflow, version, status, reason, input_digest, created_at, updated_at,
-                  run_no)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(run_no), 0) + 1 FROM runs))
+                  owner, lease_expires_at, fencing_token, run_no)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(run_no), 0) + 1 FROM runs))
 ON CONFLICT (run_id) DO NOTHING
 RETURNING run_no;
 
@@ -31,7 +31,12 @@ SELECT run_id, workflow, version, status, reason, input_digest, created_at, upda
 FROM runs WHERE status = ? ORDER BY created_at, run_id;
 
 -- name: set_status
-UPDATE runs SET status = ?, reason = ?, updated_at = ? WHERE run_id = ?;
+-- A terminal status releases the run's lease too (Store.append): no release commit after.
+UPDATE runs SET status = ?1, reason = ?2, updated_at = ?3,
+    owner = CASE WHEN ?1 IN ('succeeded', 'failed', 'cancelled') THEN NULL ELSE owner END,
+    lease_expires_at = CASE WHEN ?1 IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                            ELSE lease_expires_at END
+WHERE run_id = ?4;
 
 -- name: insert_event
 -- The first value is the row id: the run's run_no * 2^32 + seq (schema.sql).
