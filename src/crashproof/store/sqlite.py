@@ -27,6 +27,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.deltas import DeltaMemo, Resolver
 from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, run_migration, split_statements
@@ -90,6 +91,8 @@ class SQLiteStore(SQLiteJournal):
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()  # the loads' connection's (_reading)
         self._read_conn: sqlite3.Connection | None = None
+        self._read_resolver: Resolver | None = None
+        self._deltas = DeltaMemo()
         self._busy_timeout = busy_timeout
         self._sealer = sealer
         self.durability = durability
@@ -117,6 +120,7 @@ class SQLiteStore(SQLiteJournal):
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open ledger {self.path}: {exc}") from None
         self._cursor = self._conn.cursor()  # the appends' (under the lock)
+        self._resolver = Resolver(self._conn, check_digest=sealer is None)
         try:
             self._open(durability, busy_timeout)
         except BaseException:
@@ -400,7 +404,11 @@ class SQLiteStore(SQLiteJournal):
     def raw_events(self, run_id: str) -> list[RawRecord]:
         """The run's records exactly as stored (not verified: the caller verifies)."""
         with self._lock, self._errors():
-            rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
+            try:
+                rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
+                self._resolver.check()  # a stored value that cannot be resolved
+            finally:
+                self._resolver.reset()
         check_rows(run_id, rows)
         return [row[:8] for row in rows]
 
@@ -412,7 +420,7 @@ class SQLiteStore(SQLiteJournal):
             if run_no is None:
                 return False
             for record in records:
-                insert_record(conn, row.run_id, run_no, record)
+                insert_record(conn, row.run_id, run_no, self._deltas, record)
                 change = raw_change(record[1], record[2], record[3], record[5])
                 if change is not None:  # what the run holds unresolved, as it held it
                     apply_change(conn, row.run_id, change, check=False)
