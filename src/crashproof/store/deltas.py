@@ -47,7 +47,7 @@ def common_prefix(old: str, new: str) -> int:
     that differs: O(prefix), where a binary search over the whole text would copy
     O(n log n) characters."""
     if old.endswith("]") and new.startswith(old[:-1]):
-        return len(old) - 1
+        return len(old) if new.startswith("]", len(old) - 1) else len(old) - 1
     end = min(len(old), len(new))
     lo = 0
     while lo < end and old[lo : lo + _CHUNK] == new[lo : lo + _CHUNK]:
