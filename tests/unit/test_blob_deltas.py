@@ -320,3 +320,19 @@ def test_common_prefix_of_a_list_that_grew_and_of_an_edit() -> None:
     assert deltas.common_prefix(old, edited) == 5000
     assert deltas.common_prefix(old, old[:4096]) == 4096
     assert deltas.common_prefix("", old) == 0
+
+
+def test_the_writer_memo_is_bounded_and_forgets_ended_runs(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "l.db")
+    try:
+        for n in range(70):
+            _write(store, f"r{n}", [[*history(5)[:-1], message(n)]])
+        remembered = store._deltas._last  # one text per run: a bound on memory
+        assert len(remembered) == 64
+        assert "r69" in remembered
+        assert "r0" not in remembered
+        end = Event("r69", 2, EventType.RUN_SUCCEEDED, None, {"result": None}, 1003.0)
+        store.append([end], (RunStatus.SUCCEEDED, None))
+        assert "r69" not in store._deltas._last
+    finally:
+        store.close()

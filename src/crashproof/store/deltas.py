@@ -15,9 +15,10 @@ Chains stay bounded: a value is stored whole again once its chain would have mor
 prefix is no shorter than its tail). Resolving is a loop, never a recursion; a small
 memo of the texts resolved last makes a run's load read each row once, so only a cold
 read (a value another run stored first) walks a chain: at most ``MAX_LINKS`` point
-reads (~10 ms). A fixed cap costs bytes once per ``MAX_LINKS`` turns (a growing history
-of 10,000 turns stores ~2x its new bytes); a cap on tail bytes instead stored the
-history whole at every tripling (2.5x at 300 turns) for a cold read that is rare.
+reads. A fixed cap costs bytes once per ``MAX_LINKS`` turns (a growing history of
+10,000 turns stores ~2x its new bytes); a cap on tail bytes instead stored the history
+whole at every tripling (1.6x the new bytes at 300 turns, not 1.0x) for a cold read
+that is rare.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ MIN_PREFIX = 4096  # characters shared with the base: below this, store the valu
 MAX_LINKS = 4096  # links from a delta to its chain's whole value, at most
 _CHUNK = 4096  # compare texts this many characters at a time (C memcmp per slice)
 _MEMO = 4  # resolved texts a Resolver keeps
+_RUNS = 64  # runs whose last large value a DeltaMemo keeps (the oldest is dropped)
 
 _Q = load_queries("sqlite")
 
@@ -77,7 +79,8 @@ class DeltaMemo:
     """The writer's side: each run's last large value, to store the next one as a delta.
     Only a hint: a delta is written only when its base row is found in the same
     transaction, and the store forgets a run (or all) whenever a write is rolled back,
-    as it forgets journal ends."""
+    as it forgets journal ends, and a run once it ended. It holds one text per run, for
+    the ``_RUNS`` runs that wrote one last (a run dropped stores its next value whole)."""
 
     def __init__(self) -> None:
         self._last: dict[str, _Last] = {}
@@ -110,7 +113,10 @@ class DeltaMemo:
                 self._last.pop(run_id, None)
             return
         links = 0 if base is None or last is None else last.links + 1
+        self._last.pop(run_id, None)  # to the end of the order: the most recent
         self._last[run_id] = _Last(digest, value, links)
+        if len(self._last) > _RUNS:
+            del self._last[next(iter(self._last))]
 
 
 class Resolver:

@@ -327,6 +327,8 @@ class SQLiteJournal:
                 _Q["set_status"],
                 (status[0].value, _utf8(status[1]), time.time(), events[0].run_id),
             )
+            if status[0].terminal:
+                self._deltas.forget(run_id)  # no later value to store as its delta
         if version != self._ends_version:
             self._ends.clear()  # someone else wrote: what was known is stale
             self._ends_version = version
