@@ -62,8 +62,9 @@ SCHEMA_VERSION = _MIGRATIONS[-1].version
 _SYNCHRONOUS = {"output": "NORMAL", "full": "FULL", "normal": "NORMAL"}
 _META_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'crashproof_meta'"
 
-# A journal record exactly as stored: seq, type, key, payload text, value text (wherever
-# kept), created_at, key_id, mac. Used by checkpoint export/import only.
+# A journal record exactly as sealed: seq, type, key, payload text, value text (wherever
+# kept, a delta resolved to the full text), created_at, key_id, mac. Used by checkpoint
+# export/import only.
 RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
 
 
@@ -402,7 +403,8 @@ class SQLiteStore(SQLiteJournal):
         return self._sealer
 
     def raw_events(self, run_id: str) -> list[RawRecord]:
-        """The run's records exactly as stored (not verified: the caller verifies)."""
+        """The run's records exactly as sealed, a value kept as a text delta resolved to
+        its full text (not verified: the caller verifies)."""
         with self._lock, self._errors():
             try:
                 rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
