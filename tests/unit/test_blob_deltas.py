@@ -336,3 +336,37 @@ def test_the_writer_memo_is_bounded_and_forgets_ended_runs(tmp_path: Path) -> No
         assert "r69" not in store._deltas._last
     finally:
         store.close()
+
+
+def test_a_batch_with_a_refused_record_keeps_no_delta_of_it(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    store = SQLiteStore(path)
+
+    def step(run_id: str, seq: int, turns: int) -> Event:
+        value = json.dumps(history(turns), separators=(",", ":"))
+        return Event(run_id, seq, EventType.STEP_DONE, f"s{seq}", {}, 1000.0, value_json=value)
+
+    try:
+        # b's values equal a's: stored once, by whichever wrote them first.
+        a = _write(store, "a", [history(5)])
+        _write(store, "b", [history(5)])
+        kept, refused = step("a", 2, 6), step("a", 9, 7)  # a gap: refused
+        results = store.append_batch(
+            [
+                [([kept], None, None, False), ([refused], None, None, False)],
+                [([step("b", 2, 6)], None, None, False)],
+            ]
+        )
+        assert results[0] is not None
+        assert results[0][0] == 1
+        assert results[1] is None
+        later = step("a", 3, 8)
+        store.append([later])
+        assert store.load_events("a") == [*a, kept, later]
+        assert [e.value for e in store.load_events("b")[1:]] == [history(5), history(6)]
+    finally:
+        store.close()
+    assert orphans(path) == 0
+    # history(5) whole, 6 its delta; the refused record made the store forget a's last
+    # value (whatever it had written of it was undone), so 8 is whole again.
+    assert rows(path, "SELECT sum(base IS NULL), sum(base IS NOT NULL) FROM blobs") == [(2, 1)]
