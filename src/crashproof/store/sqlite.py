@@ -27,6 +27,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.deltas import DeltaMemo, Resolver
 from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, run_migration, split_statements
@@ -61,8 +62,9 @@ SCHEMA_VERSION = _MIGRATIONS[-1].version
 _SYNCHRONOUS = {"output": "NORMAL", "full": "FULL", "normal": "NORMAL"}
 _META_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'crashproof_meta'"
 
-# A journal record exactly as stored: seq, type, key, payload text, value text (wherever
-# kept), created_at, key_id, mac. Used by checkpoint export/import only.
+# A journal record exactly as sealed: seq, type, key, payload text, value text (wherever
+# kept, a delta resolved to the full text), created_at, key_id, mac. Used by checkpoint
+# export/import only.
 RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
 
 
@@ -90,6 +92,8 @@ class SQLiteStore(SQLiteJournal):
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()  # the loads' connection's (_reading)
         self._read_conn: sqlite3.Connection | None = None
+        self._read_resolver: Resolver | None = None
+        self._deltas = DeltaMemo()
         self._busy_timeout = busy_timeout
         self._sealer = sealer
         self.durability = durability
@@ -117,6 +121,7 @@ class SQLiteStore(SQLiteJournal):
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open ledger {self.path}: {exc}") from None
         self._cursor = self._conn.cursor()  # the appends' (under the lock)
+        self._resolver = Resolver(self._conn, check_digest=sealer is None)
         try:
             self._open(durability, busy_timeout)
         except BaseException:
@@ -398,9 +403,14 @@ class SQLiteStore(SQLiteJournal):
         return self._sealer
 
     def raw_events(self, run_id: str) -> list[RawRecord]:
-        """The run's records exactly as stored (not verified: the caller verifies)."""
+        """The run's records exactly as sealed, a value kept as a text delta resolved to
+        its full text (not verified: the caller verifies)."""
         with self._lock, self._errors():
-            rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
+            try:
+                rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
+                self._resolver.check()  # a stored value that cannot be resolved
+            finally:
+                self._resolver.reset()
         check_rows(run_id, rows)
         return [row[:8] for row in rows]
 
@@ -412,7 +422,7 @@ class SQLiteStore(SQLiteJournal):
             if run_no is None:
                 return False
             for record in records:
-                insert_record(conn, row.run_id, run_no, record)
+                insert_record(conn, row.run_id, run_no, self._deltas, record)
                 change = raw_change(record[1], record[2], record[3], record[5])
                 if change is not None:  # what the run holds unresolved, as it held it
                     apply_change(conn, row.run_id, change, check=False)

@@ -58,15 +58,30 @@ VALUES (?1,
              THEN ?2 END,
         ?3, ?4, ?5, ?6, ?7, NULL, ?8, ?9, ?10);
 
+
 -- name: insert_blob
-INSERT INTO blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING;
+-- (digest, data, base, prefix): base and prefix NULL for a whole value (store/deltas.py).
+INSERT INTO blobs (digest, data, base, prefix) VALUES (?, ?, ?, ?)
+ON CONFLICT (digest) DO NOTHING;
+
+-- name: has_blob
+SELECT 1 FROM blobs WHERE digest = ?;
+
+-- name: blob_row
+SELECT data, base, prefix FROM blobs WHERE digest = ?;
 
 -- name: load_records
+-- A value kept as a text delta (blobs.base set, schema 7) is resolved by crashproof_text,
+-- a function of the connection (store/deltas.py), here, before any MAC check; a whole one
+-- never leaves SQLite for it.
 -- load_events without what only names a fault (a sealed journal's MACs catch both a record
 -- of another run, read as seq -1, and a missing blob, read as a NULL value): 2 columns
 -- and a join per record fewer. A store that finds a fault reads load_events to name it.
 SELECT CASE WHEN e.run_id IS r.run_id THEN e.seq ELSE -1 END, e.type, e.key, e.payload,
-       coalesce(e.value, (SELECT b.data FROM blobs AS b WHERE b.digest = e.blob)),
+       coalesce(e.value, (SELECT CASE WHEN b.base IS NULL THEN b.data
+                                      ELSE crashproof_text(b.digest, b.data, b.base, b.prefix)
+                                 END
+                          FROM blobs AS b WHERE b.digest = e.blob)),
        e.created_at, e.key_id, e.mac
 FROM runs AS r
 JOIN events AS e ON e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
@@ -77,7 +92,9 @@ WHERE r.run_id = ? ORDER BY e.id;
 -- edited file has one) reads as seq -1, so its MAC cannot match, and its seq is in the
 -- last column (NULL for every sound record) to name it.
 SELECT CASE WHEN e.run_id IS r.run_id THEN e.seq ELSE -1 END, e.type, e.key, e.payload,
-       coalesce(e.value, b.data), e.created_at, e.key_id, e.mac, e.blob,
+       coalesce(e.value, CASE WHEN b.base IS NULL THEN b.data
+                              ELSE crashproof_text(b.digest, b.data, b.base, b.prefix) END),
+       e.created_at, e.key_id, e.mac, e.blob,
        CASE WHEN e.run_id IS r.run_id THEN NULL ELSE e.seq END
 FROM runs AS r
 JOIN events AS e ON e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
