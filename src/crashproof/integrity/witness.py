@@ -26,6 +26,7 @@ import contextlib
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -173,6 +174,29 @@ class SQLiteWitness:
         )
         # An advance made before the row existed changed nothing: ask again from here.
         self._made.pop(run_id, None)
+
+    def start_many(self, run_ids: Sequence[str]) -> None:
+        """``start`` of several new runs in one write (an async loop's starts of a turn)."""
+        now = time.time()
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany(
+                        "INSERT INTO witness (run_id, generation, updated_at) VALUES (?, 0, ?) "
+                        "ON CONFLICT (run_id) DO NOTHING",
+                        [(run_id, now) for run_id in run_ids],
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot update the witness {self.path}: {exc}") from None
+            for run_id in run_ids:
+                self._made.pop(run_id, None)
 
     def advance(self, run_id: str, generation: int) -> None:
         """Returns once a write made after this call began holds ``generation`` (or more)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
 import os
 import re
 import secrets
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
@@ -33,13 +35,17 @@ from crashproof.journal.records import Event, EventType
 from crashproof.runtime.async_context import AsyncContext, off_loop
 from crashproof.runtime.context import Context
 from crashproof.runtime.driving import leases
+from crashproof.runtime.driving.batching import StartBatch
 from crashproof.runtime.driving.commits import JournalCommits
 from crashproof.runtime.driving.durability import local_commits, share_witness_writes
 from crashproof.runtime.driving.leases import HOST, Grant, Heartbeat, stop_driving
 from crashproof.runtime.driving.lifecycle import (
     Started,
+    StartRecord,
     record_start,
+    record_starts,
     recorded_outcome,
+    start_record,
     stopped_error,
 )
 from crashproof.runtime.driving.queue import Draining, LedgerQueue
@@ -81,8 +87,6 @@ _WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
 # What opening a drive gives: the core Context and the run's input, or the answer of a
 # run that has ended (``Ledger._open``).
 Opened = tuple[Context, dict[str, Any]] | Callable[[], Any]
-Begun = tuple[Workflow[Any], Started | None]  # the workflow, and the start record if new
-Start = Callable[[], Begun]  # what records a run's start (``run_async``)
 
 
 class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, LedgerQueue):
@@ -120,6 +124,8 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         # Who holds the leases this Ledger takes: host, process and a per-Ledger nonce.
         self.worker_id = f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
         self._stale: set[tuple[str, int]] = set()  # (run id, token) whose lease was lost
+        self._start_batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StartBatch]
+        self._start_batches = weakref.WeakKeyDictionary()  # per loop (_drive_async)
         self._claimed = {}  # driving/queue.py: claimed from the queue, not yet driven
         # Set by a worker that stops: every run this Ledger drives stops at its next step.
         self.draining = False
@@ -174,8 +180,8 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         """``run`` for an ``async def`` workflow: the same journal, records and guarantees;
         its ctx calls are awaited (``AsyncContext``). Its journal I/O waits off the loop
         (``AsyncContext.settle``, ``off_loop``)."""
-        record = functools.partial(self._record, wf, run_id, options, input, is_async=True)
-        return await self._drive_async(record, run_id, options)  # type: ignore[no-any-return]
+        workflow, start = self._start_of(wf, run_id, options, input, is_async=True)
+        return await self._drive_async(workflow, run_id, options, start=start)  # type: ignore[no-any-return]
 
     def _record(
         self,
@@ -188,7 +194,22 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
     ) -> tuple[Workflow[R], Started | None]:
         """Record the run's start unless it exists with the same input (else RunConflict);
         the start record too when this call created the run. ``is_async``: the shell that
-        drives it next (None: a worker, either)."""
+        drives it next (None: a worker, either), which holds the new run from its start."""
+        workflow, start = self._start_of(wf, run_id, options, input, is_async=is_async)
+        owner = None if is_async is None else self.worker_id
+        return workflow, record_start(self, start, owner)
+
+    def _start_of(
+        self,
+        wf: Workflow[R] | str,
+        run_id: str,
+        options: RunOptions | None,
+        input: dict[str, Any],
+        *,
+        is_async: bool | None,
+    ) -> tuple[Workflow[R], StartRecord]:
+        """The workflow and the start record of a run (nothing written): bad input is
+        refused here."""
         workflow = self._resolve(wf)
         if is_async is not None:
             workflow.check_shell(is_async)
@@ -198,9 +219,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         if not isinstance(run_id, str) or not run_id or reserved(run_id):
             raise ValueError("run_id must be a non-empty string, not under 'crashproof:'")
         fields["started_by"] = started_by(self.worker_id)
-        # A drive of its own (not a worker's, is_async None) starts the run held by it.
-        owner = None if is_async is None else self.worker_id
-        return workflow, record_start(self, workflow, run_id, input, fields, owner)
+        return workflow, start_record(workflow, run_id, input, fields)
 
     def sealed_state(self, namespace: str, *, witness: Witness | None = None) -> SealedState:
         """HMAC seals under this ledger's keyring and a generation witness, for state an
@@ -268,49 +287,59 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
 
     async def _drive_async(
         self,
-        workflow: Workflow[Any] | Start,
+        workflow: Workflow[Any],
         run_id: str,
         options: RunOptions | None = None,
         *,
         changes: OperatorChanges | None = None,
         take_over: bool = False,
         wait: float = 0.0,
+        start: StartRecord | None = None,
     ) -> Any:
         """``_drive`` for an async workflow: the same opening and conclusion, the workflow
-        awaited with an ``AsyncContext`` over the same core. ``workflow``: or what
-        records the run's start and returns it (``run_async``)."""
-
+        awaited with an ``AsyncContext`` over the same core. ``start``: the run's start,
+        to record first (``run_async``)."""
         # The start, the verdict, the claim (or its wait) and the opening read and write
         # the journal: off the loop, in one thread hop (a resume's opening in a second).
-        # On a local ledger a new run starts on the loop's thread, as its quick commits
-        # do (runtime/driving/batching.py: a thread would wait for the GIL at each
-        # statement while the loop is busy); an existing one's verdict reads its journal.
-        begun: Begun | None = None
-        if isinstance(workflow, Workflow):
-            begun = (workflow, None)
-        elif local_commits(self.url, self.durability):
-            begun = workflow()  # its start record: a local commit
+        # On a local ledger new runs start on the loop's thread, the starts of a turn in
+        # one transaction (StartBatch), as its quick commits are (runtime/driving/
+        # batching.py: a thread would wait for the GIL at each statement while the loop
+        # is busy); an existing run's verdict reads its journal, in a thread.
+        fresh: Started | None = None
+        if start is not None and local_commits(self.url, self.durability):
+            fresh = await self._starting().submit(start)
+            start = None  # recorded
         how = (run_id, options, changes, take_over, wait)
-        if begun is not None and begun[1] is not None:
-            found, verdict, grant, known, opened = self._admitted(begun, *how)
+        if fresh is not None:
+            verdict, grant, known, opened = self._admitted(workflow, None, fresh, *how)
         else:
-            found, verdict, grant, known, opened = await off_loop(
-                self._admitted, begun or workflow, *how
+            verdict, grant, known, opened = await off_loop(
+                self._admitted, workflow, start, None, *how
             )
         heartbeat: Heartbeat | None = None
         try:
             with self._owning(run_id, grant, leases.TaskHeartbeat) as heartbeat:
                 if opened is None:
                     opened = await off_loop(
-                        self._open, found, run_id, options, changes, grant, verdict, known
+                        self._open, workflow, run_id, options, changes, grant, verdict, known
                     )
                 if isinstance(opened, tuple):
                     heartbeat.drive = opened[0]  # its outcome's commit releases the lease
-                return await self._drive_owned_async(run_id, found, opened)
+                return await self._drive_owned_async(run_id, workflow, opened)
         finally:  # the lease is free when the drive returns
             released = getattr(heartbeat, "released", None)
             if released is not None:
                 await released
+
+    def _starting(self) -> StartBatch:
+        """The batch of this loop's new runs (``_drive_async``)."""
+        loop = asyncio.get_running_loop()
+        found = self._start_batches.get(loop)
+        if found is None:
+            found = self._start_batches[loop] = StartBatch(
+                loop, functools.partial(record_starts, self, owner=self.worker_id), _abandoned
+            )
+        return found
 
     async def _drive_owned_async(self, run_id: str, workflow: Workflow[Any], opened: Opened) -> Any:
         if not isinstance(opened, tuple):
@@ -337,28 +366,31 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
 
     def _admitted(
         self,
-        begun: Begun | Start,
+        workflow: Workflow[Any],
+        start: StartRecord | None,
+        fresh: Started | None,
         run_id: str,
         options: RunOptions | None,
         changes: OperatorChanges | None,
         take_over: bool,
         wait: float,
-    ) -> tuple[Workflow[Any], Gate, Grant, list[Event] | None, Opened | None]:
-        """An async drive's start (``begun``: made already, or to make), verdict and lease;
-        and, for a run this drive just created, its opening too, which reads nothing (a
-        resume's journal read waits for its heartbeat: ``_drive_async``)."""
-        found, fresh = begun() if callable(begun) else begun
-        verdict, grant, known = self._admit(found, run_id, take_over, wait, fresh)
+    ) -> tuple[Gate, Grant, list[Event] | None, Opened | None]:
+        """An async drive's start (``start``: to record; ``fresh``: recorded), verdict and
+        lease; and, for a run this drive just created, its opening too, which reads
+        nothing (a resume's journal read waits for its heartbeat: ``_drive_async``)."""
+        if start is not None:
+            fresh = record_start(self, start, self.worker_id)
+        verdict, grant, known = self._admit(workflow, run_id, take_over, wait, fresh)
         if known is None:
-            return found, verdict, grant, known, None
+            return verdict, grant, known, None
         try:
-            opened = self._open(found, run_id, options, changes, grant, verdict, known)
+            opened = self._open(workflow, run_id, options, changes, grant, verdict, known)
         except BaseException as exc:  # as _owning would: a crash leaves the lease
             stop_driving(grant.lease.owner, run_id)
             if isinstance(exc, Exception):
                 leases.release(self._store, run_id, grant.lease)
             raise
-        return found, verdict, grant, known, opened
+        return verdict, grant, known, opened
 
     def _admit(
         self,
@@ -555,3 +587,10 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         if owner:  # a run exported as a move is driven where it was imported, not here
             refuse_moved(self._store, run_id, events)
         return events
+
+
+def _abandoned(started: Started | Exception | None) -> None:
+    """A new run whose drive was cancelled while its start was recorded: no longer driven
+    here (its lease in the store expires, as a crashed drive's)."""
+    if isinstance(started, tuple) and started[1] is not None:
+        stop_driving(started[1].owner, started[0].run_id)

@@ -218,6 +218,22 @@ class SQLiteStore(SQLiteJournal):
             self._insert_events(conn, (first,), GENESIS, run_no)
             return None
 
+    def create_runs(
+        self, runs: Sequence[tuple[RunRow, Event, Lease | None]]
+    ) -> list[RunRow | None]:
+        """``create_run`` of several runs in one transaction (an async loop's starts of
+        one turn: runtime/driving/lifecycle.py); per run None, or the row that exists."""
+        out: list[RunRow | None] = []
+        with self._transaction(*(row.run_id for row, _first, _lease in runs)) as conn:
+            for row, first, lease in runs:
+                run_no = _insert_run_row(conn, row, lease)
+                if run_no is None:
+                    out.append(_row(conn.execute(_Q["get_run"], (row.run_id,)).fetchone()))
+                else:
+                    self._insert_events(conn, (first,), GENESIS, run_no)
+                    out.append(None)
+        return out
+
     def get_run(self, run_id: str) -> RunRow | None:
         with self._lock, self._errors():
             found = self._conn.execute(_Q["get_run"], (run_id,)).fetchone()
@@ -431,14 +447,14 @@ class SQLiteStore(SQLiteJournal):
     # -- internals ---------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self, run_id: str | None = None) -> Iterator[sqlite3.Connection]:
-        """``run_id``: the one run whose journal end (its fencing token) this transaction
-        may change; the other runs' ends stay known. None: a migration, a queue claim...:
+    def _transaction(self, *run_ids: str) -> Iterator[sqlite3.Connection]:
+        """``run_ids``: the runs whose journal ends (fencing tokens) this transaction may
+        change; the other runs' ends stay known. None given: a migration, a queue claim...:
         every end is read again."""
         with self._lock, self._errors():
-            if run_id is None:
+            if not run_ids:
                 self._ends.clear()
-            else:  # a thousand runs starting must not make every other run re-read its end
+            for run_id in run_ids:  # a thousand runs starting: the others' ends stay known
                 self._ends.pop(run_id, None)
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
