@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/transcript.py [--turns 50,200,500,1000,10000] [--before SRC]
                                          [--peer-max 200] [--dbos-cap 600] [--dir /tmp]
+                                         [--whole] [--only list,whole,...]
 
 The agent loop of the issue: each turn appends a user message (~1 KB of new text) to the
 history, passes the whole history to ``ctx.decide("turn", model, messages=history)``,
@@ -26,6 +27,13 @@ in-flight step to kill mid-turn: a killed superstep restarts from the same check
 Transact (SQLite system database; a workflow whose ``@DBOS.step`` takes the messages),
 SIGKILLed in its last step and recovered by ``DBOS.launch()`` in a new process; each phase
 bounded by ``--dbos-cap`` seconds, printed as "over cap" past it.
+
+``--whole``: also crashproof with a decision that *returns* the whole history (the turn's
+result is the history so far plus the reply), up to T = 1,000: each result extends the
+one before, which a SQLite ledger stores as a text delta (schema 7, store/deltas.py), so
+its bytes per turn stay O(new text); its time does not (each full result is still
+encoded, sealed and, on resume, verified: O(T) per turn). With ``--before``, the same at
+the other checkout ("whole, before"), which stores each history whole.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 os.environ.setdefault("CRASHPROOF_KEY", "42" * 32)
 TEXT = "The quick brown fox jumps over the lazy dog; " * 22  # ~1 KB, ASCII
 BEFORE_MAX = 1000
+WHOLE_MAX = 1000  # --whole: O(T) per turn in hashing whatever is stored
 
 
 def _user(turn: int) -> dict[str, str]:
@@ -75,6 +84,11 @@ def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict
             _killed_here(directory, started, turns - 1)
         return _reply(len(messages))
 
+    answer = model  # (whole's keyword model= shadows it)
+
+    def whole(messages: list[Any], model: str) -> list[Any]:
+        return [*messages, answer(messages, model)]
+
     def register(ledger: Any) -> None:
         @ledger.workflow("agent", version="1")
         def agent(ctx: Any, turns: int) -> int:
@@ -82,7 +96,10 @@ def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict
             history: list[Any] = cp.Transcript([system]) if kind == "transcript" else [system]
             for turn in range(turns):
                 history.append(_user(turn))
-                history.append(ctx.decide("turn", model, messages=history, model="m-1"))
+                if kind == "whole":  # the result is the history: stored as a delta
+                    history = ctx.decide("turn", whole, messages=history, model="m-1")
+                else:
+                    history.append(ctx.decide("turn", model, messages=history, model="m-1"))
             return len(history)
 
     if phase == "live":
@@ -209,7 +226,7 @@ def run_case(
     """Both phases in child processes; None when a phase ran over ``cap`` seconds."""
     directory = Path(tempfile.mkdtemp(prefix="crashproof-transcript-", dir=parent))
     env = dict(os.environ)
-    if who == "before":
+    if who in ("before", "whole-before"):
         env["PYTHONPATH"] = before or ""
     out: dict[str, Any] = {}
     try:
@@ -241,6 +258,10 @@ def main() -> None:
         "--dbos-cap", type=float, default=600.0, help="DBOS: seconds per phase, then 'over cap'"
     )
     parser.add_argument("--dir", default=None, help="where the databases go")
+    parser.add_argument(
+        "--whole", action="store_true", help="also a decision returning the whole history"
+    )
+    parser.add_argument("--only", default=None, help="only these contestants (comma-separated)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -250,8 +271,8 @@ def main() -> None:
         elif who == "dbos":
             result = child_dbos(int(turns), Path(directory), phase)
         else:
-            kind = "transcript" if who == "transcript" else "list"
-            result = child_crashproof(kind, int(turns), Path(directory), phase)
+            kind = {"transcript": "transcript", "whole": "whole", "whole-before": "whole"}
+            result = child_crashproof(kind.get(who, "list"), int(turns), Path(directory), phase)
         print(json.dumps(result))
         return
 
@@ -269,6 +290,8 @@ def main() -> None:
     contestants = ["list", "transcript"]
     if args.before:
         contestants.insert(0, "before")
+    if args.whole:
+        contestants += ["whole-before", "whole"] if args.before else ["whole"]
     if langgraph_missing:
         print(langgraph_missing)
     else:
@@ -279,6 +302,8 @@ def main() -> None:
         contestants.append("dbos")
     except ImportError:
         print("dbos: skipped (pip install dbos)")
+    if args.only:
+        contestants = [c for c in contestants if c in args.only.split(",")]
     header = (
         f"{'contestant':<22}{'T':>7}{'µs/turn':>10}{'resume':>10}{'B/turn':>10}{'x new':>7}"
         f"{'base':>10}"
@@ -287,8 +312,10 @@ def main() -> None:
     bases: dict[str, float] = {}  # contestant -> bytes on disk after a run of 2 turns
     for turns in [int(t) for t in args.turns.split(",")]:
         for who in contestants:
-            if (who == "before" and turns > BEFORE_MAX) or (
-                who == "langgraph" and turns > args.peer_max
+            if (
+                (who == "before" and turns > BEFORE_MAX)
+                or (who == "langgraph" and turns > args.peer_max)
+                or (who.startswith("whole") and turns > WHOLE_MAX)
             ):
                 continue
             cap = args.dbos_cap if who == "dbos" else None
@@ -298,6 +325,8 @@ def main() -> None:
                 "list": "crashproof, list",
                 "transcript": "crashproof, Transcript",
                 "dbos": "DBOS Transact",
+                "whole": "crashproof, whole",
+                "whole-before": "whole, before",
             }.get(who, "LangGraph")
             if r is None:
                 print(f"{name:<22}{turns:>7}  over cap ({cap:.0f} s per phase)", flush=True)

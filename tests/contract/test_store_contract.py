@@ -34,7 +34,7 @@ from hypothesis.stateful import (
 from crashproof import LeaseHeld, RunNotFound, StaleLeaseError
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.memory import MemoryStore
-from crashproof.store.port import BLOB_THRESHOLD, Store
+from crashproof.store.port import BLOB_THRESHOLD, Lease, Store
 from crashproof.store.sqlite import SQLiteStore
 
 # -- backends ----------------------------------------------------------------
@@ -644,6 +644,46 @@ def test_append_with_the_current_token_lands_with_its_status(backend: Backend) -
     found = backend.store.get_run("r")
     assert found is not None
     assert found.status is RunStatus.SUCCEEDED
+
+
+def test_a_run_created_under_a_lease_is_held_by_it_with_the_first_token(
+    backend: Backend,
+) -> None:
+    first = event("r", 0, {"input": "r"})
+    lease = Lease("w1", 1, time.time() + 30.0, 30.0)
+    assert backend.store.create_run(row("r"), first, lease) is None
+    with pytest.raises(LeaseHeld, match="owned by worker w1"):
+        backend.store.claim("r", "w2", 30.0)
+    backend.store.renew("r", lease)
+    backend.store.append([event("r", 1)], fencing_token=1)
+    # An existing run is not taken by another create under a lease.
+    other = Lease("w2", 1, time.time() + 30.0, 30.0)
+    assert backend.store.create_run(row("r"), first, other) is not None
+    assert backend.store.claim("r", "w1", 30.0).token == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "released"),
+    [
+        (RunStatus.SUCCEEDED, True),
+        (RunStatus.FAILED, True),
+        (RunStatus.CANCELLED, True),
+        (RunStatus.NEEDS_REVIEW, False),
+        (RunStatus.AWAITING_APPROVAL, False),
+        (RunStatus.RUNNING, False),
+    ],
+)
+def test_a_terminal_status_releases_the_lease_in_the_same_append(
+    backend: Backend, status: RunStatus, released: bool
+) -> None:
+    start(backend.store, "r")
+    lease = backend.store.claim("r", "w1", 30.0)
+    backend.store.append([event("r", 1)], (status, None), fencing_token=lease.token)
+    if released:  # as release would: free for anyone, the token kept
+        assert backend.store.claim("r", "w2", 30.0).token == lease.token + 1
+    else:
+        with pytest.raises(LeaseHeld, match="owned by worker w1"):
+            backend.store.claim("r", "w2", 30.0)
 
 
 def test_append_with_a_stale_token_keeps_nothing_not_even_the_status(

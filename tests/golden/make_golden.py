@@ -36,6 +36,10 @@ key of tests/conftest.py (never a real key).
   wrote it before format 2 (#22; built at commit 715fd4e): run t-done (4 turns) and
   t-inflight (crashed after its third turn). No longer written here (this code writes
   format 2); tests/golden/test_golden_transcript.py replays and resumes it.
+- deltas7.db (+ .witness): SQLite schema 7, step results stored as text deltas (a
+  step returning the whole history, golden_deltas.py): run d-done (10 turns) and
+  d-inflight (crashed after its seventh turn). Written alone by ``make_golden.py
+  deltas7``; tests/golden/test_golden_deltas.py checks, replays and resumes it.
 """
 
 from __future__ import annotations
@@ -142,6 +146,32 @@ def current(path: Path) -> None:
             conn.execute("PRAGMA journal_mode=DELETE")  # one self-contained file each
 
 
+def deltas7(path: Path) -> None:
+    """Runs d-done (10 turns) and d-inflight (crashed after its seventh) of
+    golden_deltas.py: step results stored as text deltas (schema 7)."""
+    import golden_deltas
+
+    for stale in path.parent.glob(path.name + "*"):
+        stale.unlink()
+    url = f"sqlite:///{path}"
+    with cp.Ledger(url) as ledger:
+        golden_deltas.register(ledger)
+        ledger.run("golden-deltas", run_id="d-done", tag="done", turns=golden_deltas.TURNS)
+    crashing = cp.Ledger(url, crash_points=cp.CrashPoints(match="after_commit[step_done:turn6]"))
+    try:
+        golden_deltas.register(crashing)
+        crashing.run(
+            "golden-deltas", run_id="d-inflight", tag="inflight", turns=golden_deltas.TURNS
+        )
+    except cp.SimulatedCrash:
+        pass
+    finally:
+        crashing.close()
+    for name in (path, path.with_name(path.name + ".witness")):
+        with contextlib.closing(sqlite3.connect(name)) as conn:
+            conn.execute("PRAGMA journal_mode=DELETE")  # one self-contained file each
+
+
 REVIEW_POLICY = cp.Policy(
     "golden-policy-1",
     allow={"notes": "1"},
@@ -206,6 +236,10 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["current"]:
         current(HERE / "current.db")
         print("current.db written to", HERE)
+        raise SystemExit(0)
+    if sys.argv[1:] == ["deltas7"]:
+        deltas7(HERE / "deltas7.db")
+        print("deltas7.db written to", HERE)
         raise SystemExit(0)
     if sys.argv[1:] == ["checkpoint_v3"]:
         checkpoint_v3(HERE / "checkpoint_v3.json")

@@ -486,3 +486,33 @@ def test_async_http_key_reused_with_another_intent_freezes(tmp_path: Path) -> No
                 asyncio.run(ledger.run_async(apost, run_id="r"))
             assert isinstance(frozen.value.cause, cp.ReceiptConflict)
             assert ledger.get_run("r").status is cp.RunStatus.NEEDS_REVIEW
+
+
+def test_async_drives_on_one_loop_keep_their_leases_renewed_together(tmp_path: Path) -> None:
+    # One renewal task for the loop's drives (runtime/driving/leases.py: _Renewals): four
+    # runs awaiting past several lease lengths still hold their leases, another ledger
+    # cannot claim them meanwhile, and each lease is free once its run ended.
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    blocked: list[str] = []
+
+    @cp.workflow("long-wait")
+    async def long_wait(ctx: cp.AsyncContext) -> int:
+        return int(await ctx.step("wait", asyncio.sleep, 1.0, 7))
+
+    async def drive(ledger: cp.Ledger, other: cp.Ledger) -> list[int]:
+        runs = [
+            asyncio.ensure_future(ledger.run_async(long_wait, run_id=f"r{k}")) for k in range(4)
+        ]
+        await asyncio.sleep(0.8)  # past 2.5 leases of 0.3 s: only renewals keep them
+        for k in range(4):
+            try:
+                await other.resume_async(f"r{k}")
+            except cp.LeaseHeld:
+                blocked.append(f"r{k}")
+        return list(await asyncio.gather(*runs))
+
+    with cp.Ledger(url, lease_seconds=0.3) as ledger, cp.Ledger(url) as other:
+        other.register(long_wait)
+        assert asyncio.run(drive(ledger, other)) == [7, 7, 7, 7]
+        assert blocked == ["r0", "r1", "r2", "r3"]
+        assert {info.owner for info in ledger.leases().values()} == {None}

@@ -173,3 +173,81 @@ def test_a_crash_inside_a_batch_resumes_every_run_once(
         for i in ids:
             assert shape(ledger.journal(i))[-1][0] == "run_succeeded"
             assert target.count("executes", f"{i}/create") == 1
+
+
+def plain_flow(tool: cp.Tool) -> cp.Workflow[Any]:
+    """``async_flow`` without its barrier (any number of runs)."""
+
+    @cp.workflow("agent", version="1")
+    async def agent(ctx: cp.AsyncContext, n: int) -> dict[str, Any]:
+        plan = await ctx.decide("plan", _aplan, n)
+        doubled = [await ctx.step("count", _acount, i) for i in range(n)]
+        made = await ctx.act("create", tool, title=ctx.run_id, n=n)
+        return {"plan": plan, "doubled": doubled, "made": made}
+
+    return agent
+
+
+class _Starts:
+    """Counts the runs of every create_runs transaction of a SQLite ledger's store."""
+
+    def __init__(self, ledger: cp.Ledger) -> None:
+        store = ledger._store
+        self.sizes: list[int] = []
+        inner = store.create_runs  # type: ignore[attr-defined]
+
+        def counted(runs: Any) -> Any:
+            self.sizes.append(len(runs))
+            return inner(runs)
+
+        store.create_runs = counted  # type: ignore[attr-defined]
+
+
+def test_runs_started_in_one_turn_share_one_start_and_a_refused_one_costs_the_others_nothing(
+    tmp_path: Path,
+) -> None:
+    # The starts of one turn of the loop are recorded together (StartBatch, one witness
+    # write and one transaction); a start another input conflicts with, and a second
+    # drive of a run this ledger drives already, are refused alone.
+    target = Target(tmp_path / "t.json")
+    flow = plain_flow(AsyncTargetTool(target))
+    with cp.Ledger(f"sqlite:///{tmp_path / 'a.db'}") as ledger:
+        asyncio.run(ledger.run_async(flow, run_id="taken", n=1))
+        starts = _Starts(ledger)
+
+        async def all_at_once() -> list[Any]:
+            runs = [ledger.run_async(flow, run_id=f"r{k}", n=2) for k in range(6)]
+            runs.append(ledger.run_async(flow, run_id="taken", n=5))  # another input
+            runs.append(ledger.run_async(flow, run_id="r0", n=2))  # driven here already
+            return await asyncio.gather(*runs, return_exceptions=True)
+
+        results = asyncio.run(all_at_once())
+        assert starts.sizes == [6], starts.sizes  # the six new runs, one transaction
+        assert all(isinstance(r, dict) for r in results[:6]), results
+        assert isinstance(results[6], cp.RunConflict)
+        assert isinstance(results[7], cp.LeaseHeld)
+        for k in range(6):
+            assert ledger.get_run(f"r{k}").status is cp.RunStatus.SUCCEEDED
+            assert target.count("executes", f"r{k}/create") == 1
+        assert ledger.leases()["taken"].owner is None  # the refused start took nothing
+
+
+def test_a_run_whose_drive_is_cancelled_while_it_starts_is_resumed_by_the_same_ledger(
+    tmp_path: Path,
+) -> None:
+    target = Target(tmp_path / "t.json")
+    flow = plain_flow(AsyncTargetTool(target))
+    with cp.Ledger(f"sqlite:///{tmp_path / 'a.db'}") as ledger:
+
+        async def cancelled_at_its_start() -> None:
+            task = asyncio.ensure_future(ledger.run_async(flow, run_id="r", n=2))
+            await asyncio.sleep(0)  # the task submitted its start; the batch runs next
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancelled_at_its_start())
+        assert ledger.get_run("r") is not None  # started, held by this ledger's worker
+        resumed = asyncio.run(ledger.resume_async("r"))  # taken over: abandoned here
+        assert resumed["doubled"] == [0, 2]
+        assert target.count("executes", "r/create") == 1

@@ -166,15 +166,40 @@ def test_an_expired_lease_of_a_crashed_run_is_taken_over_without_take_over(
 
 
 def _started_run(open_ledger: LedgerFactory, tool: cp.Tool) -> cp.Workflow[Any]:
-    """A run "r" that exists and did nothing yet (crashed right after it started), and no
-    lease on it."""
+    """A run "r" that exists and did nothing yet (queued), and no lease on it."""
     gate = Gate()
     gate.opened.set()
     wf = gated_workflow(gate, tool)
+    open_ledger().enqueue(wf, run_id="r", size="s")
+    return wf
+
+
+def test_a_run_is_created_held_by_its_drive_and_a_crash_right_after_leaves_the_lease(
+    tmp_path: Path, db_path: Path, open_ledger: LedgerFactory
+) -> None:
+    # Its first lease is written with the run (no claim after it): another worker never
+    # sees the new run unowned, and a crash right after the start leaves the lease as a
+    # dead process's, taken over at once in this process (abandoned).
+    target = Target(tmp_path / "t.json")
+    gate = Gate()
+    gate.opened.set()
+    wf = gated_workflow(gate, TargetTool(target))
     crashing = open_ledger(crash_points=cp.CrashPoints(match="after_commit[run_started]"))
     with pytest.raises(cp.SimulatedCrash):
         crashing.run(wf, run_id="r", size="s")
-    return wf
+    store = SQLiteStore(db_path)
+    try:
+        with pytest.raises(cp.LeaseHeld):
+            store.claim("r", "elsewhere:1:abcd", 60.0)
+    finally:
+        store.close()
+    ledger = open_ledger()
+    ledger.register(wf)
+    assert ledger.resume("r")["passed"] == "through"
+    assert executes(target) == 1
+    # The crashed drive wrote nothing after the start: the resume's session is the first.
+    receipts = lease_receipts(ledger)
+    assert [(r["token"], r["decision"]) for r in receipts] == [(2, "abandoned in this process")]
 
 
 def test_a_live_lease_of_another_host_blocks_until_it_expires(

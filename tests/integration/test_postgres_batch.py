@@ -394,10 +394,11 @@ def test_a_runs_end_in_the_rows_statement_changes_status_and_releases_only_if_ke
         ]
     old = store.claim("b", "w1", 30.0)
     store.claim("b", "w2", 30.0, take_over=True)
+    held_a = store.claim("a", "w1", 30.0)
     done = (RunStatus.SUCCEEDED, None)
     results = store.append_batch(
         [
-            [([_act(2, EventType.RUN_SUCCEEDED, "a", key="")], done, None, True)],
+            [([_act(2, EventType.RUN_SUCCEEDED, "a", key="")], done, held_a.token, True)],
             [([_act(2, EventType.RUN_SUCCEEDED, "b", key="")], done, old.token, True)],  # stale
             [([_act(2, EventType.STEP_DONE, "c")], None, None, False)],  # the act's end
         ]
@@ -414,3 +415,7 @@ def test_a_runs_end_in_the_rows_statement_changes_status_and_releases_only_if_ke
     }
     assert [h.run_id for h in store.unresolved_intents()] == ["b"]
     assert seqs(store, "b") == [0, 1]
+    leases = store.leases()
+    assert leases["a"].owner is None  # the run's end released its lease, token kept
+    assert leases["a"].token == held_a.token
+    assert leases["b"].owner == "w2"  # the refused end released nothing

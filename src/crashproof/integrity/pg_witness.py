@@ -112,8 +112,9 @@ class PostgresWitness:
 
     def start_unseen(self, run_id: str) -> int | None:
         """``get`` and, when the witness never saw the run, ``start``, in one statement
-        and one round trip (witness.start_new), shared by the runs starting at the same
-        time (store/combining.py): the generation held before, or None."""
+        and one round trip (runtime/driving/lifecycle.py, record_starts), shared by the
+        runs starting at the same time (store/combining.py): the generation held before,
+        or None."""
         return self._starting(run_id, None)
 
     def _start_many(self, calls: list[tuple[str, None]]) -> dict[str, int]:

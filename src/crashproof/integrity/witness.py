@@ -26,13 +26,14 @@ import contextlib
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 from crashproof.errors import JournalRolledBack, LedgerError, WitnessMissing
 from crashproof.store.sqlite_file import enter_wal
 
-__all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare", "lost", "start_new"]
+__all__ = ["MemoryWitness", "SQLiteWitness", "Witness", "compare", "lost"]
 
 _MADE_KEPT = 100_000  # runs remembered by SQLiteWitness._made
 _ADVANCE = "UPDATE witness SET generation = ?, updated_at = ? WHERE run_id = ? AND generation < ?"
@@ -71,20 +72,6 @@ def lost(run_id: str, witnessed: int) -> JournalRolledBack:
         "the journal holds no record of it (its -wal deleted or truncated after a crash, "
         "or an older copy of the ledger restored); nothing was executed."
     )
-
-
-def start_new(witness: Witness, run_id: str) -> None:
-    """Witness a new run at generation 0 before its first commit; raise ``lost`` when the
-    witness saw it past 0 already (never a second start). A witness with
-    ``start_unseen(run_id) -> int | None`` (start unless it holds the run, returning the
-    generation held before) does both at once: one round trip on PostgreSQL instead of
-    two; any other witness is read, then started."""
-    combined = getattr(witness, "start_unseen", None)
-    witnessed = combined(run_id) if combined is not None else witness.get(run_id)
-    if witnessed:  # lost from the journal: never a second start (nothing was started)
-        raise lost(run_id, witnessed)
-    if combined is None:
-        witness.start(run_id)
 
 
 def compare(run_id: str, journal: int, witnessed: int | None) -> bool:
@@ -187,6 +174,29 @@ class SQLiteWitness:
         )
         # An advance made before the row existed changed nothing: ask again from here.
         self._made.pop(run_id, None)
+
+    def start_many(self, run_ids: Sequence[str]) -> None:
+        """``start`` of several new runs in one write (an async loop's starts of a turn)."""
+        now = time.time()
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany(
+                        "INSERT INTO witness (run_id, generation, updated_at) VALUES (?, 0, ?) "
+                        "ON CONFLICT (run_id) DO NOTHING",
+                        [(run_id, now) for run_id in run_ids],
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot update the witness {self.path}: {exc}") from None
+            for run_id in run_ids:
+                self._made.pop(run_id, None)
 
     def advance(self, run_id: str, generation: int) -> None:
         """Returns once a write made after this call began holds ``generation`` (or more)

@@ -28,7 +28,7 @@ from crashproof.journal.codec import (
 )
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
-from crashproof.runtime.driving.durability import Pending
+from crashproof.runtime.driving.durability import Pending, local_commits
 from crashproof.runtime.guards.approvals import approval_in_flight
 from crashproof.runtime.guards.budget import Meter
 from crashproof.runtime.guards.policy import Policy, admit_act
@@ -89,6 +89,7 @@ class Context:
         self.frozen: CrashproofError | None = None
         self.frozen_evidence: dict[str, Any] | None = None
         self.fencing_token: int | None = None
+        self.ended = False  # the run's outcome is committed: its lease went with it
         self.act_settings: ActSettings = host.act_settings
         # Budgets and policy: checked before new work only (runtime/guards/budget.py, policy.py).
         self.meter = Meter(replay)
@@ -475,9 +476,11 @@ class Context:
         if self.pending is not None:  # an async drive: committed before its next handoff
             return self.pending.add(events, status, out)
         self._host.append_records(events, status, fencing_token=self.fencing_token, output=out)
+        if status is not None and status[0].terminal:
+            self.ended = True
 
     def buffer_commits(self) -> None:  # the async shell: committed before each handoff
-        self.pending = Pending(local=not self._host.url.startswith(("postgresql:", "postgres:")))
+        self.pending = Pending(local=local_commits(self._host.url, self._host.durability))
 
     def flush(self) -> None:
         """Commit what an async drive made since its last handoff (``Pending``)."""
@@ -490,6 +493,9 @@ class Context:
 
     def committed(self, group: list[PendingRecord], result: tuple[int, Exception] | None) -> None:
         """A refused record (and those after it) not kept: go on from its seq, and raise."""
+        kept = group if result is None else group[: result[0]]
+        if any(status is not None and status[0].terminal for _, status, _, _ in kept):
+            self.ended = True
         if result is not None:
             refused = group[result[0]][0][0]
             self._next_seq = refused.seq

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 from crashproof._faults import CrashPoints
@@ -33,12 +35,20 @@ from crashproof.journal.records import Event, EventType
 from crashproof.runtime.async_context import AsyncContext, off_loop
 from crashproof.runtime.context import Context
 from crashproof.runtime.driving import leases
+from crashproof.runtime.driving.batching import StartBatch
 from crashproof.runtime.driving.commits import JournalCommits
-from crashproof.runtime.driving.durability import share_witness_writes
+from crashproof.runtime.driving.durability import local_commits, share_witness_writes
 from crashproof.runtime.driving.leases import HOST, Grant, Heartbeat, stop_driving
-from crashproof.runtime.driving.lifecycle import record_start, recorded_outcome, stopped_error
+from crashproof.runtime.driving.lifecycle import (
+    Started,
+    StartRecord,
+    record_start,
+    record_starts,
+    recorded_outcome,
+    start_record,
+    stopped_error,
+)
 from crashproof.runtime.driving.queue import Draining, LedgerQueue
-from crashproof.runtime.driving.resuming import LedgerResume
 from crashproof.runtime.driving.urls import (
     DURABILITY_MODES,
     default_witness,
@@ -74,11 +84,12 @@ R = TypeVar("R")
 # a lost lease) is never recorded as the run's failure: the run stays resumable once
 # the cause is fixed.
 _WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
+# What opening a drive gives: the core Context and the run's input, or the answer of a
+# run that has ended (``Ledger._open``).
+Opened = tuple[Context, dict[str, Any]] | Callable[[], Any]
 
 
-class Ledger(
-    Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, LedgerQueue, LedgerResume
-):
+class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, LedgerQueue):
     """Durable runs of workflows. Independent instances never share state.
 
     Implements the ``DriveHost`` port (``runtime/port.py``) for its Context and its
@@ -113,6 +124,8 @@ class Ledger(
         # Who holds the leases this Ledger takes: host, process and a per-Ledger nonce.
         self.worker_id = f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
         self._stale: set[tuple[str, int]] = set()  # (run id, token) whose lease was lost
+        self._start_batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StartBatch]
+        self._start_batches = weakref.WeakKeyDictionary()  # per loop (_drive_async)
         self._claimed = {}  # driving/queue.py: claimed from the queue, not yet driven
         # Set by a worker that stops: every run this Ledger drives stops at its next step.
         self.draining = False
@@ -155,52 +168,6 @@ class Ledger(
         workflow, fresh = self._record(wf, run_id, options, input, is_async=False)
         return self._drive(workflow, run_id, options, fresh=fresh)  # type: ignore[no-any-return]
 
-    def resume(
-        self,
-        run_id: str,
-        *,
-        raise_budget: dict[str, int | float | None] | None = None,
-        rebind_policy: Policy | None = None,
-        by: str | None = None,
-        take_over: bool = False,
-        wait: float = 0.0,
-        override_intent: Sequence[str] = (),
-        retry: bool = False,
-    ) -> Any:
-        """Resume a run to completion in this process; returns its result.
-
-        ``raise_budget``: new, higher limits by kind (``{"tokens": 5000}``; None lifts
-        one), e.g. to continue a run stopped at a budget. ``rebind_policy``: bind the run
-        to another policy (version). ``override_intent``: the runs holding the intent its
-        frozen act waits for that the act may pass (runtime/steps/holds.py). ``retry``:
-        re-drive a failed run (``retry``). All are journaled as operator decisions: ``by``
-        (default: the OS user), host, time, old and new values. A run another worker
-        holds raises LeaseHeld unless ``take_over``, which fences that worker out (its
-        next journal commit raises StaleLeaseError), or unless it is freed (released or
-        expired) within ``wait`` seconds."""
-        changes = OperatorChanges(
-            raise_budget=raise_budget,
-            rebind_policy=rebind_policy,
-            override_intent=tuple(override_intent),
-            retry=retry,
-            by=by,
-        )
-        found = self._to_resume(run_id, changes, is_async=False)
-        if not isinstance(found, Workflow):
-            return found()
-        return self._drive(found, run_id, changes=changes, take_over=take_over, wait=wait)
-
-    def retry(
-        self, run_id: str, *, by: str | None = None, take_over: bool = False, wait: float = 0.0
-    ) -> Any:
-        """Re-drive a run recorded ``failed`` under its own id, to completion; returns its
-        result. Journaled first (``run_retried``: ``by``, host, time); the failed call is
-        attempted again and every other recorded step, decision and act replays, so no
-        recorded effect happens twice (runtime/driving/retrying.py). A run that is not
-        failed raises ``RetryRefused``, nothing written. Async workflows:
-        ``await resume_async(run_id, retry=True, by=...)``."""
-        return self.resume(run_id, by=by, take_over=take_over, wait=wait, retry=True)
-
     async def run_async(
         self,
         wf: Workflow[R] | str,
@@ -213,36 +180,8 @@ class Ledger(
         """``run`` for an ``async def`` workflow: the same journal, records and guarantees;
         its ctx calls are awaited (``AsyncContext``). Its journal I/O waits off the loop
         (``AsyncContext.settle``, ``off_loop``)."""
-        record = functools.partial(self._record, wf, run_id, options, input, is_async=True)
-        return await self._drive_async(record, run_id, options)  # type: ignore[no-any-return]
-
-    async def resume_async(
-        self,
-        run_id: str,
-        *,
-        raise_budget: dict[str, int | float | None] | None = None,
-        rebind_policy: Policy | None = None,
-        by: str | None = None,
-        take_over: bool = False,
-        wait: float = 0.0,
-        override_intent: Sequence[str] = (),
-        retry: bool = False,
-    ) -> Any:
-        """``resume`` for an ``async def`` workflow (a run started by either shell); a
-        ``wait`` for the lease is spent in a worker thread, off the loop."""
-        changes = OperatorChanges(
-            raise_budget=raise_budget,
-            rebind_policy=rebind_policy,
-            override_intent=tuple(override_intent),
-            retry=retry,
-            by=by,
-        )
-        found = self._to_resume(run_id, changes, is_async=True)
-        if not isinstance(found, Workflow):
-            return found()
-        return await self._drive_async(
-            found, run_id, changes=changes, take_over=take_over, wait=wait
-        )
+        workflow, start = self._start_of(wf, run_id, options, input, is_async=True)
+        return await self._drive_async(workflow, run_id, options, start=start)  # type: ignore[no-any-return]
 
     def _record(
         self,
@@ -252,10 +191,25 @@ class Ledger(
         input: dict[str, Any],
         *,
         is_async: bool | None = None,
-    ) -> tuple[Workflow[R], Event | None]:
+    ) -> tuple[Workflow[R], Started | None]:
         """Record the run's start unless it exists with the same input (else RunConflict);
         the start record too when this call created the run. ``is_async``: the shell that
-        drives it next (None: a worker, either)."""
+        drives it next (None: a worker, either), which holds the new run from its start."""
+        workflow, start = self._start_of(wf, run_id, options, input, is_async=is_async)
+        owner = None if is_async is None else self.worker_id
+        return workflow, record_start(self, start, owner)
+
+    def _start_of(
+        self,
+        wf: Workflow[R] | str,
+        run_id: str,
+        options: RunOptions | None,
+        input: dict[str, Any],
+        *,
+        is_async: bool | None,
+    ) -> tuple[Workflow[R], StartRecord]:
+        """The workflow and the start record of a run (nothing written): bad input is
+        refused here."""
         workflow = self._resolve(wf)
         if is_async is not None:
             workflow.check_shell(is_async)
@@ -265,7 +219,7 @@ class Ledger(
         if not isinstance(run_id, str) or not run_id or reserved(run_id):
             raise ValueError("run_id must be a non-empty string, not under 'crashproof:'")
         fields["started_by"] = started_by(self.worker_id)
-        return workflow, record_start(self, workflow, run_id, input, fields)
+        return workflow, start_record(workflow, run_id, input, fields)
 
     def sealed_state(self, namespace: str, *, witness: Witness | None = None) -> SealedState:
         """HMAC seals under this ledger's keyring and a generation witness, for state an
@@ -314,16 +268,17 @@ class Ledger(
         changes: OperatorChanges | None = None,
         take_over: bool = False,
         wait: float = 0.0,
-        fresh: Event | None = None,
+        fresh: Started | None = None,
     ) -> Any:
         """Drive the run under its lease (``_owning``), the workflow called in this thread.
         ``fresh``: the start record, when the caller just created the run."""
         verdict, grant, known = self._admit(workflow, run_id, take_over, wait, fresh)
-        with self._owning(run_id, grant):
+        with self._owning(run_id, grant) as heartbeat:
             opened = self._open(workflow, run_id, options, changes, grant, verdict, known)
             if not isinstance(opened, tuple):
                 return opened()
             ctx, input = opened
+            heartbeat.drive = ctx  # its outcome's commit releases the lease
             try:
                 result = workflow.fn(ctx, **input)
             except Exception as exc:
@@ -332,43 +287,61 @@ class Ledger(
 
     async def _drive_async(
         self,
-        workflow: Workflow[Any] | Callable[[], tuple[Workflow[Any], Event | None]],
+        workflow: Workflow[Any],
         run_id: str,
         options: RunOptions | None = None,
         *,
         changes: OperatorChanges | None = None,
         take_over: bool = False,
         wait: float = 0.0,
+        start: StartRecord | None = None,
     ) -> Any:
         """``_drive`` for an async workflow: the same opening and conclusion, the workflow
-        awaited with an ``AsyncContext`` over the same core. ``workflow``: or what
-        records the run's start and returns it (``run_async``)."""
-
-        def admitted() -> tuple[Workflow[Any], tuple[Gate, Grant, list[Event] | None]]:
-            found, fresh = (workflow, None) if isinstance(workflow, Workflow) else workflow()
-            return found, self._admit(found, run_id, take_over, wait, fresh)
-
+        awaited with an ``AsyncContext`` over the same core. ``start``: the run's start,
+        to record first (``run_async``)."""
         # The start, the verdict, the claim (or its wait) and the opening read and write
-        # the journal: off the loop, the first three in one thread hop.
-        found, (verdict, grant, known) = await off_loop(admitted)
+        # the journal: off the loop, in one thread hop (a resume's opening in a second).
+        # On a local ledger new runs start on the loop's thread, the starts of a turn in
+        # one transaction (StartBatch), as its quick commits are (runtime/driving/
+        # batching.py: a thread would wait for the GIL at each statement while the loop
+        # is busy); an existing run's verdict reads its journal, in a thread.
+        fresh: Started | None = None
+        if start is not None and local_commits(self.url, self.durability):
+            fresh = await self._starting().submit(start)
+            start = None  # recorded
+        how = (run_id, options, changes, take_over, wait)
+        if fresh is not None:
+            verdict, grant, known, opened = self._admitted(workflow, None, fresh, *how)
+        else:
+            verdict, grant, known, opened = await off_loop(
+                self._admitted, workflow, start, None, *how
+            )
         heartbeat: Heartbeat | None = None
         try:
             with self._owning(run_id, grant, leases.TaskHeartbeat) as heartbeat:
-                opened = await off_loop(
-                    self._open, found, run_id, options, changes, grant, verdict, known
-                )
-                return await self._drive_owned_async(run_id, found, opened)
+                if opened is None:
+                    opened = await off_loop(
+                        self._open, workflow, run_id, options, changes, grant, verdict, known
+                    )
+                if isinstance(opened, tuple):
+                    heartbeat.drive = opened[0]  # its outcome's commit releases the lease
+                return await self._drive_owned_async(run_id, workflow, opened)
         finally:  # the lease is free when the drive returns
             released = getattr(heartbeat, "released", None)
             if released is not None:
                 await released
 
-    async def _drive_owned_async(
-        self,
-        run_id: str,
-        workflow: Workflow[Any],
-        opened: tuple[Context, dict[str, Any]] | Callable[[], Any],
-    ) -> Any:
+    def _starting(self) -> StartBatch:
+        """The batch of this loop's new runs (``_drive_async``)."""
+        loop = asyncio.get_running_loop()
+        found = self._start_batches.get(loop)
+        if found is None:
+            found = self._start_batches[loop] = StartBatch(
+                loop, functools.partial(record_starts, self, owner=self.worker_id), _abandoned
+            )
+        return found
+
+    async def _drive_owned_async(self, run_id: str, workflow: Workflow[Any], opened: Opened) -> Any:
         if not isinstance(opened, tuple):
             return opened()
         core, input = opened
@@ -391,22 +364,51 @@ class Ledger(
         await ctx.settle()
         return value
 
+    def _admitted(
+        self,
+        workflow: Workflow[Any],
+        start: StartRecord | None,
+        fresh: Started | None,
+        run_id: str,
+        options: RunOptions | None,
+        changes: OperatorChanges | None,
+        take_over: bool,
+        wait: float,
+    ) -> tuple[Gate, Grant, list[Event] | None, Opened | None]:
+        """An async drive's start (``start``: to record; ``fresh``: recorded), verdict and
+        lease; and, for a run this drive just created, its opening too, which reads
+        nothing (a resume's journal read waits for its heartbeat: ``_drive_async``)."""
+        if start is not None:
+            fresh = record_start(self, start, self.worker_id)
+        verdict, grant, known = self._admit(workflow, run_id, take_over, wait, fresh)
+        if known is None:
+            return verdict, grant, known, None
+        try:
+            opened = self._open(workflow, run_id, options, changes, grant, verdict, known)
+        except BaseException as exc:  # as _owning would: a crash leaves the lease
+            stop_driving(grant.lease.owner, run_id)
+            if isinstance(exc, Exception):
+                leases.release(self._store, run_id, grant.lease)
+            raise
+        return verdict, grant, known, opened
+
     def _admit(
         self,
         workflow: Workflow[Any],
         run_id: str,
         take_over: bool,
         wait: float,
-        fresh: Event | None,
+        fresh: Started | None,
     ) -> tuple[Gate, Grant, list[Event] | None]:
         """The drive's verdict and lease, and its journal when known without a read: a run
         this drive created (``fresh``, its start record) whose lease it was the first to
         claim (fencing token 1). Every writer of a journal holds a lease, so no one wrote
         after the start, and no version changed since it: no verdict to compute."""
         if fresh is not None:
-            grant = self._lease_for(run_id, take_over, wait)
+            start, lease = fresh  # the run created held by this drive, or claimed now
+            grant = Grant(lease) if lease else self._lease_for(run_id, take_over, wait)
             if grant.lease.token == 1:
-                return Gate(drive_schema(self)), grant, [fresh]
+                return Gate(drive_schema(self)), grant, [start]
             stop_driving(grant.lease.owner, run_id)  # another drive came between: the
             leases.release(self._store, run_id, grant.lease)  # verdict comes first
         verdict = gate(self, workflow, run_id)  # before the lease (runtime/replayer/verdict.py)
@@ -449,7 +451,7 @@ class Ledger(
         grant: Grant,
         verdict: Gate,
         known: list[Event] | None = None,
-    ) -> tuple[Context, dict[str, Any]] | Callable[[], Any]:
+    ) -> Opened:
         """The core Context for this drive and the run's input; or, for a run that has
         ended, the answer it ended with. ``known``: the journal, when ``_admit`` knew it."""
         token = grant.lease.token
@@ -585,3 +587,10 @@ class Ledger(
         if owner:  # a run exported as a move is driven where it was imported, not here
             refuse_moved(self._store, run_id, events)
         return events
+
+
+def _abandoned(started: Started | Exception | None) -> None:
+    """A new run whose drive was cancelled while its start was recorded: no longer driven
+    here (its lease in the store expires, as a crashed drive's)."""
+    if isinstance(started, tuple) and started[1] is not None:
+        stop_driving(started[1].owner, started[0].run_id)

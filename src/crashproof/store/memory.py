@@ -34,12 +34,14 @@ class MemoryStore:
     def schema_version(self) -> int:
         return SCHEMA_VERSION
 
-    def create_run(self, row: RunRow, first: Event) -> RunRow | None:
+    def create_run(self, row: RunRow, first: Event, lease: Lease | None = None) -> RunRow | None:
         with self._lock:
             existing = self._runs.get(row.run_id)
             if existing is not None:
                 return existing
             self._runs[row.run_id] = row
+            if lease is not None:
+                self._leases[row.run_id] = (lease.owner, lease.expires_at, lease.token)
             self._events[row.run_id] = [self._keep(first)]
             return None
 
@@ -135,6 +137,8 @@ class MemoryStore:
                     updated_at=time.time(),
                     reason=status[1],
                 )
+                if status[0].terminal:  # the lease goes with the run's end (Store.append)
+                    self._leases[run_id] = (None, None, current)
 
     def unresolved_intents(self, run_id: str | None = None) -> list[IntentHold]:
         with self._lock:

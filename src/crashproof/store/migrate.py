@@ -38,6 +38,7 @@ from typing import Any
 
 from crashproof.errors import LedgerError, NotALedger, SchemaTooNew
 from crashproof.journal.records import EventType, RunStatus
+from crashproof.store.deltas import Resolver
 from crashproof.store.port import GENESIS, RecordSealer
 from crashproof.store.sql import Migration, load_migrations, load_queries
 from crashproof.store.sqlite_file import check_file
@@ -340,6 +341,7 @@ def run_migration(conn: sqlite3.Connection, migration: Migration, where: str) ->
 def _seal_unsealed(conn: sqlite3.Connection, sealer: RecordSealer) -> list[tuple[str, int]]:
     """Seal every run that has a record without a MAC, whole, from its first record."""
     run_ids = [r[0] for r in conn.execute("SELECT DISTINCT run_id FROM events WHERE mac IS NULL")]
+    Resolver(conn, check_digest=True)  # (load_events reads deltas through it; none here)
     sealed = []
     for run_id in sorted(run_ids):
         rows: Sequence[Any] = conn.execute(_Q["load_events"], (run_id,)).fetchall()

@@ -366,7 +366,12 @@ class PostgresAppend:
             if status is not None:
                 cur.execute(
                     self._q["set_status"],
-                    (status[0].value, reason_in(status[1]), time.time(), run_id),
+                    {
+                        "status": status[0].value,
+                        "reason": reason_in(status[1]),
+                        "now": time.time(),
+                        "run_id": run_id,
+                    },
                 )
         self._remember(run_id, events[-1].seq + 1, mac)
 

@@ -235,10 +235,12 @@ class Store(Protocol):
         """The schema version this store was written with."""
         ...
 
-    def create_run(self, row: RunRow, first: Event) -> RunRow | None:
+    def create_run(self, row: RunRow, first: Event, lease: Lease | None = None) -> RunRow | None:
         """Insert ``row`` and its first event atomically, unless the run exists.
 
         Returns None when created, else the existing row (nothing is written).
+        ``lease``: the new run is created held under it, as its first claim would leave
+        it (owner, expiry, fencing token 1): the drive that starts a run saves a claim.
         """
         ...
 
@@ -274,7 +276,10 @@ class Store(Protocol):
         power cut (the runtime asks for it right before something leaves the process).
         The same transaction keeps the index of unresolved act intents
         (store/intents.py) and raises IntentHeld, nothing kept, when an ``act_intent``
-        would open a hold another run has on the same intent."""
+        would open a hold another run has on the same intent. A change to a terminal
+        status (succeeded, failed, cancelled) also releases the run's lease in the same
+        transaction, as ``release`` would: the drive that ended the run saves a commit,
+        and the fencing token is kept."""
         ...
 
     def unresolved_intents(self, run_id: str | None = None) -> list[IntentHold]:

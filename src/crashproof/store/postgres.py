@@ -224,10 +224,10 @@ class PostgresStore(PostgresAppend):
         self._version = (found, time.monotonic())
         return found
 
-    def create_run(self, row: RunRow, first: Event) -> RunRow | None:
+    def create_run(self, row: RunRow, first: Event, lease: Lease | None = None) -> RunRow | None:
         # One statement, one round trip, shared by the runs starting at the same time
         # (queries.sql, create_runs): a transaction of BEGIN, SET LOCAL, two inserts and
-        # COMMIT took five round trips a run.
+        # COMMIT took five round trips a run. ``lease``: the new run held under it.
         params, mac = self._record_params(first, GENESIS)
         params.update(
             run_id=row.run_id,
@@ -239,6 +239,7 @@ class PostgresStore(PostgresAppend):
             created=row.created_at,
             updated=row.updated_at,
         )
+        params["owner"], params["ttl"], params["token"] = _held(lease)
         found = self._creating(row.run_id, params)
         if found is None:
             raise LedgerError(f"{self.display}: creating run {row.run_id!r} returned nothing")
@@ -378,7 +379,7 @@ class PostgresStore(PostgresAppend):
         run exists (then nothing is written and False is returned)."""
         with self._transaction() as cur:
             head = (row.run_id, row.workflow, row.version, row.status.value, reason_in(row.reason))
-            tail = (row.input_digest, row.created_at, row.updated_at)
+            tail = (row.input_digest, row.created_at, row.updated_at, *_held(None))
             cur.execute(self._q["insert_run"], (*head, *tail))
             if cur.rowcount == 0:
                 return False
@@ -528,7 +529,17 @@ _CREATE_COLUMNS = (
     "created_at",
     "key_id",
     "mac",
+    "owner",
+    "ttl",
+    "token",
 )
+
+
+def _held(lease: Lease | None) -> tuple[str | None, float | None, int]:
+    """insert_run's owner, ttl and fencing token: a new run held under ``lease``, or not."""
+    if lease is None:
+        return None, None, 0
+    return lease.owner, float(lease.ttl_seconds), lease.token
 
 
 def _row(found: Any) -> RunRow:

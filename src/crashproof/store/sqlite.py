@@ -27,6 +27,7 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.deltas import DeltaMemo, Resolver
 from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, run_migration, split_statements
@@ -61,8 +62,9 @@ SCHEMA_VERSION = _MIGRATIONS[-1].version
 _SYNCHRONOUS = {"output": "NORMAL", "full": "FULL", "normal": "NORMAL"}
 _META_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'crashproof_meta'"
 
-# A journal record exactly as stored: seq, type, key, payload text, value text (wherever
-# kept), created_at, key_id, mac. Used by checkpoint export/import only.
+# A journal record exactly as sealed: seq, type, key, payload text, value text (wherever
+# kept, a delta resolved to the full text), created_at, key_id, mac. Used by checkpoint
+# export/import only.
 RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
 
 
@@ -90,6 +92,8 @@ class SQLiteStore(SQLiteJournal):
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()  # the loads' connection's (_reading)
         self._read_conn: sqlite3.Connection | None = None
+        self._read_resolver: Resolver | None = None
+        self._deltas = DeltaMemo()
         self._busy_timeout = busy_timeout
         self._sealer = sealer
         self.durability = durability
@@ -117,6 +121,7 @@ class SQLiteStore(SQLiteJournal):
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open ledger {self.path}: {exc}") from None
         self._cursor = self._conn.cursor()  # the appends' (under the lock)
+        self._resolver = Resolver(self._conn, check_digest=sealer is None)
         try:
             self._open(durability, busy_timeout)
         except BaseException:
@@ -204,14 +209,30 @@ class SQLiteStore(SQLiteJournal):
         with self._lock, self._errors():
             return self._read_version()
 
-    def create_run(self, row: RunRow, first: Event) -> RunRow | None:
-        with self._transaction() as conn:
-            run_no = _insert_run_row(conn, row)
+    def create_run(self, row: RunRow, first: Event, lease: Lease | None = None) -> RunRow | None:
+        with self._transaction(row.run_id) as conn:
+            run_no = _insert_run_row(conn, row, lease)
             if run_no is None:
                 existing = conn.execute(_Q["get_run"], (row.run_id,)).fetchone()
                 return _row(existing)
             self._insert_events(conn, (first,), GENESIS, run_no)
             return None
+
+    def create_runs(
+        self, runs: Sequence[tuple[RunRow, Event, Lease | None]]
+    ) -> list[RunRow | None]:
+        """``create_run`` of several runs in one transaction (an async loop's starts of
+        one turn: runtime/driving/lifecycle.py); per run None, or the row that exists."""
+        out: list[RunRow | None] = []
+        with self._transaction(*(row.run_id for row, _first, _lease in runs)) as conn:
+            for row, first, lease in runs:
+                run_no = _insert_run_row(conn, row, lease)
+                if run_no is None:
+                    out.append(_row(conn.execute(_Q["get_run"], (row.run_id,)).fetchone()))
+                else:
+                    self._insert_events(conn, (first,), GENESIS, run_no)
+                    out.append(None)
+        return out
 
     def get_run(self, run_id: str) -> RunRow | None:
         with self._lock, self._errors():
@@ -234,7 +255,7 @@ class SQLiteStore(SQLiteJournal):
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
     ) -> Lease:
-        with self._transaction() as conn:
+        with self._transaction(run_id) as conn:
             found = conn.execute(_Q["get_lease"], (run_id,)).fetchone()
             if found is None:
                 raise RunNotFound(f"no run {run_id!r} in ledger {self.path}")
@@ -248,7 +269,7 @@ class SQLiteStore(SQLiteJournal):
 
     def renew(self, run_id: str, lease: Lease) -> Lease:
         expires_at = time.time() + lease.ttl_seconds
-        with self._transaction() as conn:
+        with self._transaction(run_id) as conn:
             cur = conn.execute(_Q["renew_lease"], (expires_at, run_id, lease.owner, lease.token))
             if cur.rowcount == 0:
                 raise StaleLeaseError(
@@ -258,7 +279,7 @@ class SQLiteStore(SQLiteJournal):
         return Lease(lease.owner, lease.token, expires_at, lease.ttl_seconds)
 
     def release(self, run_id: str, lease: Lease) -> None:
-        with self._transaction() as conn:
+        with self._transaction(run_id) as conn:
             conn.execute(_Q["release_lease"], (run_id, lease.owner, lease.token))
 
     def close(self) -> None:
@@ -398,9 +419,14 @@ class SQLiteStore(SQLiteJournal):
         return self._sealer
 
     def raw_events(self, run_id: str) -> list[RawRecord]:
-        """The run's records exactly as stored (not verified: the caller verifies)."""
+        """The run's records exactly as sealed, a value kept as a text delta resolved to
+        its full text (not verified: the caller verifies)."""
         with self._lock, self._errors():
-            rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
+            try:
+                rows = self._conn.execute(_Q["load_events"], (run_id,)).fetchall()
+                self._resolver.check()  # a stored value that cannot be resolved
+            finally:
+                self._resolver.reset()
         check_rows(run_id, rows)
         return [row[:8] for row in rows]
 
@@ -412,7 +438,7 @@ class SQLiteStore(SQLiteJournal):
             if run_no is None:
                 return False
             for record in records:
-                insert_record(conn, row.run_id, run_no, record)
+                insert_record(conn, row.run_id, run_no, self._deltas, record)
                 change = raw_change(record[1], record[2], record[3], record[5])
                 if change is not None:  # what the run holds unresolved, as it held it
                     apply_change(conn, row.run_id, change, check=False)
@@ -421,9 +447,15 @@ class SQLiteStore(SQLiteJournal):
     # -- internals ---------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *run_ids: str) -> Iterator[sqlite3.Connection]:
+        """``run_ids``: the runs whose journal ends (fencing tokens) this transaction may
+        change; the other runs' ends stay known. None given: a migration, a queue claim...:
+        every end is read again."""
         with self._lock, self._errors():
-            self._ends.clear()  # a claim, a new run, a migration...: journal ends re-read
+            if not run_ids:
+                self._ends.clear()
+            for run_id in run_ids:  # a thousand runs starting: the others' ends stay known
+                self._ends.pop(run_id, None)
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -435,9 +467,11 @@ class SQLiteStore(SQLiteJournal):
                 raise
 
 
-def _insert_run_row(conn: sqlite3.Connection, row: RunRow) -> int | None:
-    """Insert a run's index row unless the run exists; the new run's number (run_no),
-    None when the run exists."""
+def _insert_run_row(
+    conn: sqlite3.Connection, row: RunRow, lease: Lease | None = None
+) -> int | None:
+    """Insert a run's index row (held under ``lease``) unless the run exists; the new
+    run's number (run_no), None when the run exists."""
     found = conn.execute(
         _Q["insert_run"],
         (
@@ -449,6 +483,9 @@ def _insert_run_row(conn: sqlite3.Connection, row: RunRow) -> int | None:
             row.input_digest,
             row.created_at,
             row.updated_at,
+            None if lease is None else lease.owner,
+            None if lease is None else lease.expires_at,
+            0 if lease is None else lease.token,
         ),
     ).fetchall()  # (RETURNING: read it all, or the statement is still in progress)
     return None if not found else int(found[0][0])

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError, IntegrityError, LedgerError
 from crashproof.journal.records import Event
+from crashproof.store.deltas import DeltaMemo, Resolver
 from crashproof.store.intents import Change, IntentHold, change_of, held, others, touches
 from crashproof.store.port import (
     BLOB_THRESHOLD,
@@ -71,6 +72,9 @@ class SQLiteJournal:
     _ends_version: int | None
     _read_lock: threading.Lock
     _read_conn: sqlite3.Connection | None
+    _read_resolver: Resolver | None
+    _resolver: Resolver  # the shared connection's (raw_events)
+    _deltas: DeltaMemo  # each run's last large value, written as the next one's base
     _busy_timeout: float
 
     def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
@@ -113,14 +117,18 @@ class SQLiteJournal:
 
     def _rows(self, run_id: str) -> list[Any]:
         with self._reading() as conn:
-            return conn.execute(_Q["load_events"], (run_id,)).fetchall()
+            rows = conn.execute(_Q["load_events"], (run_id,)).fetchall()
+            if self._read_resolver is not None:
+                self._read_resolver.check()  # a stored value that cannot be resolved
+            return rows
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
         """The connection journals are loaded on: one of their own (read-only, opened on
         first use), so a long load, verified as it reads, holds neither the store's lock
         nor its connection, and other runs' appends go on meanwhile (in WAL mode a
-        reader sees every commit made before it began and never waits for the writer)."""
+        reader sees every commit made before it began and never waits for the writer).
+        Its texts resolved from deltas are forgotten after each use."""
         with self._read_lock, self._errors():
             conn = self._read_conn
             if conn is None:
@@ -131,12 +139,18 @@ class SQLiteJournal:
                     timeout=self._busy_timeout,
                 )
                 conn.execute("PRAGMA query_only=ON")
+                self._read_resolver = Resolver(conn, check_digest=self._sealer is None)
                 self._read_conn = conn
-            yield conn
+            try:
+                yield conn
+            finally:
+                if self._read_resolver is not None:
+                    self._read_resolver.reset()
 
     def _close_reader(self) -> None:
         with self._read_lock:
             conn, self._read_conn = self._read_conn, None
+            self._read_resolver = None
             if conn is not None:
                 conn.close()
 
@@ -270,6 +284,7 @@ class SQLiteJournal:
                             cur.execute("ROLLBACK TO record")
                             cur.execute("RELEASE record")
                         self._ends.pop(run_id, None)
+                        self._deltas.forget(run_id)  # its blob rows were undone too
                         results[g] = (i, exc)
                         break
                     if not whole:
@@ -312,6 +327,8 @@ class SQLiteJournal:
                 _Q["set_status"],
                 (status[0].value, _utf8(status[1]), time.time(), events[0].run_id),
             )
+            if status[0].terminal:
+                self._deltas.forget(run_id)  # no later value to store as its delta
         if version != self._ends_version:
             self._ends.clear()  # someone else wrote: what was known is stale
             self._ends_version = version
@@ -336,6 +353,7 @@ class SQLiteJournal:
                     conn,
                     event.run_id,
                     run_no,
+                    self._deltas,
                     (
                         event.seq,
                         event.type._value_,
@@ -372,7 +390,9 @@ class SQLiteJournal:
     def _rollback(self, conn: sqlite3.Connection | sqlite3.Cursor) -> None:
         # Also when COMMIT itself fails (disk full, I/O error): never leave the shared
         # connection inside a transaction (the caller re-raises the original error).
+        # What was remembered of the undone writes goes too: a delta's base row with them.
         self._ends.clear()
+        self._deltas.forget()
         if self._conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
@@ -422,14 +442,16 @@ def insert_record(
     conn: sqlite3.Connection | sqlite3.Cursor,
     run_id: str,
     run_no: int | None,
+    deltas: DeltaMemo,
     record: tuple[int, str, str | None, str, str | None, float, str | None, str | None],
 ) -> None:
     """Insert one record (seq, type, key, payload, value, created_at, key_id, mac), its
-    value kept once as a content-addressed blob when large (insert_event)."""
+    value kept once as a content-addressed blob when large (insert_event), as a text
+    delta of the run's last large value where it extends it (store/deltas.py)."""
     seq, type_, key, payload, value, created_at, key_id, mac = record
     blob = blob_digest(value)
-    if blob is not None:
-        conn.execute(_Q["insert_blob"], (blob, value))
+    if blob is not None and value is not None:
+        deltas.insert(conn, run_id, blob, value)
         value = None
     conn.execute(
         _Q["insert_event"],

@@ -33,7 +33,7 @@ from crashproof.journal.records import Event, EventType
 from crashproof.runtime.port import PendingRecord
 from crashproof.store.port import StatusChange
 
-__all__ = ["OUTCOMES", "Pending", "output_point", "share_witness_writes"]
+__all__ = ["OUTCOMES", "Pending", "local_commits", "output_point", "share_witness_writes"]
 
 OUTCOMES = frozenset(
     {
@@ -63,6 +63,14 @@ def output_point(event: Event) -> bool:
 
 _STEP_DONE = EventType.STEP_DONE
 _ACT_INTENT = EventType.ACT_INTENT
+
+
+def local_commits(url: str, durability: str) -> bool:
+    """Whether a commit that is no output point waits for nothing but this process's own
+    work (a SQLite or in-memory ledger short of "full" durability): an async drive makes
+    it on the loop's thread, never a thread hop (runtime/driving/batching.py). Not for a
+    database server (a round trip), nor where every commit is synced."""
+    return durability != "full" and not url.startswith(("postgresql:", "postgres:"))
 
 
 def share_witness_writes(store: Any, witness: Any) -> None:

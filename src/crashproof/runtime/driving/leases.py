@@ -4,17 +4,19 @@ gone), releasing, and the heartbeat that renews a lease while its run is driven.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from crashproof.errors import CrashproofError, LeaseHeld, StaleLeaseError
 from crashproof.runtime.driving.batching import off_loop
@@ -113,6 +115,14 @@ def _process_alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
+class Ending(Protocol):
+    """A drive as its heartbeat sees it: ``ended`` once the run's outcome is committed,
+    which released the lease too (a terminal status does, ``Store.append``): no release
+    is due then."""
+
+    ended: bool
+
+
 class Heartbeat:
     """Renews a lease every ttl/3 from a daemon thread until stopped. A renewal refused
     as stale marks the lease lost: the run stops at its next commit."""
@@ -122,6 +132,7 @@ class Heartbeat:
         self._run_id = run_id
         self.lease = lease
         self._lost = lost
+        self.drive: Ending | None = None  # set once the drive has opened
         self._stopped = threading.Event()
         self._thread = threading.Thread(
             target=self._beat, name=f"crashproof-lease:{run_id}", daemon=True
@@ -135,7 +146,10 @@ class Heartbeat:
                 return
 
     def _renew(self) -> bool:
-        """One renewal; False once the lease is lost (the run stops at its next commit)."""
+        """One renewal; False once the lease is lost (the run stops at its next commit),
+        or went with the run's outcome (nothing to renew, nothing lost)."""
+        if self.drive is not None and self.drive.ended:
+            return False
         try:
             self.lease = self._store.renew(self._run_id, self.lease)
         except StaleLeaseError:
@@ -153,14 +167,16 @@ class Heartbeat:
 
     def release(self) -> None:
         """The drive ended: free the lease for anyone (after ``stop``)."""
-        release(self._store, self._run_id, self.lease)
+        if self.drive is None or not self.drive.ended:
+            release(self._store, self._run_id, self.lease)
 
 
 class TaskHeartbeat(Heartbeat):
-    """``Heartbeat`` for an async drive: a task on its event loop instead of a thread per
-    run (a thousand runs on one loop would otherwise start, and join, a thousand
-    threads). Renewals and the release are commits in a commit thread, as the drive's
-    own are: the loop never waits on them."""
+    """``Heartbeat`` for an async drive: no thread of its own, nor a task. The async
+    drives of a loop are renewed together by one task (``_Renewals``): a thousand runs on
+    a loop renew in one thread hop every ttl/3, instead of a thousand threads, or tasks,
+    each waking alone. Renewals and the release are commits in a commit thread, as the
+    drive's own are: the loop never waits on them."""
 
     def __init__(  # (the thread of the base class is never started)
         self, store: Store, run_id: str, lease: Lease, lost: Callable[[], None]
@@ -169,22 +185,81 @@ class TaskHeartbeat(Heartbeat):
         self._run_id = run_id
         self.lease = lease
         self._lost = lost
+        self.drive = None
         self._loop = asyncio.get_running_loop()
-        self._task = self._loop.create_task(self._beat_async())
+        self.due = self._loop.time() + lease.ttl_seconds / 3  # the next renewal, loop time
+        self._renewals = _renewals(self._loop, lease.ttl_seconds)
+        self._renewals.add(self)
         self.released: asyncio.Future[None] | None = None  # the release, awaited by the drive
 
-    async def _beat_async(self) -> None:
-        interval = self.lease.ttl_seconds / 3
-        while True:
-            await asyncio.sleep(interval)
-            if not await off_loop(self._renew):
-                return
-
     def stop(self) -> None:
-        self._task.cancel()
+        self._renewals.discard(self)
 
     def release(self) -> None:
-        self.released = asyncio.ensure_future(off_loop(super().release), loop=self._loop)
+        if self.drive is None or not self.drive.ended:
+            self.released = asyncio.ensure_future(off_loop(super().release), loop=self._loop)
+
+
+class _Renewals:
+    """The heartbeats of a loop's async drives under leases of one ttl, renewed by one
+    task: it sleeps until the earliest is due (a heartbeat added later, of the same ttl,
+    is never due earlier), renews in one thread hop every one due by then or within the
+    next ttl/6 (a little early, so that runs started a moment apart share a hop), and
+    ends when none is left. A renewal refused as stale marks that lease lost
+    (``Heartbeat._renew``)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ttl: float) -> None:
+        self._loop = loop
+        self._early = ttl / 6
+        self._beats: dict[TaskHeartbeat, None] = {}  # in the order added: oldest due first
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, beat: TaskHeartbeat) -> None:
+        self._beats[beat] = None
+        if self._task is None:
+            self._task = self._loop.create_task(self._run())
+
+    def discard(self, beat: TaskHeartbeat) -> None:
+        self._beats.pop(beat, None)
+
+    async def _run(self) -> None:
+        try:
+            while self._beats:
+                first = next(iter(self._beats))  # the oldest: due first
+                await asyncio.sleep(max(0.0, first.due - self._loop.time()))
+                due = _due(self._beats, self._loop.time() + self._early)
+                kept = await off_loop(_renew_all, due) if due else []
+                for beat, alive in zip(due, kept, strict=True):
+                    if beat not in self._beats:
+                        continue  # stopped meanwhile
+                    del self._beats[beat]
+                    if alive:  # to the end of the line: due last now
+                        beat.due = self._loop.time() + beat.lease.ttl_seconds / 3
+                        self._beats[beat] = None
+        finally:
+            self._task = None
+
+
+def _due(beats: dict[TaskHeartbeat, None], horizon: float) -> list[TaskHeartbeat]:
+    """The heartbeats due by ``horizon`` (in due order: the first ones)."""
+    return list(itertools.takewhile(lambda beat: beat.due <= horizon, beats))
+
+
+def _renew_all(beats: list[TaskHeartbeat]) -> list[bool]:
+    return [beat._renew() for beat in beats]
+
+
+_RENEWALS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Renewals]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _renewals(loop: asyncio.AbstractEventLoop, ttl: float) -> _Renewals:
+    by_ttl = _RENEWALS.setdefault(loop, {})
+    found = by_ttl.get(ttl)
+    if found is None:
+        found = by_ttl[ttl] = _Renewals(loop, ttl)
+    return found
 
 
 def claim(
@@ -211,6 +286,14 @@ def claim(
         with DRIVING_LOCK:
             DRIVING.discard((owner, run_id))
         raise
+
+
+def first(owner: str, run_id: str, ttl: float) -> Lease:
+    """The lease a run is created under by the drive that starts it (``Store.create_run``:
+    fencing token 1, as its first claim would leave it), listed as driving first, as
+    ``claim`` does; ``stop_driving`` when the run turns out to exist already."""
+    _start_driving(owner, run_id)
+    return Lease(owner, 1, time.time() + ttl, ttl)
 
 
 def adopt(run_id: str, lease: Lease) -> Grant:

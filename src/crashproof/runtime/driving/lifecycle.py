@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from crashproof.errors import (
@@ -18,29 +19,47 @@ from crashproof.errors import (
     RunStopped,
     Unverified,
 )
-from crashproof.integrity.witness import start_new
+from crashproof.integrity.witness import Witness, lost
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, encode, error_from_record
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.runtime.driving import leases
 from crashproof.runtime.port import DriveHost
 from crashproof.runtime.workflow import Workflow
+from crashproof.store.port import Lease, Store
 
-__all__ = ["record_start", "recorded_outcome", "stopped_error"]
+__all__ = [
+    "StartRecord",
+    "Started",
+    "record_start",
+    "record_starts",
+    "recorded_outcome",
+    "start_record",
+    "stopped_error",
+]
+
+# A run this call created: its start record, and the lease it was created under.
+Started = tuple[Event, Lease | None]
 
 log = logging.getLogger(__name__)
 
 
-def record_start(
-    host: DriveHost,
-    workflow: Workflow[Any],
-    run_id: str,
-    input: dict[str, Any],
-    fields: dict[str, Any],
-) -> Event | None:
-    """Record the run's start (``fields``: its limits and policy, and who starts it)
-    unless it exists with the same input; another input raises RunConflict. Returns the
-    start record when this call created the run (its drive need not read it back)."""
+@dataclass(frozen=True, slots=True)
+class StartRecord:
+    """A run's start as it will be written (``start_record``: made before any I/O, so
+    that bad input is refused at once): its index row and its first record."""
+
+    workflow: str
+    row: RunRow
+    first: Event
+
+
+def start_record(
+    workflow: Workflow[Any], run_id: str, input: dict[str, Any], fields: dict[str, Any]
+) -> StartRecord:
+    """The start of run ``run_id`` (``fields``: its limits and policy, and who starts it);
+    TypeError or a clear error for input the workflow cannot take or JSON cannot hold."""
     workflow.bind_input(input)
     input_json = encode(input, what=f"the input of run {run_id!r}")
     digest = canonical_digest(
@@ -70,21 +89,109 @@ def record_start(
         value_json=input_json,
         created_at=now,
     )
+    return StartRecord(workflow.name, row, first)
+
+
+def record_start(host: DriveHost, start: StartRecord, owner: str | None = None) -> Started | None:
+    """Record the run's start unless it exists with the same input; another input raises
+    RunConflict. Returns the start record when this call created the run (its drive
+    need not read it back), and the run's first lease when ``owner`` is given: a new run
+    is created held by it (a claim saved), an existing one is left to the drive's claim."""
+    (found,) = record_starts(host, [start], owner)
+    if isinstance(found, BaseException):
+        raise found
+    return found
+
+
+def record_starts(
+    host: DriveHost, starts: Sequence[StartRecord], owner: str | None = None
+) -> list[Started | Exception | None]:
+    """``record_start`` of several runs at once (an async loop's starts of one turn): the
+    new runs' witness rows in one write, then their rows and first records in one store
+    transaction (``create_runs``, where the store has it), with the crash points of each
+    on both sides. Per run: what ``record_start`` returns, or the error that refused it
+    alone (RunConflict, a run lost from the journal, a run driven here already)."""
     store, witness, points = host.store, host.witness, host.crash_points
-    new = store.get_run(run_id) is None
-    if new and witness is not None:  # generation 0, before the run's first commit
-        start_new(witness, run_id)  # (a run the witness saw but the journal lost: refused)
+    out: list[Started | Exception | None] = [None] * len(starts)
+    existing: dict[int, RunRow] = {}
+    new: list[int] = []
+    # A witness that reads and starts a new run in one round trip (PostgreSQL: the runs
+    # that start at once share it) is asked so here; the others are read, then started.
+    unseen = getattr(witness, "start_unseen", None)
+    for i, start in enumerate(starts):
+        run_id = start.row.run_id
+        found = store.get_run(run_id)
+        if found is not None:
+            existing[i] = found
+            continue
+        witnessed = None
+        if witness is not None:
+            witnessed = unseen(run_id) if unseen is not None else witness.get(run_id)
+        if witnessed:  # lost from the journal: never a second start (none was made)
+            out[i] = lost(run_id, witnessed)
+            continue
+        new.append(i)
+    if new and witness is not None and unseen is None:  # generation 0, before the first
+        _start_witnessed(witness, [starts[i].row.run_id for i in new])  # commit
     if new and points is not None:  # resuming commits nothing here: no crash point
-        points.hit("before_commit[run_started]")
-    existing = store.create_run(row, first)
-    if existing is None:
+        for _ in new:
+            points.hit("before_commit[run_started]")
+    held: dict[int, Lease | None] = {}
+    for i in new:
+        try:
+            held[i] = (
+                None
+                if owner is None
+                else leases.first(owner, starts[i].row.run_id, host.lease_seconds)
+            )
+        except CrashproofError as exc:  # this run is driven here already
+            out[i] = exc
+    creating = [i for i in new if i in held]
+    try:
+        made = _create_runs(store, [(starts[i].row, starts[i].first, held[i]) for i in creating])
         if points is not None:
-            points.hit("after_commit[run_started]")
-        log.info("run started", extra={"run_id": run_id, "workflow": workflow.name})
-        return first
-    if existing.input_digest != digest:
-        raise RunConflict(run_id, existing.input_digest, digest)
-    return None
+            for row in made:
+                if row is None:
+                    points.hit("after_commit[run_started]")
+    except BaseException:  # a crash leaves the leases in the store to expire, as a drive's
+        for i, lease in held.items():
+            if lease is not None:
+                leases.stop_driving(lease.owner, starts[i].row.run_id)
+        raise
+    for i, row in zip(creating, made, strict=True):
+        lease = held[i]
+        if row is None:
+            log.info(
+                "run started",
+                extra={"run_id": starts[i].row.run_id, "workflow": starts[i].workflow},
+            )
+            out[i] = (starts[i].first, lease)
+            continue
+        if lease is not None:  # created meanwhile by another drive: claimed as any other
+            leases.stop_driving(lease.owner, starts[i].row.run_id)
+        existing[i] = row
+    for i, row in existing.items():
+        if row.input_digest != starts[i].row.input_digest:
+            out[i] = RunConflict(starts[i].row.run_id, row.input_digest, starts[i].row.input_digest)
+    return out
+
+
+def _start_witnessed(witness: Witness, run_ids: list[str]) -> None:
+    many = getattr(witness, "start_many", None)
+    if many is not None and len(run_ids) > 1:
+        many(run_ids)  # one write for all
+    else:
+        for run_id in run_ids:
+            witness.start(run_id)
+
+
+def _create_runs(
+    store: Store, runs: list[tuple[RunRow, Event, Lease | None]]
+) -> list[RunRow | None]:
+    many = getattr(store, "create_runs", None)
+    if many is not None and len(runs) > 1:
+        return many(runs)  # type: ignore[no-any-return]  # one transaction for all
+    return [store.create_run(row, first, lease) for row, first, lease in runs]
 
 
 def recorded_outcome(run_id: str, replay: Replay) -> Callable[[], Any] | None:

@@ -17,11 +17,12 @@ import asyncio
 from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError
-from crashproof.journal.records import Event
 from crashproof.runtime.driving.leases import Grant, adopt, claim, release
+from crashproof.runtime.driving.lifecycle import Started
+from crashproof.runtime.driving.resuming import LedgerResume
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.workflow import Workflow
-from crashproof.store.port import Lease, Store
+from crashproof.store.port import Lease
 from crashproof.store.queue import Claimed, LeaseInfo, queue_store
 
 __all__ = ["Draining", "LedgerQueue"]
@@ -35,30 +36,14 @@ class Draining(CrashproofError):
     resumable; its lease is released so another worker picks it up."""
 
 
-class LedgerQueue:
-    """Queue operations of a Ledger (see the module docstring)."""
+class LedgerQueue(LedgerResume):
+    """Queue operations of a Ledger (see the module docstring): a claimed run is driven
+    as a resume is."""
 
-    _store: Store
     worker_id: str
     lease_seconds: float
     # Leases a worker claimed from the queue, by run id, until the run's drive takes one.
     _claimed: dict[str, Lease]
-
-    _workflows: dict[str, Workflow[Any]]
-
-    def resume(self, run_id: str) -> Any:
-        raise NotImplementedError  # provided by Ledger
-
-    def _drive(self, workflow: Workflow[Any], run_id: str, options: RunOptions | None) -> Any:
-        raise NotImplementedError  # provided by Ledger
-
-    async def resume_async(self, run_id: str) -> Any:
-        raise NotImplementedError  # provided by Ledger
-
-    async def _drive_async(
-        self, workflow: Workflow[Any], run_id: str, options: RunOptions | None
-    ) -> Any:
-        raise NotImplementedError  # provided by Ledger
 
     def _record(
         self,
@@ -68,7 +53,7 @@ class LedgerQueue:
         input: dict[str, Any],
         *,
         is_async: bool | None = None,
-    ) -> tuple[Workflow[R], Event | None]:
+    ) -> tuple[Workflow[R], Started | None]:
         raise NotImplementedError  # provided by Ledger
 
     def enqueue(

@@ -1,9 +1,10 @@
-"""Which workflow a resume drives, or the answer of a run that needs no drive. A mixin
-of ``Ledger``: the checks a resume makes before it claims the run's lease."""
+"""Resuming a run, by either shell: which workflow a resume drives, or the answer of a
+run that needs no drive. A mixin of ``Ledger``: ``resume``, ``retry``, ``resume_async``
+and the checks a resume makes before it claims the run's lease."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from crashproof.errors import CrashproofError, UnknownWorkflow
@@ -13,7 +14,9 @@ from crashproof.journal.records import Event, RunStatus
 from crashproof.runtime.driving.lifecycle import recorded_outcome
 from crashproof.runtime.driving.retrying import not_failed
 from crashproof.runtime.guards.binding import OperatorChanges, ended_run
+from crashproof.runtime.guards.policy import Policy
 from crashproof.runtime.operations.moving import refuse_moved
+from crashproof.runtime.options import RunOptions
 from crashproof.runtime.workflow import Workflow
 from crashproof.store.port import Store
 
@@ -21,10 +24,108 @@ __all__ = ["LedgerResume"]
 
 
 class LedgerResume:
-    """``_to_resume`` of a Ledger."""
+    """The resume entry points of a Ledger."""
 
     _store: Store
     _workflows: dict[str, Workflow[Any]]
+
+    def _drive(
+        self,
+        workflow: Workflow[Any],
+        run_id: str,
+        options: RunOptions | None = None,
+        *,
+        changes: OperatorChanges | None = None,
+        take_over: bool = False,
+        wait: float = 0.0,
+    ) -> Any:
+        raise NotImplementedError  # provided by Ledger
+
+    async def _drive_async(
+        self,
+        workflow: Workflow[Any],
+        run_id: str,
+        options: RunOptions | None = None,
+        *,
+        changes: OperatorChanges | None = None,
+        take_over: bool = False,
+        wait: float = 0.0,
+    ) -> Any:
+        raise NotImplementedError  # provided by Ledger
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        raise_budget: dict[str, int | float | None] | None = None,
+        rebind_policy: Policy | None = None,
+        by: str | None = None,
+        take_over: bool = False,
+        wait: float = 0.0,
+        override_intent: Sequence[str] = (),
+        retry: bool = False,
+    ) -> Any:
+        """Resume a run to completion in this process; returns its result.
+
+        ``raise_budget``: new, higher limits by kind (``{"tokens": 5000}``; None lifts
+        one), e.g. to continue a run stopped at a budget. ``rebind_policy``: bind the run
+        to another policy (version). ``override_intent``: the runs holding the intent its
+        frozen act waits for that the act may pass (runtime/steps/holds.py). ``retry``:
+        re-drive a failed run (``retry``). All are journaled as operator decisions: ``by``
+        (default: the OS user), host, time, old and new values. A run another worker
+        holds raises LeaseHeld unless ``take_over``, which fences that worker out (its
+        next journal commit raises StaleLeaseError), or unless it is freed (released or
+        expired) within ``wait`` seconds."""
+        changes = OperatorChanges(
+            raise_budget=raise_budget,
+            rebind_policy=rebind_policy,
+            override_intent=tuple(override_intent),
+            retry=retry,
+            by=by,
+        )
+        found = self._to_resume(run_id, changes, is_async=False)
+        if not isinstance(found, Workflow):
+            return found()
+        return self._drive(found, run_id, changes=changes, take_over=take_over, wait=wait)
+
+    def retry(
+        self, run_id: str, *, by: str | None = None, take_over: bool = False, wait: float = 0.0
+    ) -> Any:
+        """Re-drive a run recorded ``failed`` under its own id, to completion; returns its
+        result. Journaled first (``run_retried``: ``by``, host, time); the failed call is
+        attempted again and every other recorded step, decision and act replays, so no
+        recorded effect happens twice (runtime/driving/retrying.py). A run that is not
+        failed raises ``RetryRefused``, nothing written. Async workflows:
+        ``await resume_async(run_id, retry=True, by=...)``."""
+        return self.resume(run_id, by=by, take_over=take_over, wait=wait, retry=True)
+
+    async def resume_async(
+        self,
+        run_id: str,
+        *,
+        raise_budget: dict[str, int | float | None] | None = None,
+        rebind_policy: Policy | None = None,
+        by: str | None = None,
+        take_over: bool = False,
+        wait: float = 0.0,
+        override_intent: Sequence[str] = (),
+        retry: bool = False,
+    ) -> Any:
+        """``resume`` for an ``async def`` workflow (a run started by either shell); a
+        ``wait`` for the lease is spent in a worker thread, off the loop."""
+        changes = OperatorChanges(
+            raise_budget=raise_budget,
+            rebind_policy=rebind_policy,
+            override_intent=tuple(override_intent),
+            retry=retry,
+            by=by,
+        )
+        found = self._to_resume(run_id, changes, is_async=True)
+        if not isinstance(found, Workflow):
+            return found()
+        return await self._drive_async(
+            found, run_id, changes=changes, take_over=take_over, wait=wait
+        )
 
     def journal(self, run_id: str, *, owner: bool = False, results: bool = True) -> list[Event]:
         raise NotImplementedError  # provided by Ledger

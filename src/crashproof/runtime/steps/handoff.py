@@ -218,32 +218,47 @@ async def run_async(work: Work[T], before: Callable[[], Awaitable[None]] | None 
         return stop.value  # type: ignore[no-any-return]
 
 
-async def _do_async(handoff: Handoff) -> Any:
+def _do_async(handoff: Handoff) -> Awaitable[Any]:
+    """What to await for ``handoff``: for a call, the function's own coroutine where it
+    has one (no wrapper: each level of coroutines is passed through at every resume)."""
     if type(handoff) is Invoke:
-        return await _call_async(handoff)
+        return _call_async(handoff)
     if type(handoff) is Pause:
-        await asyncio.sleep(handoff.seconds)
-        return None
+        return asyncio.sleep(handoff.seconds)
     if type(handoff) is Settle:
-        return None  # ``before`` committed what was pending
+        return _nothing()  # ``before`` committed what was pending
     if type(handoff) is InvokeAll:
-        gate = asyncio.Semaphore(max(1, handoff.limit))
-
-        async def one(invoke: Invoke) -> Outcome:
-            async with gate:
-                try:
-                    return Outcome(value=await _call_async(invoke))
-                except Exception as exc:
-                    return Outcome(error=exc)
-
-        return list(await asyncio.gather(*(one(i) for i in handoff.calls)))
+        return _all_async(handoff)
     raise TypeError(f"not a handoff: {handoff!r}")
 
 
-async def _call_async(invoke: Invoke) -> Any:
+async def _nothing() -> None:
+    return None
+
+
+async def _all_async(handoff: InvokeAll) -> list[Outcome]:
+    gate = asyncio.Semaphore(max(1, handoff.limit))
+
+    async def one(invoke: Invoke) -> Outcome:
+        async with gate:
+            try:
+                return Outcome(value=await _call_async(invoke))
+            except Exception as exc:
+                return Outcome(error=exc)
+
+    return list(await asyncio.gather(*(one(i) for i in handoff.calls)))
+
+
+def _call_async(invoke: Invoke) -> Awaitable[Any]:
+    if is_async(invoke.fn):
+        return invoke.fn(*invoke.args, **invoke.kwargs)  # type: ignore[no-any-return]
+    return _call_plain(invoke)
+
+
+async def _call_plain(invoke: Invoke) -> Any:
+    """A plain function: in a worker thread (inline where it does no I/O); a coroutine
+    it returns is awaited."""
     fn, args, kwargs = invoke.fn, invoke.args, invoke.kwargs
-    if is_async(fn):
-        return await fn(*args, **kwargs)
     if invoke.inline:
         value = fn(*args, **kwargs)
     else:

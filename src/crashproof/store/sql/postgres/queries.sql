@@ -20,9 +20,13 @@ WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 ORDER BY c.relname;
 
 -- name: insert_run
+-- Held under a first lease when given one (owner, ttl, token; else NULL, NULL, 0): the
+-- expiry by the server's clock, as a claim's.
 INSERT INTO {schema}.runs
-    (run_id, workflow, version, status, reason, input_digest, created_at, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+    (run_id, workflow, version, status, reason, input_digest, created_at, updated_at,
+     owner, lease_expires_at, fencing_token)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s,
+        %s, extract(epoch FROM clock_timestamp())::float8 + %s::float8, %s)
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: list_runs
@@ -34,7 +38,14 @@ SELECT run_id, workflow, version, status, reason, input_digest, created_at, upda
 FROM {schema}.runs WHERE status = %s ORDER BY created_at, run_id COLLATE "C";
 
 -- name: set_status
-UPDATE {schema}.runs SET status = %s, reason = %s, updated_at = %s WHERE run_id = %s;
+-- A terminal status releases the run's lease too (Store.append): no release commit after.
+UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
+    updated_at = %(now)s::float8,
+    owner = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                 ELSE owner END,
+    lease_expires_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled')
+                            THEN NULL ELSE lease_expires_at END
+WHERE run_id = %(run_id)s;
 
 -- name: insert_event
 INSERT INTO {schema}.events
@@ -131,7 +142,9 @@ RETURNING r.run_id;
 -- each run's record only with the row this statement inserted (in run id order). Per
 -- run asked: whether this statement inserted it, and the row that existed as of the
 -- statement's snapshot (none when this statement created it, or when another
--- transaction created it meanwhile: the caller reads it then).
+-- transaction created it meanwhile: the caller reads it then). A run given a first lease
+-- (owner, ttl, token; else NULL, NULL, 0) is created held under it, its expiry by the
+-- server's clock, as a claim's.
 WITH asked AS (
     SELECT *
     FROM unnest(%(run_ids)b::text[], %(workflows)b::text[], %(versions)b::text[],
@@ -139,13 +152,17 @@ WITH asked AS (
                 %(createds)b::float8[], %(updateds)b::float8[], %(seqs)b::bigint[],
                 %(types)b::text[], %(keys)b::text[], %(payloads)b::text[],
                 %(values)b::text[], %(blobs)b::text[], %(datas)b::text[],
-                %(created_ats)b::float8[], %(key_ids)b::text[], %(macs)b::text[])
+                %(created_ats)b::float8[], %(key_ids)b::text[], %(macs)b::text[],
+                %(owners)b::text[], %(ttls)b::float8[], %(tokens)b::bigint[])
          AS a (run_id, workflow, version, status, reason, input_digest, created, updated,
-               seq, type, key, payload, value, blob, data, created_at, key_id, mac)
+               seq, type, key, payload, value, blob, data, created_at, key_id, mac,
+               owner, ttl, token)
 ), new_runs AS (
     INSERT INTO {schema}.runs
-        (run_id, workflow, version, status, reason, input_digest, created_at, updated_at)
-    SELECT run_id, workflow, version, status, reason, input_digest, created, updated
+        (run_id, workflow, version, status, reason, input_digest, created_at, updated_at,
+         owner, lease_expires_at, fencing_token)
+    SELECT run_id, workflow, version, status, reason, input_digest, created, updated,
+           owner, extract(epoch FROM clock_timestamp())::float8 + ttl, token
     FROM asked
     WHERE set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
     ORDER BY run_id
@@ -201,7 +218,11 @@ WITH fence AS (
     ON CONFLICT (digest) DO NOTHING
 ), new_status AS (
     UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
-                             updated_at = %(now)s::float8
+        updated_at = %(now)s::float8,
+        owner = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE owner END,
+        lease_expires_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled')
+                                THEN NULL ELSE lease_expires_at END
     FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
 )
 INSERT INTO {schema}.events
@@ -233,7 +254,11 @@ WITH fence AS (
     ON CONFLICT (digest) DO NOTHING
 ), new_status AS (
     UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
-                             updated_at = %(now)s::float8
+        updated_at = %(now)s::float8,
+        owner = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE owner END,
+        lease_expires_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled')
+                                THEN NULL ELSE lease_expires_at END
     FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
 )
 INSERT INTO {schema}.events
@@ -250,7 +275,8 @@ FROM ok;
 -- (in run id order) until the commit, still carries the writer's fencing token (NULL:
 -- unfenced) and the record before it is there with the MAC it chained to; a taken seq
 -- fails the statement (the batch is undone). With its row, and only with it, go its
--- blob, its run's status change (state NULL: none) and the intents it releases (an
+-- blob, its run's status change (state NULL: none; a terminal one releases the run's
+-- lease too, as set_status does) and the intents it releases (an
 -- act's end: release_key; a run's end: release_all). Returns the run ids of the rows
 -- written. The arrays are sent in binary (placeholders ending in b, not s): the driver
 -- writes their elements as they are, with no escaping (in text, escaping cost as much
@@ -287,7 +313,11 @@ WITH rec AS (
     WHERE u.run_id = ok.run_id AND (ok.release_all OR u.step_key = ok.release_key)
 ), new_status AS (
     UPDATE {schema}.runs AS r
-    SET status = ok.state, reason = ok.reason, updated_at = ok.now
+    SET status = ok.state, reason = ok.reason, updated_at = ok.now,
+        owner = CASE WHEN ok.state IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE r.owner END,
+        lease_expires_at = CASE WHEN ok.state IN ('succeeded', 'failed', 'cancelled')
+                                THEN NULL ELSE r.lease_expires_at END
     FROM ok WHERE r.run_id = ok.run_id AND ok.state IS NOT NULL
 )
 INSERT INTO {schema}.events
@@ -323,7 +353,11 @@ WITH fence AS (
       AND (%(release_all)s::boolean OR u.step_key = %(release_key)s::text)
 ), new_status AS (
     UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
-                             updated_at = %(now)s::float8
+        updated_at = %(now)s::float8,
+        owner = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE owner END,
+        lease_expires_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled')
+                                THEN NULL ELSE lease_expires_at END
     FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
 )
 INSERT INTO {schema}.events
@@ -371,7 +405,11 @@ WITH fence AS (
     ON CONFLICT (run_id, step_key) DO NOTHING
 ), new_status AS (
     UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
-                             updated_at = %(now)s::float8
+        updated_at = %(now)s::float8,
+        owner = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE owner END,
+        lease_expires_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled')
+                                THEN NULL ELSE lease_expires_at END
     FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
 )
 INSERT INTO {schema}.events

@@ -13,8 +13,8 @@ INSERT INTO crashproof_migrations (version, name, applied_at) VALUES (?, ?, ?);
 -- name: insert_run
 -- Returns the new run's number (no row when the run exists already).
 INSERT INTO runs (run_id, workflow, version, status, reason, input_digest, created_at, updated_at,
-                  run_no)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(run_no), 0) + 1 FROM runs))
+                  owner, lease_expires_at, fencing_token, run_no)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(run_no), 0) + 1 FROM runs))
 ON CONFLICT (run_id) DO NOTHING
 RETURNING run_no;
 
@@ -31,7 +31,12 @@ SELECT run_id, workflow, version, status, reason, input_digest, created_at, upda
 FROM runs WHERE status = ? ORDER BY created_at, run_id;
 
 -- name: set_status
-UPDATE runs SET status = ?, reason = ?, updated_at = ? WHERE run_id = ?;
+-- A terminal status releases the run's lease too (Store.append): no release commit after.
+UPDATE runs SET status = ?1, reason = ?2, updated_at = ?3,
+    owner = CASE WHEN ?1 IN ('succeeded', 'failed', 'cancelled') THEN NULL ELSE owner END,
+    lease_expires_at = CASE WHEN ?1 IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                            ELSE lease_expires_at END
+WHERE run_id = ?4;
 
 -- name: insert_event
 -- The first value is the row id: the run's run_no * 2^32 + seq (schema.sql).
@@ -53,15 +58,30 @@ VALUES (?1,
              THEN ?2 END,
         ?3, ?4, ?5, ?6, ?7, NULL, ?8, ?9, ?10);
 
+
 -- name: insert_blob
-INSERT INTO blobs (digest, data) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING;
+-- (digest, data, base, prefix): base and prefix NULL for a whole value (store/deltas.py).
+INSERT INTO blobs (digest, data, base, prefix) VALUES (?, ?, ?, ?)
+ON CONFLICT (digest) DO NOTHING;
+
+-- name: has_blob
+SELECT 1 FROM blobs WHERE digest = ?;
+
+-- name: blob_row
+SELECT data, base, prefix FROM blobs WHERE digest = ?;
 
 -- name: load_records
+-- A value kept as a text delta (blobs.base set, schema 7) is resolved by crashproof_text,
+-- a function of the connection (store/deltas.py), here, before any MAC check; a whole one
+-- never leaves SQLite for it.
 -- load_events without what only names a fault (a sealed journal's MACs catch both a record
 -- of another run, read as seq -1, and a missing blob, read as a NULL value): 2 columns
 -- and a join per record fewer. A store that finds a fault reads load_events to name it.
 SELECT CASE WHEN e.run_id IS r.run_id THEN e.seq ELSE -1 END, e.type, e.key, e.payload,
-       coalesce(e.value, (SELECT b.data FROM blobs AS b WHERE b.digest = e.blob)),
+       coalesce(e.value, (SELECT CASE WHEN b.base IS NULL THEN b.data
+                                      ELSE crashproof_text(b.digest, b.data, b.base, b.prefix)
+                                 END
+                          FROM blobs AS b WHERE b.digest = e.blob)),
        e.created_at, e.key_id, e.mac
 FROM runs AS r
 JOIN events AS e ON e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
@@ -72,7 +92,9 @@ WHERE r.run_id = ? ORDER BY e.id;
 -- edited file has one) reads as seq -1, so its MAC cannot match, and its seq is in the
 -- last column (NULL for every sound record) to name it.
 SELECT CASE WHEN e.run_id IS r.run_id THEN e.seq ELSE -1 END, e.type, e.key, e.payload,
-       coalesce(e.value, b.data), e.created_at, e.key_id, e.mac, e.blob,
+       coalesce(e.value, CASE WHEN b.base IS NULL THEN b.data
+                              ELSE crashproof_text(b.digest, b.data, b.base, b.prefix) END),
+       e.created_at, e.key_id, e.mac, e.blob,
        CASE WHEN e.run_id IS r.run_id THEN NULL ELSE e.seq END
 FROM runs AS r
 JOIN events AS e ON e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295

@@ -33,10 +33,14 @@ CREATE INDEX runs_by_status ON runs (status, created_at);
 -- run_no: the run's number, the high half of its records' row ids (events.id).
 CREATE UNIQUE INDEX runs_by_no ON runs (run_no);
 
--- Large recorded values (model responses, results), stored once by SHA-256.
+-- Large recorded values (model responses, results), stored once by SHA-256 (digest, of
+-- the full text). data is the full text when base is NULL, else the full text is
+-- text(base)[:prefix] + data: a value that extends an earlier one (crashproof.store.deltas).
 CREATE TABLE blobs (
     digest TEXT PRIMARY KEY,
-    data   TEXT NOT NULL
+    data   TEXT NOT NULL,
+    base   TEXT,
+    prefix INTEGER
 ) STRICT, WITHOUT ROWID;
 
 -- The append-only journal. A record's row id is its run's run_no * 2^32 + seq: a run's
