@@ -281,3 +281,56 @@ def test_an_async_run_freezes_on_a_held_intent_as_a_sync_one_does(tmp_path: Path
     ]
     assert [e.seq for e in events] == [0, 1, 2]
     assert "session" in events[1].payload  # the drive's first record names its session
+
+
+def test_on_postgresql_async_runs_in_one_batch_only_the_held_intent_freezes(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many async drives on one loop commit their intents in shared batches (the hold
+    checked in the batch's statement): the run whose intent another run holds freezes,
+    executing nothing, while the others' records commit and their acts run."""
+    import asyncio
+
+    from integration.test_async import AsyncTargetTool
+
+    target = Target(tmp_path / "t.json")
+    points = cp.CrashPoints(match="before_commit[step_done:create]")
+    with cp.Ledger(pg_url, crash_points=points) as crashing, pytest.raises(cp.SimulatedCrash):
+        crashing.run(make(TargetTool(target)), run_id="A", customer="c1")  # holds c1
+    tool = AsyncTargetTool(target)
+
+    @cp.workflow("orders", version="1")
+    async def orders(ctx: cp.AsyncContext, customer: str) -> Any:
+        await ctx.step("prepare", lambda: customer)
+        return await ctx.act("create", tool, customer=customer, amount=100)
+
+    others = [f"c{k}" for k in range(2, 12)]
+    from crashproof.store.pg_append import PostgresAppend
+
+    holds_batched: list[int] = []  # per batch: the new holds it carried
+    trip = PostgresAppend._batch_trip
+
+    def counted(self: Any, plans: Any, synchronous: str) -> Any:
+        holds_batched.append(sum(1 for p in plans for s in p.statements if s[3] is not None))
+        return trip(self, plans, synchronous)
+
+    monkeypatch.setattr(PostgresAppend, "_batch_trip", counted)
+
+    async def all_runs(pg: cp.Ledger) -> list[Any]:
+        runs = [pg.run_async(orders, run_id="B", customer="c1")]
+        runs += [pg.run_async(orders, run_id=f"R{c}", customer=c) for c in others]
+        return await asyncio.gather(*runs, return_exceptions=True)
+
+    with cp.Ledger(pg_url, act_settings=FAST) as pg:
+        results = asyncio.run(all_runs(pg))
+        frozen = results[0]
+        assert isinstance(frozen, cp.RunFrozen)
+        assert isinstance(frozen.cause, cp.IntentHeld)
+        assert "run 'A' holds the same intent unresolved" in str(frozen.reason)
+        assert all(isinstance(r, dict) for r in results[1:]), results
+        assert target.count("executes", "B/create") == 0
+        assert all(target.count("executes", f"R{c}/create") == 1 for c in others)
+        assert not [e for e in pg.journal("B") if e.type is EventType.ACT_INTENT]
+        held = {(h.run_id, h.key) for h in pg.store.unresolved_intents()}
+        assert held == {("A", "create")}  # the others' holds were released by their ends
+    assert max(holds_batched) > 1  # several runs' intents shared a batch

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from crashproof.errors import LedgerError
+from crashproof.store.combining import Combiner
 from crashproof.store.pg_connection import first_line, parse_url
 
 __all__ = ["PostgresWitness"]
@@ -60,6 +61,7 @@ class PostgresWitness:
         self._slots = threading.BoundedSemaphore(_CONNECTIONS)
         self._idle_lock = threading.Lock()
         self._closed = False
+        self._starting = Combiner(self._start_many)  # runs starting at once: one statement
         first = self._connect()
         self._idle = [first]
         try:
@@ -107,6 +109,30 @@ class PostgresWitness:
             (run_id, time.time()),
             alone=True,
         )
+
+    def start_unseen(self, run_id: str) -> int | None:
+        """``get`` and, when the witness never saw the run, ``start``, in one statement
+        and one round trip (runtime/driving/lifecycle.py, record_starts), shared by the
+        runs starting at the same time (store/combining.py): the generation held before,
+        or None."""
+        return self._starting(run_id, None)
+
+    def _start_many(self, calls: list[tuple[str, None]]) -> dict[str, int]:
+        row = self._execute(
+            f"WITH asked AS (SELECT unnest(%s::text[]) AS run_id), "
+            f"seen AS (SELECT w.run_id, w.generation FROM {self._table} AS w "
+            "WHERE w.run_id IN (SELECT asked.run_id FROM asked)), "
+            f"made AS (INSERT INTO {self._table} (run_id, generation, updated_at) "
+            "SELECT asked.run_id, 0, %s FROM asked "
+            "WHERE asked.run_id NOT IN (SELECT seen.run_id FROM seen) "
+            "AND set_config('synchronous_commit', 'off', true) = 'off' "
+            "ORDER BY asked.run_id ON CONFLICT (run_id) DO NOTHING) "
+            "SELECT coalesce(json_object_agg(seen.run_id, seen.generation), '{}') FROM seen",
+            ([run_id for run_id, _ in calls], time.time()),
+            alone=True,
+        )
+        found = {} if row is None else row[0]
+        return {str(run_id): int(generation) for run_id, generation in found.items()}
 
     def advance(self, run_id: str, generation: int) -> None:
         self.advance_many({run_id: generation})

@@ -21,7 +21,16 @@ when only the remembered end was out of date. Nothing of a refused write is kept
 ``append_batch`` sends many runs' one-statement appends in one pipelined transaction
 (the async drives that reach a commit in the same turn: runtime/driving/batching.py):
 one round trip for all, each record refused by its own checks without touching the
-others'.
+others'. The runs' first records share one statement (append_records: the same checks
+per row, a status change and an act's or a run's end releasing its intents with its row
+only, the arrays sent in binary), the others follow it one statement each. An
+act's intent (a new hold of the index of unresolved intents) goes in the batch too, its
+hold checked in SQL after the intent's lock (append_event_holding); refused, it writes
+nothing and the checked path after the commit says who holds it. The rows statement
+locks its runs' rows (in run id order) before the statements after it lock theirs: a
+transaction of another process locking the same runs in another order may meet it in a
+deadlock, which PostgreSQL breaks by failing one of the two (this one: undone, its
+groups go on one by one; nothing is lost).
 """
 
 from __future__ import annotations
@@ -51,7 +60,7 @@ from crashproof.store.port import (
     seq_taken,
 )
 
-__all__ = ["PostgresAppend", "apply_change", "reason_in"]
+__all__ = ["PostgresAppend", "apply_change", "as_columns", "reason_in"]
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 # Journal ends remembered at most: a worker drives a few runs at a time; the oldest entry
@@ -149,12 +158,15 @@ class PostgresAppend:
         by writing nothing, so a refused record needs no savepoint and costs the other
         runs nothing; the records after it in its group are refused by the same chain
         check; an act's end and a run's end release their intents in their own statement
-        (append_event_releasing). The records the statement cannot take (nothing known
-        about the run, an act's intent: a new hold, checked in Python) and a group's
+        (append_event_releasing); an act's intent, a new hold, is checked against the
+        other runs' holds and held in its own statement too (append_event_holding,
+        after lock_run_intent: the same rule and lock as the checked path's), written
+        only when no other run holds it. The records the statement cannot take (nothing
+        known about the run, several records that touch the index) and a group's
         records from its first refused one go on after the commit through ``append``
-        (the checked path, its clear errors), the groups side by side. Per group:
-        None, or (index, error) of the first record not kept; the
-        records before it are kept. Returns once an output point among them is durable
+        (the checked path, its clear errors: IntentHeld names the holder), the groups
+        side by side. Per group: None, or (index, error) of the first record not kept;
+        the records before it are kept. Returns once an output point among them is durable
         (the transaction commits with synchronous_commit on then). A taken seq or a
         deadlock undoes the whole transaction (nothing kept): every group then goes
         through ``append``; an error of the transaction itself is raised for all."""
@@ -210,15 +222,30 @@ class PostgresAppend:
             for events, status, token, _durable in group:
                 if any(e.run_id != run_id or e.seq != next_seq + i for i, e in enumerate(events)):
                     break
-                release = _released(events)
-                if release is False:
-                    break  # a new hold: checked in Python (the checked path)
+                change = _index_change(events)
+                if change is False:
+                    break  # several records that touch the index: the checked path
+                query: str | None
                 query, params, mac = self._one_trip_params(events, status, token, "", prev_mac)
-                if isinstance(release, Change):  # released in the same statement, with it
+                lock = None
+                if isinstance(change, Change) and change.what == "hold":
+                    # Checked and held in the same statement, after the digest's lock.
+                    query = self._q["append_event_holding"]
+                    params["digest"] = change.digest
+                    params["instance"] = change.instance
+                    params["overrides"] = list(change.overrides)
+                    lock = {"run_id": run_id, "digest": change.digest}
+                elif isinstance(change, Change):  # released in the same statement, with it
                     query = self._q["append_event_releasing"]
-                    params["release_all"] = release.what == "end"
-                    params["release_key"] = release.key
-                plan.statements.append((query, params, len(events)))
+                    params["release_all"] = change.what == "end"
+                    params["release_key"] = change.key
+                if not plan.statements and len(events) == 1 and lock is None:
+                    # A run's first record (no new hold): in the batch's rows statement.
+                    query = None
+                    params["state"] = params["status"]  # (arrays are named by adding "s")
+                    params.setdefault("release_all", False)
+                    params.setdefault("release_key", None)
+                plan.statements.append((query, params, len(events), lock))
                 next_seq, prev_mac = events[-1].seq + 1, mac
                 plan.ends.append((next_seq, mac))
         return plans
@@ -226,25 +253,42 @@ class PostgresAppend:
     def _batch_trip(self, plans: list[_Plan], synchronous: str) -> list[list[int]] | None:
         """The statements of ``plans`` in one transaction, pipelined: one round trip; the
         rows each wrote, or None when a taken seq or a deadlock undid it all."""
+        rows = [plan.statements[0][1] for plan in plans if plan.statements[0][0] is None]
         with self._errors(), self._pool.connection() as conn:
             try:
                 with conn.pipeline():
                     conn.execute("BEGIN")
-                    cursors = []
+                    # First, the runs' first records, all in one statement (the rows
+                    # it wrote come back): the statements that follow chain to them.
+                    first = None
+                    if rows:
+                        params = as_columns(_ROW_COLUMNS, rows)
+                        params["synchronous"] = synchronous
+                        first = conn.execute(self._q["append_records"], params, prepare=True)
+                    cursors: list[list[psycopg.Cursor[Any] | None]] = []
                     for plan in plans:
-                        row = []
-                        for query, params, _records in plan.statements:
+                        row: list[psycopg.Cursor[Any] | None] = []
+                        for query, params, _records, lock in plan.statements:
+                            if query is None:
+                                row.append(None)  # in the rows statement
+                                continue
+                            if lock is not None:  # a new hold: its lock, then its append
+                                conn.execute(self._q["lock_run_intent"], lock, prepare=True)
                             params["synchronous"] = synchronous
                             row.append(conn.execute(query, params, prepare=True))
                         cursors.append(row)
                     conn.execute("COMMIT")
             except _UNDONE:
                 return None
-            finally:  # a statement failed inside the pipeline: never pool an open transaction
+            finally:  # refused, or a statement failed: never pool an open transaction
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     with contextlib.suppress(psycopg.Error):  # a broken one is discarded
                         conn.rollback()
-        return [[cur.rowcount for cur in row] for row in cursors]
+        landed = {found[0] for found in first.fetchall()} if first is not None else set()
+        return [
+            [int(plan.run_id in landed) if cur is None else cur.rowcount for cur in row]
+            for plan, row in zip(plans, cursors, strict=True)
+        ]
 
     def _append_rest(
         self, group: Sequence[RecordAppend], start: int
@@ -258,6 +302,14 @@ class PostgresAppend:
             except CrashproofError as exc:  # this record's own refusal
                 return index, exc
         return None
+
+    def _record_params(self, event: Event, prev_mac: str) -> tuple[dict[str, Any], str | None]:
+        """One record as the one-record statements take it (its columns after the run id,
+        ``data``: its blob's text or None) and its MAC, chained to ``prev_mac``."""
+        blobs, rows, mac = self._rows((event,), prev_mac)
+        params: dict[str, Any] = dict(zip(_EVENT_COLUMNS, rows[0][1:], strict=True))
+        params["data"] = blobs[0][1] if blobs else None
+        return params, mac
 
     def _one_trip_params(
         self,
@@ -383,12 +435,13 @@ class PostgresAppend:
                     setting = self._synchronous_for(durable)
                     if setting is not None:
                         cur.execute(f"SET LOCAL synchronous_commit TO {setting}")
-                    try:
-                        yield cur
-                    except BaseException:
-                        with contextlib.suppress(psycopg.Error):  # keep the first error
-                            cur.execute("ROLLBACK")
-                        raise
+                    # A refusal raised here leaves the transaction open: the rollback
+                    # below ends it. Not a ROLLBACK queued in the pipeline: psycopg then
+                    # empties its cache of prepared statements but deallocates them on
+                    # the server only at the connection's next statement, after it
+                    # prepared that one again, which the next use then misses ("prepared
+                    # statement does not exist"). conn.rollback() deallocates at once.
+                    yield cur
                     cur.execute("COMMIT")
             except psycopg.errors.UniqueViolation:  # a queued insert, raised at the sync
                 raise StaleLeaseError(
@@ -401,28 +454,29 @@ class PostgresAppend:
                         conn.rollback()
 
 
-def _released(events: Sequence[Event]) -> Change | bool | None:
+def _index_change(events: Sequence[Event]) -> Change | bool | None:
     """What a batch's one-statement append does to the index of unresolved intents for
-    ``events``: None (nothing), the release one record makes (an act's end, a run's
-    end), or False: the checked path (a new hold, or several records that touch it)."""
+    ``events``: None (nothing), the change one record makes (an act's intent: a new
+    hold; an act's end, a run's end: a release), or False: the checked path (several
+    records that touch it)."""
     if not any(touches(e) for e in events):
         return None
     change = change_of(events[0]) if len(events) == 1 else None
-    if change is None or change.what not in ("release", "end"):
-        return False
-    return change
+    return False if change is None else change
 
 
 class _Plan:
     """One group of a batch: its index, its run, the one-statement appends of its records'
-    prefix (query, parameters, records) and the journal's end after each."""
+    prefix (query, parameters, records, and for a new hold the parameters of
+    lock_run_intent, sent before it) and the journal's end after each."""
 
     __slots__ = ("ends", "group", "run_id", "statements")
 
     def __init__(self, group: int, run_id: str) -> None:
         self.group = group
         self.run_id = run_id
-        self.statements: list[tuple[str, dict[str, Any], int]] = []
+        # (query None: the run's first record, in the batch's rows statement)
+        self.statements: list[tuple[str | None, dict[str, Any], int, dict[str, Any] | None]] = []
         self.ends: list[tuple[int, str | None]] = []
 
 
@@ -430,12 +484,24 @@ class _Plan:
 # go on side by side (each its own pool connection: the pool bounds them).
 _REST = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="crashproof-pg")
 
+
 # A batch transaction that meets one of these kept nothing: its groups go one by one.
 _UNDONE = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
 
 # The event columns after the run id, in the order of _rows: the parameters of
 # append_event, and (plural, as unnest() arrays) of append_events.
 _EVENT_COLUMNS = ("seq", "type", "key", "payload", "value", "blob", "created_at", "key_id", "mac")
+
+
+def as_columns(names: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``rows`` (one dict of parameters each, one per run) as the parameters of a rows
+    statement: an array per column, named by adding "s" (``seq`` -> ``seqs``)."""
+    return {f"{name}s": [row[name] for row in rows] for name in names}
+
+
+# The columns of append_records.
+_ROW_COLUMNS: tuple[str, ...] = ("run_id", "token", "prev_mac", *_EVENT_COLUMNS, "data")
+_ROW_COLUMNS += ("state", "reason", "now", "release_all", "release_key")
 
 
 def apply_change(

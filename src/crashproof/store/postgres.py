@@ -9,6 +9,9 @@ empty, or a crashproof ledger this version can read; migrations run in one trans
 under an advisory lock, so processes opening a new ledger at once do not race.
 
 Journal appends (one round trip each in the common case) are in store/pg_append.py.
+A run's start and lease are one statement each (create_runs, claim_leases,
+release_leases), shared by the runs that start, claim or release at the same time
+(store/combining.py): an event loop of async drives starts hundreds at once.
 Only the PostgreSQL modules import psycopg: ``import crashproof`` works without it.
 """
 
@@ -26,6 +29,7 @@ from psycopg_pool import ConnectionPool
 
 from crashproof.errors import (
     IntegrityError,
+    LedgerError,
     NotALedger,
     RunNotFound,
     SchemaTooNew,
@@ -33,11 +37,12 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import decode
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.combining import Combiner
 from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, split_statements
 from crashproof.store.migrate_postgres import lock_key
-from crashproof.store.pg_append import PostgresAppend, apply_change, reason_in
+from crashproof.store.pg_append import PostgresAppend, apply_change, as_columns, reason_in
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
 from crashproof.store.port import (
     GENESIS,
@@ -60,6 +65,8 @@ SCHEMA_VERSION = _MIGRATIONS[-1].version
 # "output": ordinary commits with synchronous_commit off, those before an output with it on
 # (a synchronous commit flushes the server's WAL up to it, every earlier commit included).
 _SYNCHRONOUS = {"output": "off", "full": "on", "normal": "off"}
+# Seconds a schema version read stays current for schema_version().
+_VERSION_FRESH = 1.0
 # Plain lower-case identifiers only: they need no quoting rules beyond double quotes.
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -112,6 +119,13 @@ class PostgresStore(PostgresAppend):
         self.durability = durability
         self._sealer = sealer
         self._init_ends()  # where each run's journal ends, as last read or written
+        self._version = (0, -_VERSION_FRESH)  # schema_version(): (version, when read)
+        # Runs that start, claim and release at the same time share one statement each
+        # (store/combining.py): a hundred async drives on one loop do so at once.
+        self._getting = Combiner(self._get_many)
+        self._creating = Combiner(self._create_many)
+        self._claiming = Combiner(self._claim_many)
+        self._releasing = Combiner(self._release_many)
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout)),
@@ -198,24 +212,65 @@ class PostgresStore(PostgresAppend):
     # -- the port ----------------------------------------------------------
 
     def schema_version(self) -> int:
+        # Every drive names the version in its session, and runs start by the hundred at
+        # once: a version read in the last second is as current as one read now (a
+        # migration by another process may land right after either read), at no round
+        # trip. (bench/concurrency.py --postgres: one round trip of five at a run's start.)
+        read, at = self._version
+        if time.monotonic() - at < _VERSION_FRESH:
+            return read
         with self._read() as cur:
-            return self._read_version(cur)
+            found = self._read_version(cur)
+        self._version = (found, time.monotonic())
+        return found
 
     def create_run(self, row: RunRow, first: Event, lease: Lease | None = None) -> RunRow | None:
-        with self._transaction() as cur:
-            head = (row.run_id, row.workflow, row.version, row.status.value, reason_in(row.reason))
-            tail = (row.input_digest, row.created_at, row.updated_at, *_held(lease))
-            cur.execute(self._q["insert_run"], (*head, *tail))
-            if cur.rowcount == 0:
-                return _row(cur.execute(self._q["get_run"], (row.run_id,)).fetchone())
-            mac = self._insert_events(cur, (first,), GENESIS)
-        self._remember(row.run_id, first.seq + 1, mac)
-        return None
+        # One statement, one round trip, shared by the runs starting at the same time
+        # (queries.sql, create_runs): a transaction of BEGIN, SET LOCAL, two inserts and
+        # COMMIT took five round trips a run. ``lease``: the new run held under it.
+        params, mac = self._record_params(first, GENESIS)
+        params.update(
+            run_id=row.run_id,
+            workflow=row.workflow,
+            version=row.version,
+            state=row.status.value,  # (not "status": the arrays are named by adding "s")
+            reason=reason_in(row.reason),
+            input_digest=row.input_digest,
+            created=row.created_at,
+            updated=row.updated_at,
+        )
+        params["owner"], params["ttl"], params["token"] = _held(lease)
+        found = self._creating(row.run_id, params)
+        if found is None:
+            raise LedgerError(f"{self.display}: creating run {row.run_id!r} returned nothing")
+        if found[0]:
+            self._remember(row.run_id, first.seq + 1, mac)
+            return None
+        if found[1] is not None:
+            return _row(found[1:])
+        # Created by another transaction after this statement's snapshot: read it now.
+        existing = self.get_run(row.run_id)
+        if existing is None:
+            raise LedgerError(f"{self.display}: run {row.run_id!r} neither created nor found")
+        return existing
+
+    def _create_many(self, calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+        params = as_columns(_CREATE_COLUMNS, [call for _run_id, call in calls])
+        params["synchronous"] = self._wanted_synchronous(False)
+        with self._read() as cur:  # autocommit: the statement is its own transaction
+            rows = cur.execute(self._q["create_runs"], params, prepare=True).fetchall()
+        return {found[0]: found[1:] for found in rows}
 
     def get_run(self, run_id: str) -> RunRow | None:
-        with self._read() as cur:
-            found = cur.execute(self._q["get_run"], (run_id,)).fetchone()
+        found = self._getting(run_id, None)  # shared with concurrent reads (get_runs)
         return None if found is None else _row(found)
+
+    def _get_many(self, calls: list[tuple[str, None]]) -> dict[str, Any]:
+        with self._read() as cur:
+            rows = cur.execute(
+                self._q["get_runs"], {"run_ids": [run_id for run_id, _ in calls]}, prepare=True
+            ).fetchall()
+        return {found[0]: found for found in rows}
 
     def list_runs(self, status: RunStatus | None = None) -> list[RunRow]:
         with self._read() as cur:
@@ -243,26 +298,41 @@ class PostgresStore(PostgresAppend):
     def claim(
         self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
     ) -> Lease:
-        with self._transaction() as cur:
-            # Locks the run's row; expiry is judged by the server's clock.
-            found = cur.execute(self._q["get_lease"], (run_id,)).fetchone()
-            if found is None:
-                raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
-            held_by, expires_at, _token, now = found
+        # One statement, one round trip, shared by concurrent claims (queries.sql,
+        # claim_leases): the transaction of BEGIN, SET LOCAL, lock-and-read, update and
+        # COMMIT took five round trips a claim.
+        found = self._claiming(run_id, (owner, float(ttl_seconds), take_over))
+        if found is None or not found[0]:
+            raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
+        _exists, held_by, expires_at, now, token, until = found
+        if token is None:  # not taken, nothing written: the claim rule says why
             check_claimable(run_id, held_by, expires_at, now, owner, take_over)
-            live = lease_was_live(held_by, expires_at, now, owner)
-            claimed = cur.execute(
-                self._q["claim_lease"], (owner, float(ttl_seconds), run_id)
-            ).fetchone()
-            if claimed is None:  # the row is locked: cannot happen
-                raise RunNotFound(f"no run {run_id!r} in ledger {self.display}")
-            return Lease(owner, int(claimed[0]), float(claimed[1]), ttl_seconds, held_by, live)
+            raise LedgerError(  # the statement and the rule disagree: a bug, nothing written
+                f"run {run_id!r}: the claim statement refused a lease the claim rule allows "
+                f"(held by {held_by!r} until {expires_at!r}, server clock {now!r})"
+            )
+        live = lease_was_live(held_by, expires_at, now, owner)
+        return Lease(owner, int(token), float(until), ttl_seconds, held_by, live)
+
+    def _claim_many(self, calls: list[tuple[str, tuple[str, float, bool]]]) -> dict[str, Any]:
+        params = {
+            "run_ids": [run_id for run_id, _ in calls],
+            "owners": [owner for _, (owner, _ttl, _take) in calls],
+            "ttls": [ttl for _, (_owner, ttl, _take) in calls],
+            "take_overs": [take for _, (_owner, _ttl, take) in calls],
+            "synchronous": self._wanted_synchronous(False),
+        }
+        with self._read() as cur:  # autocommit: the statement is its own transaction
+            rows = cur.execute(self._q["claim_leases"], params, prepare=True).fetchall()
+        return {found[0]: found[1:] for found in rows}
 
     def renew(self, run_id: str, lease: Lease) -> Lease:
-        with self._transaction() as cur:
+        synchronous = self._wanted_synchronous(False)
+        with self._read() as cur:  # one statement in autocommit: one round trip
             renewed = cur.execute(
                 self._q["renew_lease"],
-                (float(lease.ttl_seconds), run_id, lease.owner, lease.token),
+                (float(lease.ttl_seconds), run_id, lease.owner, lease.token, synchronous),
+                prepare=True,
             ).fetchone()
         if renewed is None:
             raise StaleLeaseError(
@@ -272,8 +342,18 @@ class PostgresStore(PostgresAppend):
         return Lease(lease.owner, lease.token, float(renewed[0]), lease.ttl_seconds)
 
     def release(self, run_id: str, lease: Lease) -> None:
-        with self._transaction() as cur:
-            cur.execute(self._q["release_lease"], (run_id, lease.owner, lease.token))
+        self._releasing(run_id, (lease.owner, lease.token))  # shared: release_leases
+
+    def _release_many(self, calls: list[tuple[str, tuple[str, int]]]) -> dict[str, Any]:
+        params = {
+            "run_ids": [run_id for run_id, _ in calls],
+            "owners": [owner for _, (owner, _token) in calls],
+            "tokens": [token for _, (_owner, token) in calls],
+            "synchronous": self._wanted_synchronous(False),
+        }
+        with self._read() as cur:  # autocommit: one statement, one round trip
+            rows = cur.execute(self._q["release_leases"], params, prepare=True).fetchall()
+        return {found[0]: True for found in rows}
 
     # -- checkpoints (export/import), beyond the port ----------------------
 
@@ -427,6 +507,32 @@ class PostgresStore(PostgresAppend):
     def _errors(self, *, opening: bool = False) -> contextlib.AbstractContextManager[None]:
         """Turn psycopg's errors into clear crashproof ones, without a driver traceback."""
         return translated_errors(f"PostgreSQL ledger {self.display}", self.schema, opening=opening)
+
+
+# The columns of create_runs (as_columns).
+_CREATE_COLUMNS = (
+    "run_id",
+    "workflow",
+    "version",
+    "state",
+    "reason",
+    "input_digest",
+    "created",
+    "updated",
+    "seq",
+    "type",
+    "key",
+    "payload",
+    "value",
+    "blob",
+    "data",
+    "created_at",
+    "key_id",
+    "mac",
+    "owner",
+    "ttl",
+    "token",
+)
 
 
 def _held(lease: Lease | None) -> tuple[str | None, float | None, int]:

@@ -115,19 +115,24 @@ def record_starts(
     out: list[Started | Exception | None] = [None] * len(starts)
     existing: dict[int, RunRow] = {}
     new: list[int] = []
+    # A witness that reads and starts a new run in one round trip (PostgreSQL: the runs
+    # that start at once share it) is asked so here; the others are read, then started.
+    unseen = getattr(witness, "start_unseen", None)
     for i, start in enumerate(starts):
         run_id = start.row.run_id
         found = store.get_run(run_id)
         if found is not None:
             existing[i] = found
             continue
-        witnessed = None if witness is None else witness.get(run_id)
-        if witnessed:  # lost from the journal: never a second start
+        witnessed = None
+        if witness is not None:
+            witnessed = unseen(run_id) if unseen is not None else witness.get(run_id)
+        if witnessed:  # lost from the journal: never a second start (none was made)
             out[i] = lost(run_id, witnessed)
             continue
         new.append(i)
-    if new and witness is not None:  # generation 0, before the runs' first commit
-        _start_witnessed(witness, [starts[i].row.run_id for i in new])
+    if new and witness is not None and unseen is None:  # generation 0, before the first
+        _start_witnessed(witness, [starts[i].row.run_id for i in new])  # commit
     if new and points is not None:  # resuming commits nothing here: no crash point
         for _ in new:
             points.hit("before_commit[run_started]")

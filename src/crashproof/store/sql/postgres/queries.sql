@@ -29,10 +29,6 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s,
         %s, extract(epoch FROM clock_timestamp())::float8 + %s::float8, %s)
 ON CONFLICT (run_id) DO NOTHING;
 
--- name: get_run
-SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
-FROM {schema}.runs WHERE run_id = %s;
-
 -- name: list_runs
 SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
 FROM {schema}.runs ORDER BY created_at, run_id COLLATE "C";
@@ -75,26 +71,125 @@ SELECT (SELECT coalesce(max(e.seq) + 1, 0) FROM {schema}.events AS e WHERE e.run
        r.fencing_token
 FROM {schema}.runs AS r WHERE r.run_id = %s FOR UPDATE;
 
--- name: get_lease
--- The run's lease and the server's clock, the row locked until the transaction ends.
-SELECT owner, lease_expires_at, fencing_token, extract(epoch FROM clock_timestamp())::float8
-FROM {schema}.runs WHERE run_id = %s FOR UPDATE;
-
--- name: claim_lease
-UPDATE {schema}.runs
-SET owner = %s, lease_expires_at = extract(epoch FROM clock_timestamp())::float8 + %s,
-    fencing_token = fencing_token + 1
-WHERE run_id = %s
-RETURNING fencing_token, lease_expires_at;
+-- name: claim_leases
+-- Claims of several runs in one statement and one round trip, sent in autocommit (its own
+-- transaction; concurrent claims combined: store/combining.py): each run's row locked (in
+-- run id order), its lease taken when the claim rule (store/port.py, check_claimable)
+-- lets the owner in: no owner, an expired lease (the server's clock), the same owner
+-- again, or take_over. Per run asked: whether it exists, its owner and expiry as found,
+-- the server's clock, and the new token and expiry (NULL: not taken, nothing written;
+-- the caller raises LeaseHeld from what was found).
+WITH asked AS (
+    SELECT *
+    FROM unnest(%(run_ids)b::text[], %(owners)b::text[], %(ttls)b::float8[],
+                %(take_overs)b::boolean[])
+         AS a (run_id, owner, ttl, take_over)
+), found AS (
+    SELECT r.run_id, r.owner, r.lease_expires_at,
+           extract(epoch FROM clock_timestamp())::float8 AS now
+    FROM {schema}.runs AS r
+    WHERE r.run_id IN (SELECT asked.run_id FROM asked)
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+), claimed AS (
+    UPDATE {schema}.runs AS r
+    SET owner = asked.owner, lease_expires_at = found.now + asked.ttl,
+        fencing_token = r.fencing_token + 1
+    FROM found JOIN asked ON asked.run_id = found.run_id
+    WHERE r.run_id = found.run_id
+      AND (asked.take_over OR found.owner IS NULL OR found.lease_expires_at IS NULL
+           OR found.lease_expires_at <= found.now OR found.owner = asked.owner)
+      AND set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
+    RETURNING r.run_id, r.fencing_token, r.lease_expires_at
+)
+SELECT asked.run_id, found.run_id IS NOT NULL, found.owner, found.lease_expires_at,
+       found.now, claimed.fencing_token, claimed.lease_expires_at
+FROM asked
+LEFT JOIN found ON found.run_id = asked.run_id
+LEFT JOIN claimed ON claimed.run_id = asked.run_id;
 
 -- name: renew_lease
+-- Autocommit, one round trip: set_config is its SET LOCAL.
 UPDATE {schema}.runs SET lease_expires_at = extract(epoch FROM clock_timestamp())::float8 + %s
 WHERE run_id = %s AND owner = %s AND fencing_token = %s
+  AND set_config('synchronous_commit', %s::text, true) IS NOT NULL
 RETURNING lease_expires_at;
 
--- name: release_lease
-UPDATE {schema}.runs SET owner = NULL, lease_expires_at = NULL
-WHERE run_id = %s AND owner = %s AND fencing_token = %s;
+-- name: release_leases
+-- Releases of several runs' leases (each by its owner and token) in one statement and one
+-- round trip, autocommit (concurrent releases combined, as claims are); the rows locked
+-- in run id order.
+WITH asked AS (
+    SELECT *
+    FROM unnest(%(run_ids)b::text[], %(owners)b::text[], %(tokens)b::bigint[])
+         AS a (run_id, owner, token)
+), held AS (
+    SELECT r.run_id
+    FROM {schema}.runs AS r JOIN asked ON asked.run_id = r.run_id
+    WHERE r.owner = asked.owner AND r.fencing_token = asked.token
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+)
+UPDATE {schema}.runs AS r SET owner = NULL, lease_expires_at = NULL
+FROM held
+WHERE r.run_id = held.run_id
+  AND set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
+RETURNING r.run_id;
+
+-- name: create_runs
+-- New runs' rows and their start records in one statement and one round trip
+-- (autocommit: its own transaction; concurrent starts combined: store/combining.py),
+-- each run's record only with the row this statement inserted (in run id order). Per
+-- run asked: whether this statement inserted it, and the row that existed as of the
+-- statement's snapshot (none when this statement created it, or when another
+-- transaction created it meanwhile: the caller reads it then). A run given a first lease
+-- (owner, ttl, token; else NULL, NULL, 0) is created held under it, its expiry by the
+-- server's clock, as a claim's.
+WITH asked AS (
+    SELECT *
+    FROM unnest(%(run_ids)b::text[], %(workflows)b::text[], %(versions)b::text[],
+                %(states)b::text[], %(reasons)b::text[], %(input_digests)b::text[],
+                %(createds)b::float8[], %(updateds)b::float8[], %(seqs)b::bigint[],
+                %(types)b::text[], %(keys)b::text[], %(payloads)b::text[],
+                %(values)b::text[], %(blobs)b::text[], %(datas)b::text[],
+                %(created_ats)b::float8[], %(key_ids)b::text[], %(macs)b::text[],
+                %(owners)b::text[], %(ttls)b::float8[], %(tokens)b::bigint[])
+         AS a (run_id, workflow, version, status, reason, input_digest, created, updated,
+               seq, type, key, payload, value, blob, data, created_at, key_id, mac,
+               owner, ttl, token)
+), new_runs AS (
+    INSERT INTO {schema}.runs
+        (run_id, workflow, version, status, reason, input_digest, created_at, updated_at,
+         owner, lease_expires_at, fencing_token)
+    SELECT run_id, workflow, version, status, reason, input_digest, created, updated,
+           owner, extract(epoch FROM clock_timestamp())::float8 + ttl, token
+    FROM asked
+    WHERE set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
+    ORDER BY run_id
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING run_id
+), new_blobs AS (
+    INSERT INTO {schema}.blobs (digest, data)
+    SELECT DISTINCT asked.blob, asked.data
+    FROM asked JOIN new_runs ON new_runs.run_id = asked.run_id
+    WHERE asked.blob IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING
+), new_events AS (
+    INSERT INTO {schema}.events
+        (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+    SELECT asked.run_id, asked.seq, asked.type, asked.key, asked.payload, asked.value,
+           asked.blob, asked.created_at, asked.key_id, asked.mac
+    FROM asked JOIN new_runs ON new_runs.run_id = asked.run_id
+)
+SELECT asked.run_id, new_runs.run_id IS NOT NULL, r.run_id, r.workflow, r.version, r.status,
+       r.reason, r.input_digest, r.created_at, r.updated_at
+FROM asked
+LEFT JOIN new_runs ON new_runs.run_id = asked.run_id
+LEFT JOIN {schema}.runs AS r ON r.run_id = asked.run_id;
+
+-- name: get_runs
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM {schema}.runs WHERE run_id = ANY(%(run_ids)b::text[]);
 
 -- name: append_events
 -- A journal append in one statement and one round trip (store/pg_append.py), sent in
@@ -173,6 +268,65 @@ SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::
        %(mac)s::text
 FROM ok;
 
+-- name: append_records
+-- append_event (and append_event_releasing) for many runs at once, a record each (the
+-- first record of each run in a batch that holds no new intent: store/pg_append.py), one
+-- statement instead of one per record: each row written only if its run's row, locked
+-- (in run id order) until the commit, still carries the writer's fencing token (NULL:
+-- unfenced) and the record before it is there with the MAC it chained to; a taken seq
+-- fails the statement (the batch is undone). With its row, and only with it, go its
+-- blob, its run's status change (state NULL: none; a terminal one releases the run's
+-- lease too, as set_status does) and the intents it releases (an
+-- act's end: release_key; a run's end: release_all). Returns the run ids of the rows
+-- written. The arrays are sent in binary (placeholders ending in b, not s): the driver
+-- writes their elements as they are, with no escaping (in text, escaping cost as much
+-- as the rest of the batch: bench in docs/benchmarks.md).
+WITH rec AS (
+    SELECT *
+    FROM unnest(%(run_ids)b::text[], %(tokens)b::bigint[], %(prev_macs)b::text[],
+                %(seqs)b::bigint[], %(types)b::text[], %(keys)b::text[],
+                %(payloads)b::text[], %(values)b::text[], %(blobs)b::text[],
+                %(created_ats)b::float8[], %(key_ids)b::text[], %(macs)b::text[],
+                %(datas)b::text[], %(states)b::text[], %(reasons)b::text[],
+                %(nows)b::float8[], %(release_alls)b::boolean[], %(release_keys)b::text[])
+         AS e (run_id, token, prev_mac, seq, type, key, payload, value, blob, created_at,
+               key_id, mac, data, state, reason, now, release_all, release_key)
+), fence AS (
+    SELECT r.run_id
+    FROM {schema}.runs AS r JOIN rec ON rec.run_id = r.run_id
+    WHERE rec.token IS NULL OR r.fencing_token = rec.token
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+), ok AS (
+    SELECT rec.*
+    FROM rec JOIN fence ON fence.run_id = rec.run_id
+    WHERE set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
+      AND EXISTS (SELECT FROM {schema}.events AS p
+                  WHERE p.run_id = rec.run_id AND p.seq = rec.seq - 1
+                    AND p.mac IS NOT DISTINCT FROM rec.prev_mac)
+), new_blobs AS (
+    INSERT INTO {schema}.blobs (digest, data)
+    SELECT DISTINCT ok.blob, ok.data FROM ok WHERE ok.blob IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING
+), released AS (
+    DELETE FROM {schema}.unresolved_intents AS u USING ok
+    WHERE u.run_id = ok.run_id AND (ok.release_all OR u.step_key = ok.release_key)
+), new_status AS (
+    UPDATE {schema}.runs AS r
+    SET status = ok.state, reason = ok.reason, updated_at = ok.now,
+        owner = CASE WHEN ok.state IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE r.owner END,
+        lease_expires_at = CASE WHEN ok.state IN ('succeeded', 'failed', 'cancelled')
+                                THEN NULL ELSE r.lease_expires_at END
+    FROM ok WHERE r.run_id = ok.run_id AND ok.state IS NOT NULL
+)
+INSERT INTO {schema}.events
+    (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+SELECT ok.run_id, ok.seq, ok.type, ok.key, ok.payload, ok.value, ok.blob, ok.created_at,
+       ok.key_id, ok.mac
+FROM ok
+RETURNING run_id;
+
 -- name: append_event_releasing
 -- append_event for a record that releases intents of its run from the index (an act's
 -- end: the hold of its step, release_key; the run's end: every hold, release_all),
@@ -212,6 +366,65 @@ SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::
        %(value)s::text, %(blob)s::text, %(created_at)s::float8, %(key_id)s::text,
        %(mac)s::text
 FROM ok;
+
+-- name: append_event_holding
+-- append_event for an act's intent, a new hold in the index of unresolved intents (the
+-- batch: store/pg_append.py), checked and installed in SQL as apply_change does it in
+-- Python: written only if the run holds the step already (its own act again), or no
+-- other run holds the same digest on the same instance except those its overrides name;
+-- else nothing is written (0 rows) and the checked path says who holds it. Sent right
+-- after lock_run_intent in the same transaction, so its snapshot sees every hold
+-- committed before that lock was granted, and a hold made earlier in the transaction.
+WITH fence AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE run_id = %(run_id)s
+      AND (%(token)s::bigint IS NULL OR fencing_token = %(token)s::bigint)
+    FOR UPDATE
+), ok AS (
+    SELECT set_config('synchronous_commit', %(synchronous)s::text, true) AS synchronous
+    WHERE EXISTS (SELECT FROM fence)
+      AND EXISTS (SELECT FROM {schema}.events
+                  WHERE run_id = %(run_id)s AND seq = %(seq)s::bigint - 1
+                    AND mac IS NOT DISTINCT FROM %(prev_mac)s::text)
+      AND (EXISTS (SELECT FROM {schema}.unresolved_intents
+                   WHERE run_id = %(run_id)s AND step_key = %(key)s::text)
+           OR NOT EXISTS (SELECT FROM {schema}.unresolved_intents
+                          WHERE intent_digest = %(digest)s::text
+                            AND instance = %(instance)s::text
+                            AND run_id <> %(run_id)s
+                            AND run_id <> ALL(%(overrides)s::text[])))
+), new_blob AS (
+    INSERT INTO {schema}.blobs (digest, data)
+    SELECT %(blob)s::text, %(data)s::text FROM ok WHERE %(blob)s::text IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING
+), new_hold AS (
+    INSERT INTO {schema}.unresolved_intents (run_id, step_key, intent_digest, instance, since)
+    SELECT %(run_id)s, %(key)s::text, %(digest)s::text, %(instance)s::text,
+           %(created_at)s::float8
+    FROM ok
+    ON CONFLICT (run_id, step_key) DO NOTHING
+), new_status AS (
+    UPDATE {schema}.runs SET status = %(status)s::text, reason = %(reason)s::text,
+        updated_at = %(now)s::float8,
+        owner = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN NULL
+                     ELSE owner END,
+        lease_expires_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled')
+                                THEN NULL ELSE lease_expires_at END
+    FROM ok WHERE run_id = %(run_id)s AND %(status)s::text IS NOT NULL
+)
+INSERT INTO {schema}.events
+    (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
+SELECT %(run_id)s, %(seq)s::bigint, %(type)s::text, %(key)s::text, %(payload)s::text,
+       %(value)s::text, %(blob)s::text, %(created_at)s::float8, %(key_id)s::text,
+       %(mac)s::text
+FROM ok;
+
+-- name: lock_run_intent
+-- Before append_event_holding, a statement of its own (its snapshot is taken when it
+-- starts): the run's row, as the checked path locks it first (journal_end), then the
+-- intent digest's lock (lock_intent), both held until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtextextended(%(digest)s::text, 0))
+FROM (SELECT 1 FROM {schema}.runs WHERE run_id = %(run_id)s::text FOR UPDATE) AS run;
 
 -- name: lock_intent
 -- Serialises the transactions that would hold one intent digest (store/intents.py): a
