@@ -12,7 +12,9 @@ median of the batches), where the model's wait overlaps and what is left is the
 framework's and the journal's own work. DBOS is
 skipped with a message when ``dbos`` is not installed (``pip install -e '.[bench]'``).
 DBOS journals the model requests only (its function tools are not steps), so it does
-less work per run than crashproof, which journals the tool calls too.
+less work per run than crashproof, which journals the tool calls too. "passthrough
+capability" wraps the same two hooks and journals nothing: the floor of a durability
+capability's cost.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 os.environ.setdefault("CRASHPROOF_KEY", "42" * 32)
 
 from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -60,8 +63,25 @@ def make_agent(turns: int, model_ms: float, capabilities: list[Any]) -> Agent[No
     return agent
 
 
-def plain(turns: int, model_ms: float, directory: Path) -> tuple[Run, Batch]:
-    agent = make_agent(turns, model_ms, [])
+class Passthrough(AbstractCapability[None]):
+    """A capability that wraps the two hooks crashproof journals and does nothing else:
+    the floor of any durability capability's cost (pydantic-ai's own work for it)."""
+
+    async def wrap_model_request(
+        self, ctx: Any, *, request_context: Any, handler: Any
+    ) -> ModelResponse:
+        return await handler(request_context)  # type: ignore[no-any-return]
+
+    async def wrap_tool_execute(
+        self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any
+    ) -> Any:
+        return await handler(args)
+
+
+def plain(
+    turns: int, model_ms: float, directory: Path, capabilities: list[Any] | None = None
+) -> tuple[Run, Batch]:
+    agent = make_agent(turns, model_ms, capabilities or [])
 
     def run(i: int) -> float:
         start = time.perf_counter()
@@ -163,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="crashproof-frameworks-"))
     contestants: dict[str, tuple[Run, Batch] | str] = {
         "no durability": plain(args.turns, args.model_ms, directory),
+        "passthrough capability": plain(args.turns, args.model_ms, directory, [Passthrough()]),
         "crashproof (normal)": crashproof(args.turns, args.model_ms, directory, "normal"),
         "crashproof (output)": crashproof(args.turns, args.model_ms, directory, "output"),
         "crashproof (full)": crashproof(args.turns, args.model_ms, directory, "full"),
@@ -183,11 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.turns + 1} model requests ({args.model_ms:g} ms each) and {args.turns} "
         f"tool calls per run; median of {args.repeats}; Python {sys.version.split()[0]}"
     )
-    print(f"{'':22} {'ms/run':>8} {'x plain':>8} {'ms/call':>8}")
+    print(f"{'':24} {'ms/run':>8} {'x plain':>8} {'ms/call':>8}")
     for name in runs:
         median = statistics.median(times[name])
         extra = (median - base) * 1000 / calls
-        print(f"{name:22} {median * 1000:8.1f} {median / base:8.2f} {extra:8.2f}")
+        print(f"{name:24} {median * 1000:8.1f} {median / base:8.2f} {extra:8.2f}")
     for name, reason in contestants.items():
         if isinstance(reason, str):
             print(f"{name}: skipped ({reason})")
@@ -205,11 +226,11 @@ def throughput(pairs: dict[str, tuple[Run, Batch]], n: int, repeats: int) -> Non
     rates = {name: n / statistics.median(w) for name, w in walls.items()}
     dbos_rate = rates.get("pydantic-ai + DBOS")
     print(f"\n{n} runs at once on one event loop; median of {repeats} batches")
-    print(f"{'':22} {'runs/s':>8} {'x plain':>8} {'x DBOS':>8}")
+    print(f"{'':24} {'runs/s':>8} {'x plain':>8} {'x DBOS':>8}")
     base = rates["no durability"]
     for name, rate in rates.items():
         vs_dbos = f"{rate / dbos_rate:8.2f}" if dbos_rate else f"{'-':>8}"
-        print(f"{name:22} {rate:8.1f} {rate / base:8.2f} {vs_dbos}")
+        print(f"{name:24} {rate:8.1f} {rate / base:8.2f} {vs_dbos}")
 
 
 if __name__ == "__main__":
