@@ -30,18 +30,19 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 class _Batches:
-    """Counts the groups of every batch the ledger's store commits (it calls through)."""
+    """Counts the items of every call of the ledger's store's ``method`` (it calls
+    through): the groups of a commit batch, the runs of a start batch."""
 
-    def __init__(self, ledger: cp.Ledger) -> None:
+    def __init__(self, ledger: cp.Ledger, method: str = "append_batch") -> None:
         store = ledger._store
         self.sizes: list[int] = []
-        inner = store.append_batch  # type: ignore[attr-defined]
+        inner = getattr(store, method)
 
-        def counted(groups: Any) -> Any:
-            self.sizes.append(len(groups))
-            return inner(groups)
+        def counted(items: Any) -> Any:
+            self.sizes.append(len(items))
+            return inner(items)
 
-        store.append_batch = counted  # type: ignore[attr-defined]
+        setattr(store, method, counted)
 
 
 # Each run's own act (title: the run id): identical intents of concurrent runs would
@@ -188,21 +189,6 @@ def plain_flow(tool: cp.Tool) -> cp.Workflow[Any]:
     return agent
 
 
-class _Starts:
-    """Counts the runs of every create_runs transaction of a SQLite ledger's store."""
-
-    def __init__(self, ledger: cp.Ledger) -> None:
-        store = ledger._store
-        self.sizes: list[int] = []
-        inner = store.create_runs  # type: ignore[attr-defined]
-
-        def counted(runs: Any) -> Any:
-            self.sizes.append(len(runs))
-            return inner(runs)
-
-        store.create_runs = counted  # type: ignore[attr-defined]
-
-
 def test_runs_started_in_one_turn_share_one_start_and_a_refused_one_costs_the_others_nothing(
     tmp_path: Path,
 ) -> None:
@@ -213,7 +199,7 @@ def test_runs_started_in_one_turn_share_one_start_and_a_refused_one_costs_the_ot
     flow = plain_flow(AsyncTargetTool(target))
     with cp.Ledger(f"sqlite:///{tmp_path / 'a.db'}") as ledger:
         asyncio.run(ledger.run_async(flow, run_id="taken", n=1))
-        starts = _Starts(ledger)
+        starts = _Batches(ledger, "create_runs")
 
         async def all_at_once() -> list[Any]:
             runs = [ledger.run_async(flow, run_id=f"r{k}", n=2) for k in range(6)]
