@@ -61,10 +61,13 @@ class CommitBatcher:
     own thread, all those of a turn in one transaction, right after the turn. In a commit
     thread they would cost more than the commit: each statement hands the GIL over and
     back while the loop is busy with a thousand drives, and the thread waits for it every
-    time (a convoy: ~30 µs a record, against ~10 on the loop). The others (an output
-    point that waits for an fsync, a database round trip) go to a commit thread, one
-    batch at a time; the drives that arrive meanwhile form the next. The two lanes never
-    hold records of one run at once: a drive awaits each commit before its next."""
+    time (a convoy: ~30 µs a record, against ~10 on the loop). The cost: SQLite's
+    automatic checkpoint (every ~1,000 pages of log) runs inside whichever commit crosses
+    it, so now on the loop, fsyncs included (~5 % of its CPU at a thousand runs,
+    docs/benchmarks.md). The others (an output point that waits for an fsync, a database
+    round trip) go to a commit thread, one batch at a time; the drives that arrive
+    meanwhile form the next. The two lanes never hold records of one run at once: a
+    drive awaits each commit before its next."""
 
     def __init__(self, host: DriveHost, loop: asyncio.AbstractEventLoop) -> None:
         self._host = host
