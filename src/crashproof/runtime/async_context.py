@@ -204,9 +204,10 @@ class AsyncContext:
 
     async def settle(self) -> None:
         """Before a handoff: the records this drive made are committed (the output points
-        durable) without the loop waiting on a commit or an fsync: batched with the
-        other drives' that commit this turn (runtime/driving/batching.py), or in a commit
-        thread of its own where the store commits one run at a time (PostgreSQL)."""
+        durable), batched with the other drives' that commit this turn
+        (runtime/driving/batching.py): on the loop's thread when they wait for no disk
+        (``quick``), else in a commit thread, where the fsync or the round trip waits;
+        in a commit thread of its own where the store has no batch."""
         core, pending = self._core, self._core.pending
         if not pending:
             return
