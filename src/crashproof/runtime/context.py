@@ -493,8 +493,10 @@ class Context:
 
     def committed(self, group: list[PendingRecord], result: tuple[int, Exception] | None) -> None:
         """A refused record (and those after it) not kept: go on from its seq, and raise."""
-        kept = group if result is None else group[: result[0]]
-        if any(status is not None and status[0].terminal for _, status, _, _ in kept):
+        # The run's outcome is its drive's last record: only the last one kept can be it.
+        kept = len(group) if result is None else result[0]
+        status = group[kept - 1][1] if kept else None
+        if status is not None and status[0].terminal:
             self.ended = True
         if result is not None:
             refused = group[result[0]][0][0]
