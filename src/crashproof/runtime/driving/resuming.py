@@ -76,13 +76,7 @@ class LedgerResume:
         holds raises LeaseHeld unless ``take_over``, which fences that worker out (its
         next journal commit raises StaleLeaseError), or unless it is freed (released or
         expired) within ``wait`` seconds."""
-        changes = OperatorChanges(
-            raise_budget=raise_budget,
-            rebind_policy=rebind_policy,
-            override_intent=tuple(override_intent),
-            retry=retry,
-            by=by,
-        )
+        changes = _changes(raise_budget, rebind_policy, override_intent, retry, by)
         found = self._to_resume(run_id, changes, is_async=False)
         if not isinstance(found, Workflow):
             return found()
@@ -113,13 +107,7 @@ class LedgerResume:
     ) -> Any:
         """``resume`` for an ``async def`` workflow (a run started by either shell); a
         ``wait`` for the lease is spent in a worker thread, off the loop."""
-        changes = OperatorChanges(
-            raise_budget=raise_budget,
-            rebind_policy=rebind_policy,
-            override_intent=tuple(override_intent),
-            retry=retry,
-            by=by,
-        )
+        changes = _changes(raise_budget, rebind_policy, override_intent, retry, by)
         found = self._to_resume(run_id, changes, is_async=True)
         if not isinstance(found, Workflow):
             return found()
@@ -166,3 +154,20 @@ class LedgerResume:
             )
         workflow.check_shell(is_async)
         return workflow
+
+
+def _changes(
+    raise_budget: dict[str, int | float | None] | None,
+    rebind_policy: Policy | None,
+    override_intent: Sequence[str],
+    retry: bool,
+    by: str | None,
+) -> OperatorChanges:
+    """What a resume changes (``resume``, ``resume_async``), journaled as decisions."""
+    return OperatorChanges(
+        raise_budget=raise_budget,
+        rebind_policy=rebind_policy,
+        override_intent=tuple(override_intent),
+        retry=retry,
+        by=by,
+    )
