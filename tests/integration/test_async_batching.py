@@ -23,7 +23,7 @@ RUNS = 12
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The ledger of the batched drives: both stores commit a batch in one transaction
-    (SQLiteStore.append_batch, PostgresAppend.append_batch)."""
+    (SQLiteStore.write_batch, PostgresAppend.append_batch)."""
     if request.param == "postgres":
         return str(request.getfixturevalue("pg_url"))
     return f"sqlite:///{tmp_path / 'a.db'}"
@@ -31,10 +31,14 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 class _Batches:
     """Counts the items of every call of the ledger's store's ``method`` (it calls
-    through): the groups of a commit batch, the runs of a start batch."""
+    through): the groups of a commit batch, the runs of a start batch. A commit batch is
+    ``write_batch`` where the store has it (SQLite: the loop writes, a thread waits for
+    the disk), else ``append_batch``."""
 
-    def __init__(self, ledger: cp.Ledger, method: str = "append_batch") -> None:
+    def __init__(self, ledger: cp.Ledger, method: str = "commit batch") -> None:
         store = ledger._store
+        if method == "commit batch":
+            method = "write_batch" if hasattr(store, "write_batch") else "append_batch"
         self.sizes: list[int] = []
         inner = getattr(store, method)
 

@@ -23,6 +23,7 @@ restoring the ledger file alone.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import threading
 import time
@@ -160,6 +161,17 @@ class SQLiteWitness:
                 "SELECT generation FROM witness WHERE run_id = ?", (run_id,)
             ).fetchone()
         return None if row is None else int(row[0])
+
+    def get_many(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """``get`` of several runs in one read (an async loop's starts of one turn): the
+        generations of those the witness saw."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT run_id, generation FROM witness "
+                "WHERE run_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(run_ids)),),
+            ).fetchall()
+        return {str(run_id): int(generation) for run_id, generation in rows}
 
     def known(self) -> dict[str, int]:
         with self._lock:

@@ -14,20 +14,44 @@ module. ``tests/unit/test_layers.py`` pins that direction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
 from crashproof._faults import CrashPoints
 from crashproof.errors import CrashproofError, NonDeterminismError
 from crashproof.integrity.witness import Witness
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind
-from crashproof.store.port import StatusChange, Store
+from crashproof.store.port import RecordAppend, StatusChange, Store
 
 # A record an async drive made and has not committed yet: its events, status change,
 # fencing token, and whether it is an output point (None: output_point decides).
 PendingRecord = tuple[Sequence[Event], StatusChange | None, int | None, bool | None]
 
-__all__ = ["ActSettings", "DriveHost", "PendingRecord", "RunSession", "StepSession"]
+
+__all__ = [
+    "ActSettings",
+    "DriveHost",
+    "PendingRecord",
+    "RunSession",
+    "StepSession",
+    "WrittenBatch",
+]
+
+
+@dataclass
+class WrittenBatch:
+    """A batch committed and not yet concluded (``JournalCommits.write_batch``): per
+    group its result and the records kept; ``ticket``: what ``wait_durable`` waits for,
+    when an output point among them is not on disk yet (None: nothing to wait for)."""
+
+    results: list[tuple[int, Exception] | None]
+    landed: list[tuple[RecordAppend, ...]]
+    ticket: object | None
+
+    def waits(self, group: int) -> bool:
+        """Whether the group kept an output point, so it waits for ``ticket``'s sync."""
+        return self.ticket is not None and any(r[3] for r in self.landed[group])
 
 
 class ActSettings:
@@ -194,6 +218,16 @@ class DriveHost(Protocol):
         """Commit async drives' pending records, a group per drive in order
         (``runtime/driving/commits.py``); per group None, or (index, error) of the first
         record not kept."""
+
+    def write_batch(self, groups: Sequence[Sequence[PendingRecord]]) -> WrittenBatch:
+        """``commit_batch``'s transaction alone; then ``wait_durable`` for the groups
+        that wait, and ``conclude_batch`` (``runtime/driving/commits.py``)."""
+
+    def wait_durable(self, written: WrittenBatch) -> None:
+        """Returns once the output points ``written`` kept are on disk."""
+
+    def conclude_batch(self, written: WrittenBatch, groups: Iterable[int]) -> None:
+        """The ``groups``' crash points after their commit, the witness, the observers."""
 
     def check_driving(self, run_id: str) -> None:
         """Called before every step: raises when this ledger stops driving ``run_id``

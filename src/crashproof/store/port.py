@@ -31,6 +31,7 @@ __all__ = [
     "lease_held",
     "lease_was_live",
     "unreadable",
+    "VERSION_FRESH",
 ]
 
 # Values at least this long (in bytes of JSON) are stored once, content-addressed. Shorter
@@ -38,6 +39,12 @@ __all__ = [
 # page of its own in SQLite (5.1 KB on disk per turn of a transcript, 1.4 KB inline;
 # docs/benchmarks.md), and a value this short rarely recurs whole.
 BLOB_THRESHOLD = 8192
+# Seconds a store's schema version, once read, answers ``schema_version()``: every drive
+# names the version in its session, and an async loop starts runs by the thousand; a read
+# in the last second is as current as one now (a migration by another process may land
+# right after either read). On SQLite each read is a read transaction of its own (7% of
+# the loop at R=1,024 in bench/concurrency.py); on PostgreSQL a round trip.
+VERSION_FRESH = 1.0
 
 
 def without_result(

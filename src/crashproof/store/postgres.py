@@ -46,6 +46,7 @@ from crashproof.store.pg_append import PostgresAppend, apply_change, as_columns,
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
 from crashproof.store.port import (
     GENESIS,
+    VERSION_FRESH,
     Lease,
     RecordSealer,
     blob_digest,
@@ -65,8 +66,6 @@ SCHEMA_VERSION = _MIGRATIONS[-1].version
 # "output": ordinary commits with synchronous_commit off, those before an output with it on
 # (a synchronous commit flushes the server's WAL up to it, every earlier commit included).
 _SYNCHRONOUS = {"output": "off", "full": "on", "normal": "off"}
-# Seconds a schema version read stays current for schema_version().
-_VERSION_FRESH = 1.0
 # Plain lower-case identifiers only: they need no quoting rules beyond double quotes.
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -119,7 +118,7 @@ class PostgresStore(PostgresAppend):
         self.durability = durability
         self._sealer = sealer
         self._init_ends()  # where each run's journal ends, as last read or written
-        self._version = (0, -_VERSION_FRESH)  # schema_version(): (version, when read)
+        self._version = (0, -VERSION_FRESH)  # schema_version(): (version, when read)
         # Runs that start, claim and release at the same time share one statement each
         # (store/combining.py): a hundred async drives on one loop do so at once.
         self._getting = Combiner(self._get_many)
@@ -212,12 +211,9 @@ class PostgresStore(PostgresAppend):
     # -- the port ----------------------------------------------------------
 
     def schema_version(self) -> int:
-        # Every drive names the version in its session, and runs start by the hundred at
-        # once: a version read in the last second is as current as one read now (a
-        # migration by another process may land right after either read), at no round
-        # trip. (bench/concurrency.py --postgres: one round trip of five at a run's start.)
+        # One round trip of five at a run's start, saved (store/port.py: VERSION_FRESH).
         read, at = self._version
-        if time.monotonic() - at < _VERSION_FRESH:
+        if time.monotonic() - at < VERSION_FRESH:
             return read
         with self._read() as cur:
             found = self._read_version(cur)

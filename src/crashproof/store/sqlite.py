@@ -27,12 +27,14 @@ from crashproof.errors import (
 )
 from crashproof.journal.codec import encode
 from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.store.checkpointing import Checkpointer
 from crashproof.store.deltas import DeltaMemo, Resolver
 from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, run_migration, split_statements
 from crashproof.store.port import (
     GENESIS,
+    VERSION_FRESH,
     Lease,
     RecordAppend,
     RecordSealer,
@@ -50,7 +52,7 @@ from crashproof.store.sqlite_journal import (
     check_rows,
     insert_record,
 )
-from crashproof.store.syncing import GroupSync, WalSyncer
+from crashproof.store.syncing import GroupSync, Note, WalSyncer
 
 __all__ = ["SQLiteStore"]
 
@@ -66,6 +68,9 @@ _META_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cras
 # kept, a delta resolved to the full text), created_at, key_id, mac. Used by checkpoint
 # export/import only.
 RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
+# What a batch's wait for the disk waits for (write_batch): the store's commit count after
+# it, and the last output point it kept (GroupSync.wait's ticket and note).
+SyncTicket = tuple[int, Note]
 
 
 class SQLiteStore(SQLiteJournal):
@@ -105,6 +110,7 @@ class SQLiteStore(SQLiteJournal):
         # other connection committed since; any other write through this store clears it.
         self._ends: dict[str, JournalEnd] = {}
         self._ends_version: int | None = None
+        self._version = (0, -VERSION_FRESH)  # schema_version(): (version, when read)
         self._wal_sync = WalSyncer(self.path)
         self._group = GroupSync(self._flush)
         # Called under the store's lock at every forced sync, before the fdatasync, with
@@ -124,9 +130,11 @@ class SQLiteStore(SQLiteJournal):
         self._resolver = Resolver(self._conn, check_digest=sealer is None)
         try:
             self._open(durability, busy_timeout)
+            threshold = int(self._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
         except BaseException:
             self._conn.close()
             raise
+        self._checkpoints = Checkpointer(self.path, busy_timeout, self._lock, threshold)
 
     # -- opening -----------------------------------------------------------
 
@@ -206,8 +214,13 @@ class SQLiteStore(SQLiteJournal):
     # -- the port ----------------------------------------------------------
 
     def schema_version(self) -> int:
+        read, at = self._version  # read in the last second (store/port.py: VERSION_FRESH)
+        if time.monotonic() - at < VERSION_FRESH:
+            return read
         with self._lock, self._errors():
-            return self._read_version()
+            found = self._read_version()
+        self._version = (found, time.monotonic())
+        return found
 
     def create_run(self, row: RunRow, first: Event, lease: Lease | None = None) -> RunRow | None:
         with self._transaction(row.run_id) as conn:
@@ -238,6 +251,15 @@ class SQLiteStore(SQLiteJournal):
         with self._lock, self._errors():
             found = self._conn.execute(_Q["get_run"], (run_id,)).fetchone()
         return None if found is None else _row(found)
+
+    def get_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]:
+        """``get_run`` of several runs in one read (an async loop's starts of one turn:
+        runtime/driving/lifecycle.py): the rows of those that exist, by run id."""
+        with self._lock, self._errors():
+            found = self._conn.execute(
+                _Q["get_runs"], (encode(list(run_ids), what="run ids"),)
+            ).fetchall()
+        return {row[0]: _row(row) for row in found}
 
     def list_runs(self, status: RunStatus | None = None) -> list[RunRow]:
         with self._lock, self._errors():
@@ -284,6 +306,7 @@ class SQLiteStore(SQLiteJournal):
 
     def close(self) -> None:
         self._close_reader()
+        self._checkpoints.close()  # before the last connection's own checkpoint
         with self._lock:
             self._conn.close()
             self._wal_sync.close()
@@ -375,6 +398,24 @@ class SQLiteStore(SQLiteJournal):
             self._group.wait(self._commits, note)
         return results
 
+    def write_batch(
+        self, groups: Sequence[Sequence[RecordAppend]]
+    ) -> tuple[list[tuple[int, Exception] | None], SyncTicket | None]:
+        """``append_batch`` without its waits: the results, and what to hand
+        ``wait_durable`` when an output point among them is not on disk yet (None:
+        nothing to wait for). An async loop writes here on its own thread and waits for
+        the disk in another (runtime/driving/batching.py); SQLite's checkpoint runs in
+        a thread too (store/checkpointing.py)."""
+        results, note = self._append_batch(groups, defer_checkpoint=True)
+        if note is None or self.durability != "output":
+            return results, None
+        return results, (self._commits, note)
+
+    def wait_durable(self, ticket: SyncTicket) -> None:
+        """Returns once the commits up to ``ticket`` (``write_batch``) are durable: one
+        fdatasync, shared with whoever needs one at the same time (GroupSync)."""
+        self._group.wait(*ticket)
+
     def sync(self) -> None:
         # "full" synced every commit already, "normal" never forces one.
         if self.durability == "output":
@@ -400,8 +441,10 @@ class SQLiteStore(SQLiteJournal):
         """The group's leader: sync every commit so far; returns how many that is."""
         with self._lock:
             covered = self._commits
-            for listener in self.on_sync:
-                listener(self.path)
+            if self.on_sync:  # what they copy is no checkpoint's half-written file
+                with self._checkpoints.paused():
+                    for listener in self.on_sync:
+                        listener(self.path)
         try:
             self._wal_sync()
         except OSError as exc:

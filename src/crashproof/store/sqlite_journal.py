@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError, IntegrityError, LedgerError
 from crashproof.journal.records import Event
+from crashproof.store.checkpointing import Checkpointer
 from crashproof.store.deltas import DeltaMemo, Resolver
 from crashproof.store.intents import Change, IntentHold, change_of, held, others, touches
 from crashproof.store.port import (
@@ -76,6 +77,7 @@ class SQLiteJournal:
     _resolver: Resolver  # the shared connection's (raw_events)
     _deltas: DeltaMemo  # each run's last large value, written as the next one's base
     _busy_timeout: float
+    _checkpoints: Checkpointer  # of the commits that leave theirs to a thread
 
     def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
         # Tens of thousands of new objects (rows, then Events), none in a cycle: without
@@ -251,7 +253,7 @@ class SQLiteJournal:
             raise translated from None
 
     def _append_batch(
-        self, groups: Sequence[Sequence[RecordAppend]]
+        self, groups: Sequence[Sequence[RecordAppend]], defer_checkpoint: bool = False
     ) -> tuple[list[tuple[int, Exception] | None], tuple[str, int] | None]:
         """Commit the records of several runs in one transaction, each record under a
         savepoint of its own: a refused record (its fencing token, its seq, an intent
@@ -261,7 +263,9 @@ class SQLiteJournal:
         raised for all. One commit for many runs' records is what lets a thousand async
         drives on a loop commit without one transaction each (docs/benchmarks.md).
         Also returns the (run id, next seq) of the last output point kept, if any: the
-        caller waits for the disk then (SQLiteStore.append_batch)."""
+        caller waits for the disk then (SQLiteStore.append_batch). ``defer_checkpoint``:
+        SQLite's automatic checkpoint runs in the checkpointer's thread, not in this
+        commit (store/checkpointing.py: an async loop's commits)."""
         results: list[tuple[int, Exception] | None] = [None] * len(groups)
         note: tuple[str, int] | None = None
 
@@ -293,8 +297,28 @@ class SQLiteJournal:
                         note = (run_id, events[-1].seq + 1)
 
         with self._lock:
-            self._immediate(write)
+            if defer_checkpoint:
+                self._immediate_deferred(write, sum(len(r[0]) for g in groups for r in g))
+            else:
+                self._immediate(write)
         return results, note
+
+    def _immediate_deferred(self, write: Callable[[sqlite3.Cursor], None], records: int) -> None:
+        """``_immediate``, SQLite's automatic checkpoint left to the checkpointer's thread
+        (store/checkpointing.py) unless it fell behind; under the lock."""
+        checkpoints = self._checkpoints
+        if not checkpoints.defer():
+            self._immediate(write)
+            return
+        # (Each returns a row: read, so the statement ends; an open one would keep the
+        # connection from closing, and its log from being removed.)
+        cur = self._cursor
+        cur.execute("PRAGMA wal_autocheckpoint=0").fetchone()
+        try:
+            self._immediate(write)
+        finally:
+            cur.execute(f"PRAGMA wal_autocheckpoint={checkpoints.threshold}").fetchone()
+        checkpoints.wrote(records)
 
     def _append_locked(
         self,

@@ -19,7 +19,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from crashproof.runtime.port import DriveHost, PendingRecord
+from crashproof.runtime.driving.durability import output_point
+from crashproof.runtime.port import DriveHost, PendingRecord, WrittenBatch
 
 __all__ = ["CommitBatcher", "batcher_for", "off_loop"]
 
@@ -57,17 +58,17 @@ _Waiting = tuple[list[PendingRecord], bool, "asyncio.Future[Result]"]
 class CommitBatcher:
     """The commits of the async drives of one ledger on one loop, in two lanes.
 
-    Quick commits (local, no disk to wait for: most records) are written on the loop's
-    own thread, all those of a turn in one transaction, right after the turn. In a commit
+    Local commits (SQLite short of "full" durability) are written on the loop's own
+    thread, all those of a turn in one transaction, right after the turn. In a commit
     thread they would cost more than the commit: each statement hands the GIL over and
     back while the loop is busy with a thousand drives, and the thread waits for it every
-    time (a convoy: ~30 µs a record, against ~10 on the loop). The cost: SQLite's
-    automatic checkpoint (every ~1,000 pages of log) runs inside whichever commit crosses
-    it, so now on the loop, fsyncs included (~5 % of its CPU at a thousand runs,
-    docs/benchmarks.md). The others (an output point that waits for an fsync, a database
-    round trip) go to a commit thread, one batch at a time; the drives that arrive
-    meanwhile form the next. The two lanes never hold records of one run at once: a
-    drive awaits each commit before its next."""
+    time (a convoy: ~30 µs a record, against ~10 on the loop). Only the waits leave the
+    loop: a drive whose records hold an output point goes on once a commit thread's
+    fsync made them durable (the others of the batch go on at once), and SQLite's
+    checkpoints run in a thread of their own (store/checkpointing.py). The other
+    commits (a database round trip, "full" durability) go to a commit thread, one batch
+    at a time; the drives that arrive meanwhile form the next. The two lanes never hold
+    records of one run at once: a drive awaits each commit before its next."""
 
     def __init__(self, host: DriveHost, loop: asyncio.AbstractEventLoop) -> None:
         self._host = host
@@ -78,7 +79,8 @@ class CommitBatcher:
         self._busy = False  # a batch is being written in a thread, or is due this turn
 
     async def commit(self, drive: Drive, quick: bool) -> None:
-        """Commit ``drive``'s pending records; ``quick``: they wait for no disk."""
+        """Commit ``drive``'s pending records; ``quick``: on the loop's thread (a local
+        journal; an output point's fsync still waits in a commit thread)."""
         group = drive.take_commits()
         future: asyncio.Future[Result] = self._loop.create_future()
         if quick:
@@ -95,12 +97,59 @@ class CommitBatcher:
 
     def _write_quick(self) -> None:
         batch, self._quick, self._due = self._quick, [], False
+        groups = [group for group, _quick, _future in batch]
+        host = self._host
+        if len(groups) == 1:  # a drive alone commits record by record, as the sync shell
+            if any(_output(record) for record in groups[0]):
+                self._waiting += batch  # its fsync waits in a commit thread
+                if not self._busy:
+                    self._busy = True
+                    self._write()
+                return
+            try:  # its one-statement commits (SQLiteStore.append), on the loop
+                results = host.commit_batch(groups)
+            except BaseException as exc:
+                self._resolve(batch, None, exc)
+            else:
+                self._resolve(batch, results, None)
+            return
         try:
-            results = self._host.commit_batch([group for group, _quick, _future in batch])
+            written = host.write_batch(groups)
         except BaseException as exc:
             self._resolve(batch, None, exc)
+            return
+        waits = [written.waits(i) for i in range(len(batch))]
+        waiting = [i for i, wait in enumerate(waits) if wait]
+        self._conclude(batch, written, [i for i, wait in enumerate(waits) if not wait])
+        if waiting:  # their output points: on disk before they go on, the loop free meanwhile
+            synced = self._loop.run_in_executor(_COMMITS, host.wait_durable, written)
+            synced.add_done_callback(lambda done: self._synced(batch, written, waiting, done))
+
+    def _synced(
+        self,
+        batch: list[_Waiting],
+        written: WrittenBatch,
+        waiting: list[int],
+        done: asyncio.Future[None],
+    ) -> None:
+        error = asyncio.CancelledError() if done.cancelled() else done.exception()
+        if error is not None:
+            self._resolve([batch[i] for i in waiting], None, error)
         else:
-            self._resolve(batch, results, None)
+            self._conclude(batch, written, waiting)
+
+    def _conclude(self, batch: list[_Waiting], written: WrittenBatch, groups: list[int]) -> None:
+        """The groups' crash points, witness and observers (``conclude_batch``), then
+        their drives go on with their results."""
+        if not groups:
+            return
+        chosen = [batch[i] for i in groups]
+        try:
+            self._host.conclude_batch(written, groups)
+        except BaseException as exc:
+            self._resolve(chosen, None, exc)
+        else:
+            self._resolve(chosen, [written.results[i] for i in groups], None)
 
     def _write(self) -> None:
         batch, self._waiting = self._waiting, []
@@ -139,6 +188,11 @@ class CommitBatcher:
                 future.set_exception(error or RuntimeError("batch commit failed"))
             else:
                 future.set_result(results[index])
+
+
+def _output(record: PendingRecord) -> bool:
+    events, _status, _token, out = record
+    return output_point(events[-1]) if out is None else out
 
 
 class StartBatch:

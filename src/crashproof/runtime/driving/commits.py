@@ -7,14 +7,14 @@ side of its commit, and an output point is durable before the call returns
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from crashproof._faults import CrashPoints
 from crashproof.errors import StaleLeaseError
 from crashproof.integrity.witness import Witness
 from crashproof.journal.records import Event
 from crashproof.runtime.driving.durability import output_point
-from crashproof.runtime.port import PendingRecord
+from crashproof.runtime.port import PendingRecord, WrittenBatch
 from crashproof.store.port import RecordAppend, StatusChange, Store
 
 __all__ = ["CommitObserver", "JournalCommits"]
@@ -83,9 +83,19 @@ class JournalCommits:
         once: in one transaction where the store has ``append_batch`` (SQLite, PostgreSQL), else
         group by group as ``append_records``. Per group: None, or (index, error) of its
         first record not kept; the records before it are kept."""
-        batch = getattr(self._store, "append_batch", None)
-        if batch is None or len(groups) < 2:
+        if getattr(self._store, "append_batch", None) is None or len(groups) < 2:
             return [self._commit_group(group) for group in groups]
+        written = self.write_batch(groups)
+        if written.ticket is not None:
+            self.wait_durable(written)
+        self.conclude_batch(written, range(len(groups)))
+        return written.results
+
+    def write_batch(self, groups: Sequence[Sequence[PendingRecord]]) -> WrittenBatch:
+        """``commit_batch``'s transaction, without the wait for the disk where the store
+        can wait apart (``write_batch``: SQLite): an async loop writes on its own thread
+        and only the fsync waits in a thread (runtime/driving/batching.py). Then, per
+        group, ``wait_durable`` if it ``waits``, and ``conclude_batch``."""
         appends: list[tuple[RecordAppend, ...]] = []
         refused: list[Exception | None] = []
         for group in groups:
@@ -105,13 +115,29 @@ class JournalCommits:
             for records in appends:
                 for record in records:
                     self._hit("before_commit", record[0][0])
-        kept = iter(batch([records for records in appends if records]))
-        results: list[tuple[int, Exception] | None] = []
-        landed: list[RecordAppend] = []
+        batch = [records for records in appends if records]
+        write = getattr(self._store, "write_batch", None)
+        ticket: object | None = None
+        if write is not None:
+            kept_all, ticket = write(batch)
+        else:  # the store waits for the disk itself (PostgreSQL: in its statements)
+            kept_all = self._store.append_batch(batch)  # type: ignore[attr-defined]
+        kept = iter(kept_all)
+        written = WrittenBatch([], [], ticket)
         for records, refusal in zip(appends, refused, strict=True):
             result = (0, refusal) if refusal is not None else next(kept)
-            results.append(result)
-            landed += records[: None if result is None else result[0]]
+            written.results.append(result)
+            written.landed.append(records[: None if result is None else result[0]])
+        return written
+
+    def wait_durable(self, written: WrittenBatch) -> None:
+        """Returns once the output points ``written`` kept are on disk (a thread's wait)."""
+        self._store.wait_durable(written.ticket)  # type: ignore[attr-defined]
+
+    def conclude_batch(self, written: WrittenBatch, groups: Iterable[int]) -> None:
+        """After the commit (and, for the groups that wait, the disk): each kept record's
+        crash point, the witness advanced for the output points, the observers told."""
+        landed = [record for g in groups for record in written.landed[g]]
         if self.crash_points is not None:
             for events, _status, _token, _durable in landed:
                 self._hit("after_commit", events[0])
@@ -128,7 +154,6 @@ class JournalCommits:
         if self.commit_observers:
             for events, _status, token, _durable in landed:
                 self._observed(events, token)
-        return results
 
     def _commit_group(self, group: Sequence[PendingRecord]) -> tuple[int, Exception] | None:
         for index, (events, status, token, out) in enumerate(group):

@@ -113,22 +113,21 @@ def record_starts(
     alone (RunConflict, a run lost from the journal, a run driven here already)."""
     store, witness, points = host.store, host.witness, host.crash_points
     out: list[Started | Exception | None] = [None] * len(starts)
-    existing: dict[int, RunRow] = {}
-    new: list[int] = []
+    ids = [start.row.run_id for start in starts]
+    rows = _get_runs(store, ids)
+    existing = {i: rows[run_id] for i, run_id in enumerate(ids) if run_id in rows}
+    absent = [i for i in range(len(starts)) if i not in existing]
     # A witness that reads and starts a new run in one round trip (PostgreSQL: the runs
     # that start at once share it) is asked so here; the others are read, then started.
     unseen = getattr(witness, "start_unseen", None)
-    for i, start in enumerate(starts):
-        run_id = start.row.run_id
-        found = store.get_run(run_id)
-        if found is not None:
-            existing[i] = found
-            continue
-        witnessed = None
-        if witness is not None:
-            witnessed = unseen(run_id) if unseen is not None else witness.get(run_id)
+    seen: dict[str, int] = {}
+    if witness is not None and unseen is None:
+        seen = _witnessed(witness, [ids[i] for i in absent])
+    new: list[int] = []
+    for i in absent:
+        witnessed = unseen(ids[i]) if unseen is not None else seen.get(ids[i])
         if witnessed:  # lost from the journal: never a second start (none was made)
-            out[i] = lost(run_id, witnessed)
+            out[i] = lost(ids[i], witnessed)
             continue
         new.append(i)
     if new and witness is not None and unseen is None:  # generation 0, before the first
@@ -174,6 +173,22 @@ def record_starts(
         if row.input_digest != starts[i].row.input_digest:
             out[i] = RunConflict(starts[i].row.run_id, row.input_digest, starts[i].row.input_digest)
     return out
+
+
+def _get_runs(store: Store, run_ids: list[str]) -> dict[str, RunRow]:
+    many = getattr(store, "get_runs", None)
+    if many is not None and len(run_ids) > 1:
+        return many(run_ids)  # type: ignore[no-any-return]  # one read for all
+    rows = {run_id: store.get_run(run_id) for run_id in run_ids}
+    return {run_id: row for run_id, row in rows.items() if row is not None}
+
+
+def _witnessed(witness: Witness, run_ids: list[str]) -> dict[str, int]:
+    many = getattr(witness, "get_many", None)
+    if many is not None and len(run_ids) > 1:
+        return many(run_ids)  # type: ignore[no-any-return]  # one read for all
+    got = {run_id: witness.get(run_id) for run_id in run_ids}
+    return {run_id: gen for run_id, gen in got.items() if gen is not None}
 
 
 def _start_witnessed(witness: Witness, run_ids: list[str]) -> None:

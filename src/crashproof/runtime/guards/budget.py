@@ -67,13 +67,17 @@ _GATED = {
 }
 
 
+_NO_LIMITS = Limits()  # frozen
+
+
 class Meter:
     """The consumed totals of one drive of a run, and the check before new work.
 
     Inert (two attribute reads per call) for runs without limits."""
 
     def __init__(self, replay: Replay) -> None:
-        self.limits = Limits.from_json(replay.limits)
+        # Most runs have none: one shared empty Limits, not a parse per drive.
+        self.limits = _NO_LIMITS if replay.limits is None else Limits.from_json(replay.limits)
         self.active = self.limits.active
         self.started_at = replay.started.created_at
         self.used = Budget()

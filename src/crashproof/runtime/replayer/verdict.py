@@ -35,7 +35,7 @@ when every contract change is mapped and the replay check passes: the fold
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -48,7 +48,7 @@ from crashproof.journal.fold import index_journal
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.driving.leases import claim, release, stop_driving
 from crashproof.runtime.guards.budget import operator
-from crashproof.runtime.port import DriveHost, PendingRecord, RunSession
+from crashproof.runtime.port import DriveHost, PendingRecord, RunSession, WrittenBatch
 from crashproof.runtime.replayer.check import COMPATIBLE, ReplayVerdict, replay_events
 from crashproof.runtime.workflow import Workflow
 from crashproof.store.migrate import declared_changes
@@ -127,6 +127,16 @@ class _ReadOnly:
     ) -> list[tuple[int, Exception] | None]:
         self.append_records(groups[0][0][0], None)
         return []
+
+    def write_batch(self, groups: Sequence[Sequence[PendingRecord]]) -> WrittenBatch:
+        self.append_records(groups[0][0][0], None)
+        return WrittenBatch([], [], None)
+
+    def wait_durable(self, written: WrittenBatch) -> None:
+        return None
+
+    def conclude_batch(self, written: WrittenBatch, groups: Iterable[int]) -> None:
+        return None
 
     def check_driving(self, run_id: str) -> None:
         return None

@@ -22,6 +22,11 @@ RETURNING run_no;
 SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
 FROM runs WHERE run_id = ?;
 
+-- name: get_runs
+-- get_run of many runs at once (?: a JSON array of run ids): an async loop's starts.
+SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
+FROM runs WHERE run_id IN (SELECT value FROM json_each(?));
+
 -- name: list_runs
 SELECT run_id, workflow, version, status, reason, input_digest, created_at, updated_at
 FROM runs ORDER BY created_at, run_id;
