@@ -1,6 +1,6 @@
 """Many concurrent agent runs: crashproof async against crashproof threads and the peers.
 
-    .venv/bin/python bench/concurrency.py [--runs 1,64,256,1024] [--dir /tmp] [--only NAME]
+    .venv/bin/python bench/concurrency.py [--runs 1,64,256,1024] [--dir /tmp] [--only NAME,...]
                                           [--postgres]
 
 Every run makes 10 awaited "model calls" of 50 ms and one act with lookup, so the ideal
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", default="1,64,256,1024")
     parser.add_argument("--dir", default=None)
-    parser.add_argument("--only", default=None, help="one contestant, by name")
+    parser.add_argument("--only", default=None, help="contestants by name, comma-separated")
     parser.add_argument("--postgres", action="store_true", help="crashproof on PostgreSQL too")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
@@ -295,8 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         targets += [("crashproof async", "pg"), ("crashproof threads", "pg")]
     try:
         print(f"  {'contestant':<28} {'R':>5} {'wall/ideal':>10} {'runs/s':>8} {'peak RSS':>9}")
+        rates: dict[tuple[str, int], float] = {}
         for name, store in targets:
-            if args.only and args.only != name:
+            if args.only and name not in args.only.split(","):
                 continue
             label = f"{name}{' (PostgreSQL)' if store else ''}"
             missing = _missing(name)
@@ -315,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{runs / got['wall']:>8.1f} {got['rss_mib']:>6.0f} MiB",
                     flush=True,
                 )
+                rates[(label, runs)] = runs / got["wall"]
+        # The issue's yardstick: the async design's throughput over the threads', same run.
+        for (label, runs), rate in rates.items():
+            threads = rates.get((label.replace("async", "threads"), runs))
+            if label.startswith("crashproof async") and threads:
+                print(f"  {label} / threads, R={runs}: {rate / threads:.2f}x the throughput")
     finally:
         if server is not None:
             server.stop()
