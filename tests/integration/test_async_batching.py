@@ -6,6 +6,7 @@ like a crash at that record of one run."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,48 @@ def test_a_record_refused_in_a_batch_keeps_the_other_runs_records(tmp_path: Path
         assert len(ledger.journal("a")) == na + 1
         assert len(ledger.journal("b")) == nb
         assert len(ledger.journal("c")) == nc + 1
+
+
+def test_a_record_refused_after_writing_part_of_itself_keeps_nothing_of_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch writes longer records without savepoints; one refused after it wrote (an
+    act's intent: its hold in the index of intents, then an INSERT that fails) has the
+    transaction done again with them, so its hold is undone and the others are kept."""
+    from crashproof.store import sqlite_journal
+
+    flow = sync_flow(TargetTool(Target(tmp_path / "t.json")))
+    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        for run_id in ("a", "b"):
+            ledger.run(flow, run_id=run_id, n=1)
+        a, b = ledger.journal("a"), ledger.journal("b")
+        token = {r: ledger.leases()[r].token for r in ("a", "b")}
+        intent = next(e for e in b if e.type.value == "act_intent")
+        inner, tries = sqlite_journal.insert_record, []
+
+        def failing(conn: Any, run_id: str, *args: Any) -> None:
+            if run_id == "b":
+                tries.append(run_id)
+                raise sqlite3.IntegrityError("UNIQUE constraint failed: events.id")
+            inner(conn, run_id, *args)
+
+        monkeypatch.setattr(sqlite_journal, "insert_record", failing)
+        results = ledger.commit_batch(
+            [
+                [((_next(a[-1], len(a)),), None, token["a"], False)],
+                [((_next(intent, len(b)),), None, token["b"], True)],
+            ]
+        )
+        monkeypatch.undo()
+        assert results[0] is None
+        assert results[1] is not None
+        assert isinstance(results[1][1], cp.StaleLeaseError)
+        assert len(tries) == 2  # written without savepoints, then again with them
+        assert len(ledger.journal("a")) == len(a) + 1
+        assert len(ledger.journal("b")) == len(b)
+    with sqlite3.connect(tmp_path / "l.db") as conn:
+        held = conn.execute("SELECT run_id FROM unresolved_intents").fetchall()
+    assert held == []  # the refused intent's hold was undone with it
 
 
 @pytest.mark.parametrize("point", ["before_commit", "after_commit"])

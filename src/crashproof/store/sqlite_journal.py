@@ -255,10 +255,9 @@ class SQLiteJournal:
     def _append_batch(
         self, groups: Sequence[Sequence[RecordAppend]], defer_checkpoint: bool = False
     ) -> tuple[list[tuple[int, Exception] | None], tuple[str, int] | None]:
-        """Commit the records of several runs in one transaction, each record under a
-        savepoint of its own: a refused record (its fencing token, its seq, an intent
-        held) keeps nothing of itself and skips the rest of its run's group, and the
-        other runs' records commit anyway. Per group: None, or (index, error) of the
+        """Commit the records of several runs in one transaction: a refused record (its
+        fencing token, its seq, an intent held) keeps nothing of itself and skips the
+        rest of its run's group, and the other runs' records commit anyway. Per group: None, or (index, error) of the
         first record not kept. An error of the transaction itself (disk full, busy) is
         raised for all. One commit for many runs' records is what lets a thousand async
         drives on a loop commit without one transaction each (docs/benchmarks.md).
@@ -268,39 +267,54 @@ class SQLiteJournal:
         commit (store/checkpointing.py: an async loop's commits)."""
         results: list[tuple[int, Exception] | None] = [None] * len(groups)
         note: tuple[str, int] | None = None
+        conn = self._conn
 
-        def write(cur: sqlite3.Cursor) -> None:
+        def write(cur: sqlite3.Cursor, careful: bool) -> None:
             nonlocal note
+            results[:], note = [None] * len(groups), None  # (again after a _Partial)
             # Constant for the transaction: it holds the write lock, no one else commits.
             version = cur.execute("PRAGMA data_version").fetchone()[0]
             for g, group in enumerate(groups):
                 for i, (events, status, token, durable) in enumerate(group):
                     run_id = events[0].run_id
-                    # Most records are one INSERT, refused before it or by it (undone
-                    # alone): no savepoint (two statements of a record's ~four).
-                    whole = _one_statement(events)
-                    if not whole:
+                    # A record is refused before it writes (its token, its seq, an intent
+                    # held) or by its one INSERT, undone alone: no savepoint, two
+                    # statements of a longer record's ~four. A refusal after a write of
+                    # its own (never seen but possible) has the transaction done again,
+                    # ``careful``: every longer record under a savepoint.
+                    saved = careful and not _one_statement(events)
+                    if saved:
                         cur.execute("SAVEPOINT record")
+                    changes = conn.total_changes
                     try:
                         self._append_locked(cur, events, status, token, run_id, version)
                     except CrashproofError as exc:  # this record's own refusal
-                        if not whole:
+                        if saved:
                             cur.execute("ROLLBACK TO record")
                             cur.execute("RELEASE record")
+                        elif conn.total_changes != changes:
+                            raise _Partial from exc  # rolled back, then done carefully
                         self._ends.pop(run_id, None)
                         self._deltas.forget(run_id)  # its blob rows were undone too
                         results[g] = (i, exc)
                         break
-                    if not whole:
+                    if saved:
                         cur.execute("RELEASE record")
                     if durable:
                         note = (run_id, events[-1].seq + 1)
 
+        def commit(careful: bool) -> None:
+            if not defer_checkpoint:
+                self._immediate(lambda cur: write(cur, careful))
+                return
+            records = sum(len(record[0]) for group in groups for record in group)
+            self._immediate_deferred(lambda cur: write(cur, careful), records)
+
         with self._lock:
-            if defer_checkpoint:
-                self._immediate_deferred(write, sum(len(r[0]) for g in groups for r in g))
-            else:
-                self._immediate(write)
+            try:
+                commit(careful=False)
+            except _Partial:
+                commit(careful=True)
         return results, note
 
     def _immediate_deferred(self, write: Callable[[sqlite3.Cursor], None], records: int) -> None:
@@ -450,6 +464,10 @@ class SQLiteJournal:
             f"ledger {self.path} is corrupt or not a ledger ({exc}); nothing was changed. "
             "Restore it from a backup, or point --db at another file."
         )
+
+
+class _Partial(Exception):
+    """A batch's record refused after it wrote part of itself (_append_batch)."""
 
 
 def _one_statement(events: Sequence[Event]) -> bool:
