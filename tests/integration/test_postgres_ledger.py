@@ -9,6 +9,7 @@ a wrong password, a ledger of a newer crashproof, a schema that holds another ap
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -303,6 +304,28 @@ def test_connections_the_server_dropped_are_replaced(pg_server: Any, pg_url: str
             time.sleep(0.05)
         assert ledger.run(hello, run_id="r2") == "hi"
         assert [r.run_id for r in ledger.runs()] == ["r1", "r2"]
+
+
+def test_a_process_holding_over_1024_files_still_gets_connections(pg_url: str) -> None:
+    """The pool's checkout check polls the connection's socket: select() refused one
+    numbered 1024 or more, and the pool, taking that for a broken connection, never
+    handed one out (a long test session, or an app holding many files, hit it)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this process may hold {hard} files only")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with cp.Ledger(pg_url) as ledger:  # its connections are numbered past 1100
+            assert ledger.run(hello, run_id="r1") == "hi"
+            assert ledger.run(hello, run_id="r2") == "hi"  # a checkout of a pooled one
+            assert [r.run_id for r in ledger.runs()] == ["r1", "r2"]
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 @pytest.mark.parametrize(

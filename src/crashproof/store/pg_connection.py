@@ -64,9 +64,21 @@ def check_connection(conn: psycopg.Connection[Any]) -> None:
     connection has nothing to read unless the server closed it (it sends a FATAL message
     and EOF on shutdown, restart, or pg_terminate_backend) or sent a notice; only then
     is it probed with an empty query, which raises when it is broken."""
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable:
+    if _readable(conn.fileno()):
         ConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read, at once. poll(), not select(): select()
+    refuses a descriptor numbered 1024 or more, which a process holding many files gets
+    for its new connections; the pool took that refusal for a broken connection and
+    never handed one out ("no database connection available")."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)  # Windows: no poll(), no such limit
+    return bool(readable)
 
 
 class PgUrl(NamedTuple):
