@@ -257,14 +257,15 @@ class SQLiteJournal:
     ) -> tuple[list[tuple[int, Exception] | None], tuple[str, int] | None]:
         """Commit the records of several runs in one transaction: a refused record (its
         fencing token, its seq, an intent held) keeps nothing of itself and skips the
-        rest of its run's group, and the other runs' records commit anyway. Per group: None, or (index, error) of the
-        first record not kept. An error of the transaction itself (disk full, busy) is
-        raised for all. One commit for many runs' records is what lets a thousand async
-        drives on a loop commit without one transaction each (docs/benchmarks.md).
-        Also returns the (run id, next seq) of the last output point kept, if any: the
-        caller waits for the disk then (SQLiteStore.append_batch). ``defer_checkpoint``:
-        SQLite's automatic checkpoint runs in the checkpointer's thread, not in this
-        commit (store/checkpointing.py: an async loop's commits)."""
+        rest of its run's group, and the other runs' records commit anyway. Per group:
+        None, or (index, error) of the first record not kept. An error of the
+        transaction itself (disk full, busy) is raised for all. One commit for many
+        runs' records is what lets a thousand async drives on a loop commit without one
+        transaction each (docs/benchmarks.md). Also returns the (run id, next seq) of
+        the last output point kept, if any: the caller waits for the disk then
+        (SQLiteStore.append_batch). ``defer_checkpoint``: SQLite's automatic checkpoint
+        runs in the checkpointer's thread, not in this commit (store/checkpointing.py:
+        an async loop's commits)."""
         results: list[tuple[int, Exception] | None] = [None] * len(groups)
         note: tuple[str, int] | None = None
         conn = self._conn
