@@ -124,7 +124,9 @@ class Checkpointer:
             with self._lock, self._gate:  # (the order _flush takes them in)
                 self._pass()
         except sqlite3.Error as exc:  # the commits' own checkpoints take over (defer)
-            log.warning("checkpoint of %s failed: %s", self._path, exc)
+            # (Busy while another connection checkpoints, most often: not worth a warning;
+            # a disk that fails fails the commits too, loudly.)
+            log.debug("checkpoint of %s failed: %s", self._path, exc)
             return False
         self.checkpoints += 1
         return True
