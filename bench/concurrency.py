@@ -1,7 +1,7 @@
 """Many concurrent agent runs: crashproof async against crashproof threads and the peers.
 
-    .venv/bin/python bench/concurrency.py [--runs 1,64,256,1024] [--dir /tmp] [--only NAME,...]
-                                          [--postgres]
+    .venv/bin/python bench/concurrency.py [--runs 1,64,256,1024] [--dir /tmp]
+                                          [--only NAME,...] [--postgres]
 
 Every run makes 10 awaited "model calls" of 50 ms and one act with lookup, so the ideal
 wall time is 0.5 s whatever the number of runs R. Contestants (each in a child process
