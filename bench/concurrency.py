@@ -138,9 +138,6 @@ class _Turns(TypedDict):
 
 
 def langgraph_async(directory: Path, runs: int) -> float:
-    # bench/langgraph.py would shadow the langgraph package: drop this folder first.
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
     from langgraph.graph import END, START, StateGraph
 

@@ -50,9 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# bench/langgraph.py would shadow the langgraph package: drop this script's directory.
 _HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 os.environ.setdefault("CRASHPROOF_KEY", "42" * 32)
 TEXT = "The quick brown fox jumps over the lazy dog; " * 22  # ~1 KB, ASCII
 BEFORE_MAX = 1000
@@ -277,8 +275,8 @@ def main() -> None:
         return
 
     langgraph_missing = None
-    try:  # before _common's directory joins sys.path: langgraph is a namespace package,
-        import langgraph.checkpoint.sqlite  # noqa: F401  # which bench/langgraph.py shadows
+    try:
+        import langgraph.checkpoint.sqlite  # noqa: F401
     except ImportError as exc:
         langgraph_missing = f"langgraph: skipped ({exc}; pip install -e '.[bench]')"
     sys.path.append(str(_HERE))

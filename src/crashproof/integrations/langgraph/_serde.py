@@ -57,7 +57,7 @@ _LEAVES = frozenset({str, int, bool, type(None)})  # exact types JSON holds as t
 
 def _to_json(value: Any, where: str) -> Any:
     # The exact-type checks first, inline for a container's leaves: this walk was most
-    # of a put's CPU (cProfile of bench/langgraph.py); 400 chat messages encode in 5.6 ms
+    # of a put's CPU (cProfile of bench/langgraph_saver.py); 400 chat messages encode in 5.6 ms
     # instead of 10.6 with the isinstance chain first.
     kind = type(value)
     if kind is dict:
@@ -131,7 +131,7 @@ def unchanged(value: Any, parsed: Any) -> bool:
     those fields (a node may change a message in place): its text need not be made
     again. A deep comparison of plain values, no encoding: re-encoding the whole
     transcript at every put cost twice the CPU of SqliteSaver's put at 200 turns
-    (bench/langgraph.py), this check a tenth of it.
+    (bench/langgraph_saver.py), this check a tenth of it.
     Anything but a plain message (extra fields, a value that is not JSON) is encoded
     again. (``==`` holds 1 == 1.0 == True: a field changed only between those keeps
     its old text.)"""

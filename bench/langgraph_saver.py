@@ -10,7 +10,7 @@ the ratios: bytes as a fraction of the peer's, speed as the peer's ms over ours 
 faster than the peer). Every saver syncs each commit: LangGraph's SQLite savers keep
 SQLite's default ``synchronous=FULL`` (WAL), CrashproofSaver its default ``full``.
 
-    .venv/bin/python bench/langgraph.py [--turns 200] [--repeats 3]
+    .venv/bin/python bench/langgraph_saver.py [--turns 200] [--repeats 3]
 """
 
 from __future__ import annotations
