@@ -393,9 +393,9 @@ class SQLiteStore(SQLiteJournal):
     ) -> list[tuple[int, Exception] | None]:
         """Several runs' records in one transaction (``SQLiteJournal._append_batch``);
         returns once an output point among them is durable, as ``append`` would."""
-        results, note = self._append_batch(groups)
-        if note is not None and self.durability == "output":
-            self._group.wait(self._commits, note)
+        results, ticket = self.write_batch(groups)
+        if ticket is not None:
+            self.wait_durable(ticket)
         return results
 
     def write_batch(

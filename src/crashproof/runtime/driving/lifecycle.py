@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from crashproof.errors import (
     ApprovalRequired,
@@ -28,6 +28,8 @@ from crashproof.runtime.driving import leases
 from crashproof.runtime.port import DriveHost
 from crashproof.runtime.workflow import Workflow
 from crashproof.store.port import Lease, Store
+
+T = TypeVar("T")
 
 __all__ = [
     "StartRecord",
@@ -114,7 +116,7 @@ def record_starts(
     store, witness, points = host.store, host.witness, host.crash_points
     out: list[Started | Exception | None] = [None] * len(starts)
     ids = [start.row.run_id for start in starts]
-    rows = _get_runs(store, ids)
+    rows = _found(getattr(store, "get_runs", None), store.get_run, ids)
     existing = {i: rows[run_id] for i, run_id in enumerate(ids) if run_id in rows}
     absent = [i for i in range(len(starts)) if i not in existing]
     # A witness that reads and starts a new run in one round trip (PostgreSQL: the runs
@@ -122,7 +124,7 @@ def record_starts(
     unseen = getattr(witness, "start_unseen", None)
     seen: dict[str, int] = {}
     if witness is not None and unseen is None:
-        seen = _witnessed(witness, [ids[i] for i in absent])
+        seen = _found(getattr(witness, "get_many", None), witness.get, [ids[i] for i in absent])
     new: list[int] = []
     for i in absent:
         witnessed = unseen(ids[i]) if unseen is not None else seen.get(ids[i])
@@ -175,20 +177,17 @@ def record_starts(
     return out
 
 
-def _get_runs(store: Store, run_ids: list[str]) -> dict[str, RunRow]:
-    many = getattr(store, "get_runs", None)
+def _found(
+    many: Callable[[list[str]], dict[str, T]] | None,
+    one: Callable[[str], T | None],
+    run_ids: list[str],
+) -> dict[str, T]:
+    """What ``one`` finds of each run, in one read where the store or witness has
+    ``many`` (SQLiteStore.get_runs, SQLiteWitness.get_many): those found, by run id."""
     if many is not None and len(run_ids) > 1:
-        return many(run_ids)  # type: ignore[no-any-return]  # one read for all
-    rows = {run_id: store.get_run(run_id) for run_id in run_ids}
-    return {run_id: row for run_id, row in rows.items() if row is not None}
-
-
-def _witnessed(witness: Witness, run_ids: list[str]) -> dict[str, int]:
-    many = getattr(witness, "get_many", None)
-    if many is not None and len(run_ids) > 1:
-        return many(run_ids)  # type: ignore[no-any-return]  # one read for all
-    got = {run_id: witness.get(run_id) for run_id in run_ids}
-    return {run_id: gen for run_id, gen in got.items() if gen is not None}
+        return many(run_ids)
+    got = {run_id: one(run_id) for run_id in run_ids}
+    return {run_id: value for run_id, value in got.items() if value is not None}
 
 
 def _start_witnessed(witness: Witness, run_ids: list[str]) -> None:
