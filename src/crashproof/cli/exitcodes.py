@@ -7,6 +7,7 @@ so subclasses are listed before their parents.
 from __future__ import annotations
 
 import enum
+import shlex
 from dataclasses import dataclass
 
 from crashproof.errors import (
@@ -105,8 +106,11 @@ class Failure:
 
 
 def _run_id(exc: BaseException) -> str:
+    """The run id as a shell word, ready to paste into a suggested command: run ids often
+    come from outside input (issue titles, branch names), and ``q$(touch x)`` must stay
+    a literal."""
     run_id = getattr(exc, "run_id", None)
-    return str(run_id) if run_id else "RUN_ID"
+    return shlex.quote(str(run_id)) if run_id else "RUN_ID"
 
 
 def _hint_failed(exc: CrashproofError) -> str:

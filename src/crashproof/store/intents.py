@@ -27,6 +27,7 @@ them; a deleted row lets one new intent through, it never blocks one.
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -145,10 +146,11 @@ def held(run_id: str, key: str, holders: list[IntentHold]) -> IntentHeld:
     first = holders[0]
     since = dt.datetime.fromtimestamp(first.since, tz=dt.UTC).isoformat(timespec="seconds")
     more = f" (and {len(holders) - 1} other run(s))" if len(holders) > 1 else ""
+    mine, theirs = shlex.quote(run_id), shlex.quote(first.run_id)  # shell words to paste
     return IntentHeld(
         f"act {key!r} of run {run_id!r}: run {first.run_id!r}{more} holds the same intent "
         f"unresolved (act {first.key!r}, intent {first.intent_digest}) since {since}; "
-        f"reconcile or resolve it first (crashproof resume {first.run_id}), or override "
-        f"it explicitly (crashproof resume {run_id} --override-intent {first.run_id})",
+        f"reconcile or resolve it first (crashproof resume {theirs}), or override "
+        f"it explicitly (crashproof resume {mine} --override-intent {theirs})",
         holders=[{"run_id": h.run_id, "key": h.key, "since": h.since} for h in holders],
     )

@@ -6,6 +6,7 @@ and `crashproof dispatch` (pending outbox messages delivered: nothing pending in
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Annotated
 
@@ -136,7 +137,7 @@ def fork_run(
         sys.stderr.write(
             safe(
                 f"forked {run_id} at {from_step} into {new_run_id} as {record['by']}; "
-                f"`crashproof resume {new_run_id} --app MODULE` drives it on"
+                f"`crashproof resume {shlex.quote(new_run_id)} --app MODULE` drives it on"
             )
             + "\n"
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import tempfile
 from dataclasses import replace
@@ -109,8 +110,8 @@ def export_run(
             f"cannot write {out}: {exc.strerror or exc}; "
             + ("the run is moved out, and " if moved else "")
             + "no checkpoint was kept",
-            f"free space or choose another path: `crashproof export {run_id} --out NEW` "
-            "writes the same checkpoint",
+            "free space or choose another path: "
+            f"`crashproof export {shlex.quote(run_id)} --out NEW` writes the same checkpoint",
         ) from None
     sys.stderr.write(f"exported to {out}: {note}")
     return int(ExitCode.OK)
@@ -202,7 +203,8 @@ def import_run(
     )
     if info.reason and "imported from a copy" in info.reason:
         sys.stderr.write(
-            f"frozen: {safe(info.reason)}\n  see `crashproof review list {run_id}`, then "
+            f"frozen: {safe(info.reason)}\n"
+            f"  see `crashproof review list {shlex.quote(run_id)}`, then "
             "`crashproof review decide CASE continue --key KEY.pem` or `... abort`\n"
         )
     return int(ExitCode.OK)

@@ -20,6 +20,7 @@ decision to end it, which a retry must not undo).
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -33,14 +34,15 @@ __all__ = ["not_failed", "retried_record"]
 
 def not_failed(run_id: str, status: str) -> RetryRefused:
     """The refusal of a retry of a run in ``status``, with what to do instead."""
+    word = shlex.quote(run_id)  # pasted into a shell: a literal, whatever the id holds
     instead = {
         RunStatus.SUCCEEDED.value: "it succeeded: there is nothing to retry",
         RunStatus.CANCELLED.value: "it was cancelled: a cancelled run is never driven again",
-        RunStatus.STOPPED.value: f"resume it: crashproof resume {run_id} --app MODULE",
-        RunStatus.RUNNING.value: f"resume it: crashproof resume {run_id} --app MODULE",
-        RunStatus.NEEDS_REVIEW.value: f"it waits for a review: crashproof review list {run_id}",
-        RunStatus.AWAITING_APPROVAL.value: f"it waits for an approval: crashproof show {run_id}",
-    }.get(status, f"see crashproof show {run_id}")
+        RunStatus.STOPPED.value: f"resume it: crashproof resume {word} --app MODULE",
+        RunStatus.RUNNING.value: f"resume it: crashproof resume {word} --app MODULE",
+        RunStatus.NEEDS_REVIEW.value: f"it waits for a review: crashproof review list {word}",
+        RunStatus.AWAITING_APPROVAL.value: f"it waits for an approval: crashproof show {word}",
+    }.get(status, f"see crashproof show {word}")
     return RetryRefused(
         run_id,
         status,
@@ -64,7 +66,7 @@ def retried_record(run_id: str, replay: Replay, who: dict[str, Any]) -> Event:
             run_id,
             RunStatus.FAILED.value,
             f"run {run_id!r} was aborted by a reviewer's signed decision; a retry would undo "
-            f"it, so nothing was changed. See crashproof review list {run_id}",
+            f"it, so nothing was changed. See crashproof review list {shlex.quote(run_id)}",
         )
     last = replay.done[-1] if replay.done else None
     if last is not None and payloads.step_done(last)["status"] != StepStatus.FAILED:

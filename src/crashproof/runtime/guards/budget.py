@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import getpass
 import math
+import shlex
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -142,7 +143,7 @@ def stopped_error(
         detail=(
             f"{spent} of {limits.get(kind)} {unit} used; nothing is in flight. To continue, "
             f"raise the limit: Ledger.resume({run_id!r}, raise_budget={{{kind!r}: N}}) or "
-            f"crashproof resume {run_id} --app MODULE --raise-budget {kind}=N"
+            f"crashproof resume {shlex.quote(run_id)} --app MODULE --raise-budget {kind}=N"
         ),
     )
 

@@ -19,6 +19,7 @@ failed, cancelled) and a run moved to another ledger.
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -67,7 +68,7 @@ def _refusal(run_id: str, status: str) -> CancelRefused:
         run_id,
         status,
         f"run {run_id!r} is {status}: only a run that has not ended is cancelled, and "
-        f"nothing was changed; `crashproof show {run_id}` shows how it ended",
+        f"nothing was changed; `crashproof show {shlex.quote(run_id)}` shows how it ended",
     )
 
 

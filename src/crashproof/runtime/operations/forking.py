@@ -19,6 +19,7 @@ in use or reserved.
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -64,7 +65,7 @@ class LedgerFork(DriveHost):
             raise ForkRefused(
                 run_id,
                 f"run {run_id!r} has no completed step {from_step!r}; nothing was written "
-                f"(`crashproof show {run_id}` lists its steps)",
+                f"(`crashproof show {shlex.quote(run_id)}` lists its steps)",
             )
         cut = done[0].seq
         prefix = index_journal(events[: cut + 1])

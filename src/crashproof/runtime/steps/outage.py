@@ -22,6 +22,7 @@ or ``execute`` raised it: the effect did not happen).
 from __future__ import annotations
 
 import math
+import shlex
 import time
 from typing import Any, NoReturn
 
@@ -78,7 +79,7 @@ def stop_unavailable(
         reason,
         detail=(
             f"{why}; nothing of it was recorded. Resume when the service is back: "
-            f"Ledger.resume({run_id!r}) or crashproof resume {run_id} --app MODULE "
+            f"Ledger.resume({run_id!r}) or crashproof resume {shlex.quote(run_id)} --app MODULE "
             "(every recorded step replays; the call is attempted again)"
         ),
     )
