@@ -190,10 +190,10 @@ def test_an_unexpected_exception_is_an_internal_error(
 
     assert cli("run", "flows:echo", "--run-id", "x").code == ExitCode.OK
 
-    def broken(self: Ledger, status: object = None) -> list[object]:
+    def broken(self: Ledger) -> dict[str, object]:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(Ledger, "runs", broken)
+    monkeypatch.setattr(Ledger, "leases", broken)  # `crashproof runs` reads the leases
     _assert_clear(cli("runs"), ExitCode.INTERNAL, "internal error: RuntimeError: a bug")
     verbose = cli("runs", "--verbose")
     assert verbose.code == ExitCode.INTERNAL
@@ -205,10 +205,10 @@ def test_ctrl_c_exits_130(project: Path, cli: Cli, monkeypatch: pytest.MonkeyPat
 
     assert cli("run", "flows:echo", "--run-id", "x").code == ExitCode.OK
 
-    def interrupted(self: Ledger, status: object = None) -> list[object]:
+    def interrupted(self: Ledger) -> dict[str, object]:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Ledger, "runs", interrupted)
+    monkeypatch.setattr(Ledger, "leases", interrupted)
     assert cli("runs").code == ExitCode.INTERRUPTED
 
 

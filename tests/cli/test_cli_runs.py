@@ -180,3 +180,56 @@ def test_memory_ledger_runs(project: Path, cli: Cli) -> None:
     assert ran.code == ExitCode.OK, ran.err
     assert ran.json()["text"] == "hello ada"
     assert not (project / "crashproof.db").exists()
+
+
+def test_runs_finds_runs_newest_first_by_workflow_status_time_and_limit(
+    project: Path, cli: Cli
+) -> None:
+    for n in range(3):
+        assert cli("run", "flows:greet", "--run-id", f"g:{n}", "--arg", "name=x").code == 0
+    assert cli("run", "flows:explode", "--run-id", "boom:1").code == ExitCode.RUN_FAILED
+    listed = cli("runs", "--json")
+    assert [r["run_id"] for r in listed.json()] == ["boom:1", "g:2", "g:1", "g:0"]
+    assert all("steps" not in r for r in listed.json())  # `show --json` has them
+    greet = cli("runs", "--workflow", "greet", "--json").json()
+    assert [r["run_id"] for r in greet] == ["g:2", "g:1", "g:0"]
+    assert [r["run_id"] for r in cli("runs", "--status", "failed", "--json").json()] == ["boom:1"]
+    newest = cli("runs", "--limit", "2", "--json")
+    assert [r["run_id"] for r in newest.json()] == ["boom:1", "g:2"]
+    assert "showing the newest 2 of 4 runs" in newest.err
+    assert len(cli("runs", "--limit", "0", "--json").json()) == 4
+    assert len(cli("runs", "--since", "1h", "--json").json()) == 4
+    assert cli("runs", "--since", "2999-01-01", "--json").json() == []
+    assert len(cli("runs", "--since", "2000-01-01T00:00+02:00", "--json").json()) == 4
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (("--since", "yesterday"), "neither an age"),
+        (("--since", "5 parsecs"), "neither an age"),
+        (("--limit", "-1"), "negative"),
+        (("--limit", "many"), "--limit"),
+    ],
+)
+def test_runs_refuses_a_bad_filter_with_one_line(
+    project: Path, cli: Cli, argv: tuple[str, ...], fragment: str
+) -> None:
+    assert cli(*RUN).code == ExitCode.OK
+    refused = cli("runs", *argv)
+    assert refused.code == ExitCode.USAGE, refused.err
+    assert fragment in refused.err
+    assert "Traceback" not in refused.err
+
+
+def test_the_run_id_stays_at_80_columns(
+    project: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long_id = "repo:obsidian_hub:upgrade-dependencies:2026-08-14"
+    assert cli("run", "flows:greet", "--run-id", long_id, "--arg", "name=x").code == 0
+    monkeypatch.setenv("COLUMNS", "80")
+    listed = cli("runs")
+    assert listed.code == ExitCode.OK
+    assert max(len(line) for line in listed.out.splitlines()) <= 80
+    folded = "".join(line.split()[0] for line in listed.out.splitlines()[3:] if line.strip())
+    assert long_id in folded

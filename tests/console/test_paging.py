@@ -10,7 +10,9 @@ from dataclasses import replace
 
 from console.conftest import World
 from crashproof.journal.fold import fold_run
-from crashproof.runtime.operations.browse import Folds, _acts, attention, steps_page
+from crashproof.runtime.operations.attention import attention
+from crashproof.runtime.operations.browse import _acts, steps_page
+from crashproof.runtime.operations.folds import Folds
 
 
 def test_pages_of_steps_equal_the_full_fold(world: World) -> None:

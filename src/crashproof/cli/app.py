@@ -17,6 +17,7 @@ from crashproof.cli.commands import (
     approvals,
     console,
     integrity,
+    listing,
     operating,
     proofs,
     runs,
@@ -69,7 +70,7 @@ app.command("retry")(runs.retry_run)
 app.command("cancel")(operating.cancel_run)
 app.command("fork")(operating.fork_run)
 app.command("dispatch")(operating.dispatch_outbox)
-app.command("runs")(runs.list_runs)
+app.command("runs")(listing.list_runs)
 app.command("show")(runs.show_run)
 app.command("reconcile")(runs.reconcile_runs)
 app.command("approve")(approvals.approve)

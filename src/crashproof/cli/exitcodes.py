@@ -67,7 +67,8 @@ EXIT_CODES_TEXT: dict[ExitCode, str] = {
     ExitCode.RUN_FROZEN: "the run is frozen (needs_review, awaiting_approval): waits for a human",
     ExitCode.CONFLICT: "conflict: run id reused with another input, run owned by another worker "
     "or moved to another ledger, retry of a run that is not failed, cancel of an ended run",
-    ExitCode.LEDGER_UNUSABLE: "ledger unusable (missing, not a ledger, corrupt, newer, locked)",
+    ExitCode.LEDGER_UNUSABLE: "ledger unusable (missing, not a ledger, corrupt, newer, locked); "
+    "for runs and check: some runs fail verification (the rest are listed, those marked)",
     ExitCode.RUN_INTERRUPTED: "the run stopped, stays resumable (an error, a budget, a service "
     "out): fix it or wait, then resume",
     ExitCode.RUN_CANCELLED: "the run was cancelled (crashproof cancel): it is never driven "

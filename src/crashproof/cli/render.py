@@ -31,6 +31,8 @@ from crashproof.cli.exitcodes import Failure
 from crashproof.journal.controls import CONTROLS, safe
 from crashproof.journal.fold import tokens_of
 from crashproof.journal.records import RunInfo, RunStatus, StepInfo, StepStatus
+from crashproof.runtime.operations.browse import RunsPage
+from crashproof.runtime.operations.folds import RefusedRun
 from crashproof.runtime.steps.reconcile import ActCheck
 from crashproof.store.queue import LeaseInfo
 
@@ -238,51 +240,92 @@ def lease_json(record: dict[str, Any], lease: LeaseInfo | None) -> dict[str, Any
     return {**record, "owner": owner, "lease_expires_at": expires}
 
 
-def runs_table(infos: Sequence[RunInfo], leases: Mapping[str, LeaseInfo] | None = None) -> Table:
-    """``crashproof runs``: one row per run (with ``leases``: owner and lease too)."""
-    table = _table(_plural(len(infos), "run"))
-    table.add_column("run id", overflow="fold", style="bold", min_width=8)
-    table.add_column("workflow", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("reason", overflow="fold", min_width=8)
-    table.add_column("steps", justify="right", no_wrap=True)
-    table.add_column("decisions", justify="right", no_wrap=True)
-    table.add_column("tokens", justify="right", no_wrap=True)
-    table.add_column("cost", justify="right", no_wrap=True)
-    table.add_column("updated", no_wrap=True)
+def runs_table(
+    infos: Sequence[RunInfo],
+    leases: Mapping[str, LeaseInfo] | None = None,
+    *,
+    width: int = 80,
+    pending: Mapping[str, int] | None = None,
+    refused: Sequence[RefusedRun] = (),
+) -> Table:
+    """``crashproof runs``: one row per run (with ``leases``: owner and lease too), the
+    runs whose journal fails verification first, marked ``refused``. ``pending``: the
+    undelivered outbox messages per run. On a narrow terminal the counting columns go
+    first, then the workflow: the run id, its status and its lease always stay."""
+    table = _table(_plural(len(infos) + len(refused), "run"))
     if leases is not None and not any(
         info.status is RunStatus.RUNNING or _owner(leases, info.run_id) for info in infos
     ):
         leases = None  # every run ended and nobody holds one: no columns to show
-    if leases is not None:
+    counts = width >= (130 if leases is not None else 80)
+    named = width >= (90 if leases is not None else 60)
+    table.add_column("run id", overflow="fold", style="bold", min_width=min(24, width // 4))
+    if named:
+        table.add_column("workflow", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("reason", overflow="fold", min_width=8)
+    if counts:
+        for name in ("steps", "decisions", "tokens", "cost"):
+            table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("updated", no_wrap=True)
+    if leases is not None and counts:
         table.add_column("owner", overflow="fold")
         table.add_column("lease", no_wrap=True)
+    elif leases is not None:  # narrow: owner over lease in one column, never dropped
+        table.add_column("owner, lease", overflow="fold", min_width=14)
+    for bad in refused:
+        table.add_row(
+            Text(safe(bad.run_id)),
+            *([Text(safe(f"{bad.workflow}@{bad.version}"))] if named else []),
+            Text("refused", style="bold red"),
+            _clip(f"{bad.error}: {bad.reason}", 60),
+            *([_DASH] * 4 if counts else []),
+            _short_time(bad.updated_at),
+            *(_lease_row(None, "refused", counts) if leases is not None else []),
+        )
     for info in infos:
         b = info.budget
-        extra = [] if leases is None else _lease_cells(leases.get(info.run_id), info.status.value)
+        status = _run_status(info)
+        waiting = (pending or {}).get(info.run_id, 0)
+        if waiting:
+            status.append(f" ({waiting} undelivered)", style="bold yellow")
         table.add_row(
             Text(safe(info.run_id)),
-            Text(safe(f"{info.workflow}@{info.version}")),
-            _run_status(info),
+            *([Text(safe(f"{info.workflow}@{info.version}"))] if named else []),
+            status,
             _clip(info.reason or "", 40),
-            Text(str(b.steps)),
-            _count(b.decisions),
-            _count(b.tokens),
-            _cost(b.cost),
+            *(
+                [Text(str(b.steps)), _count(b.decisions), _count(b.tokens), _cost(b.cost)]
+                if counts
+                else []
+            ),
             _short_time(info.updated_at),
-            *extra,
+            *([] if leases is None else _lease_row(leases.get(info.run_id), info.status, counts)),
         )
     return table
 
 
+def _lease_row(lease: LeaseInfo | None, status: str, apart: bool) -> list[RenderableType]:
+    """The lease cells of a runs row: owner and lease apart, or one over the other."""
+    cells = _lease_cells(lease, status)
+    if apart:
+        return cells
+    owner, held = (cell if isinstance(cell, Text) else Text(str(cell)) for cell in cells)
+    return [Text("\n").join([owner, held]) if owner.plain != "-" else held]
+
+
 def print_runs(
     out: Console,
-    infos: Sequence[RunInfo],
+    found: RunsPage,
     status: str | None,
     leases: Mapping[str, LeaseInfo] | None = None,
+    pending: Mapping[str, int] | None = None,
 ) -> None:
-    if infos:
-        out.print(runs_table(infos, leases))
+    if found.runs or found.refused:
+        table = runs_table(
+            found.runs, leases, width=out.width, pending=pending, refused=found.refused
+        )
+        out.print(table)
         return
     which = f" with status {status}" if status else ""
     out.print(Text(f"no runs{which} in this ledger", style="dim"))

@@ -7,11 +7,12 @@
   escaped as the CLI escapes them, times, JSON);
 - ``templates/``: the pages.
 
-It reads through ``crashproof.runtime.operations.browse`` and acts through the Ledger's
-own operations (``resume``, ``dispatch_outbox``); it never holds a signing key: approvals
-and review decisions are signed with ``crashproof approve`` / ``review decide``, whose
-exact command each page shows. Needs the ``crashproof[ui]`` extra (starlette, jinja2,
-uvicorn); ``import crashproof`` never imports this package.
+It reads through ``crashproof.runtime.operations`` (``browse``, ``attention``, ``folds``)
+and acts through the Ledger's own operations (``resume``, ``dispatch_outbox``); it never
+holds a signing key: approvals and review decisions are signed with ``crashproof
+approve`` / ``review decide``, whose exact command each page shows. Needs the
+``crashproof[ui]`` extra (starlette, jinja2, uvicorn); ``import crashproof`` never
+imports this package.
 """
 
 from __future__ import annotations

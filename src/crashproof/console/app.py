@@ -30,14 +30,9 @@ from crashproof.console.text import environment
 from crashproof.errors import CrashproofError, RunNotFound
 from crashproof.journal.records import RunStatus
 from crashproof.runtime.ledger import Ledger
-from crashproof.runtime.operations.browse import (
-    ATTENTION_STATUSES,
-    Folds,
-    attention,
-    runs_page,
-    steps_page,
-    timeline_page,
-)
+from crashproof.runtime.operations.attention import ATTENTION_STATUSES, attention
+from crashproof.runtime.operations.browse import runs_page, steps_page, timeline_page
+from crashproof.runtime.operations.folds import Folds, RefusedRun
 from crashproof.tools.port import Tool
 
 __all__ = ["ConsoleConfig", "create_app"]
@@ -64,11 +59,26 @@ class ConsoleConfig:
     folds: Folds = field(default_factory=Folds)
 
 
-def _int(value: str | None, default: int = 0) -> int:
-    try:
-        return max(0, int(value)) if value is not None else default
-    except ValueError:
+# The largest offset or refresh a page takes: far past any real ledger, far below what
+# SQLite's 64-bit integers (and the page's arithmetic) hold.
+_MAX_QUERY_INT = 10**12
+
+
+class _BadQuery(ValueError):
+    """A query value out of range or not a number: answered 400, never 500."""
+
+
+def _int(request: Request, name: str, default: int = 0) -> int:
+    value = request.query_params.get(name)
+    if value is None or value == "":
         return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise _BadQuery(f"{name}={value!r} is not a whole number") from None
+    if not 0 <= number <= _MAX_QUERY_INT:
+        raise _BadQuery(f"{name}={value!r} is out of range (0 to {_MAX_QUERY_INT})")
+    return number
 
 
 def create_app(config: ConsoleConfig) -> Starlette:
@@ -115,10 +125,10 @@ def create_app(config: ConsoleConfig) -> Starlette:
             status=status,
             workflow=args["workflow"] or None,
             search=args["q"] or None,
-            offset=_int(request.query_params.get("offset")),
+            offset=_int(request, "offset"),
             limit=RUNS_PER_PAGE,
         )
-        refresh = _int(request.query_params.get("refresh"))
+        refresh = _int(request, "refresh")
         return page(
             request,
             "runs.html",
@@ -135,13 +145,15 @@ def create_app(config: ConsoleConfig) -> Starlette:
                 ledger,
                 config.folds,
                 run_id,
-                offset=_int(request.query_params.get("offset")),
+                offset=_int(request, "offset"),
                 limit=STEPS_PER_PAGE,
             )
         except RunNotFound:
             return message(
                 request, "No such run", f"no run {run_id!r} in this ledger", 404, "/runs"
             )
+        if isinstance(found, RefusedRun):
+            return page(request, "refused.html", bad=found)
         return page(
             request,
             "run.html",
@@ -151,15 +163,18 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
     def run_timeline(request: Request) -> Response:
         run_id = request.query_params.get("id", "")
-        offset = _int(request.query_params.get("offset"))
+        offset = _int(request, "offset")
         try:
-            info, entries, total = timeline_page(
+            found = timeline_page(
                 ledger, config.folds, run_id, offset=offset, limit=TIMELINE_PER_PAGE
             )
         except RunNotFound:
             return message(
                 request, "No such run", f"no run {run_id!r} in this ledger", 404, "/runs"
             )
+        if isinstance(found, RefusedRun):
+            return page(request, "refused.html", bad=found)
+        info, entries, total = found
         return page(
             request,
             "timeline.html",
@@ -239,6 +254,9 @@ def create_app(config: ConsoleConfig) -> Starlette:
         text = f"{delivered} message(s) delivered, {left} still pending; outbox tools: {tools}"
         return message(request, "Outbox dispatched", text, 200, "/attention")
 
+    async def bad_query(request: Request, exc: Exception) -> Response:
+        return message(request, "Bad request", str(exc), 400, "/runs")
+
     routes = [
         Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
         Route("/runs", runs),
@@ -251,7 +269,11 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/actions/fork", fork, methods=["POST"]),
         Route("/actions/dispatch", dispatch, methods=["POST"]),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(_Gate, guard=guard)])
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(_Gate, guard=guard)],
+        exception_handlers={_BadQuery: bad_query},
+    )
 
 
 Done = tuple[str, str | None]  # what an action did, and the run to show next (None: its own)

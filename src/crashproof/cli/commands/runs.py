@@ -18,7 +18,6 @@ from typing import Annotated, Any
 
 import typer
 
-from crashproof.cli.commands.versions import print_versions
 from crashproof.cli.exitcodes import CliError, ExitCode, failure_for
 from crashproof.cli.limits import MaxCost, MaxDecisions, MaxSteps, MaxTokens, MaxWall, run_options
 from crashproof.cli.loading import (
@@ -32,10 +31,8 @@ from crashproof.cli.loading import (
 from crashproof.cli.render import (
     console,
     emit_json,
-    lease_json,
     print_checks,
     print_run,
-    print_runs,
     run_summary,
     safe,
     undelivered,
@@ -51,13 +48,13 @@ from crashproof.cli.settings import (
 )
 from crashproof.cli.timeline import environments_table, print_timeline
 from crashproof.errors import CrashproofError, LeaseHeld
-from crashproof.journal.records import Limits, RunInfo, RunStatus
+from crashproof.journal.records import Limits, RunInfo
 from crashproof.runtime.guards.budget import operator, parse_raises, raise_limits
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.audit import run_timeline
 from crashproof.runtime.options import RunOptions
 
-__all__ = ["list_runs", "reconcile_runs", "resume_run", "retry_run", "show_run", "start_run"]
+__all__ = ["reconcile_runs", "resume_run", "retry_run", "show_run", "start_run"]
 
 _PAGE = 200  # steps `crashproof show` prints unless told (--limit): a long run pages
 
@@ -378,61 +375,6 @@ def _resumed(ledger: Ledger, run_id: str, **how: Any) -> Any:
     if workflow is not None and workflow.is_async:
         return asyncio.run(ledger.resume_async(run_id, **how))
     return ledger.resume(run_id, **how)
-
-
-def list_runs(
-    ctx: typer.Context,
-    status: Annotated[
-        RunStatus | None,
-        typer.Option(
-            "--status",
-            metavar="STATUS",
-            show_default=False,
-            help=f"Only runs with this status: {', '.join(s.value for s in RunStatus)}.",
-        ),
-    ] = None,
-    by_version: Annotated[
-        bool,
-        typer.Option(
-            "--version",
-            help="Count the runs in flight (not ended) per workflow name and version: an "
-            "old version can be retired when no run is left on it.",
-        ),
-    ] = False,
-    drifted: Annotated[
-        bool,
-        typer.Option(
-            "--drifted",
-            help="Only runs with an act whose latest journaled reconciliation found it "
-            "drifted (crashproof reconcile --record, worker --reconcile-every).",
-        ),
-    ] = False,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-    verbose: VerboseOption = False,
-) -> int:
-    """List the runs in the ledger, oldest first."""
-    settings = command_settings(ctx, db, as_json, verbose)
-    with open_ledger(settings, create=False) as ledger:
-        infos = ledger.runs(status)
-        leases = ledger.leases()
-    if drifted:
-        infos = [info for info in infos if info.drifted]
-    if by_version:
-        print_versions(settings.json, infos)
-        return int(ExitCode.OK)
-    if settings.json:
-        emit_json(
-            [
-                lease_json(
-                    {**info.to_json(), "undelivered": undelivered(info)}, leases.get(info.run_id)
-                )
-                for info in infos
-            ]
-        )
-    else:
-        print_runs(console(), infos, status.value if status is not None else None, leases)
-    return int(ExitCode.OK)
 
 
 def _marked(info: RunInfo) -> dict[str, Any]:
