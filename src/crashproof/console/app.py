@@ -31,7 +31,7 @@ from crashproof.errors import CrashproofError, RunNotFound
 from crashproof.journal.records import RunStatus
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.attention import ATTENTION_STATUSES, attention
-from crashproof.runtime.operations.browse import runs_page, steps_page, timeline_page
+from crashproof.runtime.operations.browse import runs_page, step_page, steps_page, timeline_page
 from crashproof.runtime.operations.folds import Folds, RefusedRun
 from crashproof.tools.port import Tool
 
@@ -185,6 +185,21 @@ def create_app(config: ConsoleConfig) -> Starlette:
             limit=TIMELINE_PER_PAGE,
         )
 
+    def run_step(request: Request) -> Response:
+        run_id, key = request.query_params.get("id", ""), request.query_params.get("key", "")
+        try:
+            found = step_page(ledger, config.folds, run_id, key)
+        except RunNotFound:
+            return message(
+                request, "No such run", f"no run {run_id!r} in this ledger", 404, "/runs"
+            )
+        if isinstance(found, RefusedRun):
+            return page(request, "refused.html", bad=found)
+        if found is None:
+            text = f"run {run_id!r} has no recorded step {key!r}"
+            return message(request, "No such step", text, 404, f"/run{_query_id(run_id)}")
+        return page(request, "step.html", run_id=run_id, c=found)
+
     def needs_attention(request: Request) -> Response:
         seen = attention(ledger, config.folds, detail=True)
         return page(request, "attention.html", counts=seen.counts, seen=seen)
@@ -262,6 +277,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/runs", runs),
         Route("/run", run),
         Route("/run/timeline", run_timeline),
+        Route("/run/step", run_step),
         Route("/attention", needs_attention),
         Route("/actions/resume", resume, methods=["POST"]),
         Route("/actions/retry", retry, methods=["POST"]),
@@ -277,6 +293,10 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
 
 Done = tuple[str, str | None]  # what an action did, and the run to show next (None: its own)
+
+
+def _query_id(run_id: str) -> str:
+    return f"?id={_quote(run_id)}"
 
 
 def _quote(text: str) -> str:

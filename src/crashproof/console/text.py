@@ -45,6 +45,17 @@ def _pretty(value: Any) -> str:
         return repr(value)
 
 
+PREVIEW = 4000  # characters of a value shown in a run's page; its step's page shows all
+
+
+def _preview(text: Any, whole: bool = False) -> str:
+    """``text`` cut to ``PREVIEW`` characters unless ``whole``, saying how much is left."""
+    shown = "" if text is None else str(text)
+    if whole or len(shown) <= PREVIEW:
+        return shown
+    return f"{shown[:PREVIEW]}\n… {len(shown) - PREVIEW:,} more characters (open the step: whole)"
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.1f}"
 
@@ -76,7 +87,13 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        when=_when, pretty=_pretty, ms=_ms, cost=_cost, tokens=tokens_of, shell=_shell
+        when=_when,
+        pretty=_pretty,
+        preview=_preview,
+        ms=_ms,
+        cost=_cost,
+        tokens=tokens_of,
+        shell=_shell,
     )
     env.globals["query"] = _query
     return env

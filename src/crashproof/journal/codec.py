@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import json
 import sys
+import traceback
 from collections.abc import Callable
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
@@ -285,6 +286,11 @@ def decode(text: str | bytes) -> Any:
     return json.loads(text)
 
 
+# A recorded failure keeps the end of its traceback (the frames nearest the error): enough
+# to find the line, bounded so that a step retried many times stays small.
+_TRACEBACK = 4000
+
+
 def error_record(exc: BaseException) -> dict[str, Any]:
     """What is stored about an exception: enough to raise the same type and message again."""
     cls = type(exc)
@@ -297,6 +303,9 @@ def error_record(exc: BaseException) -> dict[str, Any]:
         record["args"] = list(exc.args)
     except (TypeError, ValueError):
         pass  # args that are not JSON are summarised by the message alone
+    if exc.__traceback__ is not None:  # evidence for a person; replay never reads it
+        text = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
+        record["traceback"] = text if len(text) <= _TRACEBACK else "…" + text[-_TRACEBACK:]
     if isinstance(exc, OSError):  # its filename is not in args, but is in its message
         os_args = [exc.errno, exc.strerror, exc.filename, exc.filename2]
         try:

@@ -12,12 +12,14 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
+from crashproof.cli.contents import content_json, print_content
 from crashproof.cli.exitcodes import CliError, ExitCode, failure_for
 from crashproof.cli.limits import MaxCost, MaxDecisions, MaxSteps, MaxTokens, MaxWall, run_options
 from crashproof.cli.loading import (
@@ -52,6 +54,7 @@ from crashproof.journal.records import Limits, RunInfo
 from crashproof.runtime.guards.budget import operator, parse_raises, raise_limits
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.audit import run_timeline
+from crashproof.runtime.operations.contents import step_contents
 from crashproof.runtime.options import RunOptions
 
 __all__ = ["reconcile_runs", "resume_run", "retry_run", "show_run", "start_run"]
@@ -408,12 +411,23 @@ def show_run(
             help=f"At most this many steps (default: all with --json, else {_PAGE}).",
         ),
     ] = None,
+    step: Annotated[
+        str | None,
+        typer.Option(
+            "--step",
+            metavar="KEY",
+            help="What one step holds instead: its value, an act's params and receipt, a "
+            "model call's reply and tool calls, a failure's traceback, a workspace diff.",
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
     """Show one run: header, step timeline, then result, error or evidence."""
     settings = command_settings(ctx, db, as_json, verbose)
+    if step is not None:
+        return _show_step(settings, run_id, step)
     with open_ledger(settings, create=False) as ledger:
         info = ledger.get_run(run_id)
         entries = run_timeline(ledger, run_id) if timeline else None
@@ -443,6 +457,23 @@ def show_run(
             console().print(envs)
     if pending:  # a succeeded run whose messages never left says so (crashproof dispatch)
         return int(ExitCode.UNDELIVERED)
+    return int(ExitCode.OK)
+
+
+def _show_step(settings: Settings, run_id: str, key: str) -> int:
+    with open_ledger(settings, create=False) as ledger:
+        ledger.get_run(run_id)  # verified whole first: a refused run is refused here
+        content = step_contents(ledger.journal(run_id), [key]).get(key)
+    if content is None:
+        raise CliError(
+            ExitCode.USAGE,
+            f"run {run_id!r} has no recorded step {key!r}",
+            f"`crashproof show {shlex.quote(run_id)}` lists its steps",
+        )
+    if settings.json:
+        emit_json(content_json(content))
+    else:
+        print_content(console(), run_id, content)
     return int(ExitCode.OK)
 
 

@@ -18,6 +18,7 @@ from crashproof.journal import payloads
 from crashproof.journal.fold import fold_steps, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus, StepInfo
 from crashproof.runtime.guards.review import ReviewCase
+from crashproof.runtime.operations.contents import StepContent, step_contents
 from crashproof.runtime.operations.folds import Folds, RefusedRun
 from crashproof.runtime.port import DriveHost
 from crashproof.store.index import IndexQuery, run_index
@@ -30,6 +31,7 @@ __all__ = [
     "index_summary",
     "run_list",
     "runs_page",
+    "step_page",
     "steps_page",
     "timeline_page",
 ]
@@ -187,6 +189,7 @@ class StepsPage:
     limit: int
     review_cases: tuple[ReviewCase, ...] = ()
     pending_approval: dict[str, Any] | None = None
+    contents: dict[str, StepContent] = field(default_factory=dict)  # what each step holds
 
 
 def _acts(events: list[Event], keys: set[str]) -> dict[str, ActEvidence]:
@@ -266,6 +269,7 @@ def steps_page(
     replay = fold.replay if fold.replay is not None else index_journal(events)
     steps = fold_steps(events, replay, frozenset(wanted))
     acts = _acts(events, {s.key for s in steps if s.kind.value == "act"})
+    contents = step_contents(events, wanted)
     return StepsPage(
         info=info,
         steps=steps,
@@ -275,7 +279,22 @@ def steps_page(
         limit=limit,
         review_cases=fold.cases,
         pending_approval=fold.pending,
+        contents=contents,
     )
+
+
+def step_page(
+    host: DriveHost, folds: Folds, run_id: str, key: str
+) -> StepContent | RefusedRun | None:
+    """What step ``key`` of run ``run_id`` holds, whole (None: no such recorded step;
+    ``RunNotFound``; the run's refusal when its journal fails verification)."""
+    row = host.store.get_run(run_id)
+    if row is None:
+        raise RunNotFound(f"no run {run_id!r} in {host.shown_url}")
+    fold = folds.checked(host, row, whole=True)
+    if isinstance(fold, RefusedRun):
+        return fold
+    return step_contents(fold.events, [key]).get(key)
 
 
 def timeline_page(
