@@ -14,6 +14,7 @@ serializes its own connection, so a resume that takes a while blocks only its re
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.attention import ATTENTION_STATUSES, attention
 from crashproof.runtime.operations.browse import runs_page, step_page, steps_page, timeline_page
 from crashproof.runtime.operations.folds import Folds, RefusedRun
+from crashproof.store.queue import QueueStore
 from crashproof.tools.port import Tool
 
 __all__ = ["ConsoleConfig", "create_app"]
@@ -41,7 +43,11 @@ RUNS_PER_PAGE = 50
 STEPS_PER_PAGE = 100
 TIMELINE_PER_PAGE = 200
 # Runs a resume can move on: the ended ones answer their recorded outcome, nothing more.
-_RESUMABLE = (RunStatus.RUNNING, RunStatus.QUEUED, *ATTENTION_STATUSES)
+_RESUMABLE = tuple(
+    s
+    for s in (RunStatus.RUNNING, RunStatus.QUEUED, *ATTENTION_STATUSES)
+    if s is not RunStatus.FAILED
+)  # a failed run is retried
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,10 +160,13 @@ def create_app(config: ConsoleConfig) -> Starlette:
             )
         if isinstance(found, RefusedRun):
             return page(request, "refused.html", bad=found)
+        lease = ledger.leases().get(run_id) if isinstance(ledger.store, QueueStore) else None
         return page(
             request,
             "run.html",
             found=found,
+            lease=lease,
+            now=time.time(),
             resumable=found.info.status in _RESUMABLE,
         )
 

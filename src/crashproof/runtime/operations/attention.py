@@ -9,6 +9,7 @@ every run once (``Folds.sweep``; kept folds are not read again).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +21,31 @@ from crashproof.runtime.operations.browse import index_rows, index_summary
 from crashproof.runtime.operations.folds import Folds, PendingMessage, RefusedRun, pending_approval
 from crashproof.runtime.port import DriveHost
 from crashproof.store.index import IndexQuery, outbox_index
+from crashproof.store.queue import QueueStore
 
-__all__ = ["ATTENTION_STATUSES", "Attention", "PendingApproval", "attention"]
+__all__ = ["ATTENTION_STATUSES", "Abandoned", "Attention", "PendingApproval", "attention"]
 
-# Runs that wait for a human or an operator (DESIGN §3): frozen, or stopped resumable.
-ATTENTION_STATUSES = (RunStatus.NEEDS_REVIEW, RunStatus.AWAITING_APPROVAL, RunStatus.STOPPED)
+# Runs that wait for a human or an operator (DESIGN §3): frozen, stopped resumable, or
+# failed (a retry under the same run id, or nothing: someone decides).
+ATTENTION_STATUSES = (
+    RunStatus.NEEDS_REVIEW,
+    RunStatus.AWAITING_APPROVAL,
+    RunStatus.STOPPED,
+    RunStatus.FAILED,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Abandoned:
+    """A run not ended that nobody drives: its owner's lease expired (the process died
+    or stalled; any worker or ``resume`` takes it over), or nobody owns it."""
+
+    run_id: str
+    workflow: str
+    version: str
+    owner: str | None
+    expired_at: float | None  # the lease's expiry, by the store's clock
+    updated_at: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +69,42 @@ class Attention:
     outbox: tuple[PendingMessage, ...] = ()
     drifted: tuple[RunInfo, ...] = ()  # runs whose latest reconciliation found drift
     refused: tuple[RefusedRun, ...] = ()  # runs whose journal fails verification
+    abandoned: tuple[Abandoned, ...] = ()  # runs not ended that nobody drives
+
+
+def _abandoned(host: DriveHost, limit: int) -> list[Abandoned]:
+    """Running or queued runs whose lease expired or that nobody holds, oldest update
+    first (they have waited longest). A queued run nobody holds yet waits for a worker
+    as it should: listed only once it is older than a lease."""
+    if not isinstance(host.store, QueueStore):
+        return []
+    leases = host.store.leases()
+    now = time.time()
+    found: list[Abandoned] = []
+    for status in (RunStatus.RUNNING, RunStatus.QUEUED):
+        rows, _ = index_rows(host, IndexQuery(status), 0, 10 * limit)
+        for row in rows:
+            lease = leases.get(row.run_id)
+            owner = None if lease is None else lease.owner
+            expires = None if lease is None or owner is None else lease.expires_at
+            if owner is not None and expires is not None and expires > now:
+                continue  # driven now
+            if status is RunStatus.QUEUED and owner is None and now - row.updated_at < _LEASE:
+                continue  # just queued
+            found.append(
+                Abandoned(
+                    run_id=row.run_id,
+                    workflow=row.workflow,
+                    version=row.version,
+                    owner=owner,
+                    expired_at=expires,
+                    updated_at=row.updated_at,
+                )
+            )
+    return sorted(found, key=lambda a: (a.updated_at, a.run_id))[:limit]
+
+
+_LEASE = 30.0  # seconds a queued run may wait for its first worker before it is listed
 
 
 def _drifted(host: DriveHost, limit: int) -> list[RunInfo]:
@@ -83,6 +140,8 @@ def attention(host: DriveHost, folds: Folds, *, detail: bool = False, limit: int
         folds.sweep(host)
     bad = folds.refusals()
     counts["refused"] = len(bad)
+    abandoned = _abandoned(host, limit)
+    counts["abandoned"] = len(abandoned)
     if not detail:
         return Attention(counts=counts)
     frozen: list[RunInfo] = []
@@ -115,4 +174,5 @@ def attention(host: DriveHost, folds: Folds, *, detail: bool = False, limit: int
         outbox=tuple(messages[:limit]),
         drifted=tuple(drifted),
         refused=tuple(bad[:limit]),
+        abandoned=tuple(abandoned),
     )
