@@ -82,3 +82,32 @@ def test_needs_attention_lists_the_abandoned_and_the_failed_run(client: TestClie
     assert ">failed-1</a>" in frozen
     assert 'data-count="abandoned">abandoned: 1' in page.text
     assert 'data-count="failed">failed: 1' in page.text
+
+
+def test_the_timeline_marks_the_crash_and_the_resume(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, url], env=os.environ.copy(), capture_output=True, timeout=60
+    )
+    assert child.returncode == -9, child.stderr
+    ledger = cp.Ledger(url)
+
+    @ledger.workflow("long", version="1")
+    def long(ctx: cp.Context) -> None:
+        ctx.step("first", lambda: 1)
+        ctx.step("die", lambda: None)  # this time it lives
+
+    ledger.resume("killed-1")
+    app = create_app(ConsoleConfig(ledger=ledger))
+    with TestClient(app, base_url="http://127.0.0.1:8765") as client:
+        page = client.get("/run?id=killed-1").text
+    ledger.close()
+    svg = page.split('<svg id="bars"')[1].split("</svg>")[0]
+    assert 'data-step="first"' in svg
+    assert 'data-step="die"' in svg
+    drives = svg.split('<g class="drive">')[1:]
+    assert len(drives) == 2
+    assert "started by" in drives[0]
+    assert "no outcome: crashed or killed" in drives[0]
+    assert "resumed by" in drives[1]
+    assert "; outcome" in drives[1]

@@ -18,6 +18,7 @@ from crashproof.journal import payloads
 from crashproof.journal.fold import fold_steps, index_journal
 from crashproof.journal.records import Event, EventType, RunInfo, RunRow, RunStatus, StepInfo
 from crashproof.runtime.guards.review import ReviewCase
+from crashproof.runtime.operations.bars import Bars, bars
 from crashproof.runtime.operations.contents import StepContent, step_contents
 from crashproof.runtime.operations.folds import Folds, RefusedRun
 from crashproof.runtime.port import DriveHost
@@ -190,6 +191,7 @@ class StepsPage:
     review_cases: tuple[ReviewCase, ...] = ()
     pending_approval: dict[str, Any] | None = None
     contents: dict[str, StepContent] = field(default_factory=dict)  # what each step holds
+    bars: Bars | None = None  # the page's steps and the run's drives over time
 
 
 def _acts(events: list[Event], keys: set[str]) -> dict[str, ActEvidence]:
@@ -270,6 +272,7 @@ def steps_page(
     steps = fold_steps(events, replay, frozenset(wanted))
     acts = _acts(events, {s.key for s in steps if s.kind.value == "act"})
     contents = step_contents(events, wanted)
+    drawn = bars(events, folds.timeline(row.run_id, fold), set(wanted))
     return StepsPage(
         info=info,
         steps=steps,
@@ -280,6 +283,7 @@ def steps_page(
         review_cases=fold.cases,
         pending_approval=fold.pending,
         contents=contents,
+        bars=drawn,
     )
 
 
