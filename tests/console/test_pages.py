@@ -50,6 +50,15 @@ def test_runs_filters_and_search(client: TestClient) -> None:
     bad = client.get("/runs", params={"status": "<b>x</b>"})
     assert bad.status_code == 400
     assert "&lt;b&gt;x&lt;/b&gt;" in bad.text
+    recent = client.get("/runs", params={"since": "1h"}).text
+    assert ">greet-1</a>" in recent
+    assert "no runs match" in client.get("/runs", params={"since": "2999-01-01"}).text
+    assert "no runs match" in client.get("/runs", params={"until": "2000-01-01T00:00"}).text
+    window = client.get("/runs", params={"since": "2000-01-01", "until": "2999-01-01"}).text
+    assert ">greet-1</a>" in window
+    bad_time = client.get("/runs", params={"since": "<i>soon</i>"})
+    assert bad_time.status_code == 400
+    assert "&lt;i&gt;soon&lt;/i&gt;" in bad_time.text
 
 
 def test_runs_are_paged(world: World, client: TestClient) -> None:

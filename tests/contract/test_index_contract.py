@@ -52,6 +52,20 @@ def test_filters_and_a_literal_search(backend: Backend) -> None:
         assert [r.run_id for r in rows] == found, needle
 
 
+def test_a_time_window_on_the_last_update(backend: Backend) -> None:
+    _fill(backend)
+    index = _index(backend)
+    rows, _ = index.index_page(IndexQuery(), 0, 10)
+    times = {r.run_id: r.updated_at for r in rows}
+    middle = times["c%3"]
+    since, n = index.index_page(IndexQuery(since=middle), 0, 10)
+    assert ([r.run_id for r in since], n) == (["a-1", "c%3"], 2)
+    until, n = index.index_page(IndexQuery(until=middle), 0, 10)
+    assert ([r.run_id for r in until], n) == (["b_2"], 1)
+    both, n = index.index_page(IndexQuery(since=middle, until=times["a-1"]), 0, 10)
+    assert ([r.run_id for r in both], n) == (["c%3"], 1)
+
+
 def test_summary_and_marks(backend: Backend) -> None:
     _fill(backend)
     index = _index(backend)

@@ -32,7 +32,13 @@ from crashproof.errors import CrashproofError, RunNotFound
 from crashproof.journal.records import RunStatus
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.attention import ATTENTION_STATUSES, attention
-from crashproof.runtime.operations.browse import runs_page, step_page, steps_page, timeline_page
+from crashproof.runtime.operations.browse import (
+    parse_when,
+    runs_page,
+    step_page,
+    steps_page,
+    timeline_page,
+)
 from crashproof.runtime.operations.folds import Folds, RefusedRun
 from crashproof.store.queue import QueueStore
 from crashproof.tools.port import Tool
@@ -72,6 +78,17 @@ _MAX_QUERY_INT = 10**12
 
 class _BadQuery(ValueError):
     """A query value out of range or not a number: answered 400, never 500."""
+
+
+def _when(text: str, name: str) -> float | None:
+    """A time filter (``since``, ``until``): an age or an ISO date or time, as the
+    ``datetime-local`` field sends it; empty: none."""
+    if not text:
+        return None
+    try:
+        return parse_when(text)
+    except ValueError as exc:
+        raise _BadQuery(f"{name}: {exc}") from None
 
 
 def _int(request: Request, name: str, default: int = 0) -> int:
@@ -116,7 +133,8 @@ def create_app(config: ConsoleConfig) -> Starlette:
         return page(request, "message.html", status, title=title, text=text, back=back)
 
     def runs(request: Request) -> Response:
-        args = {k: request.query_params.get(k, "") for k in ("status", "workflow", "q")}
+        fields = ("status", "workflow", "q", "since", "until")
+        args = {k: request.query_params.get(k, "") for k in fields}
         status = None
         if args["status"]:
             try:
@@ -131,6 +149,8 @@ def create_app(config: ConsoleConfig) -> Starlette:
             status=status,
             workflow=args["workflow"] or None,
             search=args["q"] or None,
+            since=_when(args["since"], "since"),
+            until=_when(args["until"], "until"),
             offset=_int(request, "offset"),
             limit=RUNS_PER_PAGE,
         )

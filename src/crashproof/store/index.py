@@ -22,17 +22,21 @@ RESERVED_PREFIX = "crashproof:"  # runtime/guards/approvers.py: the ledger's own
 
 class IndexQuery:
     """Which index rows a page shows: exact ``status`` and ``workflow``, ``search`` a
-    substring of the run id (each None: any)."""
+    substring of the run id, last updated at or after ``since`` and before ``until``
+    (epoch seconds) (each None: any)."""
 
-    __slots__ = ("search", "status", "workflow")
+    __slots__ = ("search", "since", "status", "until", "workflow")
 
     def __init__(
         self,
         status: RunStatus | None = None,
         workflow: str | None = None,
         search: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> None:
         self.status, self.workflow, self.search = status, workflow or None, search or None
+        self.since, self.until = since, until
 
     def matches(self, row: RunRow) -> bool:
         return (
@@ -40,13 +44,17 @@ class IndexQuery:
             and (self.status is None or row.status is self.status)
             and (self.workflow is None or row.workflow == self.workflow)
             and (self.search is None or self.search in row.run_id)
+            and (self.since is None or row.updated_at >= self.since)
+            and (self.until is None or row.updated_at < self.until)
         )
 
-    def params(self) -> dict[str, str | None]:
+    def params(self) -> dict[str, str | float | None]:
         return {
             "status": None if self.status is None else self.status.value,
             "workflow": self.workflow,
             "search": self.search,
+            "since": self.since,
+            "until": self.until,
         }
 
 

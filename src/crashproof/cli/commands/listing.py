@@ -8,10 +8,7 @@ never hides the others, and a script still learns that something is wrong.
 
 from __future__ import annotations
 
-import datetime as dt
-import re
 import sys
-import time
 from typing import Annotated, Any
 
 import typer
@@ -27,34 +24,12 @@ from crashproof.cli.settings import (
     open_ledger,
 )
 from crashproof.journal.records import RunInfo, RunStatus
-from crashproof.runtime.operations.browse import RunsPage, run_list
+from crashproof.runtime.operations.browse import RunsPage, parse_when, run_list
 from crashproof.runtime.operations.folds import Folds, RefusedRun
 
-__all__ = ["list_runs", "parse_since"]
+__all__ = ["list_runs"]
 
 DEFAULT_LIMIT = 50
-_AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_since(text: str, now: float | None = None) -> float:
-    """``--since``: an age (``90s``, ``30m``, ``2h``, ``7d``, ``1w``) or an ISO 8601 date
-    or time (``2026-12-05``, ``2026-12-05T10:00``, UTC unless it names a zone), as
-    epoch seconds. Raises ``ValueError`` with what is accepted."""
-    text = text.strip()
-    ago = _AGO.match(text)
-    if ago:
-        return (time.time() if now is None else now) - float(ago.group(1)) * _UNIT[ago.group(2)]
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"--since {text!r} is neither an age (30m, 2h, 7d) nor an ISO date or time "
-            "(2026-12-05, 2026-12-05T10:00)"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp()
 
 
 def list_runs(
@@ -112,9 +87,11 @@ def list_runs(
     if limit < 0:
         raise CliError(ExitCode.USAGE, f"--limit {limit} is negative", "give 0 (all) or more")
     try:
-        after = None if since is None else parse_since(since)
+        after = None if since is None else parse_when(since)
     except ValueError as exc:
-        raise CliError(ExitCode.USAGE, str(exc), "e.g. --since 2h or --since 2026-12-05") from None
+        raise CliError(
+            ExitCode.USAGE, f"--since {exc}", "e.g. --since 2h or --since 2026-12-05"
+        ) from None
     whole = by_version or drifted  # counted or filtered over every run, then cut
     with open_ledger(settings, create=False) as ledger:
         found = run_list(
@@ -154,7 +131,7 @@ def list_runs(
     else:
         print_runs(console(), shown, status.value if status else None, leases, shown.undelivered)
     listed = len(shown.runs) + len(shown.refused)
-    if limit and not whole and listed >= limit and found.total > listed and after is None:
+    if limit and not whole and listed >= limit and found.total > listed:
         sys.stderr.write(
             f"showing the newest {listed} of {found.total} runs: --limit N shows more, "
             "--limit 0 all\n"

@@ -10,6 +10,9 @@ journal said is kept between pages by ``folds.Folds``.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,7 @@ __all__ = [
     "StepsPage",
     "index_rows",
     "index_summary",
+    "parse_when",
     "run_list",
     "runs_page",
     "step_page",
@@ -84,6 +88,8 @@ def runs_page(
     status: RunStatus | None = None,
     workflow: str | None = None,
     search: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
     offset: int = 0,
     limit: int = 50,
 ) -> RunsPage:
@@ -94,7 +100,8 @@ def runs_page(
     transaction); each run shown is folded from its verified journal, and one whose
     journal says another status than the filter is left off the page."""
     offset = max(0, offset)
-    rows, total = index_rows(host, IndexQuery(status, workflow, search), offset, limit)
+    query = IndexQuery(status, workflow, search, since, until)
+    rows, total = index_rows(host, query, offset, limit)
     infos: list[RunInfo] = []
     bad: list[RefusedRun] = []
     for row in rows:
@@ -114,6 +121,29 @@ def runs_page(
 
 
 _BATCH = 200  # index rows read at a time by ``run_list``
+_AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_when(text: str, now: float | None = None) -> float:
+    """A time a person types, as epoch seconds: an age (``90s``, ``30m``, ``2h``, ``7d``,
+    ``1w``: that long ago) or an ISO 8601 date or time (``2026-12-05``,
+    ``2026-12-05T10:00``; UTC unless it names a zone). ``ValueError`` says what is
+    accepted."""
+    text = text.strip()
+    ago = _AGO.match(text)
+    if ago:
+        return (time.time() if now is None else now) - float(ago.group(1)) * _UNIT[ago.group(2)]
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither an age (30m, 2h, 7d) nor an ISO date or time "
+            "(2026-12-05, 2026-12-05T10:00)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
 
 
 def run_list(
@@ -129,18 +159,15 @@ def run_list(
     first, only those updated at or after ``since`` (epoch seconds), at most ``limit``
     (None: all). Like ``runs_page``, each run is folded from its verified journal, and one
     that fails verification is in ``refused``; ``total`` counts the index rows matching
-    ``status`` and ``workflow`` (before ``since`` and ``limit``)."""
-    query = IndexQuery(status, workflow)
+    (before ``limit``)."""
+    query = IndexQuery(status, workflow, since=since)
     infos: list[RunInfo] = []
     bad: list[RefusedRun] = []
     undelivered: dict[str, int] = {}
     offset = total = 0
     while limit is None or len(infos) + len(bad) < limit:
         rows, total = index_rows(host, query, offset, _BATCH)
-        # The index is ordered by update, newest first: the first row older than
-        # ``since`` ends the list.
-        fresh = [row for row in rows if since is None or row.updated_at >= since]
-        for row in fresh:
+        for row in rows:
             fold = folds.checked(host, row)
             if isinstance(fold, RefusedRun):
                 bad.append(fold)
@@ -150,7 +177,7 @@ def run_list(
                     undelivered[row.run_id] = len(fold.outbox)
             if limit is not None and len(infos) + len(bad) >= limit:
                 break
-        if len(fresh) < len(rows) or len(rows) < _BATCH:
+        if len(rows) < _BATCH:
             break
         offset += _BATCH
     return RunsPage(

@@ -460,6 +460,8 @@ WHERE left(run_id, 11) <> 'crashproof:'
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s::text) > 0)
+  AND (%(since)s::float8 IS NULL OR updated_at >= %(since)s::float8)
+  AND (%(until)s::float8 IS NULL OR updated_at < %(until)s::float8)
 ORDER BY updated_at DESC, run_id COLLATE "C"
 LIMIT %(limit)s OFFSET %(offset)s;
 
@@ -468,7 +470,9 @@ SELECT count(*) FROM {schema}.runs
 WHERE left(run_id, 11) <> 'crashproof:'
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
-  AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s::text) > 0);
+  AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s::text) > 0)
+  AND (%(since)s::float8 IS NULL OR updated_at >= %(since)s::float8)
+  AND (%(until)s::float8 IS NULL OR updated_at < %(until)s::float8);
 
 -- name: index_summary
 SELECT status, workflow, count(*) FROM {schema}.runs

@@ -162,6 +162,8 @@ WHERE substr(run_id, 1, 11) <> 'crashproof:'
   AND (:status IS NULL OR status = :status)
   AND (:workflow IS NULL OR workflow = :workflow)
   AND (:search IS NULL OR instr(run_id, :search) > 0)
+  AND (:since IS NULL OR updated_at >= :since)
+  AND (:until IS NULL OR updated_at < :until)
 ORDER BY updated_at DESC, run_id
 LIMIT :limit OFFSET :offset;
 
@@ -170,7 +172,9 @@ SELECT count(*) FROM runs
 WHERE substr(run_id, 1, 11) <> 'crashproof:'
   AND (:status IS NULL OR status = :status)
   AND (:workflow IS NULL OR workflow = :workflow)
-  AND (:search IS NULL OR instr(run_id, :search) > 0);
+  AND (:search IS NULL OR instr(run_id, :search) > 0)
+  AND (:since IS NULL OR updated_at >= :since)
+  AND (:until IS NULL OR updated_at < :until);
 
 -- name: index_summary
 SELECT status, workflow, count(*) FROM runs
