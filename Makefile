@@ -22,7 +22,7 @@ $(RUNTIME): pyproject.toml setup.py src/crashproof/integrity/_seal.c src/crashpr
 	touch $(RUNTIME)
 
 $(STAMP): $(RUNTIME)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e . --group dev
 	touch $(STAMP)
 
 demo: $(RUNTIME)

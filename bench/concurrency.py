@@ -6,7 +6,7 @@
 Every run makes 10 awaited "model calls" of 50 ms and one act with lookup, so the ideal
 wall time is 0.5 s whatever the number of runs R. Contestants (each in a child process
 of its own, so that its peak RSS is its own; a peer whose package is missing is skipped
-with a message, install them with ``.venv/bin/pip install -e '.[bench]' aiosqlite``):
+with a message, install them with ``.venv/bin/pip install --group bench aiosqlite``):
 
 - crashproof async: ``await ledger.run_async`` of R runs on one event loop, the model
   call an ``async def`` decision, the act an async tool with lookup;

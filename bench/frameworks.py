@@ -10,7 +10,7 @@ overhead per journaled call (model request or tool call) over no durability; the
 throughput of ``--concurrency`` runs at once on one event loop (runs per second, the
 median of the batches), where the model's wait overlaps and what is left is the
 framework's and the journal's own work. DBOS is
-skipped with a message when ``dbos`` is not installed (``pip install -e '.[bench]'``).
+skipped with a message when ``dbos`` is not installed (``pip install --group bench``).
 DBOS journals the model requests only (its function tools are not steps), so it does
 less work per run than crashproof, which journals the tool calls too. "passthrough
 capability" wraps the same two hooks and journals nothing: the floor of a durability

@@ -3,7 +3,7 @@
     .venv/bin/python bench/peers.py [--steps 1000] [--repeats 3] [--dir /tmp]
 
 Contestants (each skipped with a message when its package is missing; install them
-with ``.venv/bin/pip install -e '.[bench]'``):
+with ``.venv/bin/pip install --group bench``):
 
 - raw SQLite: N single-row ``BEGIN IMMEDIATE; INSERT; COMMIT``, WAL, synchronous=FULL;
 - crashproof: N ``ctx.step`` calls, ``sqlite:////abs/path.db``, durability "full";

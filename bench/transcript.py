@@ -278,7 +278,7 @@ def main() -> None:
     try:
         import langgraph.checkpoint.sqlite  # noqa: F401
     except ImportError as exc:
-        langgraph_missing = f"langgraph: skipped ({exc}; pip install -e '.[bench]')"
+        langgraph_missing = f"langgraph: skipped ({exc}; pip install --group bench)"
     sys.path.append(str(_HERE))
     from _common import machine_facts, print_facts
 

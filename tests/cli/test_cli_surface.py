@@ -188,3 +188,11 @@ def test_the_demo_keeps_its_key_to_itself(tmp_path: Path) -> None:
     used = re.search(r"throwaway key \((.+?), removed at the end\)", done.stderr)
     assert used is not None
     assert not Path(used.group(1)).exists()
+
+
+def test_version_prints_the_package_version(cli: Cli) -> None:
+    from crashproof._version import __version__
+
+    shown = cli("--version")
+    assert shown.code == 0
+    assert shown.out.startswith(f"crashproof {__version__} (Python ")

@@ -11,8 +11,13 @@ hint line and an exit code (see ``crashproof.cli.exitcodes``).
 
 from __future__ import annotations
 
+import platform
+import sys
+from typing import Annotated
+
 import typer
 
+from crashproof._version import __version__
 from crashproof.cli.commands import (
     approvals,
     console,
@@ -47,12 +52,24 @@ app = typer.Typer(
 )
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        sys.stdout.write(f"crashproof {__version__} (Python {platform.python_version()})\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def root(
     ctx: typer.Context,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_version, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """Crash-proof runs of AI agents: start them, inspect them, resume them.
 
