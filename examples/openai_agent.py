@@ -311,11 +311,13 @@ SCENARIO = Scenario(
 
 
 if __name__ == "__main__":  # one run in a fresh directory: python -m examples.openai_agent
+    import secrets
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         env = make_env(Path(tmp))
-        with contextlib.closing(env), cp.Ledger(f"sqlite:///{tmp}/runs.db") as ledger:
+        key = secrets.token_bytes(32)  # a throwaway ledger, a throwaway key
+        with contextlib.closing(env), cp.Ledger(f"sqlite:///{tmp}/runs.db", key=key) as ledger:
             print(ledger.run(make_workflow(env), run_id=RUN_ID, task=TASK), "messages")
             print("model calls:", env.model.calls())
             print("forge:", env.forge.resources())

@@ -267,17 +267,27 @@ def test_key_file_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert "not hex" not in str(caught.value)
 
 
-def test_default_key_file_is_created_once_with_0600(
+def test_no_key_is_refused_and_no_key_file_is_created(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A library call never writes a key to the home directory (#41): without a key the
+    Ledger refuses to open, says how to make one, and writes nothing; `crashproof keygen
+    --default` makes the default key file (0600), which every later Ledger uses."""
     monkeypatch.delenv("CRASHPROOF_KEY", raising=False)
     monkeypatch.delenv("CRASHPROOF_KEY_FILE", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}").close()
+    with pytest.raises(cp.KeyUnusable, match="crashproof keygen --default"):
+        cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    assert not (tmp_path / "config").exists()
+    assert not (tmp_path / "l.db").exists()
+    from crashproof.cli import main
+
+    assert main(["keygen", "--default"]) == 0
     key_file = tmp_path / "config" / "crashproof" / "key"
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
     first = key_file.read_text()
     cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}").close()
+    assert main(["keygen", "--default"]) == 2  # never overwritten
     assert key_file.read_text() == first
 
 

@@ -7,9 +7,12 @@ so keys can be rotated without rewriting journals.
 
 Where a key comes from, first match wins: ``key=`` in code; ``CRASHPROOF_KEY`` (hex);
 ``CRASHPROOF_KEY_FILE`` (a file of hex, which must not be readable by group or others);
-else, for the embedded default, a key file generated once in the user's config
-directory (mode 0600). This module is the one place outside the CLI that reads the
-environment: a key must not have to travel through application code.
+else the default key file in the user's config directory (``~/.config/crashproof/key``),
+if it exists. A library call never creates one: a key that signs every ledger is made
+on purpose, once (``crashproof keygen --default``), and backed up; without any key the
+Ledger refuses to open with what to do (``KeyUnusable``). This module is the one place
+outside the CLI that reads the environment: a key must not have to travel through
+application code.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from pathlib import Path
 
 from crashproof.errors import KeyUnusable
 
-__all__ = ["KEY_BYTES", "Keyring", "default_key_file", "key_id", "load_key_file", "resolve_keyring"]
+__all__ = [
+    "KEY_BYTES",
+    "Keyring",
+    "create_key_file",
+    "default_key_file",
+    "key_id",
+    "load_key_file",
+    "resolve_keyring",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +101,10 @@ def default_key_file() -> Path:
     return user_config_path("crashproof") / "key"
 
 
-def _create_key_file(path: Path) -> bytes:
+def create_key_file(path: Path) -> bytes:
+    """Make a new random key in ``path`` (mode 0600, its directory 0700), never over an
+    existing file (``FileExistsError``). For ``crashproof keygen``: the library never
+    calls it on its own."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = secrets.token_bytes(KEY_BYTES)
     # Written in full to a private temp file, then linked into place: the key file either
@@ -106,12 +120,6 @@ def _create_key_file(path: Path) -> bytes:
         os.link(temp, path)
     finally:
         temp.unlink(missing_ok=True)
-    log.warning(
-        "crashproof generated a journal key in %s (key id %s); back it up: without it "
-        "existing ledgers cannot be verified",
-        path,
-        key_id(key),
-    )
     return key
 
 
@@ -132,7 +140,9 @@ def resolve_keyring(key: bytes | str | Keyring | None = None) -> Keyring:
     path = default_key_file()
     if path.exists():
         return Keyring(load_key_file(path))
-    try:
-        return Keyring(_create_key_file(path))
-    except FileExistsError:  # another process created it first
-        return Keyring(load_key_file(path))
+    raise KeyUnusable(
+        "no journal key: crashproof signs every journal record and needs a key to open a "
+        f"ledger; set CRASHPROOF_KEY (hex) or CRASHPROOF_KEY_FILE, pass key=, or make the "
+        f"default key file once with `crashproof keygen --default` ({path}, mode 0600; "
+        "back it up: without it existing ledgers cannot be verified)"
+    )

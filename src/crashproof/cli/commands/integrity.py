@@ -20,7 +20,7 @@ from crashproof.cli.settings import (
     command_settings,
     open_ledger,
 )
-from crashproof.integrity.keys import KEY_BYTES, key_id
+from crashproof.integrity.keys import KEY_BYTES, create_key_file, default_key_file, key_id
 
 __all__ = ["check_journals", "make_journal_key", "reanchor_run"]
 
@@ -90,10 +90,22 @@ def make_journal_key(
             help="Write the key to this new file (mode 0600) instead of printing it.",
         ),
     ] = None,
+    default: Annotated[
+        bool,
+        typer.Option(
+            "--default",
+            help="Write it to the default key file (~/.config/crashproof/key, mode 0600), "
+            "which every ledger opened without CRASHPROOF_KEY or CRASHPROOF_KEY_FILE uses.",
+        ),
+    ] = False,
     verbose: VerboseOption = False,
 ) -> int:
     """Make a new random journal key (64 hex digits) for CRASHPROOF_KEY or a key file."""
     command_settings(ctx, None, False, verbose)
+    if default:
+        if file is not None:
+            raise CliError(ExitCode.USAGE, "--file and --default name two places", "give one")
+        return _default_key()
     key = secrets.token_hex(KEY_BYTES)
     if file is None:
         sys.stdout.write(key + "\n")
@@ -109,4 +121,28 @@ def make_journal_key(
     with os.fdopen(fd, "w", encoding="ascii") as f:
         f.write(key + "\n")
     sys.stderr.write(f"key {key_id(bytes.fromhex(key))} written to {file} (mode 0600)\n")
+    return int(ExitCode.OK)
+
+
+def _default_key() -> int:
+    path = default_key_file()
+    try:
+        key = create_key_file(path)
+    except FileExistsError:
+        raise CliError(
+            ExitCode.USAGE,
+            f"{path} already exists",
+            "ledgers opened without CRASHPROOF_KEY use it already; keys are never overwritten",
+        ) from None
+    except OSError as exc:
+        raise CliError(
+            ExitCode.USAGE,
+            f"cannot write {path}: {exc.strerror or exc}",
+            "set CRASHPROOF_KEY_FILE to a key file elsewhere (crashproof keygen --file PATH)",
+        ) from None
+    sys.stderr.write(
+        f"key {key_id(key)} written to {path} (mode 0600); every ledger opened without "
+        "CRASHPROOF_KEY or CRASHPROOF_KEY_FILE uses it. Back it up: without it existing "
+        "ledgers cannot be verified\n"
+    )
     return int(ExitCode.OK)

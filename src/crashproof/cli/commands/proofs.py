@@ -48,26 +48,26 @@ def demo(
             "the demo is not available in this installation of crashproof",
             "reinstall crashproof (pip install --force-reinstall crashproof)",
         ) from exc
-    with _demo_key():
+    with _scratch_key("demo"):
         return int(run_demo(console(), workdir=workdir))
 
 
 @contextlib.contextmanager
-def _demo_key() -> Iterator[None]:
-    """The demo's ledgers live and die in its own directories, and so does their key:
-    without CRASHPROOF_KEY or CRASHPROOF_KEY_FILE, a throwaway key file (its child
-    processes inherit the variable), removed at the end, instead of the one a first
-    ledger would create for good in the user's config directory. Said once on stderr."""
+def _scratch_key(command: str) -> Iterator[None]:
+    """The demo's and the verifier's ledgers live and die in their own directories, and
+    so does their key: without CRASHPROOF_KEY or CRASHPROOF_KEY_FILE, a throwaway key file
+    (their child processes inherit the variable), removed at the end; nothing is written
+    to the user's config directory. Said once on stderr."""
     if os.environ.get("CRASHPROOF_KEY") or os.environ.get("CRASHPROOF_KEY_FILE"):
         yield
         return
-    with tempfile.TemporaryDirectory(prefix="crashproof-demo-key-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"crashproof-{command}-key-") as scratch:
         path = Path(scratch) / "key"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as f:
             f.write(secrets.token_hex(KEY_BYTES) + "\n")
         sys.stderr.write(
-            f"crashproof demo: its ledgers are signed with a throwaway key ({path}, removed "
+            f"crashproof {command}: its ledgers are signed with a throwaway key ({path}, removed "
             "at the end); no key is written to your configuration directory\n"
         )
         os.environ["CRASHPROOF_KEY_FILE"] = str(path)
@@ -228,7 +228,10 @@ def verify_recovery(
         MofNCompleteColumn(),
         TextColumn("{task.description}"),
     )
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    with (
+        _scratch_key("verify"),
+        Progress(*columns, console=Console(stderr=True), transient=True) as bar,
+    ):
         task = bar.add_task("reference run", total=None)
 
         def tick(done: int, total: int, label: str) -> None:
