@@ -12,6 +12,8 @@ decision whose record was lost is asked again). Faults: ``_store_faults.py``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +84,54 @@ def test_postgres_fails_at_every_statement_and_every_run_finishes(
         fault = PostgresFault(pg_server, pg_url)
         failed = _sweep(ledger, shell, fault.arm, fault.count)
     assert failed > 5
+
+
+@SHELLS
+def test_a_workflow_that_swallows_the_failure_still_writes_nothing_more(
+    tmp_path: Path, shell: str
+) -> None:
+    """Even ``except BaseException`` around a call whose commit failed: the drive's next
+    ctx call raises again, its return records nothing, and the caller gets LedgerError."""
+    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", lease_seconds=600) as ledger:
+        book = Book()
+
+        @ledger.workflow("greedy", version="1")
+        def greedy(ctx: cp.Context) -> str:
+            ctx.step("a", lambda: 1)
+            with contextlib.suppress(BaseException):  # the point of the test
+                ctx.act("pay", book, to=ctx.run_id)
+            with contextlib.suppress(BaseException):  # the point of the test
+                ctx.step("b", lambda: 2)
+            return "swallowed"
+
+        @ledger.workflow("greedy_async", version="1")
+        async def greedy_async(ctx: cp.AsyncContext) -> str:
+            await ctx.step("a", lambda: 1)
+            with contextlib.suppress(BaseException):  # the point of the test
+                await ctx.act("pay", book, to=ctx.run_id)
+            with contextlib.suppress(BaseException):  # the point of the test
+                await ctx.step("b", lambda: 2)
+            return "swallowed"
+
+        def drive(run: str) -> Any:
+            try:
+                if shell == "sync":
+                    return ledger.run(greedy, run_id=run)
+                return asyncio.run(ledger.run_async(greedy_async, run_id=run))
+            except cp.LedgerError as exc:
+                return exc
+
+        fault = SqliteFault(ledger.store)
+        fault.arm(0)
+        assert drive("r0") == "swallowed"
+        reference, total = shape(ledger, "r0"), fault.count
+        failed = 0
+        for k in range(1, total + 1):
+            fault.arm(k)
+            first = drive(f"r{k}")
+            fault.arm(0)
+            failed += isinstance(first, cp.LedgerError)
+            check_prefix(shape(ledger, f"r{k}"), reference, f"r{k}", k)
+            assert drive(f"r{k}") == "swallowed"
+            assert book.effects[f"r{k}/pay"] == 1
+        assert failed > 3
