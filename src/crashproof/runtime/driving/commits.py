@@ -89,11 +89,19 @@ def store_failure(run_id: str, cause: BaseException) -> LedgerError:
 @contextlib.contextmanager
 def store_edge(run_id: str) -> Iterator[None]:
     """A drive's edge (inside its lease, which a LedgerError releases): ``StoreFailed``
-    becomes the ``store_failure`` its caller gets."""
+    becomes the ``store_failure`` its caller gets, also from the group a framework's
+    task group raised it in."""
     try:
         yield
     except StoreFailed as failed:
         raise store_failure(run_id, failed.cause) from failed.cause
+    except BaseExceptionGroup as group:
+        found: BaseException | None = group.subgroup(StoreFailed)
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+        if not isinstance(found, StoreFailed):
+            raise
+        raise store_failure(run_id, found.cause) from group
 
 
 class JournalCommits:
