@@ -25,6 +25,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import crashproof as cp
@@ -132,15 +133,17 @@ class Agent:
 def run_all(ledger: cp.Ledger, agent: Agent, shell: str, runs: list[str]) -> dict[str, Any]:
     """Drive ``runs`` (started, or resumed where they exist): each one's result, or the
     exception its drive raised. The async shell drives them together on one loop, so
-    that their commits share batches."""
-    out: dict[str, Any] = {}
-    if shell == "sync":
-        for run in runs:
+    that their commits share batches; the sync shell in a thread each."""
+    if shell == "sync":  # several runs: a thread each, as a threaded server drives them
+
+        def one(run: str) -> Any:
             try:
-                out[run] = ledger.run(agent.sync, run_id=run, n=2)
+                return ledger.run(agent.sync, run_id=run, n=2)
             except Exception as exc:
-                out[run] = exc
-        return out
+                return exc
+
+        with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+            return dict(zip(runs, pool.map(one, runs), strict=True))
 
     async def all_of() -> list[Any]:
         return await asyncio.gather(

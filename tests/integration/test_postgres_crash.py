@@ -1,9 +1,9 @@
 """Real PostgreSQL server crashes under load (#38 part 1, DESIGN.md §11 invariant 8):
-``pg_ctl stop -m immediate`` while dozens of async runs are in flight on one loop (their
-commits batched), then a restart. Every drive that met the crash raises ``LedgerError``
-and writes nothing more (each run's journal is a prefix of the run without faults);
-resuming them all, with the server back, finishes every run: 0 stuck, 0 frozen as
-non-determinism, 0 effects duplicated, 0 lost.
+``pg_ctl stop -m immediate`` while dozens of runs are in flight (async: on one loop,
+their commits batched; sync: a thread each), then a restart. Every drive that met the
+crash raises ``LedgerError`` and writes nothing more (each run's journal is a prefix of
+the run without faults); resuming them all, with the server back, finishes every run:
+0 stuck, 0 frozen as non-determinism, 0 effects duplicated, 0 lost.
 
 Bounded here (``CRASHES`` x ``RUNS``, seeded); ``make chaos`` runs the long version
 (CRASHPROOF_PG_CRASHES=7). The server is this module's own: crashing the session's
@@ -82,7 +82,8 @@ class Crasher:
         return mid_load
 
 
-def test_postgres_crashes_under_load_leave_no_run_stuck(crashing_server: Any) -> None:
+@pytest.mark.parametrize("shell", ["sync", "async"])
+def test_postgres_crashes_under_load_leave_no_run_stuck(crashing_server: Any, shell: str) -> None:
     rng = random.Random(SEED)
     url = crashing_server.url("postgres")
     crasher: Crasher | None = None
@@ -93,14 +94,14 @@ def test_postgres_crashes_under_load_leave_no_run_stuck(crashing_server: Any) ->
     # journal is durable (WitnessMissing on resume): #38 part 2, the witness's own fix.
     with cp.Ledger(url, lease_seconds=600, witness=MemoryWitness()) as ledger:
         agent = Agent(ledger, book, pause=0.0, tick=lambda: crasher and crasher.tick())
-        clean = run_all(ledger, agent, "async", ["clean"])
-        check_finished(ledger, agent, clean, lambda run: clean["clean"])
-        reference = shape(ledger, "clean")
+        clean = run_all(ledger, agent, shell, [f"{shell}-clean"])
+        check_finished(ledger, agent, clean, lambda run: clean[f"{shell}-clean"])
+        reference = shape(ledger, f"{shell}-clean")
         for crash in range(CRASHES):
-            runs = [f"c{crash}-{i}" for i in range(RUNS)]
+            runs = [f"{shell}-c{crash}-{i}" for i in range(RUNS)]
             # Two steps a run: crash once between a tenth and half of them ran.
             crasher = Crasher(crashing_server, rng.randint(RUNS // 5, RUNS), rng.uniform(0.2, 1.5))
-            first = run_all(ledger, agent, "async", runs)
+            first = run_all(ledger, agent, shell, runs)
             assert crasher.join(), "the runs ended before the crash"
             crasher = None
             errors = [r for r in first.values() if isinstance(r, BaseException)]
@@ -109,8 +110,8 @@ def test_postgres_crashes_under_load_leave_no_run_stuck(crashing_server: Any) ->
             failed_drives.append(len(errors))
             for run in runs:  # nothing committed after a failed record
                 check_prefix(shape(ledger, run), reference, run, crash)
-            again = run_all(ledger, agent, "async", runs)  # resumed with the server back
-            check_finished(ledger, agent, again, lambda run: clean["clean"])
+            again = run_all(ledger, agent, shell, runs)  # resumed with the server back
+            check_finished(ledger, agent, again, lambda run: clean[f"{shell}-clean"])
     # The crashes hit runs in flight (else this proves nothing).
     # The crashes hit drives in flight (a crash between statements only delays them).
     assert sum(failed_drives) > 0, failed_drives
