@@ -108,7 +108,8 @@ class JournalCommits:
     _store: Store
     _witness: Witness | None
     _stale: set[tuple[str, int]]  # (run id, token) whose lease was lost
-    # (run id, token) a commit of which failed: refused from then on (journal order)
+    # (run id, token) a drive's commit of which failed: refused from then on (journal
+    # order). A write outside a drive (no token: an operator's cancel) breaks nothing.
     _broken: dict[tuple[str, int | None], BaseException]
     crash_points: CrashPoints | None
     commit_observers: tuple[CommitObserver, ...] = ()
@@ -163,7 +164,7 @@ class JournalCommits:
             if self._witness is not None and durable:
                 self._witness.advance(run_id, events[-1].seq + 1)
         except Exception as exc:
-            if is_failure(exc):
+            if fencing_token is not None and is_failure(exc):  # a drive's (leased) record
                 self._broken[run_id, fencing_token] = exc
             raise
         if self.commit_observers:
@@ -245,7 +246,7 @@ class JournalCommits:
         """The runs of ``groups`` (one run's records each) take no more records from the
         drives that made them (journal order)."""
         for records in groups:
-            if records:
+            if records and records[0][2] is not None:  # a drive's (leased) records
                 self._broken[records[0][0][0].run_id, records[0][2]] = exc
 
     def conclude_batch(self, written: WrittenBatch, groups: Iterable[int]) -> None:
