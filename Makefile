@@ -10,6 +10,9 @@ STAMP := $(VENV)/.installed
 # `make chaos` is the long campaign, `make chaos-short` the one CI runs.
 CHAOS_TRIALS ?= 1000
 CHAOS_SEED ?= 1
+# PostgreSQL server crashes under load (tests/integration/test_postgres_crash.py); make test: 2.
+PG_CRASHES ?= 7
+PG_CRASH_RUNS ?= 50
 
 RUNTIME := $(VENV)/.runtime
 
@@ -47,6 +50,8 @@ test: lint typecheck
 chaos: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
 	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
+	# PostgreSQL killed (pg_ctl stop -m immediate) and restarted under 50 in-flight runs (#38)
+	CRASHPROOF_PG_CRASHES=$(PG_CRASHES) CRASHPROOF_PG_CRASH_RUNS=$(PG_CRASH_RUNS) $(BIN)/pytest -q tests/integration/test_postgres_crash.py
 
 chaos-short: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)

@@ -109,21 +109,43 @@ class PostgresServer:
         )
         for _attempt in range(3):  # a free port may be taken between probe and bind
             self.port = free_port()
-            options = (
-                f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-                f"-c unix_socket_directories={self.root} -c fsync=on -c max_connections=200"
-            )
-            started = self._run(
-                "pg_ctl",
-                *("-D", str(self.data), "-l", str(self.root / "log"), "-w", "-t", "30"),
-                *("-o", options, "start"),
-                check=False,
-            )
+            started = self._launch()
             if started.returncode == 0:
                 break
         else:
             log = (self.root / "log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"PostgreSQL did not start: {started.stderr}\n{log}")
+        self._admin = psycopg.connect(self.url("postgres"), autocommit=True)
+
+    def _launch(self) -> subprocess.CompletedProcess[str]:
+        options = (
+            f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+            f"-c unix_socket_directories={self.root} -c fsync=on -c max_connections=200"
+        )
+        return self._run(
+            "pg_ctl",
+            *("-D", str(self.data), "-l", str(self.root / "log"), "-w", "-t", "60"),
+            *("-o", options, "start"),
+            check=False,
+        )
+
+    def crash(self) -> None:
+        """Stop the server as a crash would (``pg_ctl stop -m immediate``: no shutdown
+        checkpoint; its clients' connections drop mid-statement). ``restart`` after."""
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def restart(self) -> None:
+        """Start the crashed server again on the same port (it runs crash recovery)."""
+        started = self._launch()
+        if started.returncode != 0:
+            log = (self.root / "log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"PostgreSQL did not restart: {started.stderr}\n{log}")
         self._admin = psycopg.connect(self.url("postgres"), autocommit=True)
 
     def stop(self) -> None:

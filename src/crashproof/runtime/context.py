@@ -28,13 +28,15 @@ from crashproof.journal.codec import (
 )
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
-from crashproof.runtime.driving.durability import Pending, local_commits
+from crashproof.runtime.driving.commits import is_failure
+from crashproof.runtime.driving.drive_commits import DriveCommits
+from crashproof.runtime.driving.durability import Pending
 from crashproof.runtime.guards.approvals import approval_in_flight
 from crashproof.runtime.guards.budget import Meter
 from crashproof.runtime.guards.policy import Policy, admit_act
 from crashproof.runtime.guards.replan import decided_epoch
 from crashproof.runtime.options import StepOptions
-from crashproof.runtime.port import ActSettings, DriveHost, PendingRecord
+from crashproof.runtime.port import ActSettings, DriveHost
 from crashproof.runtime.steps.acts import intent_digest, perform_act
 from crashproof.runtime.steps.arguments import ArgumentDigests
 from crashproof.runtime.steps.checks import CheckResult, checking
@@ -44,7 +46,6 @@ from crashproof.runtime.steps.live import live_call
 from crashproof.runtime.steps.matching import mismatch, patch_marker
 from crashproof.runtime.steps.outbox import deliver, enqueue
 from crashproof.runtime.steps.reconcile import ResumeReread
-from crashproof.store.port import StatusChange
 from crashproof.tools.port import Tool
 
 __all__ = ["Context"]
@@ -69,7 +70,7 @@ _DONE_STATUS = f'","status":"{_SUCCEEDED}","attempt":'
 _REPLAYS = f'","status":"{_SUCCEEDED}",'  # what a replayed success's text goes on with
 
 
-class Context:
+class Context(DriveCommits):
     """Handed to a workflow function as its first argument. Implements the
     ``RunSession`` port (``runtime/port.py``) for the recorders and guards it calls."""
 
@@ -90,6 +91,9 @@ class Context:
         self.frozen_evidence: dict[str, Any] | None = None
         self.fencing_token: int | None = None
         self.ended = False  # the run's outcome is committed: its lease went with it
+        # The error of the ledger that broke this drive's journal (``store_failed``):
+        # nothing more is written or run by the drive.
+        self.broken: BaseException | None = None
         self.act_settings: ActSettings = host.act_settings
         # Budgets and policy: checked before new work only (runtime/guards/budget.py, policy.py).
         self.meter = Meter(replay)
@@ -268,7 +272,12 @@ class Context:
     ) -> Any:
         """The call's recorded outcome when replay returns it, else the work to drive (a
         generator: ``handoff.run_sync`` or ``run_async``)."""
-        if self.frozen is not None or self._in_step is not None or self._host.draining:
+        if (
+            self.frozen is not None
+            or self._in_step is not None
+            or self._host.draining
+            or self.broken is not None
+        ):
             self._check_usable()  # raises (every replayed call comes here: checked inline)
         n = self._counts.get(name)  # _take_key, inlined
         if n is None:
@@ -470,40 +479,6 @@ class Context:
             return _no_crash_point
         return lambda name: points.hit(f"inside[act:{key}:{name}]")
 
-    def _commit(
-        self, events: tuple[Event, ...], status: StatusChange | None, out: bool | None
-    ) -> None:
-        if self.pending is not None:  # an async drive: committed before its next handoff
-            return self.pending.add(events, status, out)
-        self._host.append_records(events, status, fencing_token=self.fencing_token, output=out)
-        if status is not None and status[0].terminal:
-            self.ended = True
-
-    def buffer_commits(self) -> None:  # the async shell: committed before each handoff
-        self.pending = Pending(local=local_commits(self._host.url, self._host.durability))
-
-    def flush(self) -> None:
-        """Commit what an async drive made since its last handoff (``Pending``)."""
-        if self.pending:
-            self.committed(group := self.take_commits(), self._host.commit_batch([group])[0])
-
-    def take_commits(self) -> list[PendingRecord]:
-        """The records to commit (``flush``, or a batch: runtime/driving/batching.py)."""
-        return [] if self.pending is None else self.pending.take(self.fencing_token)
-
-    def committed(self, group: list[PendingRecord], result: tuple[int, Exception] | None) -> None:
-        """A refused record (and those after it) not kept: go on from its seq, and raise."""
-        # The run's outcome is its drive's last record: only the last one kept can be it.
-        kept = len(group) if result is None else result[0]
-        status = group[kept - 1][1] if kept else None
-        if status is not None and status[0].terminal:
-            self.ended = True
-        if result is not None:
-            refused = group[result[0]][0][0]
-            self._next_seq = refused.seq
-            self.session = self.session or refused.payload.get("session")
-            raise result[1]
-
     # -- the rest of the RunSession port ----------------------------------------
 
     @property
@@ -511,13 +486,20 @@ class Context:
         return self._next_seq
 
     def journal(self, run_id: str | None = None) -> list[Event]:
-        """This run's verified journal, or another run's of this ledger (none: [])."""
+        """This run's verified journal, or another run's of this ledger (none: []). A
+        read the ledger fails stops the drive (``store_failed``), wherever it is made
+        from: never a call's outcome."""
         self.flush()  # an async drive reads what it wrote
-        if run_id is None:
-            return self._host.journal(self.run_id)
-        if self._host.store.get_run(run_id) is None:
-            return []
-        return self._host.journal(run_id)
+        try:
+            if run_id is None:
+                return self._host.journal(self.run_id)
+            if self._host.store.get_run(run_id) is None:
+                return []
+            return self._host.journal(run_id)
+        except Exception as exc:
+            if is_failure(exc):
+                self.store_failed(exc)
+            raise
 
     def halt(self, exc: CrashproofError, evidence: dict[str, Any] | None = None) -> None:
         """Every later ctx call raises ``exc`` (already journaled), even if the workflow
@@ -535,6 +517,8 @@ class Context:
     # -- helpers -----------------------------------------------------------
 
     def _check_usable(self) -> None:
+        if self.broken is not None:
+            self.store_failed(self.broken)
         if self.frozen is not None:
             raise self.frozen
         self._host.check_driving(self.run_id)  # a draining worker stops here

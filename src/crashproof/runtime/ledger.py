@@ -36,7 +36,7 @@ from crashproof.runtime.async_context import AsyncContext, off_loop
 from crashproof.runtime.context import Context
 from crashproof.runtime.driving import leases
 from crashproof.runtime.driving.batching import StartBatch
-from crashproof.runtime.driving.commits import JournalCommits
+from crashproof.runtime.driving.commits import JournalCommits, store_edge, store_failure
 from crashproof.runtime.driving.durability import local_commits, share_witness_writes
 from crashproof.runtime.driving.leases import HOST, Grant, Heartbeat, stop_driving
 from crashproof.runtime.driving.lifecycle import (
@@ -124,6 +124,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         # Who holds the leases this Ledger takes: host, process and a per-Ledger nonce.
         self.worker_id = f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}"
         self._stale: set[tuple[str, int]] = set()  # (run id, token) whose lease was lost
+        self._broken = {}  # (run id, token) a commit of which failed (driving/commits.py)
         self._start_batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StartBatch]
         self._start_batches = weakref.WeakKeyDictionary()  # per loop (_drive_async)
         self._claimed = {}  # driving/queue.py: claimed from the queue, not yet driven
@@ -273,7 +274,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         """Drive the run under its lease (``_owning``), the workflow called in this thread.
         ``fresh``: the start record, when the caller just created the run."""
         verdict, grant, known = self._admit(workflow, run_id, take_over, wait, fresh)
-        with self._owning(run_id, grant) as heartbeat:
+        with self._owning(run_id, grant) as heartbeat, store_edge(run_id):
             opened = self._open(workflow, run_id, options, changes, grant, verdict, known)
             if not isinstance(opened, tuple):
                 return opened()
@@ -318,7 +319,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
             )
         heartbeat: Heartbeat | None = None
         try:
-            with self._owning(run_id, grant, leases.TaskHeartbeat) as heartbeat:
+            with self._owning(run_id, grant, leases.TaskHeartbeat) as heartbeat, store_edge(run_id):
                 if opened is None:
                     opened = await off_loop(
                         self._open, workflow, run_id, options, changes, grant, verdict, known
@@ -387,6 +388,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
             opened = self._open(workflow, run_id, options, changes, grant, verdict, known)
         except BaseException as exc:  # as _owning would: a crash leaves the lease
             stop_driving(grant.lease.owner, run_id)
+            self.drive_ended(run_id, grant.lease.token)
             if isinstance(exc, Exception):
                 leases.release(self._store, run_id, grant.lease)
             raise
@@ -438,7 +440,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
             raise
         finally:
             stop_driving(lease.owner, run_id)
-            self._stale.discard((run_id, lease.token))
+            self.drive_ended(run_id, lease.token)
         heartbeat.stop()
         heartbeat.release()
 
@@ -500,6 +502,8 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
 
     def _fail(self, run_id: str, ctx: Context, exc: Exception) -> NoReturn:
         """The workflow raised ``exc``: record the run's failure, or raise what stopped it."""
+        if ctx.broken is not None:  # whatever the workflow made of the ledger's failure
+            raise store_failure(run_id, ctx.broken) from exc
         if ctx.frozen is not None:
             raise stopped_error(run_id, ctx.frozen, ctx.frozen_evidence) from exc
         if isinstance(exc, CrashproofError) and not isinstance(exc, _WORKFLOW_OUTCOMES):

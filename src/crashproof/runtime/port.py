@@ -132,6 +132,11 @@ class RunSession(Protocol):
     ) -> NoReturn:
         """Journal a ``needs_review`` freeze with evidence and raise ``error``."""
 
+    def store_failed(self, cause: BaseException) -> NoReturn:
+        """The ledger itself failed (``cause``: a commit whose outcome is unknown, a
+        read): the drive stops, writing nothing more, and ``cause`` is never a call's
+        outcome (DESIGN.md §11 invariant 8). Raises a BaseException (``StoreFailed``)."""
+
     def halt(self, exc: CrashproofError, evidence: dict[str, Any] | None = None) -> None:
         """Nothing more runs in this drive: ``exc`` (already journaled by the caller: a
         budget stop, an approval request, an abort) is what the ledger raises, whatever

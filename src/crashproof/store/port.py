@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from crashproof.errors import IntegrityError, LeaseHeld, StaleLeaseError
+from crashproof.errors import IntegrityError, LeaseHeld, LedgerError, StaleLeaseError
 from crashproof.journal.records import EVENT_TYPES, Event, RunRow, RunStatus
 from crashproof.store.intents import IntentHold
 
@@ -137,6 +137,12 @@ def check_append(
     (The primary key only refuses a taken seq; a gap, a reorder or a missing run would
     slip through it.) Else StaleLeaseError; returns ``end``, known to exist."""
     if end is None:
+        if fencing_token is not None:  # leased, then gone: lost in a database crash
+            raise LedgerError(
+                f"run {run_id!r} is no longer in ledger {where}, though this drive holds "
+                "its lease: the ledger lost commits it had acknowledged (a database crash?). "
+                "Nothing of this write was kept; start or resume the run again."
+            )
         raise StaleLeaseError(f"run {run_id!r} does not exist in ledger {where}")
     if fencing_token is not None and fencing_token != end[2]:
         raise StaleLeaseError(
@@ -145,6 +151,18 @@ def check_append(
         )
     for offset, event in enumerate(events):
         if event.run_id != run_id or event.seq != end[0] + offset:
+            if fencing_token is not None and event.run_id == run_id:
+                # Under the current lease no one else wrote: the journal is not what the
+                # drive's commits left (a database crash lost commits it had
+                # acknowledged unsynced, or kept one it reported failed). The ledger's
+                # failure, not a takeover: the drive stops, a resume reads what is there.
+                raise LedgerError(
+                    f"run {run_id!r}: the journal ends at sequence {end[0]}, not where this "
+                    f"drive's commits left it ({event.seq}), though the run's lease is still "
+                    "this drive's: the ledger lost or kept commits it had not confirmed (a "
+                    "database crash?). Nothing of this write was kept; resume the run from "
+                    "what is durable."
+                )
             raise StaleLeaseError(
                 f"run {run_id!r}: journal sequence {event.seq} is already taken or out "
                 "of order; another writer is appending to this run. Nothing of this "

@@ -8,7 +8,9 @@ the same turn of the loop are committed together: one transaction, one thread ho
 one sync for the output points among them, while the loop goes on with the others. A
 drive alone commits as before: inline when its commit waits for no disk, else in a
 thread. Each record keeps its crash points and durability (``commits.py``); the drives
-never wait on each other's refusals (a savepoint per record)."""
+never wait on each other's refusals (a savepoint per record). A batch that fails as a
+whole breaks every drive whose records were in it: each stops, writing nothing more
+(journal order: ``commits.py``)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import concurrent.futures
 import contextvars
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from crashproof.runtime.driving.durability import output_point
 from crashproof.runtime.port import DriveHost, PendingRecord, WrittenBatch
@@ -49,6 +51,8 @@ class Drive(Protocol):
     def committed(
         self, group: list[PendingRecord], result: tuple[int, Exception] | None
     ) -> None: ...
+
+    def store_failed(self, cause: BaseException) -> NoReturn: ...
 
 
 Result = tuple[int, Exception] | None
@@ -93,7 +97,11 @@ class CommitBatcher:
             if not self._busy:
                 self._busy = True
                 self._loop.call_soon(self._write)  # after the drives that commit this turn
-        drive.committed(group, await future)
+        try:
+            result = await future
+        except Exception as exc:  # the batch as a whole failed (or its fsync, its witness)
+            drive.store_failed(exc)
+        drive.committed(group, result)
 
     def _write_quick(self) -> None:
         batch, self._quick, self._due = self._quick, [], False

@@ -2,22 +2,49 @@
 drive alone on its loop), or many async drives' records in one transaction (a batch,
 ``runtime/driving/batching.py``). Either way each record has its crash points on each
 side of its commit, and an output point is durable before the call returns
-(``durability.py``). A mixin of the Ledger, which holds the store and the witness."""
+(``durability.py``). A mixin of the Ledger, which holds the store and the witness.
+
+Journal order (DESIGN.md §11, invariant 8): no record of a run is committed after an
+earlier record of that run failed to commit. A commit that *fails* (the store's own
+error: a lost connection, a failed COMMIT, a full disk; ``is_failure``) leaves its
+outcome unknown: the record may or may not have landed. The drive that made it cannot
+tell, so it must write nothing more; the next drive reads what is durable and goes on
+from there (an act whose intent landed is looked up, a decision whose record was lost
+is asked again). Here that is structural: the (run, fencing token) of a failed commit,
+in the sync path and in a batch (every run whose records were in a batch that failed
+as a whole), is *broken*, and every later record of it is refused before it reaches the
+store, whatever the caller does with the error. A *refusal* (``IntentHeld``, a lost
+lease) is not a failure: the store answered that the record was not kept, so the
+journal is exactly as before it.
+
+The drive itself stops too (``Context.store_failed``): the failure travels up as
+``StoreFailed``, a BaseException like a crash point, so that neither a recorder nor the
+user's code can take it for a call's outcome; the ledger turns it into a ``LedgerError``
+for its caller (``store_failure``) at the drive's edge."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import shlex
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from crashproof._faults import CrashPoints
-from crashproof.errors import StaleLeaseError
+from crashproof.errors import CrashproofError, LedgerError, StaleLeaseError
 from crashproof.integrity.witness import Witness
 from crashproof.journal.records import Event
 from crashproof.runtime.driving.durability import output_point
 from crashproof.runtime.port import PendingRecord, WrittenBatch
 from crashproof.store.port import RecordAppend, StatusChange, Store
 
-__all__ = ["CommitObserver", "JournalCommits"]
+__all__ = [
+    "CommitObserver",
+    "JournalCommits",
+    "StoreFailed",
+    "is_failure",
+    "store_edge",
+    "store_failure",
+]
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +54,63 @@ log = logging.getLogger(__name__)
 CommitObserver = Callable[[Sequence[Event], "int | None"], None]
 
 
+class StoreFailed(BaseException):
+    """A drive's journal can take no more records: one of its commits (or a read of its
+    journal) failed with ``cause``, an error of the ledger itself. Raised through the
+    recorders and the user's code as a crash point is (no ``except Exception`` takes it
+    for a call's outcome); the ledger raises ``store_failure(run_id, cause)`` instead
+    once it reaches the drive's edge. Never journaled."""
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        super().__init__(f"run {run_id!r}: the ledger failed: {cause}")
+        self.run_id = run_id
+        self.cause = cause
+
+
+def is_failure(exc: BaseException) -> bool:
+    """Whether a commit's error is a failure of the ledger (its outcome unknown: the
+    drive must stop) rather than a refusal the store answered deliberately (a lost
+    lease, an intent held: nothing kept, and known so)."""
+    return isinstance(exc, LedgerError) or not isinstance(exc, CrashproofError)
+
+
+def store_failure(run_id: str, cause: BaseException) -> LedgerError:
+    """What the caller of a drive that ``StoreFailed`` gets: the run is left as a crash
+    at that point would leave it, resumable from what was committed."""
+    first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    return LedgerError(
+        f"run {run_id!r}: the ledger failed while recording it ({first}); nothing more "
+        "was written for this run, which stays resumable from what was committed: "
+        f"Ledger.resume({run_id!r}) or crashproof resume {shlex.quote(run_id)} --app "
+        "MODULE once the ledger is reachable (or let a worker take it)"
+    )
+
+
+@contextlib.contextmanager
+def store_edge(run_id: str) -> Iterator[None]:
+    """A drive's edge (inside its lease, which a LedgerError releases): ``StoreFailed``
+    becomes the ``store_failure`` its caller gets, also from the group a framework's
+    task group raised it in."""
+    try:
+        yield
+    except StoreFailed as failed:
+        raise store_failure(run_id, failed.cause) from failed.cause
+    except BaseExceptionGroup as group:
+        found: BaseException | None = group.subgroup(StoreFailed)
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+        if not isinstance(found, StoreFailed):
+            raise
+        raise store_failure(run_id, found.cause) from group
+
+
 class JournalCommits:
     _store: Store
     _witness: Witness | None
     _stale: set[tuple[str, int]]  # (run id, token) whose lease was lost
+    # (run id, token) a drive's commit of which failed: refused from then on (journal
+    # order). A write outside a drive (no token: an operator's cancel) breaks nothing.
+    _broken: dict[tuple[str, int | None], BaseException]
     crash_points: CrashPoints | None
     commit_observers: tuple[CommitObserver, ...] = ()
 
@@ -39,6 +119,12 @@ class JournalCommits:
         drives (records of live calls, starts and outcomes; never of a replayed call). An
         observer that raises is logged, never the commit's failure."""
         self.commit_observers = (*self.commit_observers, observer)
+
+    def drive_ended(self, run_id: str, token: int) -> None:
+        """The drive of ``run_id`` under ``token`` wrote its last: forget its refusals (a
+        new drive claims a new token)."""
+        self._stale.discard((run_id, token))
+        self._broken.pop((run_id, token), None)
 
     def _observed(self, events: Sequence[Event], token: int | None) -> None:
         for observer in self.commit_observers:
@@ -62,17 +148,25 @@ class JournalCommits:
         store checks it in the commit's transaction (StaleLeaseError, nothing kept).
         ``output``: whether the last record is an output point, when the caller knows
         (None: output_point decides)."""
-        if self._stale and (events[0].run_id, fencing_token) in self._stale:
-            raise _stale(events[0].run_id, fencing_token)
+        run_id = events[0].run_id
+        if self._stale and (run_id, fencing_token) in self._stale:
+            raise _stale(run_id, fencing_token)
+        if self._broken and (run_id, fencing_token) in self._broken:
+            raise _broken(run_id, self._broken[run_id, fencing_token])
         if self.crash_points is not None:
             self._hit("before_commit", events[0])
         # Something leaves the process next?
         durable = output_point(events[-1]) if output is None else output
-        self._store.append(events, status, fencing_token=fencing_token, durable=durable)
-        if self.crash_points is not None:
-            self._hit("after_commit", events[0])
-        if self._witness is not None and durable:
-            self._witness.advance(events[0].run_id, events[-1].seq + 1)
+        try:
+            self._store.append(events, status, fencing_token=fencing_token, durable=durable)
+            if self.crash_points is not None:
+                self._hit("after_commit", events[0])
+            if self._witness is not None and durable:
+                self._witness.advance(run_id, events[-1].seq + 1)
+        except Exception as exc:
+            if fencing_token is not None and is_failure(exc):  # a drive's (leased) record
+                self._broken[run_id, fencing_token] = exc
+            raise
         if self.commit_observers:
             self._observed(events, fencing_token)
 
@@ -104,6 +198,10 @@ class JournalCommits:
                 appends.append(())
                 refused.append(_stale(run_id, token))
                 continue
+            if self._broken and (run_id, token) in self._broken:
+                appends.append(())
+                refused.append(_broken(run_id, self._broken[run_id, token]))
+                continue
             appends.append(
                 tuple(
                     (events, status, token_, output_point(events[-1]) if out is None else out)
@@ -118,21 +216,38 @@ class JournalCommits:
         batch = [records for records in appends if records]
         write = getattr(self._store, "write_batch", None)
         ticket: object | None = None
-        if write is not None:
-            kept_all, ticket = write(batch)
-        else:  # the store waits for the disk itself (PostgreSQL: in its statements)
-            kept_all = self._store.append_batch(batch)  # type: ignore[attr-defined]
+        try:
+            if write is not None:
+                kept_all, ticket = write(batch)
+            else:  # the store waits for the disk itself (PostgreSQL: in its statements)
+                kept_all = self._store.append_batch(batch)  # type: ignore[attr-defined]
+        except Exception as exc:  # the transaction as a whole: every run in it is broken
+            self._break(batch, exc)
+            raise
         kept = iter(kept_all)
         written = WrittenBatch([], [], ticket)
         for records, refusal in zip(appends, refused, strict=True):
             result = (0, refusal) if refusal is not None else next(kept)
+            if result is not None and refusal is None and is_failure(result[1]):
+                self._break([records], result[1])
             written.results.append(result)
             written.landed.append(records[: None if result is None else result[0]])
         return written
 
     def wait_durable(self, written: WrittenBatch) -> None:
         """Returns once the output points ``written`` kept are on disk (a thread's wait)."""
-        self._store.wait_durable(written.ticket)  # type: ignore[attr-defined]
+        try:
+            self._store.wait_durable(written.ticket)  # type: ignore[attr-defined]
+        except Exception as exc:  # kept, but not known durable: the runs go no further
+            self._break(written.landed, exc)
+            raise
+
+    def _break(self, groups: Iterable[Sequence[RecordAppend]], exc: BaseException) -> None:
+        """The runs of ``groups`` (one run's records each) take no more records from the
+        drives that made them (journal order)."""
+        for records in groups:
+            if records and records[0][2] is not None:  # a drive's (leased) records
+                self._broken[records[0][0][0].run_id, records[0][2]] = exc
 
     def conclude_batch(self, written: WrittenBatch, groups: Iterable[int]) -> None:
         """After the commit (and, for the groups that wait, the disk): each kept record's
@@ -146,11 +261,15 @@ class JournalCommits:
             # (advance_many), before any of them goes on.
             advances = {e[0].run_id: e[-1].seq + 1 for e, _s, _t, durable in landed if durable}
             many = getattr(self._witness, "advance_many", None)
-            if many is not None and len(advances) > 1:
-                many(advances)
-            else:
-                for run_id, generation in advances.items():
-                    self._witness.advance(run_id, generation)
+            try:
+                if many is not None and len(advances) > 1:
+                    many(advances)
+                else:
+                    for run_id, generation in advances.items():
+                        self._witness.advance(run_id, generation)
+            except Exception as exc:  # the next resume catches the witness up
+                self._break([written.landed[g] for g in groups], exc)
+                raise
         if self.commit_observers:
             for events, _status, token, _durable in landed:
                 self._observed(events, token)
@@ -168,6 +287,13 @@ class JournalCommits:
         if points is not None:
             label = event.type.value if event.key is None else f"{event.type.value}:{event.key}"
             points.hit(f"{side}[{label}]")
+
+
+def _broken(run_id: str, cause: BaseException) -> LedgerError:
+    return LedgerError(
+        f"run {run_id!r}: an earlier record of this drive failed to commit ({cause}); "
+        "nothing more is written by it (journal order), a resume goes on from what landed"
+    )
 
 
 def _stale(run_id: str, token: int | None) -> StaleLeaseError:

@@ -7,7 +7,10 @@ so a crash during the wait resumes the wait instead of starting over. A service 
 failing the call (``outage.py``). The final outcome is one ``step_done`` record: the
 JSON result (and a decision's model, usage and cost), or the error replay raises again.
 A BaseException (a crash point, a cancelled task) records nothing: the step is run
-again on resume, as after a crash.
+again on resume, as after a crash. Neither does an error of the ledger itself
+(``LedgerError``, DESIGN.md §11 invariant 8): it stops the drive
+(``session.store_failed``); a commit of this drive that failed before or during the call
+is thrown in as ``StoreFailed``, a BaseException, and passes through likewise.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crashproof.errors import CrashproofError, Unavailable
+from crashproof.errors import CrashproofError, LedgerError, Unavailable
 from crashproof.journal import payloads
 from crashproof.journal.codec import decode, encode, error_record
 from crashproof.journal.records import EventType, StepKind, StepStatus
@@ -69,6 +72,8 @@ def live_call(
         if error is not None:
             if nested:
                 raise error  # a misuse of ctx, not the step's outcome: record nothing
+            if isinstance(error, LedgerError):  # the ledger's failure, never the call's
+                session.store_failed(error)
             ended = time.time()
             delay = _delay(policy, attempt, error)
             if delay is None and isinstance(error, Unavailable):  # never the call's failure
