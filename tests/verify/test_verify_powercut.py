@@ -97,10 +97,13 @@ def test_the_witness_is_cut_with_the_ledger(tmp_path: Path) -> None:
 
     with open_ledger(tmp_path, powercut=True) as ledger:
         snapshots = durable_snapshots(tmp_path)
-        assert (snapshots.directory / "witness" / "ledger.db.witness").exists()
+        assert (snapshots.witness_directory / "ledger.db.witness").exists()
         assert ledger.witness is not None
+        before = (snapshots.witness_directory / "ledger.db.witness-wal").read_bytes()
         ledger.witness.start("r")  # a durable write: a snapshot of its own
-        assert not (snapshots.directory / "ledger").exists()  # no forced sync yet
+        after = (snapshots.witness_directory / "ledger.db.witness-wal").read_bytes()
+        assert len(after) > len(before)
+        assert not snapshots.directory.exists()  # no forced sync of the ledger yet
 
 
 def test_an_unsynced_witness_is_caught_as_refused_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ own last sync made durable, each file group on its own clock:
   keeps only what a sync made durable before (nothing, for a new one).
 
 ``restore()`` puts each group back as of its own last sync (or removes it, if nothing of
-it was ever synced) and removes the shared-memory indexes, as a rebooted machine would
+it was ever synced; a witness never attached stays as it is) and removes the shared-memory indexes, as a rebooted machine would
 find them. Test instrumentation only: the copies cost what the syncs save.
 
 Limit: a power cut may also keep some unsynced writes (the kernel wrote them back); this
@@ -40,11 +40,18 @@ _SUFFIXES = ("", "-wal")
 
 class _Durable:
     """The last durable state of one SQLite file (and its ``-wal``), kept in
-    ``directory``."""
+    ``directory``. ``always``: restored even if never tracked (the ledger); else only
+    once ``track`` was called (a witness never attached is left as it is)."""
 
-    def __init__(self, database: Path, directory: Path) -> None:
+    def __init__(self, database: Path, directory: Path, *, always: bool = True) -> None:
         self.database = database
         self.directory = directory
+        self._always = always
+        self._tracked = directory.with_name(directory.name + ".tracked")
+
+    def track(self) -> None:
+        self._tracked.parent.mkdir(parents=True, exist_ok=True)
+        self._tracked.touch()
 
     def take(self) -> None:
         staging = self.directory.with_name(self.directory.name + ".new")
@@ -58,6 +65,8 @@ class _Durable:
         staging.rename(self.directory)
 
     def restore(self) -> None:
+        if not self._always and not self._tracked.exists():
+            return
         for suffix in (*_SUFFIXES, "-shm"):
             self.database.with_name(self.database.name + suffix).unlink(missing_ok=True)
         if not self.directory.is_dir():
@@ -69,16 +78,17 @@ class _Durable:
 
 
 class DurableSnapshots:
-    """The last durable state of the SQLite ledger at ``database`` and of its witness,
-    kept under ``directory`` (which survives ledger objects: attach every store and
-    witness opened on the ledger)."""
+    """The last durable state of the SQLite ledger at ``database``, kept in
+    ``directory``, and of its witness, in ``<directory>.witness`` (both survive ledger
+    objects: attach every store and witness opened on the ledger)."""
 
     def __init__(self, database: Path, directory: Path) -> None:
         self.database = database
         self.directory = directory
         self.witness = database.with_name(database.name + ".witness")
-        self._ledger = _Durable(database, directory / "ledger")
-        self._witness = _Durable(self.witness, directory / "witness")
+        self._ledger = _Durable(database, directory)
+        self.witness_directory = directory.with_name(directory.name + ".witness")
+        self._witness = _Durable(self.witness, self.witness_directory, always=False)
         self.taken = 0  # snapshots of the ledger taken by this object
         self.witness_taken = 0  # snapshots of the witness taken by this object
 
@@ -96,6 +106,7 @@ class DurableSnapshots:
         """Snapshot ``witness`` (the ledger's) after each of its durable writes."""
         if witness.path.resolve() != self.witness.resolve():
             raise ValueError(f"this snapshot keeps the witness {self.witness}, not {witness.path}")
+        self._witness.track()
         if witness.synced:  # what it holds now was synced as it was written
             with witness._lock:
                 self._take_witness(witness.path)
