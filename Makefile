@@ -47,6 +47,7 @@ test: lint typecheck
 chaos: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
 	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
+	POWERCUT_TRIALS=24 $(BIN)/python -O -m pytest -q tests/crash/test_powercut_image.py
 
 chaos-short: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)
