@@ -42,7 +42,7 @@ CHILD = Path(__file__).with_name("child_powercut.py")
 TRIALS = int(os.environ.get("POWERCUT_TRIALS", "3"))
 SEED = int(os.environ.get("POWERCUT_SEED", "38"))
 RUNS = 32  # concurrent runs per wave in the child (its journal key: tests/conftest.py)
-IMAGE_MIB = 64
+IMAGE_MIB = 32
 
 
 def _run(*argv: str) -> str:
@@ -156,6 +156,8 @@ def _trial(scratch: Path, number: int, rng: random.Random) -> dict[str, int]:
         return _recover(cut.mountpoint / "ledger.db", outside)
     finally:
         cut.close()
+        image.unlink()
+        (trial / "cut.img").unlink()
 
 
 def _recover(database: Path, outside: Path) -> dict[str, int]:
