@@ -71,11 +71,13 @@ class Witness(Protocol):
         ...
 
     def start(self, run_id: str) -> None:
-        """Record generation 0 for a new run (before its first commit)."""
+        """Record generation 0 for a new run (before its first commit), durable where
+        a power cut could otherwise keep the run's records and lose the row."""
         ...
 
     def advance(self, run_id: str, generation: int) -> None:
-        """Raise the witnessed generation (never lowers it)."""
+        """Raise the witnessed generation (never lowers it); durable before the output
+        it stands for leaves the process."""
         ...
 
     def reset(self, run_id: str, generation: int) -> None:
