@@ -17,7 +17,8 @@ own last sync made durable, each file group on its own clock:
 
 ``restore()`` puts each group back as of its own last sync (or removes it, if nothing of
 it was ever synced; a witness never attached stays as it is) and removes the
-shared-memory indexes, as a rebooted machine would find them. Test instrumentation only: the copies cost what the syncs save.
+shared-memory indexes, as a rebooted machine would find them. Test instrumentation only:
+the copies cost what the syncs save.
 
 Limit: a power cut may also keep some unsynced writes (the kernel wrote them back); this
 keeps none, the harshest case. The real-filesystem trials (tests/crash/
