@@ -117,8 +117,9 @@ def verify_recovery(
             "(fast). subprocess: a child process is killed by SIGKILL at each crash point "
             "(realistic). powercut: the ledger runs in output durability and, after each "
             "crash, it and its witness lose every write their own last sync did not make "
-            "durable, as a power loss would. chaos: the child's whole process group (git, test runners) is "
-            "SIGKILLed at random times, its recovery too in some trials (--trials).",
+            "durable, as a power loss would. chaos: the child's whole process group (git, "
+            "test runners) is SIGKILLed at random times, its recovery too in some trials "
+            "(--trials).",
         ),
     ] = VerifyMode.INPROC,
     seed: Annotated[
