@@ -91,8 +91,8 @@ def verify(
     module of its workflow factory) or ``"powercut"`` (a simulated crash of a ledger in
     ``output`` durability, whose files and its witness's then go back to their own last
     sync: every unsynced write is lost, as in a power cut). ``max_points``: at most this
-    many crash cases and as many double-crash cases, sampled with ``seed``. ``workers`` > 1 runs trials in
-    threads (the scenario's factories must then be thread-safe). ``contention_points``: at
+    many crash cases and as many double-crash cases, sampled with ``seed``. ``workers``
+    > 1 runs trials in threads (the scenario's factories must then be thread-safe). ``contention_points``: at
     how many crash points (None: all, 0: none) to run the two-recoverers and
     stale-checkpoint cases; in subprocess mode the environment must then bear two
     processes at once. ``workdir``: keep the
