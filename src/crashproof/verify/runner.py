@@ -96,9 +96,10 @@ def verify(
     ``contention_points``: at how many crash points (None: all, 0: none) to run the
     two-recoverers and stale-checkpoint cases; in subprocess mode the environment must
     then bear two processes at once. ``workdir``: keep the trial directories of cases
-    that did not end SAME there (default: a temporary directory, removed). ``trials``: how many wall-clock kill trials chaos mode runs
-    (``"chaos"``: a child process group SIGKILLed after a random delay, its recovery too
-    in some trials; the scenario must be importable, as for subprocess mode).
+    that did not end SAME there (default: a temporary directory, removed). ``trials``:
+    how many wall-clock kill trials chaos mode runs (``"chaos"``: a child process group
+    SIGKILLed after a random delay, its recovery too in some trials; the scenario must
+    be importable, as for subprocess mode).
     """
     if isinstance(scenario, str):
         target = target or scenario
