@@ -228,8 +228,13 @@ class SQLiteWitness:
 
     def advance_many(self, generations: dict[str, int]) -> None:
         """Raise several runs' generations (never lowering one); returns once a durable
-        write made after this call began holds them."""
-        self._submit((), generations)
+        write made after this call began holds them, at once for those this witness
+        wrote already (an async batch's, advanced by the group sync's leader: no fsync
+        on the loop's thread)."""
+        made = self._made
+        wanted = {run: gen for run, gen in generations.items() if made.get(run, -1) < gen}
+        if wanted:
+            self._submit((), wanted)
 
     def _submit(self, starts: Sequence[str], generations: dict[str, int]) -> None:
         """Write new runs' rows and advances; returns once a durable write made after
