@@ -52,6 +52,7 @@ chaos: $(STAMP)
 	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
 	# PostgreSQL killed (pg_ctl stop -m immediate) and restarted under 50 in-flight runs (#38)
 	CRASHPROOF_PG_CRASHES=$(PG_CRASHES) CRASHPROOF_PG_CRASH_RUNS=$(PG_CRASH_RUNS) $(BIN)/pytest -q tests/integration/test_postgres_crash.py
+	POWERCUT_TRIALS=24 $(BIN)/python -O -m pytest -q tests/crash/test_powercut_image.py
 
 chaos-short: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)

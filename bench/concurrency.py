@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/concurrency.py [--runs 1,64,256,1024] [--dir /tmp]
                                           [--only NAME,...] [--postgres]
+                                          [--lease-seconds S]
 
 Every run makes 10 awaited "model calls" of 50 ms and one act with lookup, so the ideal
 wall time is 0.5 s whatever the number of runs R. Contestants (each in a child process
@@ -15,7 +16,10 @@ with a message, install them with ``.venv/bin/pip install --group bench aiosqlit
   act node), ``AsyncSqliteSaver``, durability "sync";
 - DBOS async: an async ``@DBOS.workflow`` of 10 async ``@DBOS.step`` calls and an act step.
 
-Printed per contestant and R: wall / ideal, runs/s, peak RSS (MiB). ``--postgres``
+Printed per contestant and R: wall / ideal, runs/s, peak RSS (MiB). A lease lost by these
+live processes (a "lease lost" warning) is a failure: crashproof's line says how many
+and the bench exits 1. ``--lease-seconds``: crashproof's lease (default 15 s, the
+library's: runs this short never renew; 0.3 makes every run renew a few times). ``--postgres``
 measures crashproof on its own throwaway PostgreSQL server too (tests/postgres_server.py).
 """
 
@@ -26,6 +30,7 @@ import asyncio
 import concurrent.futures
 import importlib.metadata
 import json
+import logging
 import resource
 import shutil
 import subprocess
@@ -39,6 +44,7 @@ from _common import load_average, machine_facts, make_tempdir, print_facts
 import crashproof as cp
 
 CALLS, CALL_SECONDS = 10, 0.05
+LEASE_SECONDS = 15.0  # --lease-seconds
 IDEAL = CALLS * CALL_SECONDS
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,7 +104,7 @@ def crashproof_async(url: str, runs: int) -> float:
     async def all_runs(ledger: cp.Ledger) -> list[int]:
         return await asyncio.gather(*(ledger.run_async(agent, run_id=f"r{k}") for k in range(runs)))
 
-    with cp.Ledger(url) as ledger:
+    with cp.Ledger(url, lease_seconds=LEASE_SECONDS) as ledger:
         start = time.perf_counter()
         results = asyncio.run(all_runs(ledger))
         wall = time.perf_counter() - start
@@ -121,7 +127,7 @@ def crashproof_threads(url: str, runs: int) -> float:
         ctx.act("note", tool, text=f"done by {ctx.run_id}")
         return CALLS
 
-    with cp.Ledger(url) as ledger:
+    with cp.Ledger(url, lease_seconds=LEASE_SECONDS) as ledger:
         ledger.register(agent)
         start = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(max_workers=runs) as pool:
@@ -233,8 +239,21 @@ def _missing(name: str) -> str | None:
     return None
 
 
+class _LostLeases(logging.Handler):
+    """Counts the "lease lost" warnings of this process's drives."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage() == "lease lost"
+
+
 def child(name: str, runs: int, directory: Path, url: str | None) -> dict[str, Any]:
-    """One measurement in this (child) process: wall time and peak RSS."""
+    """One measurement in this (child) process: wall time, peak RSS, leases lost."""
+    lost = _LostLeases()
+    logging.getLogger("crashproof").addHandler(lost)
     if name == "crashproof async":
         wall = crashproof_async(url or f"sqlite:///{directory / 'cp.db'}", runs)
     elif name == "crashproof threads":
@@ -246,7 +265,7 @@ def child(name: str, runs: int, directory: Path, url: str | None) -> dict[str, A
     else:
         raise ValueError(name)
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"wall": wall, "rss_mib": rss_mib}
+    return {"wall": wall, "rss_mib": rss_mib, "leases_lost": lost.count}
 
 
 def measure(name: str, runs: int, parent: Path, url: str | None) -> dict[str, Any] | str:
@@ -254,6 +273,7 @@ def measure(name: str, runs: int, parent: Path, url: str | None) -> dict[str, An
     try:
         argv = [sys.executable, __file__, "--child", name, "--runs", str(runs)]
         argv += ["--dir", str(directory)] + (["--url", url] if url else [])
+        argv += ["--lease-seconds", str(LEASE_SECONDS)]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
         if done.returncode != 0:
             return f"failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}"
@@ -263,15 +283,18 @@ def measure(name: str, runs: int, parent: Path, url: str | None) -> dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
+    global LEASE_SECONDS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", default="1,64,256,1024")
     parser.add_argument("--dir", default=None)
     parser.add_argument("--only", default=None, help="contestants by name, comma-separated")
     parser.add_argument("--postgres", action="store_true", help="crashproof on PostgreSQL too")
+    parser.add_argument("--lease-seconds", type=float, default=15.0)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     counts = [int(r) for r in args.runs.split(",")]
+    LEASE_SECONDS = args.lease_seconds
     if args.child is not None:
         print(json.dumps(child(args.child, counts[0], Path(args.dir), args.url)))
         return 0
@@ -281,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{IDEAL:.2f} s"
     )
     print_facts(machine_facts(parent))
+    print(f"  crashproof lease: {LEASE_SECONDS:g} s (renewed every third)")
+    lost_any = 0
     targets: list[tuple[str, str | None]] = [(n, None) for n in CONTESTANTS]
     server = None
     if args.postgres:
@@ -308,9 +333,12 @@ def main(argv: list[str] | None = None) -> int:
                 if isinstance(got, str):
                     print(f"  {label:<28} {runs:>5} {got}")
                     continue
+                lost = got.get("leases_lost", 0)
+                lost_any += lost
                 print(
                     f"  {label:<28} {runs:>5} {got['wall'] / IDEAL:>9.2f}x "
-                    f"{runs / got['wall']:>8.1f} {got['rss_mib']:>6.0f} MiB",
+                    f"{runs / got['wall']:>8.1f} {got['rss_mib']:>6.0f} MiB"
+                    + (f"  FAILED: {lost} leases lost" if lost else ""),
                     flush=True,
                 )
                 rates[(label, runs)] = runs / got["wall"]
@@ -324,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         shutil.rmtree(parent, ignore_errors=True)
     print(f"  load average after: {load_average()}")
+    if lost_any:
+        print(f"FAILED: live runs lost {lost_any} leases")
+        return 1
     return 0
 
 

@@ -616,6 +616,29 @@ def test_renew_extends_the_expiry_of_the_current_lease(backend: Backend) -> None
         backend.store.claim("r", "w2", 30.0)
 
 
+def test_renew_many_renews_the_current_leases_in_one_call(backend: Backend) -> None:
+    """The renewals of an event loop's runs, one statement (runtime/driving/leases.py):
+    a superseded or released lease is left out, as ``renew`` would refuse it."""
+    many = getattr(backend.store, "renew_many", None)
+    if many is None:
+        pytest.skip("this store renews one lease at a time")
+    for run_id in ("a", "b", "c", "d"):
+        start(backend.store, run_id)
+    held = {run_id: backend.store.claim(run_id, "w1", 1.0) for run_id in ("a", "b", "c", "d")}
+    backend.store.claim("b", "w2", 30.0, take_over=True)  # b: superseded
+    backend.store.release("c", held["c"])  # c: released
+    time.sleep(0.5)
+    renewed = many(list(held.items()))
+    assert sorted(renewed) == ["a", "d"]
+    for run_id in ("a", "d"):
+        lease = renewed[run_id]
+        assert (lease.owner, lease.token) == (held[run_id].owner, held[run_id].token)
+        assert lease.expires_at > held[run_id].expires_at
+    time.sleep(0.7)  # past the first expiry, within the renewed one
+    with pytest.raises(LeaseHeld):
+        backend.store.claim("a", "w3", 30.0)
+
+
 def test_release_frees_the_run_keeps_the_token_and_is_idempotent(backend: Backend) -> None:
     start(backend.store, "r")
     lease = backend.store.claim("r", "w1", 30.0)

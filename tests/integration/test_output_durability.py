@@ -4,6 +4,7 @@ how concurrent runs share those syncs, and that what a sync covers is really the
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sqlite3
 import threading
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import crashproof as cp
 from crashproof.store.sqlite import SQLiteStore
 from crashproof.tools.port import Call, Receipt, Tool
-from crashproof.verify.powercut import DurableSnapshots
+from crashproof.verify.powercut import DurableSnapshots, attach
 
 KEY = "ab" * 32
 
@@ -302,3 +303,41 @@ def _witness_transactions(statements: list[str]) -> int:
         elif statement in ("UPDATE", "INSERT") and not inside:
             count += 1
     return count
+
+
+def test_after_a_power_cut_an_older_journal_copy_is_still_refused(tmp_path: Path) -> None:
+    """Anti-rollback across a power cut: the witness keeps, as of its own last sync, the
+    advance of the last output point, so a journal copy from before it (taken when the
+    first act was about to execute) is refused after the cut, and nothing executes."""
+    path = tmp_path / "l.db"
+    snapshots = DurableSnapshots(path, tmp_path / "durable")
+    older = tmp_path / "older"
+    executed: list[str] = []
+
+    class Copying(Noop):
+        def execute(self, call: Call) -> Receipt:
+            executed.append(call.step)
+            if not older.exists():  # the ledger as durable at act0's intent
+                shutil.copytree(snapshots.directory, older)
+            return super().execute(call)
+
+    @cp.workflow("rollback", version="1")
+    def two_acts(ctx: cp.Context) -> int:
+        ctx.act("act0", Copying())
+        ctx.act("act1", Copying())
+        return 2
+
+    ledger = cp.Ledger(f"sqlite:///{path}", key=KEY)
+    attach(ledger, snapshots)
+    assert ledger.run(two_acts, run_id="r") == 2
+    ledger.close()
+    snapshots.restore()  # the power cut: each file as of its own last sync
+    with cp.Ledger(f"sqlite:///{path}", key=KEY) as again:  # the cut alone: all there
+        assert again.check() == [("r", None)]
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    for kept in older.iterdir():  # the older copy restored over it
+        shutil.copyfile(kept, tmp_path / kept.name)
+    with cp.Ledger(f"sqlite:///{path}", key=KEY) as again, pytest.raises(cp.JournalRolledBack):
+        again.run(two_acts, run_id="r")
+    assert executed == ["act0", "act1"]

@@ -30,13 +30,14 @@ def test_advances_that_wait_together_share_one_commit(tmp_path: Path) -> None:
         witness.start(f"r{k}")
     statements: list[str] = []
     first = threading.Event()
+    asked = witness._asked  # (the starts asked too)
 
     def trace(sql: str) -> None:
         statements.append(sql.split()[0].upper())
         if len(statements) == 1:  # hold the first write until every run has asked
             first.set()
             deadline = time.monotonic() + 10
-            while witness._asked < RUNS and time.monotonic() < deadline:
+            while witness._asked < asked + RUNS and time.monotonic() < deadline:
                 time.sleep(0.005)
 
     witness._conn.set_trace_callback(trace)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from examples import code_agent, patch_task
 
+import crashproof.integrity.witness as witness_module
 import crashproof.runtime.driving.durability as durable
 from crashproof.verify import CaseKind, Report, Verdict, verify
 from crashproof.verify.patch_scenario import PATCH_TASK
@@ -86,3 +87,32 @@ def test_snapshots_refuse_a_store_that_never_forces_a_sync(tmp_path: Path) -> No
             DurableSnapshots(tmp_path / "l.db", tmp_path / "durable").attach(store)
     finally:
         store.close()
+
+
+def test_the_witness_is_cut_with_the_ledger(tmp_path: Path) -> None:
+    """The witness's files are kept as of its own last sync, apart from the ledger's."""
+    report = verify(patch_task.SCENARIO, mode="powercut", seed=0, max_points=8, recovery_points=0)
+    assert_all_same(report)
+    from crashproof.verify.trial_kit import durable_snapshots, open_ledger
+
+    with open_ledger(tmp_path, powercut=True) as ledger:
+        snapshots = durable_snapshots(tmp_path)
+        assert (snapshots.witness_directory / "ledger.db.witness").exists()
+        assert ledger.witness is not None
+        before = (snapshots.witness_directory / "ledger.db.witness-wal").read_bytes()
+        ledger.witness.start("r")  # a durable write: a snapshot of its own
+        after = (snapshots.witness_directory / "ledger.db.witness-wal").read_bytes()
+        assert len(after) > len(before)
+        assert not snapshots.directory.exists()  # no forced sync of the ledger yet
+
+
+def test_an_unsynced_witness_is_caught_as_refused_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The witness before issue #38: synchronous=NORMAL, so a power cut can keep a run's
+    synced intent and lose its witness row. Every resume after such a cut is refused
+    (WitnessMissing); the synced witness never is (the tests above)."""
+    monkeypatch.setattr(witness_module, "_UNSAFE_UNSYNCED", True)
+    report = verify(patch_task.SCENARIO, mode="powercut", seed=0, max_points=8, recovery_points=0)
+    refused = [r for r in report.results if r.verdict is Verdict.DIVERGED]
+    assert refused
+    assert all("WitnessMissing" in r.reason for r in refused)
+    assert not report.ok

@@ -300,6 +300,22 @@ class SQLiteStore(SQLiteJournal):
                 )
         return Lease(lease.owner, lease.token, expires_at, lease.ttl_seconds)
 
+    def renew_many(self, leases: Sequence[tuple[str, Lease]]) -> dict[str, Lease]:
+        """``renew`` of several runs' leases in one statement: the leases renewed, by run
+        id (one missing: its owner or token is no longer current, as StaleLeaseError)."""
+        asked = [[run_id, lease.owner, lease.token, lease.ttl_seconds] for run_id, lease in leases]
+        with self._transaction(*(run_id for run_id, _ in leases)) as conn:
+            rows = conn.execute(
+                _Q["renew_leases"], (time.time(), encode(asked, what="leases"))
+            ).fetchall()
+        given = dict(leases)
+        return {
+            run_id: Lease(
+                given[run_id].owner, given[run_id].token, expires, given[run_id].ttl_seconds
+            )
+            for run_id, expires in rows
+        }
+
     def release(self, run_id: str, lease: Lease) -> None:
         with self._transaction(run_id) as conn:
             conn.execute(_Q["release_lease"], (run_id, lease.owner, lease.token))

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["GroupSync", "Note", "WalSyncer"]
+__all__ = ["GroupSync", "Note", "WalSyncer", "sync_directory"]
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class WalSyncer:
         try:
             inode = os.fstat(fd).st_ino
             _datasync(fd)  # before the directory: the name then leads to synced content
-            _sync_directory(self.wal.parent)
+            sync_directory(self.wal.parent)
         except BaseException:
             os.close(fd)
             raise
@@ -89,7 +89,9 @@ class WalSyncer:
             os.close(fd)
 
 
-def _sync_directory(directory: Path) -> None:
+def sync_directory(directory: Path) -> None:
+    """fsync a directory, so the names of the files just created in it are durable
+    (best effort: a platform or filesystem that cannot is skipped)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:

@@ -89,17 +89,17 @@ def verify(
     simulated crash, a new Ledger object), ``"subprocess"`` (a child process killed by
     SIGKILL; the scenario must be importable, by ``target`` or found as a global of the
     module of its workflow factory) or ``"powercut"`` (a simulated crash of a ledger in
-    ``output`` durability, whose files then go back to their last forced sync: every
-    unsynced write is lost, as in a power cut). ``max_points``: at most this many crash cases and as
-    many double-crash cases, sampled with ``seed``. ``workers`` > 1 runs trials in
-    threads (the scenario's factories must then be thread-safe). ``contention_points``: at
-    how many crash points (None: all, 0: none) to run the two-recoverers and
-    stale-checkpoint cases; in subprocess mode the environment must then bear two
-    processes at once. ``workdir``: keep the
-    trial directories of cases that did not end SAME there (default: a temporary
-    directory, removed). ``trials``: how many wall-clock kill trials chaos mode runs
-    (``"chaos"``: a child process group SIGKILLed after a random delay, its recovery too
-    in some trials; the scenario must be importable, as for subprocess mode).
+    ``output`` durability, whose files and its witness's then go back to their own last
+    sync: every unsynced write is lost, as in a power cut). ``max_points``: at most this
+    many crash cases and as many double-crash cases, sampled with ``seed``. ``workers``
+    > 1 runs trials in threads (the scenario's factories must then be thread-safe).
+    ``contention_points``: at how many crash points (None: all, 0: none) to run the
+    two-recoverers and stale-checkpoint cases; in subprocess mode the environment must
+    then bear two processes at once. ``workdir``: keep the trial directories of cases
+    that did not end SAME there (default: a temporary directory, removed). ``trials``:
+    how many wall-clock kill trials chaos mode runs (``"chaos"``: a child process group
+    SIGKILLed after a random delay, its recovery too in some trials; the scenario must
+    be importable, as for subprocess mode).
     """
     if isinstance(scenario, str):
         target = target or scenario

@@ -4,8 +4,8 @@ Each trial has a directory of its own: ``env/`` (given to the scenario's environ
 factory) and ``ledger.db`` (the journal). A crash is either in-process (a ``SimulatedCrash``
 unwinds without any journal write; the Ledger object is thrown away), real (a child
 process, ``python -m crashproof.verify._child``, dies by SIGKILL at the crash point), or a
-power cut (in-process, in ``output`` durability; then the ledger files go back to what its
-last forced sync made durable, see ``crashproof.verify.powercut``). The
+power cut (in-process, in ``output`` durability; then the ledger's files and its witness's
+go back to what each one's last sync made durable, see ``crashproof.verify.powercut``). The
 resume always happens in this process, in a new ``Ledger`` object on the same file, with an
 environment reopened from the same directory, as a restarted process would find them.
 

@@ -116,9 +116,10 @@ def verify_recovery(
             help="inproc: a simulated crash unwinds the run, a new Ledger object resumes it "
             "(fast). subprocess: a child process is killed by SIGKILL at each crash point "
             "(realistic). powercut: the ledger runs in output durability and, after each "
-            "crash, loses every write its last forced sync did not make durable, as a power "
-            "loss would. chaos: the child's whole process group (git, test runners) is "
-            "SIGKILLed at random times, its recovery too in some trials (--trials).",
+            "crash, it and its witness lose every write their own last sync did not make "
+            "durable, as a power loss would. chaos: the child's whole process group (git, "
+            "test runners) is SIGKILLed at random times, its recovery too in some trials "
+            "(--trials).",
         ),
     ] = VerifyMode.INPROC,
     seed: Annotated[

@@ -235,9 +235,15 @@ class JournalCommits:
         return written
 
     def wait_durable(self, written: WrittenBatch) -> None:
-        """Returns once the output points ``written`` kept are on disk (a thread's wait)."""
+        """Returns once the output points ``written`` kept are on disk (a thread's wait),
+        and the witness holds them: its write, a sync of its own, is made here rather
+        than by ``conclude_batch`` on the loop's thread (which then finds them made)."""
         try:
             self._store.wait_durable(written.ticket)  # type: ignore[attr-defined]
+            many = getattr(self._witness, "advance_many", None)
+            if many is not None:
+                landed = [record for records in written.landed for record in records]
+                many({e[0].run_id: e[-1].seq + 1 for e, _s, _t, durable in landed if durable})
         except Exception as exc:  # kept, but not known durable: the runs go no further
             self._break(written.landed, exc)
             raise

@@ -153,12 +153,31 @@ class Heartbeat:
         try:
             self.lease = self._store.renew(self._run_id, self.lease)
         except StaleLeaseError:
-            log.warning("lease lost", extra={"run_id": self._run_id})
-            self._lost()
-            return False
+            return self._refused()
         except Exception as exc:  # e.g. the database is briefly unreachable: try again
             log.warning("lease renewal failed: %s", exc, extra={"run_id": self._run_id})
         return True
+
+    def _refused(self) -> bool:
+        """A renewal was refused as stale: the lease is lost, unless the drive let it go
+        meanwhile (stopped and released it, or committed the run's outcome, which
+        releases it: the renewal raced the drive's end). Returns False (renew no more)."""
+        if self._stopped.is_set() or self._ended_in_store():
+            log.debug("lease went with the run's end", extra={"run_id": self._run_id})
+            return False
+        log.warning("lease lost", extra={"run_id": self._run_id})
+        self._lost()
+        return False
+
+    def _ended_in_store(self) -> bool:
+        """Whether the run's outcome is committed (its status terminal), which released
+        the lease. Harmless when another owner committed it: this drive's next commit is
+        refused by its fencing token all the same."""
+        try:
+            row = self._store.get_run(self._run_id)
+        except Exception:
+            return False  # unknown: count the lease lost
+        return row is not None and row.status.terminal
 
     def stop(self) -> None:
         self._stopped.set()
@@ -172,11 +191,16 @@ class Heartbeat:
 
 
 class TaskHeartbeat(Heartbeat):
-    """``Heartbeat`` for an async drive: no thread of its own, nor a task. The async
-    drives of a loop are renewed together by one task (``_Renewals``): a thousand runs on
-    a loop renew in one thread hop every ttl/3, instead of a thousand threads, or tasks,
-    each waking alone. Renewals and the release are commits in a commit thread, as the
-    drive's own are: the loop never waits on them."""
+    """``Heartbeat`` for an async drive, with no thread of its own. The async drives of a
+    loop are renewed together by one thread (``_Renewals``): a thousand runs on a loop
+    renew in one statement every ttl/3 instead of a thousand threads each waking alone,
+    and a busy loop (a CPU-bound step, a thousand runs' turns) never delays a renewal:
+    the lease says the process is alive, not that its loop is idle, as a thread's
+    heartbeat beside a long synchronous step does. A process that stops (killed,
+    suspended, partitioned from the database) stops renewing too, so its lease expires
+    and whoever claims the run bumps the fencing token: this process's next commit is
+    refused (DESIGN §7). The release is a commit in a commit thread, as the drive's own
+    are: the loop never waits on it."""
 
     def __init__(  # (the thread of the base class is never started)
         self, store: Store, run_id: str, lease: Lease, lost: Callable[[], None]
@@ -186,13 +210,15 @@ class TaskHeartbeat(Heartbeat):
         self.lease = lease
         self._lost = lost
         self.drive = None
+        self._stopped = threading.Event()
         self._loop = asyncio.get_running_loop()
-        self.due = self._loop.time() + lease.ttl_seconds / 3  # the next renewal, loop time
+        self.due = time.monotonic() + lease.ttl_seconds / 3  # the next renewal
         self._renewals = _renewals(self._loop, lease.ttl_seconds)
         self._renewals.add(self)
         self.released: asyncio.Future[None] | None = None  # the release, awaited by the drive
 
     def stop(self) -> None:
+        self._stopped.set()
         self._renewals.discard(self)
 
     def release(self) -> None:
@@ -202,42 +228,56 @@ class TaskHeartbeat(Heartbeat):
 
 class _Renewals:
     """The heartbeats of a loop's async drives under leases of one ttl, renewed by one
-    task: it sleeps until the earliest is due (a heartbeat added later, of the same ttl,
-    is never due earlier), renews in one thread hop every one due by then or within the
-    next ttl/6 (a little early, so that runs started a moment apart share a hop), and
-    ends when none is left. A renewal refused as stale marks that lease lost
-    (``Heartbeat._renew``)."""
+    daemon thread: it sleeps until the earliest is due (a heartbeat added later, of the
+    same ttl, is never due earlier), renews every one due by then or within the next
+    ttl/6 (a little early, so that runs started a moment apart share a statement), and
+    ends when none is left; the next heartbeat added starts it again. The renewals of
+    one store are one statement (``renew_many``, where the store has it): a thread that
+    contends with a busy loop for the interpreter lock waits for it once per statement,
+    not once per run. A renewal refused as stale marks that lease lost
+    (``Heartbeat._refused``)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, ttl: float) -> None:
-        self._loop = loop
+    def __init__(self, ttl: float) -> None:
+        self._ttl = ttl
         self._early = ttl / 6
+        self._guard = threading.Condition()
         self._beats: dict[TaskHeartbeat, None] = {}  # in the order added: oldest due first
-        self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
 
     def add(self, beat: TaskHeartbeat) -> None:
-        self._beats[beat] = None
-        if self._task is None:
-            self._task = self._loop.create_task(self._run())
+        with self._guard:
+            self._beats[beat] = None
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="crashproof-leases", daemon=True
+                )
+                self._thread.start()
 
     def discard(self, beat: TaskHeartbeat) -> None:
-        self._beats.pop(beat, None)
+        with self._guard:
+            self._beats.pop(beat, None)
 
-    async def _run(self) -> None:
-        try:
-            while self._beats:
-                first = next(iter(self._beats))  # the oldest: due first
-                await asyncio.sleep(max(0.0, first.due - self._loop.time()))
-                due = _due(self._beats, self._loop.time() + self._early)
-                kept = await off_loop(_renew_all, due) if due else []
+    def _run(self) -> None:
+        while True:
+            with self._guard:
+                while True:
+                    if not self._beats:
+                        self._thread = None
+                        return
+                    wait = next(iter(self._beats)).due - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._guard.wait(wait)
+                due = _due(self._beats, time.monotonic() + self._early)
+            kept = _renew_all(due)
+            with self._guard:
                 for beat, alive in zip(due, kept, strict=True):
                     if beat not in self._beats:
                         continue  # stopped meanwhile
                     del self._beats[beat]
                     if alive:  # to the end of the line: due last now
-                        beat.due = self._loop.time() + beat.lease.ttl_seconds / 3
+                        beat.due = time.monotonic() + self._ttl / 3
                         self._beats[beat] = None
-        finally:
-            self._task = None
 
 
 def _due(beats: dict[TaskHeartbeat, None], horizon: float) -> list[TaskHeartbeat]:
@@ -246,20 +286,46 @@ def _due(beats: dict[TaskHeartbeat, None], horizon: float) -> list[TaskHeartbeat
 
 
 def _renew_all(beats: list[TaskHeartbeat]) -> list[bool]:
-    return [beat._renew() for beat in beats]
+    """Renew ``beats``: whether each is still to be renewed (``Heartbeat._renew``)."""
+    kept: dict[TaskHeartbeat, bool] = {}
+    by_store: dict[int, list[TaskHeartbeat]] = {}
+    for beat in beats:
+        if beat.drive is not None and beat.drive.ended:
+            kept[beat] = False
+        else:
+            by_store.setdefault(id(beat._store), []).append(beat)
+    for group in by_store.values():
+        many = getattr(group[0]._store, "renew_many", None)
+        if many is None or len(group) == 1:
+            kept.update((beat, beat._renew()) for beat in group)
+            continue
+        try:
+            renewed = many([(beat._run_id, beat.lease) for beat in group])
+        except Exception as exc:  # e.g. the database is briefly unreachable: try again
+            log.warning("lease renewals failed: %s (%d runs)", exc, len(group))
+            kept.update((beat, True) for beat in group)
+            continue
+        for beat in group:
+            lease = renewed.get(beat._run_id)
+            if lease is not None:
+                beat.lease = lease
+            kept[beat] = True if lease is not None else beat._refused()
+    return [kept[beat] for beat in beats]
 
 
 _RENEWALS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Renewals]] = (
     weakref.WeakKeyDictionary()
 )
+_RENEWALS_LOCK = threading.Lock()
 
 
 def _renewals(loop: asyncio.AbstractEventLoop, ttl: float) -> _Renewals:
-    by_ttl = _RENEWALS.setdefault(loop, {})
-    found = by_ttl.get(ttl)
-    if found is None:
-        found = by_ttl[ttl] = _Renewals(loop, ttl)
-    return found
+    with _RENEWALS_LOCK:
+        by_ttl = _RENEWALS.setdefault(loop, {})
+        found = by_ttl.get(ttl)
+        if found is None:
+            found = by_ttl[ttl] = _Renewals(ttl)
+        return found
 
 
 def claim(

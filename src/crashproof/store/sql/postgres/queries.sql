@@ -115,6 +115,29 @@ WHERE run_id = %s AND owner = %s AND fencing_token = %s
   AND set_config('synchronous_commit', %s::text, true) IS NOT NULL
 RETURNING lease_expires_at;
 
+-- name: renew_leases
+-- Renewals of several runs' leases in one statement and one round trip (autocommit),
+-- each renewed only while its owner and token are current, for its ttl by the server's
+-- clock; the rows locked in run id order. Per lease renewed: its run id and new expiry.
+WITH asked AS (
+    SELECT *
+    FROM unnest(%(run_ids)b::text[], %(owners)b::text[], %(tokens)b::bigint[],
+                %(ttls)b::float8[])
+         AS a (run_id, owner, token, ttl)
+), held AS (
+    SELECT r.run_id, asked.ttl
+    FROM {schema}.runs AS r JOIN asked ON asked.run_id = r.run_id
+    WHERE r.owner = asked.owner AND r.fencing_token = asked.token
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+)
+UPDATE {schema}.runs AS r
+SET lease_expires_at = extract(epoch FROM clock_timestamp())::float8 + held.ttl
+FROM held
+WHERE r.run_id = held.run_id
+  AND set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
+RETURNING r.run_id, r.lease_expires_at;
+
 -- name: release_leases
 -- Releases of several runs' leases (each by its owner and token) in one statement and one
 -- round trip, autocommit (concurrent releases combined, as claims are); the rows locked

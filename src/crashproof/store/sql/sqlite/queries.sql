@@ -129,6 +129,18 @@ WHERE run_id = ?;
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ? AND fencing_token = ?;
 
+-- name: renew_leases
+-- Renewals of several runs' leases in one statement (?1: now; ?2: a JSON list of
+-- [run id, owner, token, ttl]): each renewed only while its owner and token are current.
+-- Per lease renewed: its run id and new expiry.
+UPDATE runs SET lease_expires_at = ?1 + asked.ttl
+FROM (SELECT json_extract(value, '$[0]') AS run_id, json_extract(value, '$[1]') AS owner,
+             json_extract(value, '$[2]') AS token, json_extract(value, '$[3]') AS ttl
+      FROM json_each(?2)) AS asked
+WHERE runs.run_id = asked.run_id AND runs.owner = asked.owner
+  AND runs.fencing_token = asked.token
+RETURNING runs.run_id, runs.lease_expires_at;
+
 -- name: release_lease
 UPDATE runs SET owner = NULL, lease_expires_at = NULL
 WHERE run_id = ? AND owner = ? AND fencing_token = ?;
