@@ -137,7 +137,8 @@ def _freeze_evidence(shown: dict[str, Any]) -> dict[str, Any]:
 def test_a_hung_lookup_is_an_unknown_not_a_crash(tmp_path: Path) -> None:
     """Killed between intent and effect; on resume every lookup hangs past the tool's
     timeout: each counts as an unknown outcome, the run stops resumable (``stopped``,
-    reason "unavailable:...: lookup unavailable") with a clear reason, nothing is sent, and a later resume finishes it."""
+    "unavailable:...: lookup unavailable") with a clear reason, nothing is sent, and a
+    later resume finishes it."""
     with IdempotentServer(tmp_path / "t.json", forget_after=FORGET) as server:
         db = _crash(tmp_path, server, INTENT, window=60.0)
         server.arm(hang_lookups=100, sleep_seconds=3.0)

@@ -105,7 +105,8 @@ def test_a_run_stopped_by_an_outage_is_resumed_by_a_worker_with_backoff(
     serving(worker)
     wait_until("four automatic attempts", lambda: service.calls >= 5)
     lease = ledger.leases()["o"]
-    assert lease.retries >= 3 and lease.retry_at is not None
+    assert lease.retries >= 3
+    assert lease.retry_at is not None
     service.down = False
     wait_until("the run to succeed", lambda: ledger.get_run("o").status.terminal)
     assert ledger.get_run("o").status is cp.RunStatus.SUCCEEDED
@@ -202,7 +203,8 @@ def test_runs_and_show_say_when_a_worker_tries_a_stopped_run_again(
     assert claimed.retry == 1
     ledger.store.release("o", claimed.lease)
     at = ledger.store.schedule_retry("o", 600.0, 1)  # type: ignore[attr-defined]
-    assert at is not None and at > time.time() + 500
+    assert at is not None
+    assert at > time.time() + 500
     assert ledger.store.claim_next("w", 5.0, ["outage\x1f1"]) is None  # type: ignore[attr-defined]
     assert main(["runs", "--db", url, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
