@@ -10,6 +10,10 @@ STAMP := $(VENV)/.installed
 # `make chaos` is the long campaign, `make chaos-short` the one CI runs.
 CHAOS_TRIALS ?= 1000
 CHAOS_SEED ?= 1
+# The fleet with nobody at the keyboard (tests/integration/test_fleet.py): `make test`
+# runs 12 runs and 4 worker kills per backend; `make chaos` this many.
+FLEET_RUNS ?= 120
+FLEET_KILLS ?= 40
 
 RUNTIME := $(VENV)/.runtime
 
@@ -47,6 +51,8 @@ test: lint typecheck
 chaos: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
 	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
+	FLEET_SEED=$(CHAOS_SEED) FLEET_RUNS=$(FLEET_RUNS) FLEET_KILLS=$(FLEET_KILLS) FLEET_BUDGET=1800 \
+		$(BIN)/pytest -q -s tests/integration/test_fleet.py
 
 chaos-short: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)

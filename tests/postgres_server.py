@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -85,6 +86,7 @@ class PostgresServer:
         self._conns: dict[str, psycopg.Connection[tuple[object, ...]]] = {}
         self._creator = ThreadPoolExecutor(1, thread_name_prefix="pg-create-database")
         self._next: Future[str] | None = None
+        self._options = ""
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -120,6 +122,7 @@ class PostgresServer:
                 check=False,
             )
             if started.returncode == 0:
+                self._options = options
                 break
         else:
             log = (self.root / "log").read_text(errors="replace")[-2000:]
@@ -144,6 +147,20 @@ class PostgresServer:
             # each: several seconds per session, measured) only to throw them away.
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def restart(self, mode: str, down: float) -> None:
+        """Stop the server (``pg_ctl stop -m fast|immediate``: a clean shutdown, or a crash
+        that recovers from the WAL on start), stay down ``down`` seconds, start it again
+        on the same port. Connections of the clients are broken; they must reconnect."""
+        if mode not in ("fast", "immediate"):
+            raise ValueError(f"mode must be fast or immediate, not {mode!r}")
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+        time.sleep(down)
+        self._run(
+            "pg_ctl",
+            *("-D", str(self.data), "-l", str(self.root / "log"), "-w", "-t", "60"),
+            *("-o", self._options, "start"),
+        )
 
     # -- databases -------------------------------------------------------------
 
