@@ -37,6 +37,7 @@ from typing import Any
 
 import crashproof as cp
 from crashproof.journal.records import EventType
+from integration import fleet_app  # the workflow the workers register (enqueued here)
 from models.model_server import ModelServer, Turn
 
 APP_DIR = Path(__file__).parent
@@ -147,7 +148,7 @@ class Fleet:
     model_down: float = 4.0  # seconds; the call's retry budget is about 0.2 s
     db_down: float = 3.0
     restart: Callable[[str, float], None] | None = None  # the database's (mode, seconds)
-    budget: float = float(os.environ.get("FLEET_BUDGET", "240"))
+    budget: float = float(os.environ.get("FLEET_BUDGET", "180"))
     env: dict[str, str] = field(default_factory=dict)
 
     def run(self) -> Outcome:
@@ -163,9 +164,6 @@ class Fleet:
             "FLEET_OUTBOX": str(outbox),
             "FLEET_THINK": "0.2",
         }
-        os.environ.update({k: v for k, v in self.env.items() if k.startswith("FLEET_")})
-        sys.path.insert(0, str(APP_DIR))
-        import fleet_app  # the same workflow the workers register
 
         with cp.Ledger(self.url) as ledger:
             for i in range(self.runs):

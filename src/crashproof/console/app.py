@@ -14,6 +14,7 @@ serializes its own connection, so a resume that takes a while blocks only its re
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ from crashproof.runtime.operations.browse import (
     steps_page,
     timeline_page,
 )
+from crashproof.store.queue import LeaseInfo, retryable_stop
 from crashproof.tools.port import Tool
 
 __all__ = ["ConsoleConfig", "create_app"]
@@ -142,11 +144,17 @@ def create_app(config: ConsoleConfig) -> Starlette:
             return message(
                 request, "No such run", f"no run {run_id!r} in this ledger", 404, "/runs"
             )
+        retry = None  # a retryable stop: when a worker tries it again, and how often it did
+        if retryable_stop(found.info.status.value, found.info.reason):
+            lease = ledger.leases().get(run_id)
+            retry = lease if lease is not None else LeaseInfo(None, None, 0)
         return page(
             request,
             "run.html",
             found=found,
             resumable=found.info.status in _RESUMABLE,
+            retry=retry,
+            now=time.time(),
         )
 
     def run_timeline(request: Request) -> Response:
