@@ -210,7 +210,9 @@ class Report:
         """Chaos mode, summed over its trials: kills (and those that hit while a tool's
         child process ran), double crashes, runs that finished before their kill, and the
         outcomes: duplicated or lost effects, recorded decisions asked again, runs stuck
-        (REFUSED: frozen with a reason) and any other divergence."""
+        (REFUSED: frozen with a reason) and any other divergence. With ``--faults``:
+        worker trials and the runs the next worker took over, model outages, the trials
+        they stopped, and the stops workers resumed with nobody's help."""
         trials = [r for r in self.results if r.case.kind is CaseKind.CHAOS]
         stats = [r.chaos or {} for r in trials]
         return {
@@ -226,7 +228,11 @@ class Report:
             "taken_over_by_a_worker": sum(bool(s.get("taken_over")) for s in stats),
             "outages": sum(r.case.variant == "outage" for r in trials),
             "stopped_by_outage": sum(bool(s.get("outage_stops")) for s in stats),
-            "resumed_by_a_worker": sum(int(s.get("outage_stops", 0)) for s in stats),
+            "resumed_by_a_worker": sum(  # stops the workers got past with nobody's resume
+                int((r.chaos or {}).get("outage_stops", 0))
+                for r in trials
+                if r.verdict is Verdict.SAME
+            ),
             "stuck": sum(r.verdict is Verdict.REFUSED for r in trials),
             "diverged": sum(r.verdict is Verdict.DIVERGED for r in trials),
         }
