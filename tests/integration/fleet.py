@@ -130,6 +130,7 @@ class Outcome:
     deliveries: Counter[str]  # "dedupe-key text" -> deliveries
     requests: list[dict[str, Any]]
     recorded: dict[tuple[str, int], float]  # (run, round) -> the decision's record time
+    operator: list[str]  # records only a person's command writes (run: type)
     events: list[dict[str, Any]]
     faults: list[str]
     seconds: float
@@ -236,12 +237,15 @@ class Fleet:
     ) -> Outcome:
         statuses: dict[str, str] = {}
         recorded: dict[tuple[str, int], float] = {}
+        operator: list[str] = []
         with cp.Ledger(self.url) as ledger:
             for info in ledger.runs():
                 statuses[info.run_id] = info.status.value
                 for event in ledger.journal(info.run_id, results=False):
                     if event.type is EventType.STEP_DONE and event.key in _DECISIONS:
                         recorded[(info.run_id, _DECISIONS[event.key])] = event.created_at
+                    if event.type in _TYPED:
+                        operator.append(f"{info.run_id}: {event.type.value}")
         lines = effects.read_text(encoding="utf-8").splitlines() if effects.exists() else []
         events = []
         for log in sorted(self.tmp.glob("worker*.log")):
@@ -255,12 +259,25 @@ class Fleet:
             deliveries=_deliveries(outbox),
             requests=model.all_requests(),
             recorded=recorded,
+            operator=operator,
             events=events,
             faults=faults,
             seconds=seconds,
         )
 
 
+# Records that only an operator's command writes (resume with changes, retry, review,
+# approval, override, cancel): a fleet with nobody at the keyboard has none.
+_TYPED = {
+    EventType.BUDGET_RAISED,
+    EventType.POLICY_REBOUND,
+    EventType.APPROVAL_GRANTED,
+    EventType.REVIEW_DECIDED,
+    EventType.INTENT_OVERRIDE,
+    EventType.RUN_RETRIED,
+    EventType.RUN_CANCELLED,
+    EventType.COMPATIBILITY_VERDICT,
+}
 # The decision keys of the rounds: chat, chat#2, chat#3, ...
 _DECISIONS = {("chat" if k == 0 else f"chat#{k + 1}"): k for k in range(100)}
 
@@ -283,6 +300,7 @@ def judge(fleet: Fleet, outcome: Outcome) -> dict[str, Any]:
     """The invariants, as assertions; the numbers for the report."""
     runs = [f"run-{i:03d}" for i in range(fleet.runs)]
     assert outcome.statuses == dict.fromkeys(runs, "succeeded"), outcome.statuses
+    assert not outcome.operator, f"records of a person's command: {outcome.operator}"
     duplicated = {op: n for op, n in outcome.effects.items() if n > 1}
     assert not duplicated, f"effects applied more than once: {duplicated}"
     expected = {f"{run}:{i}" for run in runs for i in range(fleet.rounds)}
@@ -319,6 +337,7 @@ def judge(fleet: Fleet, outcome: Outcome) -> dict[str, Any]:
         "model_requests": len(outcome.requests),
         "decisions": len(outcome.recorded),
         "asked_again_after_recorded": 0,
+        "commands_typed": 0,
         "takeovers_of_dead_workers": takeovers,
         "automatic_retries_of_stopped_runs": retries,
         "outbox_delivered_by_workers": dispatched,
