@@ -216,3 +216,22 @@ def test_runs_and_show_say_when_a_worker_tries_a_stopped_run_again(
     assert "retryable stop: a worker (crashproof worker) resumes it at" in shown
     assert main(["show", "o", "--db", url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["next_attempt_at"] == pytest.approx(at)
+
+
+def test_a_worker_on_a_loop_resumes_a_stopped_run_too(
+    open_ledger: LedgerFactory, serving: Callable[[Worker], threading.Thread]
+) -> None:
+    service = Service()
+    ledger = open_ledger("memory://")
+    with pytest.raises(cp.RunStopped):
+        ledger.run(outage_workflow(service), run_id="o", what="q")
+    log = io.StringIO()
+    worker = Worker(ledger, poll=0.02, log=log, on_loop=True, retry_first=0.1, retry_max=0.2)
+    serving(worker)
+    wait_until("an automatic attempt", lambda: service.calls >= 2)
+    service.down = False
+    wait_until("the run to succeed", lambda: ledger.get_run("o").status.terminal)
+    assert ledger.get_run("o").status is cp.RunStatus.SUCCEEDED
+    stops = [e for e in events(log) if e["event"] == "stopped"]
+    assert stops
+    assert all(e["retryable"] and e["next_attempt_at"] for e in stops)
