@@ -13,6 +13,10 @@ CHAOS_SEED ?= 1
 # PostgreSQL server crashes under load (tests/integration/test_postgres_crash.py); make test: 2.
 PG_CRASHES ?= 7
 PG_CRASH_RUNS ?= 50
+# The fleet with nobody at the keyboard (tests/integration/test_fleet.py): `make test`
+# runs 12 runs and 4 worker kills per backend; `make chaos` this many.
+FLEET_RUNS ?= 120
+FLEET_KILLS ?= 40
 
 RUNTIME := $(VENV)/.runtime
 
@@ -53,6 +57,9 @@ chaos: $(STAMP)
 	# PostgreSQL killed (pg_ctl stop -m immediate) and restarted under 50 in-flight runs (#38)
 	CRASHPROOF_PG_CRASHES=$(PG_CRASHES) CRASHPROOF_PG_CRASH_RUNS=$(PG_CRASH_RUNS) $(BIN)/pytest -q tests/integration/test_postgres_crash.py
 	POWERCUT_TRIALS=24 $(BIN)/python -O -m pytest -q tests/crash/test_powercut_image.py
+	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials 200 --seed $(CHAOS_SEED) --faults worker,outage
+	FLEET_SEED=$(CHAOS_SEED) FLEET_RUNS=$(FLEET_RUNS) FLEET_KILLS=$(FLEET_KILLS) FLEET_BUDGET=1800 \
+		$(BIN)/pytest -q -s tests/integration/test_fleet.py
 
 chaos-short: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)

@@ -72,12 +72,26 @@ class ScriptedModel:
         self.log = log
 
     def __call__(self, key: str, prompt: str) -> cp.Decision:
+        if self.log.with_name(DOWN).exists():  # out: never answered, so never logged
+            raise cp.Unavailable("503 Service Unavailable: the scripted model is down")
         with self.log.open("a", encoding="utf-8") as f:
             f.write(key + "\n")
         return cp.Decision(SCRIPT[key], model="scripted-local", usage={"total_tokens": 50})
 
     def calls(self) -> dict[str, int]:
         return dict(Counter(self.log.read_text().split())) if self.log.exists() else {}
+
+
+DOWN = "model.down"  # while this file exists in the environment, the model is out
+
+
+def outage(directory: Path, down: bool) -> None:
+    """``crashproof verify --mode chaos --faults outage``: the model down (a 503) or back."""
+    flag = directory / DOWN
+    if down:
+        flag.touch()
+    else:
+        flag.unlink(missing_ok=True)
 
 
 @dataclass
@@ -214,4 +228,5 @@ SCENARIO = Scenario(
     run_id=RUN_ID,
     effects=effects,
     model_calls=lambda env: env.model.calls(),
+    outage=outage,
 )

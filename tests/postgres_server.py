@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -140,14 +141,6 @@ class PostgresServer:
             self._admin = None
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
-    def restart(self) -> None:
-        """Start the crashed server again on the same port (it runs crash recovery)."""
-        started = self._launch()
-        if started.returncode != 0:
-            log = (self.root / "log").read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"PostgreSQL did not restart: {started.stderr}\n{log}")
-        self._admin = psycopg.connect(self.url("postgres"), autocommit=True)
-
     def stop(self) -> None:
         if self._next is not None:
             with contextlib.suppress(Exception):
@@ -166,6 +159,23 @@ class PostgresServer:
             # each: several seconds per session, measured) only to throw them away.
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def restart(self, mode: str | None = None, down: float = 0.0) -> None:
+        """Start the server again on the same port (after ``crash``: it runs crash
+        recovery). With ``mode``, stop it first (``pg_ctl stop -m fast|immediate``: a
+        clean shutdown, or a crash that recovers from the WAL on start) and stay down
+        ``down`` seconds. Clients' connections are broken; they must reconnect."""
+        if mode is not None:
+            if mode not in ("fast", "immediate"):
+                raise ValueError(f"mode must be fast or immediate, not {mode!r}")
+            self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+            time.sleep(down)
+        started = self._launch()
+        if started.returncode != 0:
+            log = (self.root / "log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"PostgreSQL did not restart: {started.stderr}\n{log}")
+        if mode is None:
+            self._admin = psycopg.connect(self.url("postgres"), autocommit=True)
 
     # -- databases -------------------------------------------------------------
 

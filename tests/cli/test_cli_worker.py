@@ -47,6 +47,14 @@ def test_worker_refuses_bad_settings_before_starting(project: Path, cli: Cli) ->
     assert bad.code == ExitCode.USAGE
     assert "--concurrency must be >= 1" in bad.err
     assert "nothing was started" in bad.err
+    for option, value in (("--retry-first", "0"), ("--retry-max", "nan"), ("--retry-max", "inf")):
+        bad = cli("worker", "--app", "flows", option, value)
+        assert bad.code == ExitCode.USAGE, (option, value, bad.err)
+        assert "--retry-first must be > 0 and at most --retry-max" in bad.err
+        assert "Traceback" not in bad.err
+    bad = cli("worker", "--app", "flows", "--outbox-every", "0")
+    assert bad.code == ExitCode.USAGE
+    assert "--outbox-every > 0" in bad.err
 
 
 def test_runs_shows_owner_and_lease(project: Path, cli: Cli) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -373,3 +374,28 @@ def test_retry_through_the_page(tmp_path: Path) -> None:
     assert ran == ["plan", "tests", "tests", "tests"]  # the decision was never asked again
     retried = [e for e in ledger.journal("f-1") if e.type.value == "run_retried"]
     assert [e.payload["by"] for e in retried] == ["erin", "erin"]
+
+
+def test_a_retryable_stop_says_when_a_worker_tries_it_again(tmp_path: Path) -> None:
+    """A run a model outage stopped waits for no person: its page says when a worker
+    resumes it (the stored next attempt), and a run stopped by a budget says nothing."""
+
+    @cp.workflow("outage", version="1")
+    def outage(ctx: cp.Context) -> None:
+        ctx.step("ask", lambda: (_ for _ in ()).throw(cp.Unavailable("503")))
+
+    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        with pytest.raises(cp.RunStopped):
+            ledger.run(outage, run_id="o")
+        with pytest.raises(cp.RunStopped):
+            ledger.run(outage, run_id="b", options=cp.RunOptions(limits=cp.Limits(max_steps=0)))
+        with TestClient(
+            create_app(ConsoleConfig(ledger=ledger)), base_url="http://127.0.0.1:8765"
+        ) as client:
+            shown = client.get("/run", params={"id": "o"}).text
+            assert "a worker resumes it as soon as one polls" in shown
+            at = ledger.store.schedule_retry("o", 3600.0, 2)  # type: ignore[attr-defined]
+            shown = client.get("/run", params={"id": "o"}).text
+            assert "after 2 automatic attempts" in shown
+            assert time.strftime("%Y-%m-%d %H:%M", time.localtime(at)) in shown
+            assert "next-attempt" not in client.get("/run", params={"id": "b"}).text

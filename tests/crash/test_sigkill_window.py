@@ -136,8 +136,9 @@ def _freeze_evidence(shown: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_hung_lookup_is_an_unknown_not_a_crash(tmp_path: Path) -> None:
     """Killed between intent and effect; on resume every lookup hangs past the tool's
-    timeout: each counts as an unknown outcome, the run stops resumable (frozen,
-    retryable) with a clear reason, nothing is sent, and a later resume finishes it."""
+    timeout: each counts as an unknown outcome, the run stops resumable (``stopped``,
+    "unavailable:...: lookup unavailable") with a clear reason, nothing is sent, and a
+    later resume finishes it."""
     with IdempotentServer(tmp_path / "t.json", forget_after=FORGET) as server:
         db = _crash(tmp_path, server, INTENT, window=60.0)
         server.arm(hang_lookups=100, sleep_seconds=3.0)
@@ -146,7 +147,7 @@ def test_a_hung_lookup_is_an_unknown_not_a_crash(tmp_path: Path) -> None:
         began = time.monotonic()
         with cp.Ledger(f"sqlite:///{db}") as ledger:
             ledger.register(namespace["pay"])
-            with pytest.raises(cp.RunFrozen, match="lookup unavailable"):
+            with pytest.raises(cp.RunStopped, match="lookup unavailable"):
                 ledger.resume("A")
         assert time.monotonic() - began < 20  # bounded: attempts x timeout + backoff
         assert server.creates() == 0

@@ -184,9 +184,10 @@ def test_lookup_unavailable_stops_then_a_later_resume_retries(tmp_path: Path) ->
     with pytest.raises(cp.SimulatedCrash):
         ledger_at(tmp_path, crash_points=points).run(make(TargetTool(target)), run_id="r")
     down = TargetTool(target, ["lookup-down", "lookup-down"])
-    with pytest.raises(cp.RunFrozen) as frozen:
+    with pytest.raises(cp.RunStopped) as stopped:  # a retryable stop, not a question
         ledger_at(tmp_path).run(make(down), run_id="r")
-    assert "lookup unavailable" in frozen.value.reason
+    assert stopped.value.reason.startswith("unavailable:create: lookup unavailable")
+    assert ledger_at(tmp_path).get_run("r").status is cp.RunStatus.STOPPED
     assert target.count("lookups", "r/create") == 2  # bounded
     result = ledger_at(tmp_path).run(make(TargetTool(target)), run_id="r")
     assert result[0] == {"id": "rec-1"}

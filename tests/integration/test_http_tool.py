@@ -273,11 +273,11 @@ def test_lookup_unavailable_stops_the_run_then_a_later_resume_completes(
 ) -> None:
     server.arm(drop_after_commit=1, fail_lookups=1000)
     settings = ActSettings(lookup_attempts=2, backoff=0.01)
-    with pytest.raises(cp.RunFrozen) as frozen:
+    with pytest.raises(cp.RunStopped) as stopped:
         run_create_two(ledger_at(act_settings=settings), tool)
 
-    assert frozen.value.status == "needs_review"
-    assert "lookup unavailable" in frozen.value.reason
+    assert ledger_at().get_run(RUN).status is cp.RunStatus.STOPPED  # resumable, no question
+    assert "lookup unavailable" in stopped.value.reason
     assert (server.count(K1, "POST"), server.count(K1, "GET")) == (1, 2)
     assert server.requests(K2) == []
 

@@ -48,9 +48,9 @@ def crash_in_flight(tmp_path: Path, target: Target) -> None:
 
 
 def leave_unknown(tmp_path: Path, target: Target) -> None:
-    """Run A: the response was lost and the lookup is down: unknown, frozen retryable."""
+    """Run A: the response was lost and the lookup is down: unknown, stopped retryable."""
     tool = TargetTool(target, ["lost", "lookup-down"])
-    with pytest.raises(cp.RunFrozen, match="lookup unavailable"):
+    with pytest.raises(cp.RunStopped, match="lookup unavailable"):
         ledger(tmp_path).run(make(tool), run_id="A", customer="c1")
 
 

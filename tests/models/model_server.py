@@ -50,6 +50,9 @@ class ModelServer:
     # by the script's: a crash matrix's resumed child asking turn k again gets turn k.
     by_turn: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
+    # 0: any free port; a given one lets a server stopped for an outage come back at the
+    # same URL (the fleet test).
+    port: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -62,19 +65,30 @@ class ModelServer:
                 return None
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                except ValueError:  # the client died mid-request (a SIGKILL): no answer
+                    self.close_connection = True
+                    return
+                if server._stopped:  # a kept-alive connection outlives the listener: cut it
+                    self.close_connection = True
+                    return
                 server._serve(self, body)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._httpd.daemon_threads = True
+        # A client SIGKILLed mid-connection resets it: expected here, not worth a traceback.
+        self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._position = 0
+        self._stopped = False
 
     def __enter__(self) -> ModelServer:
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stopped = True  # down for every client, those with an open connection too
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -99,7 +113,7 @@ class ModelServer:
     def _serve(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         path = handler.path
         with self._lock:
-            self.requests.append({"path": path, "body": body})
+            self.requests.append({"path": path, "body": body, "at": time.time()})
         item = self._next(body)
         stream = bool(body.get("stream"))
         if isinstance(item, Fault):

@@ -34,7 +34,7 @@ from crashproof.journal.records import RunInfo, RunStatus, StepInfo, StepStatus
 from crashproof.runtime.operations.browse import RunsPage
 from crashproof.runtime.operations.folds import RefusedRun
 from crashproof.runtime.steps.reconcile import ActCheck
-from crashproof.store.queue import LeaseInfo
+from crashproof.store.queue import LeaseInfo, retryable_stop
 
 __all__ = [
     "console",
@@ -215,9 +215,14 @@ def _table(title: str) -> Table:
     )
 
 
-def _lease_cells(lease: LeaseInfo | None, status: str) -> list[RenderableType]:
+def _lease_cells(
+    lease: LeaseInfo | None, status: str, reason: str | None = None
+) -> list[RenderableType]:
     """Owner and lease of a run: held until T, or expired at T (orphaned: its worker is
-    gone or stalled; any worker takes it over)."""
+    gone or stalled; any worker takes it over); for a run stopped for a retryable cause
+    and held by nobody, when a worker tries it next."""
+    if lease is not None and lease.owner is None and retryable_stop(status, reason):
+        return [_DASH, Text(_next_attempt(lease), style="yellow")]
     if lease is None or lease.owner is None:
         waiting = status == "running" and lease is not None
         return [_DASH, Text("none: waiting for a worker", style="yellow") if waiting else _DASH]
@@ -228,16 +233,53 @@ def _lease_cells(lease: LeaseInfo | None, status: str) -> list[RenderableType]:
     return [Text(safe(lease.owner)), Text(f"{what} {_short_time(expires)}", style="red")]
 
 
+def next_attempt_at(lease: LeaseInfo | None) -> float | None:
+    """When a worker tries a retryably stopped run next (None: as soon as one polls)."""
+    if lease is None or lease.retry_at is None or lease.retry_at <= time.time():
+        return None
+    return lease.retry_at
+
+
+def _next_attempt(lease: LeaseInfo) -> str:
+    at = next_attempt_at(lease)
+    when = "next attempt: now" if at is None else f"next attempt {_short_time(at)}"
+    return when + (f" (retry {lease.retries + 1})" if lease.retries else "")
+
+
+def retry_line(retry: Mapping[str, Any]) -> str:
+    """``crashproof show`` of a retryably stopped run: who resumes it, and when."""
+    at = retry.get("next_attempt_at")
+    when = "as soon as one polls" if at is None else f"at {_short_time(float(at))}"
+    done = retry.get("retries") or 0
+    return (
+        f"retryable stop: a worker (crashproof worker) resumes it {when}"
+        + (f", after {done} automatic attempt{'s' if done != 1 else ''}" if done else "")
+        + "; nobody needs to type resume"
+    )
+
+
 def _owner(leases: Mapping[str, LeaseInfo], run_id: str) -> str | None:
     lease = leases.get(run_id)
     return None if lease is None else lease.owner
 
 
 def lease_json(record: dict[str, Any], lease: LeaseInfo | None) -> dict[str, Any]:
-    """A run's ``--json`` record with its owner and lease expiry (epoch seconds)."""
+    """A run's ``--json`` record with its owner and lease expiry (epoch seconds); for a
+    run stopped for a retryable cause, ``retryable``, ``next_attempt_at`` (epoch seconds;
+    null: as soon as a worker polls) and ``retries`` (automatic attempts so far)."""
     owner = None if lease is None else lease.owner
     expires = None if lease is None or owner is None else lease.expires_at
-    return {**record, "owner": owner, "lease_expires_at": expires}
+    retry = retry_json(str(record.get("status")), record.get("reason"), lease)
+    return {**record, "owner": owner, "lease_expires_at": expires, **retry}
+
+
+def retry_json(status: str, reason: str | None, lease: LeaseInfo | None) -> dict[str, Any]:
+    """For a run stopped for a retryable cause: ``retryable``, ``next_attempt_at`` (epoch
+    seconds; null: as soon as a worker polls), ``retries``; else nothing."""
+    if not retryable_stop(status, reason):
+        return {}
+    retries = 0 if lease is None else lease.retries
+    return {"retryable": True, "next_attempt_at": next_attempt_at(lease), "retries": retries}
 
 
 def runs_table(
@@ -254,7 +296,10 @@ def runs_table(
     first, then the workflow: the run id, its status and its lease always stay."""
     table = _table(_plural(len(infos) + len(refused), "run"))
     if leases is not None and not any(
-        info.status is RunStatus.RUNNING or _owner(leases, info.run_id) for info in infos
+        info.status is RunStatus.RUNNING
+        or _owner(leases, info.run_id)
+        or retryable_stop(info.status.value, info.reason)
+        for info in infos
     ):
         leases = None  # every run ended and nobody holds one: no columns to show
     counts = width >= (130 if leases is not None else 80)
@@ -300,14 +345,20 @@ def runs_table(
                 else []
             ),
             _short_time(info.updated_at),
-            *([] if leases is None else _lease_row(leases.get(info.run_id), info.status, counts)),
+            *(
+                []
+                if leases is None
+                else _lease_row(leases.get(info.run_id), info.status.value, counts, info.reason)
+            ),
         )
     return table
 
 
-def _lease_row(lease: LeaseInfo | None, status: str, apart: bool) -> list[RenderableType]:
+def _lease_row(
+    lease: LeaseInfo | None, status: str, apart: bool, reason: str | None = None
+) -> list[RenderableType]:
     """The lease cells of a runs row: owner and lease apart, or one over the other."""
-    cells = _lease_cells(lease, status)
+    cells = _lease_cells(lease, status, reason)
     if apart:
         return cells
     owner, held = (cell if isinstance(cell, Text) else Text(str(cell)) for cell in cells)

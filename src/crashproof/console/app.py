@@ -40,7 +40,7 @@ from crashproof.runtime.operations.browse import (
     timeline_page,
 )
 from crashproof.runtime.operations.folds import Folds, RefusedRun
-from crashproof.store.queue import QueueStore
+from crashproof.store.queue import LeaseInfo, QueueStore, retryable_stop
 from crashproof.tools.port import Tool
 
 __all__ = ["ConsoleConfig", "create_app"]
@@ -181,13 +181,17 @@ def create_app(config: ConsoleConfig) -> Starlette:
         if isinstance(found, RefusedRun):
             return page(request, "refused.html", bad=found)
         lease = ledger.leases().get(run_id) if isinstance(ledger.store, QueueStore) else None
+        retry = None  # a retryable stop: when a worker tries it again, and how often it did
+        if retryable_stop(found.info.status.value, found.info.reason):
+            retry = lease if lease is not None else LeaseInfo(None, None, 0)
         return page(
             request,
             "run.html",
             found=found,
             lease=lease,
-            now=time.time(),
             resumable=found.info.status in _RESUMABLE,
+            retry=retry,
+            now=time.time(),
         )
 
     def run_timeline(request: Request) -> Response:

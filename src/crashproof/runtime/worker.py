@@ -1,12 +1,32 @@
 """A worker: drives runs pulled from a ledger's queue, N at a time, until stopped.
 
 No control plane. Every worker of every host claims from the same table: the oldest
-runnable run (enqueued and never claimed, released, or whose driver's lease expired) of
-the workflow versions it registers, with ``SELECT ... FOR UPDATE SKIP LOCKED`` on
+runnable run (enqueued and never claimed, released, whose driver's lease expired, or
+stopped for a retryable cause and due again: store/queue.py) of the workflow versions
+it registers, with ``SELECT ... FOR UPDATE SKIP LOCKED`` on
 PostgreSQL and one ``BEGIN IMMEDIATE`` on SQLite. A dead worker's runs are taken over by
 whichever live worker claims them after their lease runs out; the claim bumps the fencing
 token, so a stalled old driver that wakes up can write nothing more. The claim is also the
 lease the run is then driven under (``Ledger.drive_claimed``): one claim per pickup.
+
+Nothing waits for a person that a later attempt can clear:
+
+- a run whose worker died is claimed once its lease runs out;
+- a run that stopped for a retryable cause (a model, tool or lookup out longer than its
+  retries: reason ``unavailable:...``) is claimed again with backoff. The worker whose
+  attempt stops again stores the next attempt time in the run index
+  (``retry_first * 2**n`` seconds after the n-th automatic attempt, at most
+  ``retry_max``), so every worker honours it and ``crashproof runs`` shows it;
+- a drive that fails for a reason of the store (an outage, a lost connection) leaves the
+  run ``running`` and released (or its lease runs out): any worker claims it once the
+  store answers again; this worker leaves it alone for a while (``BACKOFF_FIRST``,
+  doubling);
+- pending outbox messages of runs nobody drives are delivered every ``outbox_every``.
+
+A run frozen for a person (``needs_review``: drift, a receipt conflict, non-determinism,
+an unknown outcome of a ``review`` tool; ``awaiting_approval``) or stopped for another
+reason (a budget) is never claimed: only a signed decision or an operator's resume
+moves it.
 
 ``stop()`` (SIGTERM/SIGINT in ``crashproof worker``) drains: nothing new is claimed, each
 run in flight finishes its current step and stops before the next one (``Draining``),
@@ -14,8 +34,10 @@ its lease is released for another worker, and ``serve`` returns.
 
 Each event is one JSON line (``ts``, ``event``, ``worker``, ``run_id``, details) on the
 given stream: ``worker_started``, ``claimed``, ``succeeded``, ``failed``, ``frozen``,
-``stopped``, ``released``, ``lease_lost``, ``lease_held``, ``refused``, ``error``,
-``claim_failed``, ``draining``, ``worker_stopped``.
+``stopped`` (with ``retryable``, and ``next_attempt_at`` and ``retries`` when it is),
+``released``, ``lease_lost``, ``lease_held``, ``refused``, ``error``, ``claim_failed``,
+``pass_failed``, ``draining``, ``worker_stopped``. ``claimed`` carries ``retry`` (the
+automatic attempt number) when it takes on a stopped run.
 """
 
 from __future__ import annotations
@@ -43,7 +65,7 @@ from crashproof.runtime.driving.queue import Draining
 from crashproof.runtime.guards.binding import LimitsMismatch
 from crashproof.runtime.operations.reconciling import ReconcilePass
 from crashproof.runtime.options import RunOptions
-from crashproof.store.queue import Claimed, queue_store, runnable_keys
+from crashproof.store.queue import Claimed, queue_store, retryable_stop, runnable_keys
 from crashproof.tools.port import Tool
 
 if TYPE_CHECKING:
@@ -56,6 +78,9 @@ __all__ = ["Worker"]
 # that one bad run does not spin a worker while other runs wait.
 BACKOFF_FIRST = 5.0
 BACKOFF_MAX = 300.0
+# A run stopped for a retryable cause: the default delays before its automatic attempts.
+RETRY_FIRST = 5.0
+RETRY_MAX = 300.0
 
 
 class Worker:
@@ -76,6 +101,8 @@ class Worker:
     (runtime/driving/outbox_pass.py). ``reconcile`` and ``reconcile_every``: tools whose
     acts in ended and frozen runs it looks up every so many seconds, journaling each
     finding, at most ``reconcile_limit`` acts a pass (runtime/operations/reconciling.py).
+    ``retry_first``, ``retry_max``: the backoff of runs stopped for a retryable cause
+    (seconds before the next automatic attempt, doubling from the first, at most the max).
     """
 
     def __init__(
@@ -93,11 +120,18 @@ class Worker:
         reconcile: Sequence[Tool] = (),
         reconcile_every: float | None = None,
         reconcile_limit: int = 100,
+        retry_first: float = RETRY_FIRST,
+        retry_max: float = RETRY_MAX,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
         if not poll > 0:
             raise ValueError(f"poll must be a positive number of seconds, not {poll!r}")
+        if not 0 < retry_first <= retry_max:
+            raise ValueError(
+                f"retry_first and retry_max must be seconds with 0 < first <= max, not "
+                f"{retry_first!r} and {retry_max!r}"
+            )
         if options is not None and not isinstance(options, RunOptions):
             raise TypeError(f"options must be a cp.RunOptions, not {type(options).__name__}")
         if options is not None and options.policy is not None:
@@ -111,6 +145,8 @@ class Worker:
         self.concurrency = concurrency
         self.on_loop = on_loop
         self.poll = float(poll)
+        self.retry_first = float(retry_first)
+        self.retry_max = float(retry_max)
         self.until_idle = until_idle
         self._queue = queue_store(ledger.store)
         self._out = log if log is not None else sys.stderr
@@ -193,10 +229,13 @@ class Worker:
     def _next(self, runnable: list[str]) -> Claimed | bool:
         """The next run claimed; else True (stop serving: stopping, or idle with
         ``until_idle``) or False (nothing to claim now)."""
-        if delivered := self.outbox.tick():
-            self.emit("outbox_dispatched", delivered=delivered)
-        if found := self.reconciling.tick():
-            self.emit("reconciled", findings=found)
+        try:  # a store out fails the pass, never the worker: the next one tries again
+            if delivered := self.outbox.tick():
+                self.emit("outbox_dispatched", delivered=delivered)
+            if found := self.reconciling.tick():
+                self.emit("reconciled", findings=found)
+        except Exception as exc:
+            self.emit("pass_failed", error=f"{type(exc).__name__}: {exc}")
         with self._changed:
             if self._stopping:
                 return True
@@ -208,13 +247,13 @@ class Worker:
             return self.until_idle and free and not self._in_flight
 
     async def _drive_on_loop(self, claimed: Claimed) -> None:
-        run_id, started = claimed.run_id, time.monotonic()
+        started = time.monotonic()
         error: Exception | None = None
         try:
             await self.ledger.drive_claimed_async(claimed, self.options)
         except Exception as exc:
             error = exc
-        self._report(run_id, started, error)
+        await off_loop(self._report, claimed, started, error)  # a stop's schedule: a commit
 
     def stop(self) -> None:
         """Drain: claim nothing more; runs in flight stop after their current step.
@@ -258,12 +297,14 @@ class Worker:
             return None
 
     def _announce(self, claimed: Claimed) -> None:
+        retry = {"retry": claimed.retry} if claimed.retry else {}
         self.emit(
             "claimed",
             claimed.run_id,
             token=claimed.lease.token,
             lease_expires_at=claimed.lease.expires_at,
             previous_owner=claimed.previous_owner,
+            **retry,
         )
 
     def _start(self, claimed: Claimed) -> None:
@@ -279,17 +320,18 @@ class Worker:
         thread.start()
 
     def _drive(self, claimed: Claimed) -> None:
-        run_id, started = claimed.run_id, time.monotonic()
+        started = time.monotonic()
         error: Exception | None = None
         try:
             self.ledger.drive_claimed(claimed, self.options)  # under the claim's lease
         except Exception as exc:
             error = exc
         finally:
-            self._report(run_id, started, error)
+            self._report(claimed, started, error)
 
-    def _report(self, run_id: str, started: float, error: Exception | None) -> None:
+    def _report(self, claimed: Claimed, started: float, error: Exception | None) -> None:
         """The drive's event (both ways of driving), and its slot freed."""
+        run_id = claimed.run_id
         try:
             if error is None:
                 self._ended("succeeded", run_id, started)
@@ -298,7 +340,8 @@ class Worker:
             elif isinstance(error, RunFailed):
                 self._ended("failed", run_id, started, error=error.error.get("message"))
             elif isinstance(error, RunStopped):
-                self._ended("stopped", run_id, started, reason=error.reason)
+                retry = self._schedule(claimed, error.reason)
+                self._ended("stopped", run_id, started, reason=error.reason, **retry)
             elif isinstance(error, RunFrozen):
                 self._ended("frozen", run_id, started, status=error.status, reason=error.reason)
             elif isinstance(error, StaleLeaseError):
@@ -314,6 +357,21 @@ class Worker:
             with self._changed:
                 self._in_flight.pop(run_id, None)
                 self._changed.notify_all()
+
+    def _schedule(self, claimed: Claimed, reason: str) -> dict[str, Any]:
+        """A stop for a retryable cause: store when the next automatic attempt is due
+        (``retry_first * 2**n`` after attempt n, at most ``retry_max``; the store's clock);
+        the ``stopped`` event's details. A store that cannot take it leaves the run due at
+        once: the next claim is then only sooner, never lost."""
+        if not retryable_stop("stopped", reason):
+            return {"retryable": False}
+        delay = min(self.retry_max, self.retry_first * 2.0 ** min(claimed.retry, 62))
+        try:
+            at = self._queue.schedule_retry(claimed.run_id, delay, claimed.retry)
+        except Exception as exc:
+            self.emit("error", claimed.run_id, error=f"{type(exc).__name__}: {exc}")
+            at = None
+        return {"retryable": True, "next_attempt_at": at, "retries": claimed.retry}
 
     def _back_off(self, run_id: str) -> float:
         """Leave the run alone for a while (doubling each time, up to a limit)."""

@@ -11,7 +11,7 @@ from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.index import RESERVED_PREFIX, IndexQuery
 from crashproof.store.intents import IntentHold, change_of, held, others
 from crashproof.store.port import Lease, StatusChange, blob_digest, check_claimable, lease_was_live
-from crashproof.store.queue import Claimed, LeaseInfo, runnable_key
+from crashproof.store.queue import Claimed, LeaseInfo, retryable_stop, runnable_key
 
 __all__ = ["MemoryStore"]
 
@@ -28,6 +28,7 @@ class MemoryStore:
         self.blobs: dict[str, str] = {}  # digest -> JSON text, shared by equal values
         # run_id -> (owner, lease expiry by the local clock, fencing token)
         self._leases: dict[str, tuple[str | None, float | None, int]] = {}
+        self._retries: dict[str, tuple[float | None, int]] = {}  # run id -> (retry_at, retries)
         # (run_id, step key) -> its unresolved act intent (store/intents.py)
         self._holds: dict[tuple[str, str], IntentHold] = {}
 
@@ -224,21 +225,39 @@ class MemoryStore:
             wanted, skipped = set(runnable), set(exclude)
             for row in sorted(self._runs.values(), key=lambda r: (r.created_at, r.run_id)):
                 held_by, expires_at, token = self._leases.get(row.run_id, (None, None, 0))
+                retry_at, retries = self._retries.get(row.run_id, (None, 0))
+                stopped = retryable_stop(row.status.value, row.reason) and (
+                    retry_at is None or retry_at <= now
+                )
                 if (
-                    row.status is RunStatus.RUNNING
+                    (row.status is RunStatus.RUNNING or stopped)
                     and (held_by is None or expires_at is None or expires_at <= now)
                     and runnable_key(row.workflow, row.version) in wanted
                     and row.run_id not in skipped
                 ):
                     lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds, held_by)
                     self._leases[row.run_id] = (owner, lease.expires_at, lease.token)
-                    return Claimed(row.run_id, lease, held_by)
+                    if stopped:  # one more automatic attempt
+                        self._retries[row.run_id] = (retry_at, retries + 1)
+                    return Claimed(row.run_id, lease, held_by, retries + 1 if stopped else 0)
             return None
+
+    def schedule_retry(self, run_id: str, delay: float, retries: int) -> float | None:
+        with self._lock:
+            row = self._runs.get(run_id)
+            if row is None or row.status is not RunStatus.STOPPED:
+                return None
+            at = time.time() + delay
+            self._retries[run_id] = (at, retries)
+            return at
 
     def leases(self) -> dict[str, LeaseInfo]:
         with self._lock:
             return {
-                run_id: LeaseInfo(*self._leases.get(run_id, (None, None, 0)))
+                run_id: LeaseInfo(
+                    *self._leases.get(run_id, (None, None, 0)),
+                    *self._retries.get(run_id, (None, 0)),
+                )
                 for run_id in self._runs
             }
 

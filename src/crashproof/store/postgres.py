@@ -444,9 +444,15 @@ class PostgresStore(PostgresAppend):
             found = cur.execute(self._q["claim_next"], params).fetchone()
         if found is None:
             return None
-        run_id, token, expires_at, previous = found
+        run_id, token, expires_at, previous, retry = found
         lease = Lease(owner, int(token), float(expires_at), ttl_seconds, previous)
-        return Claimed(run_id, lease, previous)
+        return Claimed(run_id, lease, previous, int(retry))
+
+    def schedule_retry(self, run_id: str, delay: float, retries: int) -> float | None:
+        params = {"run_id": run_id, "delay": float(delay), "retries": int(retries)}
+        with self._transaction() as cur:
+            found = cur.execute(self._q["schedule_retry"], params).fetchone()
+        return None if found is None else float(found[0])
 
     # -- the run index (crashproof.store.index) ------------------------------
 
@@ -482,7 +488,8 @@ class PostgresStore(PostgresAppend):
         with self._read() as cur:
             rows = cur.execute(self._q["leases"]).fetchall()
         return {
-            run_id: LeaseInfo(owner, expires, int(token)) for run_id, owner, expires, token in rows
+            run_id: LeaseInfo(owner, expires, int(token), retry_at, int(retries))
+            for run_id, owner, expires, token, retry_at, retries in rows
         }
 
     # -- internals ---------------------------------------------------------

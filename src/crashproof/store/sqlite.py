@@ -348,10 +348,19 @@ class SQLiteStore(SQLiteJournal):
             found = conn.execute(_QUEUE["next_runnable"], params).fetchone()
             if found is None:
                 return None
-            run_id, previous, token = found
+            run_id, previous, token, status, _ = found
             lease = Lease(owner, token + 1, now + ttl_seconds, ttl_seconds, previous)
             conn.execute(_Q["claim_lease"], (owner, lease.expires_at, run_id))
-            return Claimed(run_id, lease, previous)
+            retry = 0
+            if status == "stopped":  # a retryable stop, due: one more automatic attempt
+                (retry,) = conn.execute(_QUEUE["count_retry"], (run_id,)).fetchone()
+            return Claimed(run_id, lease, previous, int(retry))
+
+    def schedule_retry(self, run_id: str, delay: float, retries: int) -> float | None:
+        with self._transaction(run_id) as conn:
+            at = time.time() + delay  # one host: the local clock
+            changed = conn.execute(_QUEUE["schedule_retry"], (at, retries, run_id)).rowcount
+        return at if changed else None
 
     # -- the run index (crashproof.store.index) ------------------------------
 
@@ -385,7 +394,7 @@ class SQLiteStore(SQLiteJournal):
     def leases(self) -> dict[str, LeaseInfo]:
         with self._lock, self._errors():
             rows = self._conn.execute(_QUEUE["leases"]).fetchall()
-        return {run_id: LeaseInfo(owner, expires, token) for run_id, owner, expires, token in rows}
+        return {row[0]: LeaseInfo(*row[1:]) for row in rows}
 
     # -- forced syncs (durability "output") -----------------------------------
 

@@ -14,6 +14,12 @@ For the two-recoverers cases: ``--take-over`` resumes with ``take_over=True`` (f
 current holder out); ``--pause-at M`` writes the name of the ``M``-th crash point to
 ``DIR/paused-at`` and waits there until ``DIR/go`` exists (another recoverer takes over
 meanwhile).
+
+Chaos mode's production faults: ``--worker`` drives the run as a ``crashproof worker``
+does instead (``ledger.enqueue`` then a ``cp.Worker``, lease ``WORKER_LEASE`` seconds,
+retryable stops tried again after ``WORKER_RETRY`` seconds, doubling), until the run ended
+or waits for a person; a killed worker's run is thereby taken over by the next one once
+its lease runs out, and a run a service outage stopped is resumed by the worker itself.
 """
 
 from __future__ import annotations
@@ -21,14 +27,19 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from crashproof._faults import CrashPoints
 from crashproof.errors import LeaseHeld, RunFrozen, StaleLeaseError
+from crashproof.journal.records import RunStatus
 from crashproof.runtime.ledger import Ledger
-from crashproof.verify.scenario import close_env, load_scenario
+from crashproof.runtime.worker import Worker
+from crashproof.store.queue import retryable_stop
+from crashproof.verify.scenario import Scenario, close_env, load_scenario
 from crashproof.verify.trial_kit import (
     CRASHED_AT,
     DURABILITY,
@@ -43,11 +54,14 @@ from crashproof.verify.trial_kit import (
 __all__ = ["main"]
 
 _PAUSE_LIMIT = 120.0  # seconds a paused child waits for GO before it gives up
+WORKER_LEASE = 1.0  # seconds: a killed worker's run is free again soon after
+WORKER_RETRY = (0.1, 0.8)  # first and longest wait before a stopped run's next attempt
 
 
 def main(argv: list[str]) -> int:
     take_over = "--take-over" in argv
-    args = [a for a in argv if a != "--take-over"]
+    as_worker = "--worker" in argv
+    args = [a for a in argv if a not in ("--take-over", "--worker")]
     pause_at = 0
     if "--pause-at" in args[3:-1]:
         i = args.index("--pause-at")
@@ -56,7 +70,7 @@ def main(argv: list[str]) -> int:
     if len(args) != 3:
         sys.stderr.write(
             "usage: python -m crashproof.verify._child MODULE:ATTR DIR N [--take-over] "
-            "[--pause-at M]\n"
+            "[--pause-at M] [--worker]\n"
         )
         return 2
     target, directory, at = args[0], Path(args[1]), int(args[2])
@@ -81,6 +95,8 @@ def main(argv: list[str]) -> int:
     (directory / RUNNING).write_text("", encoding="utf-8")  # chaos mode times its kill from here
     try:
         with Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points) as ledger:
+            if as_worker:
+                return serve_run(scenario, ledger, env)
             run_scenario(scenario, ledger, env, take_over=take_over)
     except RunFrozen as exc:
         sys.stderr.write(f"run frozen: {exc}\n")
@@ -97,6 +113,41 @@ def main(argv: list[str]) -> int:
     finally:
         close_env(env)
     return 0
+
+
+def serve_run(scenario: Scenario[Any], ledger: Ledger, env: Any) -> int:
+    """Drive the scenario's run as a worker would, until it ended (0) or waits for a
+    person (3): frozen, or stopped for a reason no later attempt clears."""
+    workflow = scenario.workflow_factory(env)
+    run_id = scenario.resolved_run_id
+    ledger.lease_seconds = WORKER_LEASE
+    ledger.register(workflow)
+    ledger.enqueue(workflow, run_id=run_id, **scenario.inputs)  # a no-op once recorded
+    first, longest = WORKER_RETRY
+    worker = Worker(ledger, poll=0.02, log=sys.stderr, retry_first=first, retry_max=longest)
+    status = ledger.get_run(run_id).status
+
+    def watch() -> None:
+        nonlocal status
+        while True:
+            row = ledger.store.get_run(run_id)
+            if row is not None and (
+                row.status.terminal
+                or row.status.frozen
+                or (
+                    row.status is RunStatus.STOPPED
+                    and not retryable_stop(row.status.value, row.reason)
+                )
+            ):
+                status = row.status
+                worker.stop()
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    worker.serve()
+    return 0 if status.terminal else 3
 
 
 if __name__ == "__main__":

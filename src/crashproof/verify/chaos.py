@@ -18,6 +18,22 @@ is about to open the ledger (it writes ``DIR/running``), and is drawn with the s
 the replay, the live steps and the tools' child processes, and some trials end before
 their kill (``finished``). Each result records what its kills hit (``CaseResult.chaos``);
 ``Report.chaos_counts`` sums them.
+
+The faults of production (``faults``, drawn per trial with the seed; ``kill`` alone by
+default, which draws exactly as before):
+
+- ``kill``: the above; the recovery is a plain resume.
+- ``worker``: every child drives the run as a ``crashproof worker`` (``_child --worker``:
+  enqueued, claimed from the queue, a 1 s lease) and is killed the same way; then one
+  more worker, not killed, must take the run over once the dead one's lease runs out and
+  finish it with nobody resuming it. A worker that does not is a finding (``DIVERGED``).
+- ``outage``: one worker drives the run while the scenario's services (its model: the
+  ``Scenario.outage`` hook) are down from the trial's delay for ``OUTAGE_SECONDS``, longer
+  than a call's retries: the run stops (``unavailable:...``) and the worker must resume it
+  by itself, with backoff, once they are back.
+
+Store restarts (PostgreSQL) and power cuts are other faults of production; a hook for
+them would sit beside ``_outage`` (a function of the trial directory and the delay).
 """
 
 from __future__ import annotations
@@ -29,23 +45,38 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from crashproof.journal import payloads
+from crashproof.journal.records import EventType
+from crashproof.store.queue import RETRYABLE_PREFIX
 from crashproof.verify.history import CrashSnapshot
-from crashproof.verify.report import Case, CaseKind, CaseResult, Reference
+from crashproof.verify.report import Case, CaseKind, CaseResult, Reference, Verdict
 from crashproof.verify.scenario import Scenario, ScenarioError
 from crashproof.verify.trial_kit import (
     CHILD_TIMEOUT,
     RUNNING,
     child_env,
+    env_dir,
     inspect_trial,
+    open_ledger,
     resume_and_judge,
 )
 
-__all__ = ["DOUBLE_CRASH_RATE", "calibrate", "chaos_case", "chaos_cases"]
+__all__ = [
+    "DOUBLE_CRASH_RATE",
+    "FAULTS",
+    "OUTAGE_SECONDS",
+    "calibrate",
+    "chaos_case",
+    "chaos_cases",
+]
 
 DOUBLE_CRASH_RATE = 0.3  # trials whose recovery is killed too
+FAULTS = ("kill", "worker", "outage")
+OUTAGE_SECONDS = 1.5  # a service down this long: past any retry the examples' calls make
 _SPREAD = 1.1  # delays reach a little past a whole run: some trials finish first
 
 
@@ -65,15 +96,26 @@ def calibrate(target: str, directory: Path) -> float:
     return max(time.monotonic() - running, 0.001)
 
 
-def chaos_cases(trials: int, span: float, rng: random.Random) -> list[Case]:
+def chaos_cases(
+    trials: int, span: float, rng: random.Random, faults: Sequence[str] = ("kill",)
+) -> list[Case]:
     """``trials`` cases; each kills its first child after a delay drawn from
-    ``[0, 1.1 x span]``, and a share of them their recovery too."""
+    ``[0, 1.1 x span]``, and a share of them their recovery too (an ``outage`` trial: its
+    services go down after that delay instead). ``faults``: drawn per trial (module
+    docstring); the variant of a ``kill`` trial is None."""
+    unknown = sorted(set(faults) - set(FAULTS))
+    if not faults or unknown:
+        raise ValueError(f"faults must be some of {', '.join(FAULTS)}, not {list(faults)}")
     cases = []
     for number in range(1, trials + 1):
+        fault = faults[0] if len(faults) == 1 else rng.choice(list(faults))
         delays = [round(rng.uniform(0.0, _SPREAD), 4)]
-        if rng.random() < DOUBLE_CRASH_RATE:
+        if fault != "outage" and rng.random() < DOUBLE_CRASH_RATE:
             delays.append(round(rng.uniform(0.0, _SPREAD), 4))
-        cases.append(Case(kind=CaseKind.CHAOS, at=number, delays=tuple(delays), span=span))
+        variant = None if fault == "kill" else fault
+        cases.append(
+            Case(kind=CaseKind.CHAOS, at=number, delays=tuple(delays), span=span, variant=variant)
+        )
     return cases
 
 
@@ -91,15 +133,23 @@ def chaos_case(
     crashes: list[CrashSnapshot] = []
     kills = tool_kills = 0
     finished = False
-    for number, delay in enumerate(case.delays):
-        if number:
+    worker = case.variant in ("worker", "outage")
+    unattended: str | None = None  # why the workers did not finish the run by themselves
+    if case.variant == "outage":
+        finished, unattended = _outage(scenario, target, directory, case.delays[0] * case.span)
+    else:
+        for number, delay in enumerate(case.delays):
+            if number:
+                crashes.append(inspect_trial(scenario, directory))
+            killed, in_tool = _run_and_kill(target, directory, delay * case.span, worker)
+            kills += killed
+            tool_kills += in_tool
+            if not killed:
+                finished = True  # the run ended (or stopped) first: nothing left to kill
+                break
+        if worker and kills:  # the next worker takes the dead one's run over
             crashes.append(inspect_trial(scenario, directory))
-        killed, in_tool = _run_and_kill(target, directory, delay * case.span)
-        kills += killed
-        tool_kills += in_tool
-        if not killed:
-            finished = True  # the run ended (or stopped) first: nothing left to kill
-            break
+            unattended = _last_worker(target, directory)
     result = resume_and_judge(scenario, reference, case, directory, crashes)
     chaos = {
         "kills": kills,
@@ -107,10 +157,15 @@ def chaos_case(
         "double_crash": kills > 1,
         "finished_before_kill": finished and kills == 0,
     }
+    if worker:  # what the workers met, from the journal
+        chaos.update(_journaled(scenario, directory))
+    verdict, reason = result.verdict, result.reason
+    if unattended is not None and verdict is Verdict.SAME:
+        verdict, reason = Verdict.DIVERGED, unattended  # it needed the judge's resume
     return CaseResult(
         case=result.case,
-        verdict=result.verdict,
-        reason=result.reason,
+        verdict=verdict,
+        reason=reason,
         fingerprint=result.fingerprint,
         effects=result.effects,
         extra_effects=result.extra_effects,
@@ -121,15 +176,93 @@ def chaos_case(
     )
 
 
-def _command(target: str, directory: Path) -> list[str]:
+def _outage(
+    scenario: Scenario[Any], target: str, directory: Path, delay: float
+) -> tuple[bool, str | None]:
+    """One worker drives the run; its services go down ``delay`` seconds after it opens
+    the ledger, for ``OUTAGE_SECONDS``. Returns (the run ended before the outage began,
+    why the worker did not finish it by itself, or None)."""
+    if scenario.outage is None:
+        raise ScenarioError(
+            f"chaos fault 'outage': scenario {scenario.name!r} has no outage hook "
+            "(Scenario(outage=...): make its model raise cp.Unavailable while down)"
+        )
+    where = env_dir(directory)
+    with open(directory / "child.log", "ab") as log:
+        child = _start(target, directory, log, worker=True)
+        running = _wait_running(child, directory)
+        early = False
+        try:
+            left = delay if running is None else delay - (time.monotonic() - running)
+            child.wait(timeout=max(left, 0.0))
+            early = True  # it ended before the outage began
+        except subprocess.TimeoutExpired:
+            scenario.outage(where, True)
+            try:
+                time.sleep(OUTAGE_SECONDS)
+            finally:
+                scenario.outage(where, False)
+        try:
+            code = child.wait(timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            return early, f"the worker did not finish the run in {CHILD_TIMEOUT:.0f} s"
+    return early, _unfinished(code)
+
+
+def _last_worker(target: str, directory: Path) -> str | None:
+    """A worker, not killed, after the killed ones: it must finish the run by itself."""
+    with open(directory / "child.log", "ab") as log:
+        child = _start(target, directory, log, worker=True)
+        try:
+            code = child.wait(timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            return f"the last worker did not finish the run in {CHILD_TIMEOUT:.0f} s"
+    return _unfinished(code)
+
+
+def _journaled(scenario: Scenario[Any], directory: Path) -> dict[str, int]:
+    """``outage_stops``: the run's stops for a service out (each then resumed, when the
+    trial is SAME); ``taken_over``: claims of the run from a dead worker's lease."""
+    with open_ledger(directory) as ledger:
+        events = ledger.journal(scenario.resolved_run_id, results=False)
+    stops = sum(
+        1
+        for e in events
+        if e.type is EventType.RUN_STOPPED
+        and str(payloads.run_stopped(e).get("reason", "")).startswith(RETRYABLE_PREFIX)
+    )
+    sessions = [e.payload.get("session") for e in events if isinstance(e.payload, dict)]
+    taken = sum(
+        1
+        for s in sessions
+        if isinstance(s, dict) and (s.get("lease") or {}).get("decision") == "expired"
+    )
+    return {"outage_stops": stops, "taken_over": taken}
+
+
+def _unfinished(code: int) -> str | None:
+    if code == 0:
+        return None
+    why = "it waits for a person" if code == 3 else f"the worker exited {code}"
+    return f"the workers did not finish the run by themselves ({why}; see child.log)"
+
+
+def _command(target: str, directory: Path, worker: bool = False) -> list[str]:
     # N = 0: no crash point armed, the child runs (or resumes) the scenario to its end.
-    return [sys.executable, "-m", "crashproof.verify._child", target, str(directory), "0"]
+    command = [sys.executable, "-m", "crashproof.verify._child", target, str(directory), "0"]
+    return [*command, "--worker"] if worker else command
 
 
-def _start(target: str, directory: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
+def _start(
+    target: str, directory: Path, log: IO[bytes], worker: bool = False
+) -> subprocess.Popen[bytes]:
     (directory / RUNNING).unlink(missing_ok=True)
     return subprocess.Popen(
-        _command(target, directory),
+        _command(target, directory, worker),
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=log,
@@ -148,12 +281,14 @@ def _wait_running(child: subprocess.Popen[bytes], directory: Path) -> float | No
     return time.monotonic()
 
 
-def _run_and_kill(target: str, directory: Path, delay: float) -> tuple[bool, bool]:
-    """Start a child in a new process group; SIGKILL the group ``delay`` seconds after it
-    starts opening the ledger. Returns (killed, whether a process the child started was
-    running then)."""
+def _run_and_kill(
+    target: str, directory: Path, delay: float, worker: bool = False
+) -> tuple[bool, bool]:
+    """Start a child (``worker``: one driving the run as a worker) in a new process group;
+    SIGKILL the group ``delay`` seconds after it starts opening the ledger. Returns
+    (killed, whether a process the child started was running then)."""
     with open(directory / "child.log", "ab") as log:
-        child = _start(target, directory, log)
+        child = _start(target, directory, log, worker)
         running = _wait_running(child, directory)
         try:
             left = delay if running is None else delay - (time.monotonic() - running)

@@ -79,10 +79,13 @@ class Case:
         if self.kind is CaseKind.STALE_CHECKPOINT:
             return f"#{self.at} {self.point} -> stale checkpoint"
         if self.kind is CaseKind.CHAOS:
+            if self.variant == "outage":
+                return f"chaos #{self.at} outage at {self.delays[0] * self.span * 1000:.0f} ms"
             kills = " -> recovery ".join(
                 f"kill at {d * self.span * 1000:.0f} ms" for d in self.delays
             )
-            return f"chaos #{self.at} {kills}"
+            worker = " (workers)" if self.variant == "worker" else ""
+            return f"chaos #{self.at} {kills}{worker}"
         return self.kind.value
 
     def to_json(self) -> dict[str, Any]:
@@ -171,6 +174,7 @@ class Report:
     contention_points: int | None = 0  # crash points given two recoverers and a stale
     # checkpoint (None: every one)
     trials: int = 0  # chaos mode: wall-clock kill trials
+    faults: tuple[str, ...] = ("kill",)  # chaos mode: the faults drawn per trial
 
     @property
     def ok(self) -> bool:
@@ -206,7 +210,9 @@ class Report:
         """Chaos mode, summed over its trials: kills (and those that hit while a tool's
         child process ran), double crashes, runs that finished before their kill, and the
         outcomes: duplicated or lost effects, recorded decisions asked again, runs stuck
-        (REFUSED: frozen with a reason) and any other divergence."""
+        (REFUSED: frozen with a reason) and any other divergence. With ``--faults``:
+        worker trials and the runs the next worker took over, model outages, the trials
+        they stopped, and the stops workers resumed with nobody's help."""
         trials = [r for r in self.results if r.case.kind is CaseKind.CHAOS]
         stats = [r.chaos or {} for r in trials]
         return {
@@ -218,6 +224,15 @@ class Report:
             "duplicated": sum(any(n > 0 for n in r.extra_effects.values()) for r in trials),
             "lost": sum(any(n < 0 for n in r.extra_effects.values()) for r in trials),
             "reasked": sum("recorded before crash" in r.reason for r in trials),
+            "worker_trials": sum(r.case.variant == "worker" for r in trials),
+            "taken_over_by_a_worker": sum(bool(s.get("taken_over")) for s in stats),
+            "outages": sum(r.case.variant == "outage" for r in trials),
+            "stopped_by_outage": sum(bool(s.get("outage_stops")) for s in stats),
+            "resumed_by_a_worker": sum(  # stops the workers got past with nobody's resume
+                int((r.chaos or {}).get("outage_stops", 0))
+                for r in trials
+                if r.verdict is Verdict.SAME
+            ),
             "stuck": sum(r.verdict is Verdict.REFUSED for r in trials),
             "diverged": sum(r.verdict is Verdict.DIVERGED for r in trials),
         }
@@ -227,7 +242,8 @@ class Report:
         target = self.target or "MODULE:SCENARIO"
         cmd = f"crashproof verify {target} --mode {self.mode} --seed {self.seed}"
         if self.mode == "chaos":
-            return cmd + f" --trials {self.trials}"
+            faults = "" if self.faults == ("kill",) else f" --faults {','.join(self.faults)}"
+            return cmd + f" --trials {self.trials}{faults}"
         if self.max_points is not None:
             cmd += f" --max-points {self.max_points}"
         if self.recovery_points != 3:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from crashproof.verify.chaos import calibrate, chaos_cases
+from crashproof.verify.chaos import FAULTS, calibrate, chaos_cases
 from crashproof.verify.report import (
     DEFAULT_CONTENTION_POINTS,
     Case,
@@ -81,6 +81,7 @@ def verify(
     workers: int = 1,
     progress: Progress | None = None,
     trials: int = DEFAULT_TRIALS,
+    faults: Sequence[str] = ("kill",),
 ) -> Report:
     """Crash ``scenario`` at every crash point and compare each resumed run with an
     uninterrupted one; see the module docstring.
@@ -100,6 +101,10 @@ def verify(
     how many wall-clock kill trials chaos mode runs (``"chaos"``: a child process group
     SIGKILLed after a random delay, its recovery too in some trials; the scenario must
     be importable, as for subprocess mode).
+    ``faults``: chaos mode's faults, drawn per trial (``kill``, ``worker``: the run driven
+    by workers, one killed and the next taking over, ``outage``: the scenario's model
+    down longer than its retries, a worker resuming the run by itself;
+    ``crashproof.verify.chaos``).
     """
     if isinstance(scenario, str):
         target = target or scenario
@@ -120,6 +125,14 @@ def verify(
         )
     if trials < 1:
         raise ValueError("trials must be at least 1")
+    unknown = sorted(set(faults) - set(FAULTS))
+    if not faults or unknown:
+        raise ValueError(f"faults must be some of {', '.join(FAULTS)}, not {list(faults)}")
+    if mode == "chaos" and "outage" in faults and scenario.outage is None:
+        raise ScenarioError(
+            f"chaos fault 'outage': scenario {scenario.name!r} has no outage hook "
+            "(Scenario(outage=...): make its model raise cp.Unavailable while down)"
+        )
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 32)
     rng = random.Random(seed)
@@ -132,10 +145,12 @@ def verify(
             ticker.tick(row.case.label)
         if mode == "chaos" and target is not None:
             span = calibrate(target, root / "calibration")
-            cases = chaos_cases(trials, span, rng)
+            cases = chaos_cases(trials, span, rng, faults)
             ticker.grow(len(cases))
             results += _run_all(scenario, reference, cases, root, mode, target, workers, ticker, 1)
-            return _report(scenario, target, mode, seed, reference, results, started, trials)
+            return _report(
+                scenario, target, mode, seed, reference, results, started, trials, faults
+            )
 
         singles = [
             Case(kind=CaseKind.CRASH, at=n, point=points[n - 1])
@@ -192,6 +207,7 @@ def _report(
     results: list[CaseResult],
     started: float,
     trials: int,
+    faults: Sequence[str],
 ) -> Report:
     return Report(
         scenario=scenario.name,
@@ -205,6 +221,7 @@ def _report(
         seconds=time.perf_counter() - started,
         contention_points=0,
         trials=trials,
+        faults=tuple(faults),
     )
 
 

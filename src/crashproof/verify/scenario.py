@@ -50,6 +50,12 @@ class Scenario(Generic[E]):
       exactly one per operation id.
     - ``model_calls(env)``, optional: how many times each decision was asked, from the
       model stub's own log (``{decision key: count}``).
+    - ``outage(directory, down)``, optional: make the services the run calls (its model)
+      unavailable (``down``: they raise ``cp.Unavailable``, as a model API's 503 or a
+      refused connection does) or available again, for the environment in
+      ``directory``, from another process (a flag file the model stub reads). Chaos mode's
+      ``outage`` fault needs it. A call that met the outage must not count in
+      ``model_calls``: it was never answered.
     """
 
     name: str
@@ -60,6 +66,7 @@ class Scenario(Generic[E]):
     run_id: str | None = None  # default: "verify:<name>"
     effects: Callable[[E], dict[str, int]] | None = None
     model_calls: Callable[[E], dict[str, int]] | None = None
+    outage: Callable[[Path, bool], None] | None = None
 
     @property
     def resolved_run_id(self) -> str:

@@ -186,6 +186,18 @@ def verify_recovery(
         ),
         # crashproof.verify.runner.DEFAULT_TRIALS, spelled out (see --contention-points).
     ] = 20,
+    faults: Annotated[
+        str,
+        typer.Option(
+            "--faults",
+            metavar="LIST",
+            help="Chaos mode: the faults drawn per trial, comma-separated: kill (the run's "
+            "process group SIGKILLed), worker (the run driven by crashproof workers, one "
+            "killed, the next must take over and finish it), outage (the scenario's model "
+            "down past its retries: a worker must resume the run by itself; needs "
+            "Scenario(outage=...)).",
+        ),
+    ] = "kill",
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
@@ -199,6 +211,14 @@ def verify_recovery(
     """
     settings = command_settings(ctx, None, as_json, verbose)
     contention = _contention_points(contention_points)
+    chosen = tuple(part.strip() for part in faults.split(",") if part.strip())
+    known = ("kill", "worker", "outage")  # crashproof.verify.chaos.FAULTS, spelled out
+    if not chosen or set(chosen) - set(known):
+        raise CliError(
+            ExitCode.USAGE,
+            f"--faults {faults!r} names no fault, or one that is not known; nothing was run",
+            "give some of kill, worker, outage, e.g. --faults kill,worker,outage",
+        )
     # Imported here: plain commands never need the verifier.
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -250,6 +270,7 @@ def verify_recovery(
                 workers=workers,
                 progress=tick,
                 trials=trials,
+                faults=chosen,
             )
         except ScenarioError as exc:
             raise CliError(

@@ -35,6 +35,8 @@ from crashproof.cli.render import (
     emit_json,
     print_checks,
     print_run,
+    retry_json,
+    retry_line,
     run_summary,
     safe,
     undelivered,
@@ -56,6 +58,7 @@ from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.audit import run_timeline
 from crashproof.runtime.operations.contents import step_contents
 from crashproof.runtime.options import RunOptions
+from crashproof.store.queue import retryable_stop
 
 __all__ = ["reconcile_runs", "resume_run", "retry_run", "show_run", "start_run"]
 
@@ -431,6 +434,9 @@ def show_run(
     with open_ledger(settings, create=False) as ledger:
         info = ledger.get_run(run_id)
         entries = run_timeline(ledger, run_id) if timeline else None
+        retry: dict[str, Any] = {}
+        if retryable_stop(info.status.value, info.reason):  # when a worker resumes it
+            retry = retry_json(info.status.value, info.reason, ledger.leases().get(run_id))
     total, pending = len(info.steps), undelivered(info)  # counted before a page is cut
     if limit is None and not settings.json:
         limit = _PAGE
@@ -443,10 +449,12 @@ def show_run(
         else:
             print_timeline(console(), run_id, entries, info.evidence)
     elif settings.json:
-        body = {**info.to_json(), **({"undelivered": pending} if pending else {})}
+        body = {**info.to_json(), **retry, **({"undelivered": pending} if pending else {})}
         emit_json({**body, "steps_total": total} if total != len(info.steps) else body)
     else:
         print_run(console(), info)
+        if retry:  # nobody needs to type resume: say when a worker does
+            console().print(retry_line(retry), style="yellow")
         if len(info.steps) < total:
             shown = f"{first}-{first + len(info.steps) - 1}" if info.steps else "none"
             after = first + len(info.steps)

@@ -80,6 +80,32 @@ def run_worker(
             "--async --concurrency 1000.",
         ),
     ] = False,
+    retry_first: Annotated[
+        float,
+        typer.Option(
+            "--retry-first",
+            metavar="SECONDS",
+            help="A run stopped for a retryable cause (a model, tool or lookup out) is "
+            "tried again this long after it stopped, then twice as long each time.",
+        ),
+    ] = 5.0,
+    retry_max: Annotated[
+        float,
+        typer.Option(
+            "--retry-max",
+            metavar="SECONDS",
+            help="The longest wait between automatic attempts of a stopped run.",
+        ),
+    ] = 300.0,
+    outbox_every: Annotated[
+        float,
+        typer.Option(
+            "--outbox-every",
+            metavar="SECONDS",
+            help="Deliver the pending messages of the --app modules' cp.Outbox tools this "
+            "often (runs nobody drives; a running run delivers its own).",
+        ),
+    ] = 30.0,
     max_steps: MaxSteps = None,
     max_decisions: MaxDecisions = None,
     max_tokens: MaxTokens = None,
@@ -100,8 +126,10 @@ def run_worker(
     db: DbOption = None,
     verbose: VerboseOption = False,
 ) -> int:
-    """Drive runs from the ledger's queue: runs enqueued with ledger.enqueue, and runs
-    whose worker died (lease expired), N at a time, with no control plane.
+    """Drive runs from the ledger's queue: runs enqueued with ledger.enqueue, runs
+    whose worker died (lease expired), and runs stopped for a retryable cause (a model,
+    tool or lookup out), again with backoff; N at a time, with no control plane. Runs
+    frozen for review or stopped by a budget are left to a person.
 
     Logs one JSON line per event on stderr. SIGTERM or SIGINT drains: nothing new is
     claimed, each run finishes its current step, its lease is released, and the worker
@@ -109,12 +137,19 @@ def run_worker(
     driven (others are refused, logged as "refused" or "error", and left alone).
     """
     settings = command_settings(ctx, db, False, verbose)
-    if concurrency < 1 or not poll > 0 or not lease > 0:
+    if concurrency < 1 or not poll > 0 or not lease > 0 or not outbox_every > 0:
         raise CliError(
             ExitCode.USAGE,
-            f"--concurrency must be >= 1 and --poll, --lease > 0 (got {concurrency}, "
-            f"{poll}, {lease}); nothing was started",
+            f"--concurrency must be >= 1 and --poll, --lease, --outbox-every > 0 (got "
+            f"{concurrency}, {poll}, {lease}, {outbox_every}); nothing was started",
             "e.g. crashproof worker --app flows --concurrency 4 --poll 1 --lease 15",
+        )
+    if not 0 < retry_first <= retry_max or retry_max == float("inf"):
+        raise CliError(
+            ExitCode.USAGE,
+            f"--retry-first must be > 0 and at most --retry-max (got {retry_first}, "
+            f"{retry_max}); nothing was started",
+            "e.g. crashproof worker --app flows --retry-first 5 --retry-max 300",
         )
     every = None if reconcile_every is None else _duration(reconcile_every)
     if reconcile_limit < 1:
@@ -144,6 +179,9 @@ def run_worker(
             options=options,
             on_loop=on_loop,
             outbox=[tool for tool in app_tools(app_modules) if isinstance(tool, Outbox)],
+            outbox_every=outbox_every,
+            retry_first=retry_first,
+            retry_max=retry_max,
             reconcile=app_tools(app_modules) if every is not None else (),
             reconcile_every=every,
             reconcile_limit=reconcile_limit,

@@ -43,7 +43,7 @@ from crashproof.runtime.steps.environment import (
 )
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.holds import first_intent
-from crashproof.runtime.steps.outage import stop_unavailable, wait_for
+from crashproof.runtime.steps.outage import stop_lookup, stop_unavailable, wait_for
 from crashproof.runtime.steps.windows import first_intent_at, forgotten_key
 from crashproof.tools.port import Call, Receipt, Tool
 
@@ -311,14 +311,7 @@ def _reconcile(
                 )
             return (yield from _execute_again(session, tool, call, rounds, base))
         return (yield from _journal_receipt(session, tool, call, found, started, reconciled=True))
-    evidence = yield from _evidence(call, tool)
-    session.freeze(
-        f"act {call.step!r}: lookup unavailable ({tool.name} failed {len(failures)} "
-        "lookups); a later resume tries again",
-        {**evidence, "lookup_errors": failures},
-        key=call.step,
-        retryable=True,
-    )
+    stop_lookup(session, call.step, tool.name, failures, (yield from _evidence(call, tool)))
 
 
 def _execute_again(

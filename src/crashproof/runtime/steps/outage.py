@@ -14,6 +14,12 @@ never recorded as the call's failure: it says nothing about the run.
   ``run``/``resume`` even if the workflow catches it. Nothing of the call is recorded
   as its result. A resume attempts it again with a fresh count (journal/fold.py), every
   recorded step, decision and act before it replayed.
+- A lookup that keeps failing (the target of an act in doubt is down) stops the run the
+  same way (``stop_lookup``): reason ``unavailable:<key>: lookup unavailable ...``; the
+  resume looks again. Not a question for a person: nothing is in doubt but the wait.
+
+The ``unavailable:`` prefix is what makes the stop retryable (``store.queue.
+retryable_stop``): a worker claims such a run again on its own, with backoff.
 
 Used by ``live.py`` (steps, decisions) and ``acts.py`` (an act whose tool's ``prepare``
 or ``execute`` raised it: the effect did not happen).
@@ -31,8 +37,9 @@ from crashproof.journal import payloads
 from crashproof.journal.codec import error_record
 from crashproof.journal.records import EventType, RunStatus
 from crashproof.runtime.port import RunSession
+from crashproof.store.queue import RETRYABLE_PREFIX
 
-__all__ = ["journal_stop", "stop_unavailable", "wait_for"]
+__all__ = ["journal_stop", "stop_lookup", "stop_unavailable", "wait_for"]
 
 _SHOWN = 200  # characters of the service's message kept in the stop reason
 
@@ -66,7 +73,7 @@ def stop_unavailable(
     """Stop the run at call ``key`` (journaled) and raise ``RunStopped`` into the
     workflow. ``waits``: the service's hint is longer than the policy lets it wait."""
     message = " ".join(str(exc).split())[:_SHOWN] or type(exc).__name__
-    reason = f"unavailable:{key}: {message}"
+    reason = f"{RETRYABLE_PREFIX}{key}: {message}"
     hint = _hint(exc)
     why = (
         f"the service asks to wait {hint:g} s, more than the retry policy's max_backoff"
@@ -98,6 +105,36 @@ def stop_unavailable(
     }
     journal_stop(session, key, stopped, evidence)
     raise stopped from exc
+
+
+def stop_lookup(
+    session: RunSession,
+    key: str,
+    tool: str,
+    failures: list[dict[str, Any]],
+    evidence: dict[str, Any],
+) -> NoReturn:
+    """Stop the run at act ``key``, whose tool's lookups all failed (``failures``, their
+    error records): journaled with the act's ``evidence``; ``RunStopped`` raised."""
+    last = failures[-1].get("message") if failures else None
+    shown = " ".join(str(last or "").split())[:_SHOWN]
+    reason = (
+        f"{RETRYABLE_PREFIX}{key}: lookup unavailable ({tool} failed {len(failures)} lookups"
+        + (f": {shown})" if shown else ")")
+    )
+    run_id = session.run_id
+    stopped = RunStopped(
+        run_id,
+        reason,
+        detail=(
+            "whether the act happened is not known yet, and nothing was executed again; a "
+            f"worker resumes it with backoff, or Ledger.resume({run_id!r}) / crashproof resume "
+            f"{run_id} --app MODULE looks it up again"
+        ),
+    )
+    stop = {"reason": reason, "next_step": key, "next_kind": "act", "lookup_errors": failures}
+    journal_stop(session, key, stopped, {**evidence, **stop})
+    raise stopped
 
 
 def journal_stop(

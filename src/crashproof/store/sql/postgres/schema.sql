@@ -33,7 +33,11 @@ CREATE TABLE runs (
     -- the fencing token checked by every fenced journal commit.
     owner            text,
     lease_expires_at double precision,
-    fencing_token    bigint NOT NULL DEFAULT 0
+    fencing_token    bigint NOT NULL DEFAULT 0,
+    -- retry schedule (schema 5): when a worker tries a run stopped for a retryable cause
+    -- again (the server's clock; NULL: at once), and the automatic attempts of its outage.
+    retry_at         double precision,
+    retries          integer NOT NULL DEFAULT 0
 );
 CREATE INDEX runs_by_status ON runs (status, created_at);
 

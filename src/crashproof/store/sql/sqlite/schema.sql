@@ -15,6 +15,8 @@ CREATE TABLE crashproof_migrations (
 -- The run index: a cache folded from events, never trusted over them.
 -- owner: the worker holding the run (NULL: nobody); lease_expires_at: until when, by the
 -- local clock (epoch seconds); fencing_token: incremented by every claim, never lowered.
+-- retry_at, retries (schema 8): when a worker tries a run stopped for a retryable cause
+-- again (NULL: at once), and how many automatic attempts its current outage has had.
 CREATE TABLE runs (
     run_id           TEXT PRIMARY KEY,
     workflow         TEXT NOT NULL,
@@ -27,7 +29,9 @@ CREATE TABLE runs (
     owner            TEXT,
     lease_expires_at REAL,
     fencing_token    INTEGER NOT NULL DEFAULT 0,
-    run_no           INTEGER
+    run_no           INTEGER,
+    retry_at         REAL,
+    retries          INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 CREATE INDEX runs_by_status ON runs (status, created_at);
 -- run_no: the run's number, the high half of its records' row ids (events.id).
