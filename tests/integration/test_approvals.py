@@ -25,7 +25,8 @@ pytestmark = pytest.mark.timeout(60)
 
 RUN = "deploy:1"
 KEY = f"{RUN}/create"
-FAST = ActSettings(retryable_attempts=3, lookup_attempts=2, backoff=0.01)
+# No clock skew allowed: these tests expire approvals within a second, on one host.
+FAST = ActSettings(retryable_attempts=3, lookup_attempts=2, backoff=0.01, max_clock_skew=0)
 RISKY = cp.Policy("ops-1", allow={"http": "*"}, risk={"http": "high"}, approval_required={"high"})
 OPTIONS = cp.RunOptions(policy=RISKY)
 

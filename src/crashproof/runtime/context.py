@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import random as _random
-import time
 import uuid as _uuid
 from collections.abc import Callable, Iterable
 from types import GeneratorType
@@ -29,9 +28,8 @@ from crashproof.journal.codec import (
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
 from crashproof.runtime.driving.durability import Pending, local_commits
-from crashproof.runtime.guards.approvals import approval_in_flight
 from crashproof.runtime.guards.budget import Meter
-from crashproof.runtime.guards.policy import Policy, admit_act
+from crashproof.runtime.guards.policy import Policy, admit_act, admit_in_flight
 from crashproof.runtime.guards.replan import decided_epoch
 from crashproof.runtime.options import StepOptions
 from crashproof.runtime.port import ActSettings, DriveHost, PendingRecord
@@ -91,6 +89,7 @@ class Context:
         self.fencing_token: int | None = None
         self.ended = False  # the run's outcome is committed: its lease went with it
         self.act_settings: ActSettings = host.act_settings
+        self._clock = host.store.clock.clock  # this host's clock (a test may skew it)
         # Budgets and policy: checked before new work only (runtime/guards/budget.py, policy.py).
         self.meter = Meter(replay)
         self.policy: Policy | None = None
@@ -185,7 +184,7 @@ class Context:
             if self.policy is not None:
                 approval = yield from admit_act(self, self.policy, key, tool, params, digest)
         elif self.policy is not None:
-            approval = approval_in_flight(self, key, digest)
+            approval = yield from admit_in_flight(self, self.policy, key, tool, digest)
         if tool.deferred:
             return (yield from enqueue(self, key, tool, params, digest))
         open_events = self._open_acts.pop(key, [])
@@ -580,12 +579,15 @@ class Context:
     ) -> None:
         if self.session is not None:  # the drive's first record names it (operations/audit)
             payload = {**payload, "session": self.session}
-        event = Event(self.run_id, self._next_seq, type_, key, payload, time.time(), value_json)
+        event = Event(self.run_id, self._next_seq, type_, key, payload, self._clock(), value_json)
         self._commit((event,), status, None)
         self.session = None  # once it landed: a refused record (IntentHeld) names nothing
         self._next_seq += 1
         if type_ is EventType.STEP_DONE and self.meter.active:
             self.meter.count(payload)
+
+    def ledger_now(self) -> float:
+        return self._host.store.now()
 
     def finish(self, type_: EventType, payload: dict[str, Any], value_json: str | None) -> None:
         """Record the run's outcome (used by the ledger once the workflow returns)."""

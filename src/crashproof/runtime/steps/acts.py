@@ -41,6 +41,7 @@ from crashproof.runtime.steps.environment import (
     observe_after,
     observe_before,
 )
+from crashproof.runtime.steps.expiry import before_execution, check_receipt
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.holds import first_intent
 from crashproof.runtime.steps.outage import stop_unavailable, wait_for
@@ -184,6 +185,8 @@ def _execute(
     before this drive (not counted against its retries)."""
     settings = session.act_settings
     while True:
+        # Never sent past its approval's expiry (steps/expiry.py): the first try, a retry.
+        yield from before_execution(session, tool, call, _evidence)
         started = time.time()
         try:
             receipt = yield Invoke(tool.execute, (call,), f"execute of tool {tool.name!r}")
@@ -328,6 +331,8 @@ def _execute_again(
     operation id. Bounded: after ``retryable_attempts`` unknown outcomes in a row, stop
     for a later resume instead of hammering a target that keeps failing."""
     settings = session.act_settings
+    # An approved act found not done past its approval's expiry waits for a fresh one.
+    yield from before_execution(session, tool, call, _evidence)
     if rounds >= settings.retryable_attempts:
         session.freeze(
             f"act {call.step!r}: {tool.name} left the outcome unknown {rounds} times in a "
@@ -386,8 +391,8 @@ def _journal_receipt(
             key=call.step,
             error=ReceiptConflict,
         )
-    if call.approval is not None:
-        yield from _check_approval_binding(session, tool, call, receipt)
+    if call.approval is not None:  # committed within its approval? (steps/expiry.py)
+        yield from check_receipt(session, tool, call, receipt, _evidence)
     if (
         receipt.intent_digest is None
         and not tool.matches_intent
@@ -421,42 +426,6 @@ def _journal_receipt(
     )
     session.append_event(EventType.STEP_DONE, call.step, payloads.as_dict(payload), value_json)
     return decode(value_json)
-
-
-def _check_approval_binding(
-    session: RunSession, tool: Tool, call: Call, receipt: Receipt
-) -> Work[None]:
-    """An approved act's receipt within its approval (001: an adapter others can reach
-    binds the approval and a trusted commit time; past the expiry, or unbound, it is for
-    a human to judge, not for automatic reconciliation)."""
-    approval = call.approval or {}
-    expires, committed = approval.get("expires_at"), receipt.committed_at
-    problem = None
-    if isinstance(expires, int | float) and committed is not None and committed > expires:
-        problem = (
-            f"the effect committed at {committed:.3f}, after the approval expired at {expires:.3f}"
-        )
-    elif tool.shared and receipt.approval_digest != approval.get("digest"):
-        problem = (
-            f"{tool.name} is shared and its receipt does not bind the approval "
-            f"(receipt: {receipt.approval_digest}, approval: {approval.get('digest')})"
-        )
-    if problem is not None:
-        evidence = yield from _evidence(call, tool)
-        session.freeze(
-            f"act {call.step!r}: {problem}; it is not taken as the approved effect and "
-            "nothing else executes: review it",
-            {
-                **evidence,
-                "approval": approval,
-                "receipt": {
-                    **_receipt_evidence(receipt),
-                    "committed_at": committed,
-                    "approval_digest": receipt.approval_digest,
-                },
-            },
-            key=call.step,
-        )
 
 
 def _receipt_evidence(receipt: Receipt) -> dict[str, Any]:
