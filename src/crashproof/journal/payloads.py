@@ -310,6 +310,12 @@ class ActIntent(DriveRecord):
     # Runs holding the same intent unresolved that an operator let this act pass
     # (intent_override; store/intents.py): the first attempt, when there were any.
     overrides: NotRequired[list[str]]
+    # What other runs' holds match (store/intents.py): SHA-256 of {tool, params}, the
+    # tool's version left out; the first attempt only.
+    hold_digest: NotRequired[str]
+    # The ledger server's clock when the intent was journaled, for a tool with an
+    # idempotency window on a ledger whose clock is a server's (steps/windows.py).
+    server_at: NotRequired[float]
 
 
 class ActUnknown(DriveRecord):

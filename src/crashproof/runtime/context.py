@@ -90,6 +90,7 @@ class Context:
         self.ended = False  # the run's outcome is committed: its lease went with it
         self.act_settings: ActSettings = host.act_settings
         self._clock = host.store.clock.clock  # this host's clock (a test may skew it)
+        self.server_clock = host.store.clock.is_server  # Store.now is a server's clock
         # Budgets and policy: checked before new work only (runtime/guards/budget.py, policy.py).
         self.meter = Meter(replay)
         self.policy: Policy | None = None

@@ -137,6 +137,11 @@ class RunSession(Protocol):
         host clock on SQLite): what approvals' expiries and idempotency windows are
         checked against, never the host's clock alone."""
 
+    @property
+    def server_clock(self) -> bool:
+        """Whether ``ledger_now`` reads one server's clock (PostgreSQL): times it gave
+        may be subtracted without a margin for two hosts' clocks."""
+
     def journal(self, run_id: str | None = None) -> list[Event]:
         """A verified journal of this ledger: this run's (default), or another's (the
         approvers registry)."""

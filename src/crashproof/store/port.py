@@ -242,8 +242,9 @@ class LedgerClock:
     ``floor`` the ledger gives (the newest time it has recorded). ``clock``: the host's
     wall clock, ``time.time`` unless a test skews it (``Ledger(clock=...)``)."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], *, server: bool = False) -> None:
         self.clock = clock
+        self.is_server = server  # Store.now reads a server's clock (PostgreSQL), not a host's
         self._high = float("-inf")
         self._lock = threading.Lock()
 

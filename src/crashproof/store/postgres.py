@@ -117,7 +117,7 @@ class PostgresStore(PostgresAppend):
         self._q = {name: sql.replace("{schema}", quoted) for name, sql in _QUERIES.items()}
         self._synchronous = _SYNCHRONOUS[durability]
         self.durability = durability
-        self.clock = LedgerClock(time.time)
+        self.clock = LedgerClock(time.time, server=True)
         self._sealer = sealer
         self._init_ends()  # where each run's journal ends, as last read or written
         self._version = (0, -VERSION_FRESH)  # schema_version(): (version, when read)

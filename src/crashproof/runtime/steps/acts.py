@@ -45,10 +45,10 @@ from crashproof.runtime.steps.expiry import before_execution, check_receipt
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.holds import first_intent
 from crashproof.runtime.steps.outage import stop_unavailable, wait_for
-from crashproof.runtime.steps.windows import first_intent_at, forgotten_key
+from crashproof.runtime.steps.windows import IntentTime, first_intent_at, forgotten_key
 from crashproof.tools.port import Call, Receipt, Tool
 
-__all__ = ["intent_digest", "perform_act"]
+__all__ = ["hold_digest", "intent_digest", "perform_act"]
 
 # Enum values read once: an enum member's .value is a Python-level descriptor call.
 _ACT = StepKind.ACT.value
@@ -62,6 +62,16 @@ def intent_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
     return canonical_digest(
         {"tool": tool.name, "tool_version": tool.version, "params": params},
         what=f"the params of act {key!r}",
+    )
+
+
+def hold_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
+    """SHA-256 of the RFC 8785 form of ``{tool, params}``: the operation's identity
+    without the tool's version, what holds on unresolved acts match (steps/holds.py). A
+    new version of the tool with the same params is the same operation; another intent
+    is other params."""
+    return canonical_digest(
+        {"tool": tool.name, "params": params}, what=f"the params of act {key!r}"
     )
 
 
@@ -146,7 +156,7 @@ def perform_act(
         session,
         call,
         lambda: _evidence(call, tool),  # observes again: only for a freeze
-        lambda overrides: _journal_intent(session, tool, call, observed, overrides),
+        lambda overrides: _journal_intent(session, tool, call, observed, overrides, first=True),
     )
     return (yield from _execute(session, tool, call))
 
@@ -248,13 +258,13 @@ def _reconcile(
     call: Call,
     rounds: int = 0,
     base: int = 0,
-    since: float | None = None,
+    since: IntentTime | None = None,
 ) -> Work[Any]:
     """Lookup first; never a blind retry. ``since``: the journal's time of the first
     intent of this operation id, when recovering an act left in flight."""
     settings = session.act_settings
     if not tool.supports_lookup:
-        forgotten = forgotten_key(tool.idempotency_window, since, time.time())
+        forgotten = forgotten_key(tool.idempotency_window, since, session)
         if tool.idempotent_execute and forgotten is None:
             return (yield from _execute_again(session, tool, call, rounds, base))
         evidence = yield from _evidence(call, tool)
@@ -302,7 +312,7 @@ def _reconcile(
                 yield Pause(settings.delay(attempt))
             continue
         if found is None:
-            forgotten = forgotten_key(tool.idempotency_window, since, time.time())
+            forgotten = forgotten_key(tool.idempotency_window, since, session)
             if forgotten is not None:
                 why, times = forgotten
                 evidence = yield from _evidence(call, tool)
@@ -354,10 +364,16 @@ def _journal_intent(
     call: Call,
     observed: dict[str, Any] | None = None,
     overrides: list[str] | None = None,
+    *,
+    first: bool = False,
 ) -> None:
     payload = intent_payload(tool, call, time.time(), observed)
     if overrides:
         payload["overrides"] = overrides
+    if first:  # what other runs' holds match: no tool version (steps/holds.py)
+        payload["hold_digest"] = hold_digest(tool, call.params, call.step)
+    if tool.idempotency_window is not None and session.server_clock:
+        payload["server_at"] = session.ledger_now()  # the window's clock (steps/windows.py)
     session.append_event(
         EventType.ACT_INTENT,
         call.step,
