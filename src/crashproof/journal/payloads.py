@@ -270,7 +270,8 @@ class StepDone(DriveRecord):
     cost: NotRequired[float | None]
     operation_id: NotRequired[str]  # acts
     intent_digest: NotRequired[str]  # acts (the same as digest)
-    # An act's receipt: tool, tool_version, receipt_id, result_digest, reconciled.
+    # An act's receipt: tool, tool_version, receipt_id, result_digest, reconciled, and
+    # intent_bound (true) when the tool's receipt carried the intent digest.
     receipt: NotRequired[dict[str, Any]]
     observed: NotRequired[dict[str, Any]]  # the environment the act left (an Observation)
     outbox: NotRequired[Outbox]

@@ -440,6 +440,8 @@ def _journal_receipt(
         int((time.time() - started) * 1e6),
         (yield from observe_after(tool, call.step)),  # the environment as the act left it
     )
+    if receipt.intent_digest is not None:  # a re-read must find it again (reconcile.py)
+        payload["receipt"]["intent_bound"] = True
     session.append_event(EventType.STEP_DONE, call.step, payloads.as_dict(payload), value_json)
     return decode(value_json)
 
