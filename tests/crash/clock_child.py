@@ -42,7 +42,9 @@ def tool_for(kind: str, url: str) -> HttpTool:
         return SharedTool(url, "/resources", **PATHS)
     if kind == "v2":
         return BumpedTool(url, "/resources", **PATHS)
-    window = timedelta(seconds=WINDOW) if kind == "windowed" else None  # else private, plain
+    if kind == "plain":  # the intent digest from the target's header only, not the body
+        return HttpTool(url, "/resources", digest_key="-", **PATHS)
+    window = timedelta(seconds=WINDOW) if kind == "windowed" else None
     return HttpTool(url, "/resources", idempotency_window=window, **PATHS)
 
 

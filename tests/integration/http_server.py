@@ -271,11 +271,10 @@ class IdempotentServer:
 
     def lose_digest(self, key: str) -> None:
         """The target loses the intent digest it kept with ``key``'s effect (a migration,
-        a restore from an older backup): its receipts no longer show the intent."""
+        a restore from an older backup): its answers no longer carry it in the digest
+        header (the resource body stays as it was)."""
         with self._lock:
-            entry = self._state["resources"][key]
-            entry["digest"] = None
-            entry["resource"].pop("intent_digest", None)
+            self._state["resources"][key]["digest"] = None
             self._save()
 
     def _expire(self, key: str | None) -> None:
