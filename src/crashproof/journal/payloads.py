@@ -270,8 +270,7 @@ class StepDone(DriveRecord):
     cost: NotRequired[float | None]
     operation_id: NotRequired[str]  # acts
     intent_digest: NotRequired[str]  # acts (the same as digest)
-    # An act's receipt: tool, tool_version, receipt_id, result_digest, reconciled, and
-    # intent_bound (true) when the tool's receipt carried the intent digest.
+    # An act's receipt: tool, tool_version, receipt_id, result_digest, reconciled, intent_bound.
     receipt: NotRequired[dict[str, Any]]
     observed: NotRequired[dict[str, Any]]  # the environment the act left (an Observation)
     outbox: NotRequired[Outbox]
@@ -305,18 +304,11 @@ class ActIntent(DriveRecord):
     tool_version: str
     attempt: int
     started_at: float
-    # The first attempt of an act whose tool observes: {"before", "expected"}
-    # (runtime/steps/environment.py).
-    observed: NotRequired[dict[str, Any]]
-    # Runs holding the same intent unresolved that an operator let this act pass
-    # (intent_override; store/intents.py): the first attempt, when there were any.
+    observed: NotRequired[dict[str, Any]]  # first attempt: {"before", "expected"} (environment.py)
+    # Runs holding the same intent that an operator let this act pass (intent_override).
     overrides: NotRequired[list[str]]
-    # What other runs' holds match (store/intents.py): SHA-256 of {tool, params}, the
-    # tool's version left out; the first attempt only.
-    hold_digest: NotRequired[str]
-    # The ledger server's clock when the intent was journaled, for a tool with an
-    # idempotency window on a ledger whose clock is a server's (steps/windows.py).
-    server_at: NotRequired[float]
+    hold_digest: NotRequired[str]  # first attempt: {tool, params}, no version (intents.py)
+    server_at: NotRequired[float]  # the ledger server's clock, tools with a window (windows.py)
 
 
 class ActUnknown(DriveRecord):
