@@ -123,6 +123,11 @@ def test_2_resumed_after_expiry_an_approved_act_waits_for_a_fresh_approval(
         resume(url, target, "R", "private")
     assert frozen.value.status == "awaiting_approval"
     assert target.count("R/create", "POST") == 0  # before: executed after the expiry
+    with ledger_at(url) as ledger:  # the evidence: what waits, and the lapsed approval
+        evidence = ledger.get_run("R").evidence or {}
+    assert evidence["pending_act"]["step"] == "create"
+    lapsed = evidence.get("expired_approval") or evidence["refused_approvals"][0]
+    assert "expired" in str(lapsed)
     resume_again = pytest.raises(cp.RunFrozen, match="expired")
     with resume_again:  # a resume alone changes nothing
         resume(url, target, "R", "private")

@@ -507,3 +507,39 @@ def test_an_approval_expiring_in_the_past_or_far_in_the_future_changes_nothing(
         ledger.submit_approval(RUN, document)
     assert types(ledger) == before
     assert server.total_requests() == 0
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_private_tool_without_commit_time_is_judged_by_its_receipt_time(
+    server: IdempotentServer,
+    tool: HttpTool,
+    ledger_at: LedgerFactory,
+    keys: dict[str, Path],
+    late: bool,
+) -> None:
+    # The target binds nothing of time; the tool is private to the runtime (shared =
+    # False), so the ledger's clock when the receipt is taken stands for the commit.
+    import time
+
+    server.reports_commit_time = False
+    flow = deploy(tool)
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    ledger.approve(RUN, "create", key=keys["alice"], ttl=1.0)
+    crashing = ledger_at(crash_points=cp.CrashPoints(match="inside[act:create:responded]"))
+    crashing.register(flow)
+    with pytest.raises(cp.SimulatedCrash):
+        crashing.resume(RUN)
+    assert server.count(KEY, "POST") == 1
+    if late:
+        time.sleep(1.1)  # expired before the receipt is taken by the lookup
+    again = ledger_at()
+    again.register(flow)
+    if late:
+        with pytest.raises(cp.RunFrozen, match="the ledger's clock, at its receipt"):
+            again.resume(RUN)
+        assert again.get_run(RUN).status is cp.RunStatus.NEEDS_REVIEW
+    else:
+        assert again.resume(RUN) == server.resource(KEY)["id"]  # type: ignore[index]
+    assert server.count(KEY, "POST") == 1
