@@ -70,6 +70,9 @@ def hold_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
     without the tool's version, what holds on unresolved acts match (steps/holds.py). A
     new version of the tool with the same params is the same operation; another intent
     is other params."""
+    text = _flat_intent(tool, params, versioned=False)
+    if text is not None:
+        return sha256_hex(text.encode())
     return canonical_digest(
         {"tool": tool.name, "params": params}, what=f"the params of act {key!r}"
     )
@@ -78,7 +81,7 @@ def hold_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
 _SAFE_INT = 2**53 - 1  # RFC 8785: integers exact as IEEE doubles
 
 
-def _flat_intent(tool: Tool, params: dict[str, Any]) -> str | None:
+def _flat_intent(tool: Tool, params: dict[str, Any], *, versioned: bool = True) -> str | None:
     """The RFC 8785 text of the intent when ``params`` is flat (ASCII keys to ASCII
     strings, safe ints, bools or None: the usual act) and the tool's name and version
     are ASCII; else None (canonical_digest decides). For these values RFC 8785 is the
@@ -110,6 +113,8 @@ def _flat_intent(tool: Tool, params: dict[str, Any]) -> str | None:
             return None
     items.sort()  # ASCII keys: code-point order is RFC 8785's UTF-16 order
     body = ",".join(_quoted(k) + ":" + text for k, text in items)
+    if not versioned:  # the hold digest's form: {params, tool}
+        return f'{{"params":{{{body}}},"tool":{_quoted(name)}}}'
     return f'{{"params":{{{body}}},"tool":{_quoted(name)},"tool_version":{_quoted(version)}}}'
 
 
