@@ -92,6 +92,11 @@ def test_a_risky_act_waits_for_a_human(cli: Cli, project: Path, risky: Any) -> N
     assert [h["consumed"] for h in final["humans"]] == [False, True]
     bad_ttl = cli("approve", "c1", "--key", "alice.pem", "--ttl", "soon", "--db", db)
     assert bad_ttl.code == ExitCode.USAGE
+    for far in ("31d", "0s"):  # an expiry far in the future, or already past
+        bad_ttl = cli("approve", "c1", "--key", "alice.pem", "--ttl", far, "--db", db)
+        assert bad_ttl.code == ExitCode.USAGE
+        assert "is not a duration from 1s to 30d" in bad_ttl.err
+        assert "Traceback" not in bad_ttl.err
 
 
 def test_review_list_show_and_a_signed_abort(cli: Cli, project: Path) -> None:

@@ -166,6 +166,22 @@ def test_crashproof_durability_env_var_is_honoured_and_checked(
     assert ran.code == ExitCode.OK, ran.err
 
 
+@pytest.mark.parametrize("name", ["CRASHPROOF_MAX_CLOCK_SKEW", "CRASHPROOF_WINDOW_MARGIN"])
+@pytest.mark.parametrize("value", ["-1", "1e9", "soon", "nan"])
+def test_a_negative_or_absurd_clock_setting_is_one_line_and_changes_nothing(
+    project: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    bad = cli("run", "flows:greet", "--run-id", "g", "--arg", "name=ada")
+    assert bad.code == ExitCode.USAGE
+    assert f"${name} is {value!r}, not a number of seconds" in bad.err
+    assert "Traceback" not in bad.err
+    assert not (project / "crashproof.db").exists()  # nothing was created
+    assert not (project / "calls.log").exists()  # nothing ran
+    monkeypatch.setenv(name, "30")
+    assert cli("run", "flows:greet", "--run-id", "g", "--arg", "name=ada").code == ExitCode.OK
+
+
 def test_the_demo_keeps_its_key_to_itself(tmp_path: Path) -> None:
     """#26 first contact: without a key configured, the real demo (child processes and
     all) signs with a throwaway key it says it uses and removes; nothing is written to

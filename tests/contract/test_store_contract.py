@@ -793,3 +793,28 @@ def test_concurrent_durable_appends_all_land(backend: Backend) -> None:
     assert failures == []
     for n in range(runs):
         assert [e.value for e in store.load_events(f"r{n}")[1:]] == list(range(1, per_run + 1))
+
+
+# -- the ledger's clock (Store.now) --------------------------------------------
+
+
+def test_the_ledger_clock_is_monotonic_and_not_behind_what_the_ledger_holds(
+    backend: Backend,
+) -> None:
+    store = backend.store
+    server = isinstance(store, (MemoryStore, SQLiteStore)) is False  # PostgreSQL
+    real = time.time()
+    store.clock.clock = lambda: real - 3600.0  # this host's clock runs an hour behind
+    first = store.now()
+    if server:  # the server's clock, whatever the host's says
+        assert abs(first - real) < 60
+    else:  # nothing recorded yet: the host's clock is all there is
+        assert first < real - 3000
+    # Another host (right clock) journals an act's intent: never behind it again.
+    start(store, "r1", created_at=real)
+    intent = Event("r1", 1, EventType.ACT_INTENT, "a", {"intent_digest": "d" * 64}, real)
+    store.append([intent])
+    later = store.now()
+    assert later >= (first if server else real)
+    readings = [store.now() for _ in range(5)]
+    assert readings == sorted(readings)  # never backwards

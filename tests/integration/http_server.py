@@ -98,8 +98,11 @@ class IdempotentServer:
         *,
         keeps_fingerprints: bool = True,
         forget_after: float | None = None,
+        reports_commit_time: bool = True,
     ) -> None:
         self.state_file = Path(state_file)
+        # False: a fingerprinting target that binds the approval but says no commit time.
+        self.reports_commit_time = reports_commit_time
         self.forget_after = forget_after
         self.keeps_fingerprints = keeps_fingerprints
         self.clock_offset = 0.0  # seconds added to commit times (a target that commits late)
@@ -259,10 +262,20 @@ class IdempotentServer:
             # The approval bound to the effect and when it committed (a fingerprinting
             # target keeps both; the plain one neither).
             "approval": approval if self.keeps_fingerprints else None,
-            "committed_at": time.time() + self.clock_offset if self.keeps_fingerprints else None,
+            "committed_at": time.time() + self.clock_offset
+            if self.keeps_fingerprints and self.reports_commit_time
+            else None,
             "created": time.time(),  # the target's own clock, for forget_after
         }
         return resource
+
+    def lose_digest(self, key: str) -> None:
+        """The target loses the intent digest it kept with ``key``'s effect (a migration,
+        a restore from an older backup): its answers no longer carry it in the digest
+        header (the resource body stays as it was)."""
+        with self._lock:
+            self._state["resources"][key]["digest"] = None
+            self._save()
 
     def _expire(self, key: str | None) -> None:
         """A target with a window forgets old keys (the resource stays, unkeyed)."""

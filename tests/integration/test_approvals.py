@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import crashproof as cp
-from crashproof.integrity.signing import generate_keypair, load_private_key
+from crashproof.integrity.signing import generate_keypair, load_private_key, sign_statement
 from crashproof.journal.records import EventType
 from crashproof.runtime.guards.approvals import awaiting, expectation, sign_approval
 from crashproof.runtime.port import ActSettings
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.timeout(60)
 
 RUN = "deploy:1"
 KEY = f"{RUN}/create"
-FAST = ActSettings(retryable_attempts=3, lookup_attempts=2, backoff=0.01)
+# No clock skew allowed: these tests expire approvals within a second, on one host.
+FAST = ActSettings(retryable_attempts=3, lookup_attempts=2, backoff=0.01, max_clock_skew=0)
 RISKY = cp.Policy("ops-1", allow={"http": "*"}, risk={"http": "high"}, approval_required={"high"})
 OPTIONS = cp.RunOptions(policy=RISKY)
 
@@ -464,3 +465,81 @@ def test_a_shared_targets_receipt_without_the_approval_binding_goes_to_review(
         assert plain.count(KEY, "POST") == 1
     finally:
         plain.stop()
+
+
+# -- bad input: refused with one clear error, nothing journaled ------------------------
+
+
+@pytest.mark.parametrize("bad", [-1, float("inf"), float("nan"), 86401, True, "5"])
+def test_a_negative_or_absurd_clock_setting_is_refused(bad: Any) -> None:
+    for field in ("max_clock_skew", "window_margin"):
+        with pytest.raises(ValueError, match=f"{field} must be a number of seconds from 0"):
+            ActSettings(**{field: bad})
+
+
+@pytest.mark.parametrize("ttl", [0, -5, 31 * 86400])
+def test_an_approval_expiring_in_the_past_or_far_in_the_future_changes_nothing(
+    server: IdempotentServer,
+    tool: HttpTool,
+    ledger_at: LedgerFactory,
+    keys: dict[str, Path],
+    ttl: float,
+) -> None:
+    ledger = ledger_at()
+    frozen_for_approval(ledger, deploy(tool))
+    registered(ledger, keys)
+    before = types(ledger)
+    with pytest.raises(ValueError, match="time to live from 1 s to 30 days"):
+        ledger.approve(RUN, "create", key=keys["alice"], ttl=ttl)
+    # Signed elsewhere, beyond what sign_approval makes: refused when submitted.
+    freeze = awaiting(ledger._store.load_events(RUN))
+    assert freeze is not None
+    private = load_private_key(keys["alice"])
+    issued = 1.0e9 if ttl <= 0 else None  # long expired, or valid for 31 days
+    document = sign_approval(private, "alice", expectation(freeze), ttl=600, now=issued)
+    if ttl > 0:
+        statement = {
+            **document["statement"],
+            "expires_at": document["statement"]["issued_at"] + ttl,
+        }
+        document = {"statement": statement, "signature": sign_statement(private, statement)}
+    with pytest.raises(cp.ApprovalRefused, match=r"expired|more than 30 days"):
+        ledger.submit_approval(RUN, document)
+    assert types(ledger) == before
+    assert server.total_requests() == 0
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_private_tool_without_commit_time_is_judged_by_its_receipt_time(
+    server: IdempotentServer,
+    tool: HttpTool,
+    ledger_at: LedgerFactory,
+    keys: dict[str, Path],
+    late: bool,
+) -> None:
+    # The target binds nothing of time; the tool is private to the runtime (shared =
+    # False), so the ledger's clock when the receipt is taken stands for the commit.
+    import time
+
+    server.reports_commit_time = False
+    flow = deploy(tool)
+    ledger = ledger_at()
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    ledger.approve(RUN, "create", key=keys["alice"], ttl=1.0)
+    crashing = ledger_at(crash_points=cp.CrashPoints(match="inside[act:create:responded]"))
+    crashing.register(flow)
+    with pytest.raises(cp.SimulatedCrash):
+        crashing.resume(RUN)
+    assert server.count(KEY, "POST") == 1
+    if late:
+        time.sleep(1.1)  # expired before the receipt is taken by the lookup
+    again = ledger_at()
+    again.register(flow)
+    if late:
+        with pytest.raises(cp.RunFrozen, match="the ledger's clock, at its receipt"):
+            again.resume(RUN)
+        assert again.get_run(RUN).status is cp.RunStatus.NEEDS_REVIEW
+    else:
+        assert again.resume(RUN) == server.resource(KEY)["id"]  # type: ignore[index]
+    assert server.count(KEY, "POST") == 1

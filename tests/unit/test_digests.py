@@ -115,6 +115,27 @@ def test_intent_digest_equals_rfc8785(params: dict[str, Any], name: str, version
     assert intent_digest(tool, params, "k") == expected
 
 
+@given(
+    st.dictionaries(st.text(max_size=6), flat_scalars | json_values, max_size=5),
+    st.text(max_size=6),
+    st.text(max_size=4),
+)
+def test_hold_digest_equals_rfc8785_without_the_version(
+    params: dict[str, Any], name: str, version: str
+) -> None:
+    """What holds match: {tool, params}, the same for every version of the tool."""
+    from crashproof.runtime.steps.acts import hold_digest
+
+    try:
+        expected = rfc({"tool": name, "params": params})
+    except (rfc8785.CanonicalizationError, ValueError, TypeError):
+        return
+    tool: Any = _Named(name, version)
+    assert hold_digest(tool, params, "k") == expected
+    bumped: Any = _Named(name, version + "1")
+    assert hold_digest(bumped, params, "k") == expected
+
+
 def test_intent_digest_fast_path_covers_the_usual_act() -> None:
     from crashproof.runtime.steps.acts import _flat_intent
 

@@ -59,7 +59,6 @@ _STATUS_STYLE = {
     RunStatus.STOPPED.value: "yellow",
     RunStatus.CANCELLED.value: "dim",
     RunStatus.MOVED.value: "blue",
-    StepStatus.PLANNED.value: "dim",
     StepStatus.UNKNOWN.value: "bold magenta",
 }
 _DASH = Text("-", style="dim")

@@ -21,6 +21,7 @@ import typer
 from crashproof.cli.exitcodes import CliError, ExitCode
 from crashproof.runtime.driving.urls import sqlite_file
 from crashproof.runtime.ledger import DURABILITY_MODES, Ledger
+from crashproof.runtime.port import ActSettings
 
 __all__ = [
     "DEFAULT_DB",
@@ -39,6 +40,9 @@ __all__ = [
 DEFAULT_DB = "sqlite:///crashproof.db"
 ENV_DB = "CRASHPROOF_DB"
 ENV_DURABILITY = "CRASHPROOF_DURABILITY"  # output (default), full or normal
+# Seconds the ledger's clocks may disagree (ActSettings): approvals, idempotency windows.
+ENV_SKEW = "CRASHPROOF_MAX_CLOCK_SKEW"
+ENV_MARGIN = "CRASHPROOF_WINDOW_MARGIN"
 _URL_HINT = "use sqlite:///relative.db, sqlite:////absolute/path.db or memory://"
 
 # The three options every command accepts, and the root callback too (see the module
@@ -143,9 +147,33 @@ def open_ledger(settings: Settings, *, create: bool) -> Ledger:
             f"${ENV_DURABILITY} is {durability!r}, not a durability mode; nothing was changed",
             f"set it to one of {', '.join(DURABILITY_MODES)} (default: output), or unset it",
         )
+    act_settings = _act_settings()
     try:
-        return Ledger(settings.db, durability=durability)
+        return Ledger(settings.db, durability=durability, act_settings=act_settings)
     except ValueError as exc:
         raise CliError(
             ExitCode.USAGE, f"bad ledger URL from {settings.db_source}: {exc}", _URL_HINT
         ) from exc
+
+
+def _act_settings() -> ActSettings:
+    """The act protocol's clock settings from ``$CRASHPROOF_MAX_CLOCK_SKEW`` and
+    ``$CRASHPROOF_WINDOW_MARGIN`` (seconds; unset: the defaults), checked."""
+    skew, margin = _seconds_env(ENV_SKEW), _seconds_env(ENV_MARGIN)
+    return ActSettings(max_clock_skew=5.0 if skew is None else skew, window_margin=margin)
+
+
+def _seconds_env(name: str) -> float | None:
+    text = os.environ.get(name)
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+        ActSettings(max_clock_skew=seconds)  # the library's own check
+    except ValueError:
+        raise CliError(
+            ExitCode.USAGE,
+            f"${name} is {text!r}, not a number of seconds from 0 to 86400; nothing was changed",
+            "set it to the seconds two clocks of the ledger may disagree (e.g. 5), or unset it",
+        ) from None
+    return seconds

@@ -270,7 +270,7 @@ class StepDone(DriveRecord):
     cost: NotRequired[float | None]
     operation_id: NotRequired[str]  # acts
     intent_digest: NotRequired[str]  # acts (the same as digest)
-    # An act's receipt: tool, tool_version, receipt_id, result_digest, reconciled.
+    # An act's receipt: tool, tool_version, receipt_id, result_digest, reconciled, intent_bound.
     receipt: NotRequired[dict[str, Any]]
     observed: NotRequired[dict[str, Any]]  # the environment the act left (an Observation)
     outbox: NotRequired[Outbox]
@@ -304,12 +304,11 @@ class ActIntent(DriveRecord):
     tool_version: str
     attempt: int
     started_at: float
-    # The first attempt of an act whose tool observes: {"before", "expected"}
-    # (runtime/steps/environment.py).
-    observed: NotRequired[dict[str, Any]]
-    # Runs holding the same intent unresolved that an operator let this act pass
-    # (intent_override; store/intents.py): the first attempt, when there were any.
+    observed: NotRequired[dict[str, Any]]  # first attempt: {"before", "expected"} (environment.py)
+    # Runs holding the same intent that an operator let this act pass (intent_override).
     overrides: NotRequired[list[str]]
+    hold_digest: NotRequired[str]  # first attempt: {tool, params}, no version (intents.py)
+    server_at: NotRequired[float]  # the ledger server's clock, tools with a window (windows.py)
 
 
 class ActUnknown(DriveRecord):

@@ -51,7 +51,13 @@ class RunStatus(enum.StrEnum):
 
 
 class StepStatus(enum.StrEnum):
-    PLANNED = "planned"
+    """A step's state as its journal records show it. There is no "planned": nothing of
+    a step is journaled before it starts (an act's first record is its intent,
+    ``running``), because a resume reaches the same step again by replaying the code up
+    to it; a record per planned step would cost a commit and recover nothing. A plan
+    the run must keep is a step's result (``succeeded``), and an act waiting for an
+    approval is the pending act of its ``awaiting_approval`` freeze."""
+
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"

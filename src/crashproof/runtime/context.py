@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import random as _random
-import time
 import uuid as _uuid
 from collections.abc import Callable, Iterable
 from types import GeneratorType
@@ -31,9 +30,8 @@ from crashproof.journal.records import Event, EventType, RunStatus, StepKind, St
 from crashproof.runtime.driving.commits import is_failure
 from crashproof.runtime.driving.drive_commits import DriveCommits
 from crashproof.runtime.driving.durability import Pending
-from crashproof.runtime.guards.approvals import approval_in_flight
 from crashproof.runtime.guards.budget import Meter
-from crashproof.runtime.guards.policy import Policy, admit_act
+from crashproof.runtime.guards.policy import Policy, admit_act, admit_in_flight
 from crashproof.runtime.guards.replan import decided_epoch
 from crashproof.runtime.options import StepOptions
 from crashproof.runtime.port import ActSettings, DriveHost
@@ -95,6 +93,8 @@ class Context(DriveCommits):
         # nothing more is written or run by the drive.
         self.broken: BaseException | None = None
         self.act_settings: ActSettings = host.act_settings
+        self._clock = host.store.clock.clock  # this host's clock (a test may skew it)
+        self.server_clock = host.store.clock.is_server  # Store.now is a server's clock
         # Budgets and policy: checked before new work only (runtime/guards/budget.py, policy.py).
         self.meter = Meter(replay)
         self.policy: Policy | None = None
@@ -189,7 +189,7 @@ class Context(DriveCommits):
             if self.policy is not None:
                 approval = yield from admit_act(self, self.policy, key, tool, params, digest)
         elif self.policy is not None:
-            approval = approval_in_flight(self, key, digest)
+            approval = yield from admit_in_flight(self, self.policy, key, tool, digest)
         if tool.deferred:
             return (yield from enqueue(self, key, tool, params, digest))
         open_events = self._open_acts.pop(key, [])
@@ -564,12 +564,15 @@ class Context(DriveCommits):
     ) -> None:
         if self.session is not None:  # the drive's first record names it (operations/audit)
             payload = {**payload, "session": self.session}
-        event = Event(self.run_id, self._next_seq, type_, key, payload, time.time(), value_json)
+        event = Event(self.run_id, self._next_seq, type_, key, payload, self._clock(), value_json)
         self._commit((event,), status, None)
         self.session = None  # once it landed: a refused record (IntentHeld) names nothing
         self._next_seq += 1
         if type_ is EventType.STEP_DONE and self.meter.active:
             self.meter.count(payload)
+
+    def ledger_now(self) -> float:
+        return self._host.store.now()
 
     def finish(self, type_: EventType, payload: dict[str, Any], value_json: str | None) -> None:
         """Record the run's outcome (used by the ledger once the workflow returns)."""

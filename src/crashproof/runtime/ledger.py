@@ -109,6 +109,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         key: bytes | str | Keyring | None = None,
         witness: Witness | None = None,
         lease_seconds: float = 15.0,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         """``durability``: "output" (the default: commits are forced to disk only right
         before something leaves the process, see runtime/driving/durability.py), "full" or "normal".
@@ -117,7 +118,8 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         directory); ``witness``: where generations are mirrored (default: a file beside
         a SQLite ledger; none for ``memory://`` or a ``store=`` given without one);
         ``lease_seconds``: how long a run's lease lasts without renewal (renewed every
-        third of it while this Ledger drives the run)."""
+        third of it while this Ledger drives the run); ``clock``: this host's clock, a
+        testing hook (tests skew it; Store.now, the ledger's clock, reads it on SQLite)."""
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, not {lease_seconds!r}")
         self.lease_seconds = float(lease_seconds)
@@ -143,6 +145,7 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
             except BaseException:
                 store.close()
                 raise
+        store.clock.clock = clock or store.clock.clock
         self._store = store
         self._witness = witness
         share_witness_writes(store, witness)  # one witness write per group sync

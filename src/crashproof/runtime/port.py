@@ -54,9 +54,29 @@ class WrittenBatch:
         return self.ticket is not None and any(r[3] for r in self.landed[group])
 
 
+_MAX_SKEW = 86400.0  # a day: a larger "skew" is a misconfiguration, not a clock
+
+
+def _seconds(name: str, value: float | None) -> float | None:
+    """``value`` as seconds of a clock setting, or ValueError (one line, nothing kept)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= _MAX_SKEW:
+        raise ValueError(
+            f"{name} must be a number of seconds from 0 to {_MAX_SKEW:.0f} (a day), not {value!r}"
+        )
+    return float(value)
+
+
 class ActSettings:
     """Bounds of the act protocol (per ledger): how often a retryable failure and a lookup
-    are tried, the backoff between tries, and how many receipts a resume re-reads at once."""
+    are tried, the backoff between tries, how many receipts a resume re-reads at once,
+    and how far the ledger's clocks may disagree.
+
+    ``max_clock_skew`` (seconds, default 5): an approval that expires within it of the
+    ledger's clock counts as expired (runtime/steps/clock.py). ``window_margin`` (seconds,
+    default ``max_clock_skew``): an act's intent counts that much older against its
+    tool's idempotency window when the target's clock is not known (steps/windows.py)."""
 
     def __init__(
         self,
@@ -66,7 +86,13 @@ class ActSettings:
         backoff: float = 0.2,
         max_backoff: float = 5.0,
         reread_workers: int = 8,
+        max_clock_skew: float = 5.0,
+        window_margin: float | None = None,
     ) -> None:
+        skew = _seconds("max_clock_skew", max_clock_skew)
+        self.max_clock_skew = 5.0 if skew is None else skew
+        margin = _seconds("window_margin", window_margin)
+        self.window_margin = self.max_clock_skew if margin is None else margin
         self.retryable_attempts = retryable_attempts
         # Completed acts whose receipts a resume looks up again at once (threads).
         self.reread_workers = reread_workers
@@ -105,6 +131,16 @@ class RunSession(Protocol):
     @property
     def versions(self) -> dict[str, str | None]:
         """The versions this drive runs under: ``{"workflow": ..., "policy": ...}``."""
+
+    def ledger_now(self) -> float:
+        """The ledger's clock (``Store.now``: the server's on PostgreSQL, a monotonic
+        host clock on SQLite): what approvals' expiries and idempotency windows are
+        checked against, never the host's clock alone."""
+
+    @property
+    def server_clock(self) -> bool:
+        """Whether ``ledger_now`` reads one server's clock (PostgreSQL): times it gave
+        may be subtracted without a margin for two hosts' clocks."""
 
     def journal(self, run_id: str | None = None) -> list[Event]:
         """A verified journal of this ledger: this run's (default), or another's (the

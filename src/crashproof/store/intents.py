@@ -123,7 +123,14 @@ def _change(type_: str, key: str | None, payload: Mapping[str, Any], at: float) 
     return Change(
         "hold",
         key,
-        str(payload.get("intent_digest") or payload.get("digest") or ""),
+        # What holds match: the operation without the tool's version (hold_digest),
+        # else (an intent journaled before it existed) the intent digest.
+        str(
+            payload.get("hold_digest")
+            or payload.get("intent_digest")
+            or payload.get("digest")
+            or ""
+        ),
         instance if isinstance(instance, str) else "",
         at,
         tuple(str(r) for r in overrides) if isinstance(overrides, list) else (),

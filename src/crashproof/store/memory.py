@@ -10,7 +10,14 @@ from crashproof.errors import RunNotFound, StaleLeaseError
 from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store.index import RESERVED_PREFIX, IndexQuery
 from crashproof.store.intents import IntentHold, change_of, held, others
-from crashproof.store.port import Lease, StatusChange, blob_digest, check_claimable, lease_was_live
+from crashproof.store.port import (
+    Lease,
+    LedgerClock,
+    StatusChange,
+    blob_digest,
+    check_claimable,
+    lease_was_live,
+)
 from crashproof.store.queue import Claimed, LeaseInfo, retryable_stop, runnable_key
 
 __all__ = ["MemoryStore"]
@@ -31,6 +38,13 @@ class MemoryStore:
         self._retries: dict[str, tuple[float | None, int]] = {}  # run id -> (retry_at, retries)
         # (run_id, step key) -> its unresolved act intent (store/intents.py)
         self._holds: dict[tuple[str, str], IntentHold] = {}
+        self.clock = LedgerClock(time.time)
+
+    def now(self) -> float:
+        with self._lock:  # the newest time this ledger holds: its runs' last changes
+            floor = max((r.updated_at for r in self._runs.values()), default=None)
+            floor = max([h.since for h in self._holds.values()] + [floor or float("-inf")])
+        return self.clock.read(floor)
 
     def schema_version(self) -> int:
         return SCHEMA_VERSION

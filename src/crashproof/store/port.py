@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -28,6 +29,7 @@ __all__ = [
     "RecordSealer",
     "StatusChange",
     "Store",
+    "LedgerClock",
     "lease_held",
     "lease_was_live",
     "unreadable",
@@ -253,8 +255,43 @@ class RecordSealer(Protocol):
         ...
 
 
+class LedgerClock:
+    """A host clock made monotonic: never behind an earlier reading, nor behind a
+    ``floor`` the ledger gives (the newest time it has recorded). ``clock``: the host's
+    wall clock, ``time.time`` unless a test skews it (``Ledger(clock=...)``)."""
+
+    def __init__(self, clock: Callable[[], float], *, server: bool = False) -> None:
+        self.clock = clock
+        self.is_server = server  # Store.now reads a server's clock (PostgreSQL), not a host's
+        self._high = float("-inf")
+        self._lock = threading.Lock()
+
+    def read(self, floor: float | None = None) -> float:
+        """The host's clock, never behind ``floor`` nor an earlier reading."""
+        return self.server(max(float(self.clock()), floor if floor is not None else float("-inf")))
+
+    def server(self, now: float) -> float:
+        """A server's clock reading ``now`` (the host's clock not consulted), never behind
+        an earlier reading."""
+        with self._lock:
+            self._high = max(self._high, now)
+            return self._high
+
+
 class Store(Protocol):
     """A durable home for runs and their journals."""
+
+    clock: LedgerClock
+
+    def now(self) -> float:
+        """The ledger's clock (epoch seconds): what an approval's expiry and the age of
+        an act's intent are checked against (runtime/steps/clock.py). PostgreSQL: the
+        server's clock (``clock_timestamp()``), whatever the hosts' clocks say. SQLite
+        and memory: this host's clock, but never behind an earlier reading nor the
+        newest time the ledger holds (a run's last status change, an unresolved act
+        intent), so a host whose clock runs behind cannot take the ledger back before
+        what another host has recorded."""
+        ...
 
     def schema_version(self) -> int:
         """The schema version this store was written with."""

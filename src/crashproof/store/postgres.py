@@ -48,6 +48,7 @@ from crashproof.store.port import (
     GENESIS,
     VERSION_FRESH,
     Lease,
+    LedgerClock,
     RecordSealer,
     blob_digest,
     check_claimable,
@@ -116,6 +117,7 @@ class PostgresStore(PostgresAppend):
         self._q = {name: sql.replace("{schema}", quoted) for name, sql in _QUERIES.items()}
         self._synchronous = _SYNCHRONOUS[durability]
         self.durability = durability
+        self.clock = LedgerClock(time.time, server=True)
         self._sealer = sealer
         self._init_ends()  # where each run's journal ends, as last read or written
         self._version = (0, -VERSION_FRESH)  # schema_version(): (version, when read)
@@ -415,6 +417,14 @@ class PostgresStore(PostgresAppend):
                 if change is not None:  # what the run holds unresolved, as it held it
                     apply_change(cur, self._q, row.run_id, change, check=False)
             return True
+
+    def now(self) -> float:
+        # The server's clock: one clock for every host of the ledger (never the hosts').
+        with self._read() as cur:
+            row = cur.execute(self._q["clock_now"]).fetchone()
+        if row is None:
+            raise LedgerError("the PostgreSQL server returned no time for clock_timestamp()")
+        return self.clock.server(float(row[0]))
 
     def unresolved_intents(self, run_id: str | None = None) -> list[IntentHold]:
         with self._read() as cur:

@@ -36,6 +36,7 @@ from crashproof.store.port import (
     GENESIS,
     VERSION_FRESH,
     Lease,
+    LedgerClock,
     RecordAppend,
     RecordSealer,
     StatusChange,
@@ -102,6 +103,7 @@ class SQLiteStore(SQLiteJournal):
         self._busy_timeout = busy_timeout
         self._sealer = sealer
         self.durability = durability
+        self.clock = LedgerClock(time.time)
         # Commits so far, the tickets of forced syncs; the first is what the file held when
         # opened (a crashed process may have left commits there unsynced).
         self._commits = 1
@@ -268,6 +270,11 @@ class SQLiteStore(SQLiteJournal):
             else:
                 rows = self._conn.execute(_Q["list_runs_by_status"], (status.value,)).fetchall()
         return [_row(r) for r in rows]
+
+    def now(self) -> float:
+        with self._lock, self._errors():  # the newest time the ledger holds
+            (floor,) = self._conn.execute(_Q["clock_floor"]).fetchone()
+        return self.clock.read(floor)
 
     def unresolved_intents(self, run_id: str | None = None) -> list[IntentHold]:
         with self._lock, self._errors():

@@ -17,7 +17,6 @@ import contextlib
 import gc
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +29,7 @@ from crashproof.store.intents import Change, IntentHold, change_of, held, others
 from crashproof.store.port import (
     BLOB_THRESHOLD,
     GENESIS,
+    LedgerClock,
     RecordAppend,
     RecordSealer,
     StatusChange,
@@ -64,6 +64,7 @@ class SQLiteJournal:
 
     path: Path
     durability: str
+    clock: LedgerClock
     _lock: threading.Lock
     _conn: sqlite3.Connection
     _cursor: sqlite3.Cursor
@@ -364,7 +365,7 @@ class SQLiteJournal:
         if status is not None:
             conn.execute(
                 _Q["set_status"],
-                (status[0].value, _utf8(status[1]), time.time(), events[0].run_id),
+                (status[0].value, _utf8(status[1]), self.clock.clock(), events[0].run_id),
             )
             if status[0].terminal:
                 self._deltas.forget(run_id)  # no later value to store as its delta

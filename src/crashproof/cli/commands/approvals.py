@@ -24,6 +24,7 @@ from crashproof.cli.settings import (
     open_ledger,
 )
 from crashproof.integrity.signing import generate_keypair
+from crashproof.runtime.guards.approvals import MAX_TTL
 
 __all__ = [
     "add_approver",
@@ -59,13 +60,15 @@ _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 def parse_ttl(text: str) -> float:
     """``90``, ``90s``, ``15m``, ``2h``, ``1d`` → seconds."""
     match = _TTL.match(text)
-    if match is None or float(match.group(1)) <= 0:
+    seconds = float(match.group(1)) * _UNITS[match.group(2)] if match is not None else 0.0
+    if not 0 < seconds <= MAX_TTL:
         raise CliError(
             ExitCode.USAGE,
-            f"--ttl {text!r} is not a duration",
-            "use a positive number with an optional unit: 90s, 15m, 2h, 1d; nothing was signed",
+            f"--ttl {text!r} is not a duration from 1s to {MAX_TTL / 86400:.0f}d",
+            "use a positive number with an optional unit: 90s, 15m, 2h, 1d (an approval "
+            "is for an act now, at most 30 days); nothing was signed",
         )
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    return seconds
 
 
 def make_approver_key(

@@ -19,10 +19,20 @@ below passes. When the resumed workflow reaches the act again, ``approval_for`` 
 it again against the act the code produces *now* — signature against the registry as it
 is now, every binding, expiry, nonce unused — and journals ``approval_consumed`` (the
 nonce) *before* the act's intent commits; then the act runs under the normal protocol,
-exactly once. A crash after the consumption finds it on resume and goes on with the same
-act (a consumed approval does not expire: it was used in time). Anything that does not
-check out is never executed: the act freezes again, ``awaiting_approval``, and the
-refused approvals with their reasons are the freeze's evidence (``crashproof show``).
+exactly once. Anything that does not check out is never executed: the act freezes
+again, ``awaiting_approval``, and the refused approvals with their reasons are the
+freeze's evidence (``crashproof show``).
+
+Expiry is checked against the ledger's clock (``RunSession.ledger_now``: the server's
+on PostgreSQL, the host's kept monotonic across the ledger's commits on SQLite), never
+the host's clock alone, and an approval expiring within ``ActSettings.max_clock_skew``
+of it counts as expired. It is checked when the approval is consumed *and* right before
+every execution of the act (steps/acts.py): a consumed approval does expire. An act
+whose approval expired before its effect was sent freezes ``awaiting_approval`` again
+(``steps/expiry.py``): nothing executes until a fresh approval of the same act. A
+resume after the expiry looks the act up first: not found, it waits for that fresh
+approval; found, its receipt must prove the commit came before the expiry
+(``committed_at``; a tool private to the runtime: the receipt's own time), else review.
 """
 
 from __future__ import annotations
@@ -39,9 +49,11 @@ from crashproof.journal.codec import canonical_digest
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.guards.approvers import REGISTRY_RUN, Approver, registry_of
 from crashproof.runtime.port import RunSession
+from crashproof.runtime.steps.expiry import lapsed
 
 __all__ = [
     "APPROVAL_TYPE",
+    "MAX_TTL",
     "approval_for",
     "awaiting",
     "check_approval",
@@ -52,6 +64,7 @@ __all__ = [
 
 APPROVAL_TYPE = "crashproof.approval/1"
 _BOUND = ("run_id", "step", "operation_id", "intent_digest")
+MAX_TTL = 30 * 86400.0  # an approval outliving a month is not an approval of an act now
 
 
 def awaiting(events: list[Event], step: str | None = None) -> Event | None:
@@ -93,8 +106,11 @@ def sign_approval(
     nonce: str | None = None,
 ) -> dict[str, Any]:
     """A signed approval document (``{"statement": ..., "signature": ...}``)."""
-    if not ttl > 0:
-        raise ValueError(f"an approval needs a positive time to live, not {ttl!r}")
+    if not 0 < ttl <= MAX_TTL:
+        raise ValueError(
+            f"an approval needs a time to live from 1 s to {MAX_TTL / 86400:.0f} days, "
+            f"not {ttl!r} s; nothing was signed"
+        )
     issued = time.time() if now is None else now
     statement = {
         "type": APPROVAL_TYPE,
@@ -169,9 +185,15 @@ def check_approval(
     if nonce in used:
         return f"its nonce {nonce} was already consumed (journal record {used[nonce].seq})"
     expires = statement.get("expires_at")
-    if not isinstance(expires, int | float) or now >= expires:
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(expires or 0)))
-        return f"it expired at {when}: sign a fresh approval for the same act"
+    late = lapsed(expires, now, 0.0)
+    if late is not None:
+        return f"it {late}: sign a fresh approval for the same act"
+    issued = statement.get("issued_at")
+    if not isinstance(issued, int | float) or float(expires or 0) - issued > MAX_TTL:
+        return (
+            f"it is valid for more than {MAX_TTL / 86400:.0f} days (issued {issued!r}, "
+            f"expires {expires!r}): sign one with a shorter time to live"
+        )
     return None
 
 
@@ -187,9 +209,19 @@ def binding(consumed: dict[str, Any]) -> dict[str, Any]:
 
 def approval_in_flight(session: RunSession, key: str, digest: str) -> dict[str, Any] | None:
     """The binding of the approval an act in flight consumed before its intent (None:
-    it needed none)."""
+    it needed none). Expired or not: the act protocol looks the act up before anything
+    else and never executes it past the expiry (steps/acts.py)."""
     consumed = _consumed(session.journal(), key, digest)
     return None if consumed is None else binding(dict(consumed.payload))
+
+
+def renewable(session: RunSession, key: str, digest: str) -> bool:
+    """Whether the act in flight ``key`` froze for a fresh approval after the one it
+    consumed expired (``steps/expiry.py``): then ``approval_for`` may consume another."""
+    events = session.journal()
+    consumed = _consumed(events, key, digest)
+    freeze = awaiting(events, key)
+    return consumed is not None and freeze is not None and freeze.seq > consumed.seq
 
 
 def _consumed(events: list[Event], key: str, digest: str) -> Event | None:
@@ -214,12 +246,23 @@ def approval_for(
     """The approval that lets the act ``key`` (intent ``digest``) run now, consumed
     (journaled) before returning; else None and the approvals refused, with reasons."""
     events = session.journal()
+    now, skew = session.ledger_now(), session.act_settings.max_clock_skew
+    refused: list[dict[str, Any]] = []
     found = _consumed(events, key, digest)  # then a crash before the intent: go on
     if found is not None:
-        return dict(found.payload), []
+        late = lapsed(found.payload.get("expires_at"), now, skew)
+        if late is None:
+            return dict(found.payload), []
+        refused.append(
+            {
+                "seq": found.seq,
+                "reason": f"it was consumed, but {late} before the act executed: approve again",
+                "approval": None,
+            }
+        )
     freeze = awaiting(events, key)
     if freeze is None:
-        return None, []  # never asked: the act must wait first
+        return None, refused  # never asked: the act must wait first
     expect = expectation(freeze)
     # The act the code produces now, not the one that was pending: another intent or
     # another policy under the same step is not what anyone approved.
@@ -227,13 +270,11 @@ def approval_for(
     expect.update(intent_digest=digest, policy=expect_policy, environment_fingerprint=environment)
     registry = registry_of(session.journal(REGISTRY_RUN))
     used = consumed_nonces(events)
-    now = time.time()
-    refused: list[dict[str, Any]] = []
     for event in reversed(events):
         if event.type is not EventType.APPROVAL_GRANTED or event.key != key:
             continue
         document: Any = payloads.approval_granted(event).get("approval")
-        reason = check_approval(document, expect, registry, used, now)
+        reason = check_approval(document, expect, registry, used, now + skew)
         if reason is None:
             statement = document["statement"]
             built: payloads.ApprovalConsumed = {

@@ -325,6 +325,23 @@ def admit_act(
     return binding(approval)
 
 
+def admit_in_flight(
+    session: RunSession, policy: Policy, key: str, tool: Tool, digest: str
+) -> Work[dict[str, Any] | None]:
+    """The binding of the approval an act in flight runs under: the one it consumed
+    before its intent; once that act froze for a fresh approval (the consumed one lapsed
+    before the effect, steps/expiry.py), a fresh one consumed now if
+    one checks out, else still the lapsed one (the act is looked up, never executed)."""
+    from crashproof.runtime.guards.approvals import approval_in_flight, binding, renewable
+
+    if renewable(session, key, digest):
+        seen = yield from environment_fingerprint(tool)
+        approval, _ = _approval_for(session, policy, key, digest, seen)
+        if approval is not None:
+            return binding(approval)
+    return approval_in_flight(session, key, digest)
+
+
 def _approval_for(
     session: RunSession, policy: Policy, key: str, digest: str, seen: str | None
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:

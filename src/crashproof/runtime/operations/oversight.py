@@ -175,7 +175,11 @@ class LedgerHumans(DriveHost):
                 step = document["statement"].get("step")
             freeze = _awaiting_freeze(run_id, events, step if isinstance(step, str) else None)
             reason = check_approval(
-                document, expectation(freeze), registry, consumed_nonces(events), time.time()
+                document,
+                expectation(freeze),
+                registry,
+                consumed_nonces(events),
+                self.store.now(),  # the ledger's clock (the execution adds the skew)
             )
             if reason is not None:
                 raise ApprovalRefused(

@@ -41,13 +41,14 @@ from crashproof.runtime.steps.environment import (
     observe_after,
     observe_before,
 )
+from crashproof.runtime.steps.expiry import before_execution, check_receipt
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.holds import first_intent
 from crashproof.runtime.steps.outage import stop_lookup, stop_unavailable, wait_for
-from crashproof.runtime.steps.windows import first_intent_at, forgotten_key
+from crashproof.runtime.steps.windows import IntentTime, first_intent_at, forgotten_key
 from crashproof.tools.port import Call, Receipt, Tool
 
-__all__ = ["intent_digest", "perform_act"]
+__all__ = ["hold_digest", "intent_digest", "perform_act"]
 
 # Enum values read once: an enum member's .value is a Python-level descriptor call.
 _ACT = StepKind.ACT.value
@@ -64,10 +65,23 @@ def intent_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
     )
 
 
+def hold_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
+    """SHA-256 of the RFC 8785 form of ``{tool, params}``: the operation's identity
+    without the tool's version, what holds on unresolved acts match (steps/holds.py). A
+    new version of the tool with the same params is the same operation; another intent
+    is other params."""
+    text = _flat_intent(tool, params, versioned=False)
+    if text is not None:
+        return sha256_hex(text.encode())
+    return canonical_digest(
+        {"tool": tool.name, "params": params}, what=f"the params of act {key!r}"
+    )
+
+
 _SAFE_INT = 2**53 - 1  # RFC 8785: integers exact as IEEE doubles
 
 
-def _flat_intent(tool: Tool, params: dict[str, Any]) -> str | None:
+def _flat_intent(tool: Tool, params: dict[str, Any], *, versioned: bool = True) -> str | None:
     """The RFC 8785 text of the intent when ``params`` is flat (ASCII keys to ASCII
     strings, safe ints, bools or None: the usual act) and the tool's name and version
     are ASCII; else None (canonical_digest decides). For these values RFC 8785 is the
@@ -99,6 +113,8 @@ def _flat_intent(tool: Tool, params: dict[str, Any]) -> str | None:
             return None
     items.sort()  # ASCII keys: code-point order is RFC 8785's UTF-16 order
     body = ",".join(_quoted(k) + ":" + text for k, text in items)
+    if not versioned:  # the hold digest's form: {params, tool}
+        return f'{{"params":{{{body}}},"tool":{_quoted(name)}}}'
     return f'{{"params":{{{body}}},"tool":{_quoted(name)},"tool_version":{_quoted(version)}}}'
 
 
@@ -145,7 +161,7 @@ def perform_act(
         session,
         call,
         lambda: _evidence(call, tool),  # observes again: only for a freeze
-        lambda overrides: _journal_intent(session, tool, call, observed, overrides),
+        lambda overrides: _journal_intent(session, tool, call, observed, overrides, first=True),
     )
     return (yield from _execute(session, tool, call))
 
@@ -184,6 +200,8 @@ def _execute(
     before this drive (not counted against its retries)."""
     settings = session.act_settings
     while True:
+        # Never sent past its approval's expiry (steps/expiry.py): the first try, a retry.
+        yield from before_execution(session, tool, call, _evidence)
         started = time.time()
         try:
             receipt = yield Invoke(tool.execute, (call,), f"execute of tool {tool.name!r}")
@@ -245,13 +263,13 @@ def _reconcile(
     call: Call,
     rounds: int = 0,
     base: int = 0,
-    since: float | None = None,
+    since: IntentTime | None = None,
 ) -> Work[Any]:
     """Lookup first; never a blind retry. ``since``: the journal's time of the first
     intent of this operation id, when recovering an act left in flight."""
     settings = session.act_settings
     if not tool.supports_lookup:
-        forgotten = forgotten_key(tool.idempotency_window, since, time.time())
+        forgotten = forgotten_key(tool.idempotency_window, since, session)
         if tool.idempotent_execute and forgotten is None:
             return (yield from _execute_again(session, tool, call, rounds, base))
         evidence = yield from _evidence(call, tool)
@@ -299,7 +317,7 @@ def _reconcile(
                 yield Pause(settings.delay(attempt))
             continue
         if found is None:
-            forgotten = forgotten_key(tool.idempotency_window, since, time.time())
+            forgotten = forgotten_key(tool.idempotency_window, since, session)
             if forgotten is not None:
                 why, times = forgotten
                 evidence = yield from _evidence(call, tool)
@@ -321,6 +339,8 @@ def _execute_again(
     operation id. Bounded: after ``retryable_attempts`` unknown outcomes in a row, stop
     for a later resume instead of hammering a target that keeps failing."""
     settings = session.act_settings
+    # An approved act found not done past its approval's expiry waits for a fresh one.
+    yield from before_execution(session, tool, call, _evidence)
     if rounds >= settings.retryable_attempts:
         session.freeze(
             f"act {call.step!r}: {tool.name} left the outcome unknown {rounds} times in a "
@@ -342,10 +362,16 @@ def _journal_intent(
     call: Call,
     observed: dict[str, Any] | None = None,
     overrides: list[str] | None = None,
+    *,
+    first: bool = False,
 ) -> None:
     payload = intent_payload(tool, call, time.time(), observed)
     if overrides:
         payload["overrides"] = overrides
+    if first:  # what other runs' holds match: no tool version (steps/holds.py)
+        payload["hold_digest"] = hold_digest(tool, call.params, call.step)
+    if tool.idempotency_window is not None and session.server_clock:
+        payload["server_at"] = session.ledger_now()  # the window's clock (steps/windows.py)
     session.append_event(
         EventType.ACT_INTENT,
         call.step,
@@ -379,8 +405,8 @@ def _journal_receipt(
             key=call.step,
             error=ReceiptConflict,
         )
-    if call.approval is not None:
-        yield from _check_approval_binding(session, tool, call, receipt)
+    if call.approval is not None:  # committed within its approval? (steps/expiry.py)
+        yield from check_receipt(session, tool, call, receipt, _evidence)
     if (
         receipt.intent_digest is None
         and not tool.matches_intent
@@ -412,44 +438,10 @@ def _journal_receipt(
         int((time.time() - started) * 1e6),
         (yield from observe_after(tool, call.step)),  # the environment as the act left it
     )
+    if receipt.intent_digest is not None:  # a re-read must find it again (reconcile.py)
+        payload["receipt"]["intent_bound"] = True
     session.append_event(EventType.STEP_DONE, call.step, payloads.as_dict(payload), value_json)
     return decode(value_json)
-
-
-def _check_approval_binding(
-    session: RunSession, tool: Tool, call: Call, receipt: Receipt
-) -> Work[None]:
-    """An approved act's receipt within its approval (001: an adapter others can reach
-    binds the approval and a trusted commit time; past the expiry, or unbound, it is for
-    a human to judge, not for automatic reconciliation)."""
-    approval = call.approval or {}
-    expires, committed = approval.get("expires_at"), receipt.committed_at
-    problem = None
-    if isinstance(expires, int | float) and committed is not None and committed > expires:
-        problem = (
-            f"the effect committed at {committed:.3f}, after the approval expired at {expires:.3f}"
-        )
-    elif tool.shared and receipt.approval_digest != approval.get("digest"):
-        problem = (
-            f"{tool.name} is shared and its receipt does not bind the approval "
-            f"(receipt: {receipt.approval_digest}, approval: {approval.get('digest')})"
-        )
-    if problem is not None:
-        evidence = yield from _evidence(call, tool)
-        session.freeze(
-            f"act {call.step!r}: {problem}; it is not taken as the approved effect and "
-            "nothing else executes: review it",
-            {
-                **evidence,
-                "approval": approval,
-                "receipt": {
-                    **_receipt_evidence(receipt),
-                    "committed_at": committed,
-                    "approval_digest": receipt.approval_digest,
-                },
-            },
-            key=call.step,
-        )
 
 
 def _receipt_evidence(receipt: Receipt) -> dict[str, Any]:

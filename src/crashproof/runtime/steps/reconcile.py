@@ -212,12 +212,12 @@ def _checked(
     found: Iterator[Outcome] = iter((yield InvokeAll(lookups, workers)) if lookups else ())
     checks = []
     answered_at = time.time()
-    for (event, call, _), verdict in zip(acts, verdicts, strict=True):
+    for (event, call, tool), verdict in zip(acts, verdicts, strict=True):
         receipt: dict[str, Any] | None = None
         looked_up = verdict is None and call is not None
         if looked_up and call is not None:
             outcome = next(found)
-            verdict = _judged(outcome, event, call)
+            verdict = _judged(outcome, event, call, tool)
             if isinstance(outcome.value, Receipt):
                 receipt = _receipt_json(outcome.value)
         status, detail = verdict or ("needs_review", "not checked")
@@ -266,7 +266,7 @@ def _without_lookup(
     return None
 
 
-def _judged(found: Outcome, event: Event, call: Call) -> tuple[str, str]:
+def _judged(found: Outcome, event: Event, call: Call, tool: Tool | None) -> tuple[str, str]:
     exc = found.error
     if isinstance(exc, DriftError):
         return "drifted", str(exc)
@@ -275,19 +275,30 @@ def _judged(found: Outcome, event: Event, call: Call) -> tuple[str, str]:
     if exc is not None:
         return "needs_review", f"lookup failed: {error_record(exc)['message']}"
     recorded = payloads.step_done(event).get("receipt") or {}
+    if tool is not None and recorded.get("tool") not in (None, tool.name):
+        return "drifted", (
+            f"the receipt was made by tool {recorded.get('tool')!r}, the lookup asked "
+            f"{tool.name!r}: another namespace"
+        )
     return _compare(found.value, recorded, call, event.value)
 
 
 def _compare(
     found: Receipt | None, recorded: dict[str, Any], call: Call, result: Any
 ) -> tuple[str, str]:
-    """Field by field: the effect is there, under this intent, with the receipt id and
-    the result the journal holds (the tool's namespace and version are the intent's)."""
+    """The receipt's whole identity: the effect is there, in the namespace of the tool
+    that made it, under this intent (present and equal when the journal's receipt
+    carried it), with the receipt id and the result the journal holds."""
     if found is None:
         return "drifted", "the tool no longer holds this effect"
     if found.intent_digest is not None and found.intent_digest != call.intent_digest:
         return "drifted", (
             f"the tool holds intent {found.intent_digest}, the journal {call.intent_digest}"
+        )
+    if found.intent_digest is None and recorded.get("intent_bound"):
+        return "drifted", (
+            f"the tool's receipt {found.receipt_id!r} no longer shows the intent digest "
+            f"the journal's receipt carried ({call.intent_digest}): not this act's effect"
         )
     if found.receipt_id != recorded.get("receipt_id"):
         return "drifted", (

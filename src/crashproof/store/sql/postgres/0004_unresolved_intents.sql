@@ -15,7 +15,9 @@ CREATE INDEX unresolved_intents_by_digest ON unresolved_intents (intent_digest, 
 -- fill: unresolved_intents
 INSERT INTO unresolved_intents (run_id, step_key, intent_digest, instance, since)
 SELECT e.run_id, e.key,
-       max(coalesce(e.payload::json ->> 'intent_digest', e.payload::json ->> 'digest', '')),
+       -- hold_digest (a first intent's: no tool version) where there is one
+       coalesce(max(e.payload::json ->> 'hold_digest'),
+                max(coalesce(e.payload::json ->> 'intent_digest', e.payload::json ->> 'digest', ''))),
        coalesce(max(e.payload::json -> 'observed' -> 'before' ->> 'instance'), ''),
        min(e.created_at)
 FROM events AS e

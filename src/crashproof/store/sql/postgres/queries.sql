@@ -515,3 +515,8 @@ WHERE type = 'step_done' AND strpos(payload, '"outbox"') > 0
 -- name: index_reconciled_runs
 -- Runs with a journaled reconciliation finding (runtime/operations/reconciling.py).
 SELECT DISTINCT run_id FROM {schema}.events WHERE type = 'act_reconciled';
+
+-- name: clock_now
+-- The server's clock (store/port.py, Store.now): the time of this statement, not of a
+-- transaction.
+SELECT extract(epoch FROM clock_timestamp())::float8;

@@ -15,8 +15,10 @@ CREATE INDEX unresolved_intents_by_digest ON unresolved_intents (intent_digest, 
 -- fill: unresolved_intents
 INSERT INTO unresolved_intents (run_id, step_key, intent_digest, instance, since)
 SELECT e.run_id, e.key,
-       max(coalesce(json_extract(e.payload, '$.intent_digest'),
-                    json_extract(e.payload, '$.digest'), '')),
+       -- hold_digest (a first intent's: no tool version) where there is one
+       coalesce(max(json_extract(e.payload, '$.hold_digest')),
+                max(coalesce(json_extract(e.payload, '$.intent_digest'),
+                             json_extract(e.payload, '$.digest'), ''))),
        coalesce(max(json_extract(e.payload, '$.observed.before.instance')), ''),
        min(e.created_at)
 FROM events AS e

@@ -206,3 +206,10 @@ WHERE type = 'step_done' AND instr(payload, '"outbox"') > 0
 -- name: index_reconciled_runs
 -- Runs with a journaled reconciliation finding (runtime/operations/reconciling.py).
 SELECT DISTINCT run_id FROM events WHERE type = 'act_reconciled';
+
+-- name: clock_floor
+-- The newest time the ledger holds (store/port.py, Store.now): the last status change of
+-- a run, the newest unresolved act intent. Two small scans; asked only by approved acts
+-- and idempotency windows.
+SELECT max(t) FROM (SELECT max(updated_at) AS t FROM runs
+                    UNION ALL SELECT max(since) FROM unresolved_intents);
