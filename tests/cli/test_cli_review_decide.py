@@ -98,6 +98,8 @@ def test_keep_records_not_done_and_the_run_finishes(cli: Cli, project: Path) -> 
     shown = cli("show", "m2", "--db", db)
     (row,) = [line for line in shown.out.splitlines() if line.split()[:2] == ["send", "act"]]
     assert row.split()[2:4] == ["not", "done"]  # the status column, not only the message
+    timeline = cli("show", "m2", "--timeline", "--db", db).out
+    assert "act not done (" in timeline  # the decision, with who made it
 
 
 def test_without_app_the_run_waits_for_a_worker_or_resume(cli: Cli, project: Path) -> None:

@@ -7,6 +7,7 @@ journaled with the intent, and the recorded one wins on resume. Sync and async s
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -200,3 +201,32 @@ def test_an_unknown_declaration_is_refused_before_anything_is_sent(
         ledger.run(mail(mailer), run_id="m")
     assert mailer.sent == []
     assert ledger.get_run("m").status.value == "running"  # not failed: fix the code, resume
+
+
+@pytest.mark.parametrize("decision", ["replan", "keep"])
+def test_a_decided_case_is_finished_by_a_worker(
+    ledger_at: LedgerFactory, tmp_path: Path, decision: str
+) -> None:
+    from crashproof.integrity.signing import generate_keypair
+
+    mailer = Mailer(cp.OnUnknown.REVIEW, lose=1)
+    ledger = ledger_at()
+    flow = mail(mailer)
+    with pytest.raises(cp.RunFrozen):
+        ledger.run(flow, run_id="m")
+    generate_keypair(tmp_path / "bob.pem")
+    ledger.add_approver("bob", (tmp_path / "bob.pem.pub").read_text())
+    (case,) = ledger.review_cases("m")
+    assert case.decisions == ["replan", "keep", "abort"]
+    ledger.decide(case.case_id, decision, key=tmp_path / "bob.pem", no_reread=True)
+    log = io.StringIO()
+    assert cp.Worker(ledger, poll=0.05, until_idle=True, log=log).serve() == 0
+    info = ledger.get_run("m")
+    assert info.status.value == "succeeded", log.getvalue()
+    if decision == "replan":
+        assert (info.result["send"], mailer.sent) == ({"sent": "m/send@2"}, ["m/send", "m/send@2"])
+    else:
+        assert "not_done" in info.result["send"]
+        assert mailer.sent == ["m/send"]
+        step = next(s for s in info.steps if s.key == "send")
+        assert step.failure == "not_done"
