@@ -119,7 +119,9 @@ def test_sigkill_with_the_note_declared(
         asyncio.run(ledger.run_async(wf, run_id="r", prompt="go"))
     numbered = list(enumerate(points.passed, start=1))
     own = [(n, p) for n, p in numbered if NOTE in p]
-    others = random.Random(38).sample([np for np in numbered if np not in own], SAMPLE)
+    # review: its own points only (the matrix above freezes nowhere else)
+    sample = 0 if note == "review" else SAMPLE
+    others = random.Random(38).sample([np for np in numbered if np not in own], sample)
     settled: Counter[str] = Counter()
     for n, point in sorted(own + others):
         directory = tmp_path / str(n)

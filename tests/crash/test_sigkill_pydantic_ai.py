@@ -98,10 +98,10 @@ def test_sigkill_at_every_point_of_the_agent(zygote: subprocess.Popen[str], tmp_
 SAMPLE = 2
 
 
-def _sampled(points: list[str], seed: int) -> list[tuple[int, str]]:
+def _sampled(points: list[str], seed: int, sample: int) -> list[tuple[int, str]]:
     numbered = list(enumerate(points, start=1))
     own = [(n, p) for n, p in numbered if NOTE in p]
-    others = random.Random(seed).sample([np for np in numbered if np not in own], SAMPLE)
+    others = random.Random(seed).sample([np for np in numbered if np not in own], sample)
     return sorted(own + others)
 
 
@@ -112,7 +112,8 @@ def test_sigkill_with_the_note_declared(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the operator's key
     (tmp_path / "reference").mkdir()
     points = _points(tmp_path / "reference")
-    chosen = _sampled(points, seed=38)
+    # review: its own points only (the matrix above freezes nowhere else)
+    chosen = _sampled(points, seed=38, sample=0 if note == "review" else SAMPLE)
     settled: Counter[str] = Counter()
     for n, point in chosen:
         mode, other = ("sync", "async") if n % 2 else ("async", "sync")

@@ -179,6 +179,8 @@ def decide_review_case(
             safe(f"{_SHOWN[chosen].lstrip('-')} signed for case {case_id}; the run is now {status}")
             + "\n"
         )
+        if settings.json and (not workflows or status != "running"):  # else: the run's outcome
+            emit_json({"case_id": case_id, "decision": chosen, "status": status})
         if status != "running":
             return int(ExitCode.OK)
         if not workflows:
