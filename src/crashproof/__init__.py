@@ -9,6 +9,7 @@ from crashproof._faults import CrashPoints
 from crashproof._version import __version__
 from crashproof.errors import (
     ActFailed,
+    ActNotDone,
     ApprovalRefused,
     ApprovalRequired,
     AsyncMisuse,
@@ -81,11 +82,12 @@ from crashproof.runtime.steps.checks import CheckResult
 from crashproof.runtime.worker import Worker
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
-from crashproof.tools.port import Call, Observation, Receipt, Tool
+from crashproof.tools.port import Call, Observation, OnUnknown, Receipt, Tool
 from crashproof.tools.workspace import Workspace
 
 __all__ = [
     "ActFailed",
+    "ActNotDone",
     "ApprovalRefused",
     "ApprovalRequired",
     "Approver",
@@ -121,6 +123,7 @@ __all__ = [
     "NonDeterminismError",
     "NotALedger",
     "Observation",
+    "OnUnknown",
     "Outbox",
     "OutcomeUnknown",
     "PermanentError",

@@ -45,7 +45,9 @@
     │                                    for a later resume once retries run out, never failed
     ├── PermanentError               a tool says: not done, never will be
     └── ActFailed                    a permanent failure, as the workflow sees it
-        └── PolicyViolation          an act outside the run's policy, refused unexecuted
+        ├── PolicyViolation          an act outside the run's policy, refused unexecuted
+        └── ActNotDone               an unknown outcome recorded as not done (at_most_once,
+                                         or a reviewer's keep); never sent again
 
     SimulatedCrash (BaseException)   raised by armed crash points; never caught
 """
@@ -57,6 +59,7 @@ from typing import Any
 
 __all__ = [
     "ActFailed",
+    "ActNotDone",
     "ApprovalRefused",
     "AsyncMisuse",
     "ApprovalRequired",
@@ -330,6 +333,14 @@ class PermanentError(CrashproofError):
 
 class ActFailed(CrashproofError):
     """A permanent tool failure, as the workflow sees it (recorded, replayed identically)."""
+
+
+class ActNotDone(ActFailed):
+    """An act whose outcome was unknown and that nothing could look up, recorded as not
+    done: its tool declared ``cp.OnUnknown.AT_MOST_ONCE``, or a reviewer decided
+    ``keep``. The effect may have happened once; it is never sent again. Journaled as
+    the act's outcome (a failed step, failure ``not_done``) and raised identically on
+    replay."""
 
 
 class PolicyViolation(ActFailed):

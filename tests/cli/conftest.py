@@ -112,7 +112,7 @@ def unrelated(ctx):
     return "unrelated"
 """
 
-MODULES = ("flows", "others", "broken", "needs_dep", "plain", "greet_v2", "mail_v2")
+MODULES = ("flows", "others", "broken", "needs_dep", "plain", "greet_v2", "mail_v2", "mails")
 
 
 @dataclass
@@ -132,6 +132,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (tmp_path / "others.py").write_text(OTHERS, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CRASHPROOF_DB", raising=False)
+    # The operator identity (review decide) lives in the project, never the user's home.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / ".config"))
+    monkeypatch.delenv("CRASHPROOF_OPERATOR_KEY", raising=False)
     monkeypatch.setenv("COLUMNS", "200")  # rich tables: no folding in assertions
     # The CLI puts the cwd on sys.path and imports modules by name: undo both.
     monkeypatch.setattr(sys, "path", list(sys.path))

@@ -137,7 +137,9 @@ def test_attention_page_shows_cases_approvals_and_outbox(client: TestClient) -> 
     assert "the journal: pending intent" in page
     assert "the tool: receipt" in page
     assert "crashproof review decide swerve-1#" in page
-    assert " abort --key REVIEWER.pem" in page
+    assert "swerve-1#" in page
+    assert " --abort " in page
+    assert "--key REVIEWER.pem" not in page  # one command: the operator identity signs
     assert "it would release this act" in page
     assert "old.txt" in page
     assert "build 7 is green" in page

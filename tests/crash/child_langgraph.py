@@ -3,6 +3,9 @@ CrashproofSaver whose model call is a NodeCalls decision and whose tool call is 
 NodeCalls act on an HttpTool against a local IdempotentServer.
 
 Usage: python child_langgraph.py LEDGER_URL DIR TARGET_URL SPEC   (SPEC: none | at:N)
+TARGET_URL ``note:MEANING`` calls a plain function without lookup instead (its unknown
+outcome means MEANING, a ``cp.OnUnknown``): every send goes to DIR/effects, and its
+target dedupes by text into DIR/delivered.
 Every model call appends "model" to DIR/counts (it survives SIGKILL); the final state's
 messages are written to DIR/final.json.
 
@@ -30,7 +33,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
 import crashproof as cp
-from crashproof.integrations.langgraph import CrashproofSaver, NodeCalls
+from crashproof.integrations.langgraph import CrashproofSaver, FunctionTool, NodeCalls
 from crashproof.tools.http import HttpTool
 
 THREAD = {"configurable": {"thread_id": "chat-1"}}
@@ -42,7 +45,9 @@ class State(TypedDict):
 
 def build(saver: CrashproofSaver, directory: Path, target: str) -> Any:
     calls = NodeCalls(saver.ledger)
-    forge = HttpTool(target, "/resources", lookup_path="/resources/by-key/{operation_id}")
+    forge = None
+    if not target.startswith("note:"):
+        forge = HttpTool(target, "/resources", lookup_path="/resources/by-key/{operation_id}")
 
     def model(turn: int) -> dict[str, Any]:  # a fake model: counted, deterministic
         with (directory / "counts").open("a") as f:
@@ -57,11 +62,27 @@ def build(saver: CrashproofSaver, directory: Path, target: str) -> Any:
         tool_calls = [answer["call"]] if answer["call"] else []
         return {"messages": [AIMessage(answer["text"], tool_calls=tool_calls)]}
 
+    def note(title: str) -> dict[str, Any]:  # an effect without lookup
+        with (directory / "effects").open("a") as f:
+            f.write(title + "\n")
+        delivered = directory / "delivered"
+        if title not in (delivered.read_text().split() if delivered.exists() else []):
+            with delivered.open("a") as f:
+                f.write(title + "\n")
+        return {"id": 1, "body": {"title": title}}
+
     def tools(state: State, config: RunnableConfig) -> dict[str, Any]:
         last = state["messages"][-1]
         out = []
         for call in getattr(last, "tool_calls", []):
-            result = calls.act(config, call["id"], forge, body=call["args"])
+            if forge is None:
+                tool = FunctionTool(note, on_unknown=target[5:])
+                try:
+                    result = calls.act(config, call["id"], tool, **call["args"])
+                except cp.ActNotDone:
+                    result = {"id": 0, "body": "not done"}
+            else:
+                result = calls.act(config, call["id"], forge, body=call["args"])
             shown = {"id": result["id"], "body": result["body"]}  # not the key: ids vary
             out.append(ToolMessage(json.dumps(shown, sort_keys=True), tool_call_id=call["id"]))
         return {"messages": out}

@@ -17,8 +17,9 @@ import crashproof as cp
 
 def child(url: str, directory: Path, model_url: str, n: int) -> None:
     points = cp.CrashPoints(at=n, action="sigkill")
+    model_url, _, note = model_url.partition("|")  # "URL|at_least_once": the note's meaning
     with cp.Ledger(url, crash_points=points) as ledger:
-        wf = oa.workflow(ledger, oa.make(directory, model_url), "async")
+        wf = oa.workflow(ledger, oa.make(directory, model_url, note or "review"), "async")
         asyncio.run(ledger.run_async(wf, run_id="r", prompt="go"))
 
 

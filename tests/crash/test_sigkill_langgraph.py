@@ -6,9 +6,11 @@ graph ends with the state of an uninterrupted run."""
 from __future__ import annotations
 
 import json
+import random
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
 import child_langgraph
 from http_server import IdempotentServer
 
+from crashproof.cli import main
 from crashproof.integrations.langgraph import CrashproofSaver
 
 CHILD = Path(__file__).parent / "child_langgraph.py"
@@ -76,7 +79,7 @@ class _Children:
         self._server.wait(timeout=30)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # one LangGraph import for the whole module
 def children() -> Iterator[_Children]:
     forks = _Children()
     try:
@@ -112,3 +115,72 @@ def test_every_crash_point(
         models = (directory / "counts").read_text().split()
         # a model call runs again only when the crash lost its record (one per crash)
         assert len(models) <= 3, (point, models)
+
+
+def _note_points(tmp: Path) -> tuple[list[list[str]], list[str]]:
+    points = cp.CrashPoints()
+    ledger = cp.Ledger(f"sqlite:///{tmp / 'ref.db'}", crash_points=points)
+    with CrashproofSaver(ledger=ledger) as saver:
+        final = child_langgraph.drive(child_langgraph.build(saver, tmp, "note:review"))
+    ledger.close()
+    return final, points.passed
+
+
+@pytest.mark.parametrize("note", ["at_least_once", "at_most_once", "review"])
+def test_a_function_tool_declares_its_unknown_outcome(
+    tmp_path: Path, children: _Children, monkeypatch: pytest.MonkeyPatch, note: str
+) -> None:
+    """A plain function (no lookup) as the tool, declared per ``cp.OnUnknown``: killed in
+    its act's window (intent committed; effect made, receipt not) and at a seeded sample
+    of other points. at_least_once never freezes and delivers once at a deduping target;
+    at_most_once never freezes and says "not done"; review is decided in one command and
+    the graph, invoked again, finishes."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the operator's key
+    (tmp_path / "reference").mkdir()
+    final, points = _note_points(tmp_path / "reference")
+    numbered = list(enumerate(points, start=1))
+    # The act's window: its intent committed, then its effect made and receipt not.
+    start = points.index("after_commit[act_intent:call]")
+    own = numbered[start : start + 2]
+    assert own[1][1] == "before_commit[step_done:call]"
+    sample = 0 if note == "review" else 2  # review: the window is where it can freeze
+    others = random.Random(38).sample([np for np in numbered if np not in own], sample)
+    settled: Counter[str] = Counter()
+    for n, point in sorted(own + others):
+        directory = tmp_path / str(n)
+        directory.mkdir()
+        url = f"sqlite:///{directory / 'ledger.db'}"
+        target = f"note:{note}"
+        assert children.run(url, directory, target, f"at:{n}") == -signal.SIGKILL, point
+        try:
+            child_langgraph.main(url, directory, target, "none")
+        except cp.RunFrozen:
+            assert note == "review", point  # a declared tool never freezes
+            settled["frozen"] += 1
+            with cp.Ledger(url) as ledger:
+                (case,) = ledger.review_cases(state="open")
+            effects = directory / "effects"
+            decision = "--keep" if effects.exists() else "--redo"
+            assert main(["review", "decide", case.case_id, decision, "--db", url]) == 0
+            child_langgraph.main(url, directory, target, "none")  # the graph, invoked again
+        messages = json.loads((directory / "final.json").read_text())
+        effects, delivered_to = directory / "effects", directory / "delivered"
+        sends = effects.read_text().split().count("x") if effects.exists() else 0
+        delivered = delivered_to.read_text().split() if sends else []
+        settled["resent"] += sends - 1
+        if '"not done"' in messages[2][1]:
+            settled["not_done"] += 1
+            assert note != "at_least_once", point
+        else:
+            assert messages == final, point
+        assert delivered.count("x") <= 1, point
+        if note == "at_least_once":
+            assert delivered == ["x"], point  # deduped at the target: delivered once
+        else:
+            assert sends <= 1, point  # never twice
+    expected = {
+        "at_least_once": {"resent": 1},  # the effect made, its receipt lost: sent again
+        "at_most_once": {"not_done": 2, "resent": -1},
+        "review": {"frozen": 2, "not_done": 1},  # --keep where it had been sent
+    }[note]
+    assert {k: v for k, v in settled.items() if v} == expected

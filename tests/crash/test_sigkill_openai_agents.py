@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 
 import crashproof as cp
 import zygote as zygotes
+from crashproof.cli import main
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 sys.path.insert(0, str(Path(__file__).parents[2]))
@@ -94,3 +96,67 @@ def test_sigkill_at_every_point_of_the_runner(
         outcomes[outcome] += 1
     assert outcomes["REFUSED"] == 2
     assert outcomes["SAME"] == len(points.passed) - 2
+
+
+# What the note's unknown outcome means (cp.OnUnknown): each of its own crash points and
+# a seeded sample of the others, killed and resumed as above. Bounded: SAMPLE more each.
+SAMPLE = 2
+
+
+@pytest.mark.parametrize("note", ["at_least_once", "at_most_once", "review"])
+def test_sigkill_with_the_note_declared(
+    server: ModelServer,
+    zygote: subprocess.Popen[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    note: str,
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the operator's key
+    (tmp_path / "reference").mkdir()
+    points = cp.CrashPoints()
+    with cp.Ledger("memory://", crash_points=points) as ledger:
+        wf = oa.workflow(ledger, oa.make(tmp_path / "reference", server.url), "async")
+        asyncio.run(ledger.run_async(wf, run_id="r", prompt="go"))
+    numbered = list(enumerate(points.passed, start=1))
+    own = [(n, p) for n, p in numbered if NOTE in p]
+    # review: its own points only (the matrix above freezes nowhere else)
+    sample = 0 if note == "review" else SAMPLE
+    others = random.Random(38).sample([np for np in numbered if np not in own], sample)
+    settled: Counter[str] = Counter()
+    for n, point in sorted(own + others):
+        directory = tmp_path / str(n)
+        directory.mkdir()
+        url = f"sqlite:///{directory}/runs.db"
+        fields = (url, directory, f"{server.url}|{note}", n)
+        assert zygotes.kill(zygote, *fields) == -signal.SIGKILL, point
+        with cp.Ledger(url) as ledger:
+            wf = oa.workflow(ledger, oa.make(directory, server.url, note), "async")
+            try:
+                out = asyncio.run(ledger.run_async(wf, run_id="r", prompt="go"))
+            except cp.RunFrozen:
+                assert note == "review", point  # a declared tool never freezes
+                settled["frozen"] += 1
+                (case,) = ledger.review_cases("r", state="open")
+                decision = "--keep" if "hi" in oa.lines(directory / "effects") else "--redo"
+                assert main(["review", "decide", case.case_id, decision, "--db", url]) == 0
+                out = asyncio.run(ledger.run_async(wf, run_id="r", prompt="go"))
+            assert out.startswith("done ["), point
+            step = next((s for s in ledger.get_run("r").steps if s.key == NOTE), None)
+        sends = oa.lines(directory / "effects").count("hi")
+        settled["resent"] += sends - 1
+        assert oa.lines(directory / "delivered").count("hi") <= 1, point
+        if note == "at_least_once":
+            assert oa.lines(directory / "delivered") == ["hi"], point  # deduped at the target
+            assert step is not None, point
+            assert step.status.value == "succeeded", point
+        else:
+            assert sends <= 1, point  # never twice
+            if step is not None and step.failure == "not_done":
+                assert step.status.value == "failed", point  # visible in the journal
+                settled["not_done"] += 1
+    expected = {
+        "at_least_once": {"resent": 1},  # the lost receipt: sent twice, delivered once
+        "at_most_once": {"not_done": 2, "resent": -1},  # the intent's window sent nothing
+        "review": {"frozen": 2, "not_done": 1},  # --keep where the note had been sent
+    }[note]
+    assert {k: v for k, v in settled.items() if v} == expected

@@ -12,6 +12,7 @@ pydantic-ai once (``child_pydantic_ai.py``), which keeps the matrix within secon
 from __future__ import annotations
 
 import json
+import random
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 
 import crashproof as cp
 import zygote as zygotes
+from crashproof.cli import main
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "integrations" / "pydantic_ai"))
 import pyd_agents
@@ -89,3 +91,69 @@ def test_sigkill_at_every_point_of_the_agent(zygote: subprocess.Popen[str], tmp_
         outcomes[outcome] += 1
     assert outcomes["REFUSED"] == 2  # the note's intent and its lost receipt
     assert outcomes["SAME"] == len(points) - 2
+
+
+# What the note's unknown outcome means (cp.OnUnknown): each of its own crash points and
+# a seeded sample of the others, killed and resumed as above. Bounded: SAMPLE more each.
+SAMPLE = 2
+
+
+def _sampled(points: list[str], seed: int, sample: int) -> list[tuple[int, str]]:
+    numbered = list(enumerate(points, start=1))
+    own = [(n, p) for n, p in numbered if NOTE in p]
+    others = random.Random(seed).sample([np for np in numbered if np not in own], sample)
+    return sorted(own + others)
+
+
+@pytest.mark.parametrize("note", ["at_least_once", "at_most_once", "review"])
+def test_sigkill_with_the_note_declared(
+    zygote: subprocess.Popen[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, note: str
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the operator's key
+    (tmp_path / "reference").mkdir()
+    points = _points(tmp_path / "reference")
+    # review: its own points only (the matrix above freezes nowhere else)
+    chosen = _sampled(points, seed=38, sample=0 if note == "review" else SAMPLE)
+    settled: Counter[str] = Counter()
+    for n, point in chosen:
+        mode, other = ("sync", "async") if n % 2 else ("async", "sync")
+        directory = tmp_path / str(n)
+        directory.mkdir()
+        url = f"sqlite:///{directory}/runs.db"
+        assert zygotes.kill(zygote, url, directory, f"{mode}/{note}", n) == -signal.SIGKILL
+        agent = pyd_agents.make_agent(directory, note=note)
+        with cp.Ledger(url) as ledger:
+            wf = pyd_agents.workflow(ledger, agent, other)
+            try:
+                answer = pyd_agents.drive(ledger, wf, other, prompt="go")
+            except cp.RunFrozen:
+                assert note == "review", point  # a declared tool never freezes
+                settled["frozen"] += 1
+                (case,) = ledger.review_cases("r", state="open")
+                sent = "hi" in pyd_agents.lines(directory / "effects")
+                decision = "--keep" if sent else "--redo"  # what the reviewer found
+                assert main(["review", "decide", case.case_id, decision, "--db", url]) == 0
+                answer = pyd_agents.drive(ledger, wf, other, prompt="go")  # as a worker does
+            assert answer == "done", point
+            steps = {s.key: s for s in ledger.get_run("r").steps}
+        sends = pyd_agents.lines(directory / "effects").count("hi")
+        assert pyd_agents.lines(directory / "delivered").count("hi") <= 1, point
+        step = steps.get(NOTE)
+        settled["resent"] += sends - 1
+        if note == "at_least_once":
+            assert sends >= 1, point  # sent again under the same operation id
+            assert pyd_agents.lines(directory / "delivered") == ["hi"], point
+            assert step is not None, point
+            assert step.status.value == "succeeded", point
+        else:
+            assert sends <= 1, point  # never twice
+            if step is not None and step.failure == "not_done":
+                assert step.status.value == "failed", point  # visible in the journal
+                settled["not_done"] += 1
+    # Both windows of the note (intent committed; effect made, receipt lost) were hit.
+    expected = {
+        "at_least_once": {"resent": 1},  # the lost receipt: sent twice, delivered once
+        "at_most_once": {"not_done": 2, "resent": -1},  # the intent's window sent nothing
+        "review": {"frozen": 2, "not_done": 1},  # --keep where the note had been sent
+    }[note]
+    assert {k: v for k, v in settled.items() if v} == expected

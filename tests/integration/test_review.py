@@ -241,6 +241,9 @@ def test_decisions_that_do_not_fit_the_case_are_refused(
     stale["signature"] = sign_decision(bob, "bob", case, "replan")["signature"]
     refused(stale, "signature does not verify")
     refused(sign_decision(bob, "bob", case, "retry"), "unknown decision")
+    # The target holds this operation id under another intent: not this act's to keep.
+    assert case.decisions == ["replan", "abort"]
+    refused(sign_decision(bob, "bob", case, "keep"), "not provably this act's")
     with pytest.raises(cp.DecisionRefused, match="unknown signer"):
         ledger.decide(case.case_id, "replan", key=keys["mallory"])
     assert types(ledger) == before

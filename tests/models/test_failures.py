@@ -8,6 +8,7 @@ call is made again once; a failed run retried under its id duplicates nothing.""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -234,3 +235,56 @@ def test_a_failed_run_retried_under_its_id_duplicates_nothing(tmp_path: Path) ->
     assert text.startswith("ok [")
     assert info.status is cp.RunStatus.SUCCEEDED
     assert forge.prs == {"f/chat/0:open_pr": "t"}
+
+
+class Pager(cp.Tool):
+    """Pages on-call; cannot look a page up, and its reply is lost once (unknown)."""
+
+    name: ClassVar[str] = "pager"
+    version: ClassVar[str] = "1"
+    supports_lookup: ClassVar[bool] = False
+    on_unknown = cp.OnUnknown.AT_MOST_ONCE  # better a missing page than two
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        self.sent.append(call.operation_id)
+        raise TimeoutError("the pager did not answer")
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_an_act_settled_as_not_done_is_told_to_the_model(is_async: bool) -> None:
+    pager, api = Pager(), Api("chat")
+    script = [Turn("page", (("page", '{"who": "ops"}'),)), Turn("ok")]
+    with ModelServer(script) as server, cp.Ledger("memory://") as ledger:
+        client = api.client(server.url, is_async=is_async)
+
+        async def aflow(ctx: cp.AsyncContext) -> str:
+            llm = cp.models.openai_chat(ctx, client)
+            messages: list[Any] = [{"role": "user", "content": "page ops"}]
+            reply = await llm.create(**api.request(messages))
+            messages += llm.reply_messages(reply)
+            messages += await llm.run_tools(reply, {"page": pager})
+            return api.text(await llm.create(**api.request(messages)))
+
+        def flow(ctx: cp.Context) -> str:
+            llm = cp.models.openai_chat(ctx, client)
+            messages: list[Any] = [{"role": "user", "content": "page ops"}]
+            reply = llm.create(**api.request(messages))
+            messages += llm.reply_messages(reply)
+            messages += llm.run_tools(reply, {"page": pager})
+            return api.text(llm.create(**api.request(messages)))
+
+        wf = ledger.workflow("page", version="1")(aflow if is_async else flow)
+        run = (
+            asyncio.run(ledger.run_async(wf, run_id="p"))
+            if is_async
+            else ledger.run(wf, run_id="p")
+        )
+        assert run.startswith("ok [")
+        told = json.dumps(server.requests[-1]["body"]["messages"][-1])
+        assert "not done" in told
+        assert pager.sent == ["p/chat/0:page"]  # once, never again
+        step = next(s for s in ledger.get_run("p").steps if s.kind.value == "act")
+        assert step.failure == "not_done"

@@ -6,6 +6,7 @@ import crashproof as cp
 
 PUBLIC = [
     "ActFailed",
+    "ActNotDone",
     "ApprovalRefused",
     "ApprovalRequired",
     "Approver",
@@ -41,6 +42,7 @@ PUBLIC = [
     "NonDeterminismError",
     "NotALedger",
     "Observation",
+    "OnUnknown",
     "Outbox",
     "OutcomeUnknown",
     "PermanentError",

@@ -25,6 +25,7 @@ from crashproof.cli.commands import (
     listing,
     operating,
     proofs,
+    review,
     runs,
     transfer,
     versions,
@@ -112,11 +113,19 @@ approvers_app.command("add")(approvals.add_approver)
 approvers_app.command("list")(approvals.list_approvers)
 app.add_typer(approvers_app, name="approvers")
 
-review_app = typer.Typer(
-    help="Review cases of runs in needs_review, and signed replan/abort/continue decisions.",
+operator_app = typer.Typer(
+    help="Your operator identity: the key review decisions are signed with.",
     no_args_is_help=True,
 )
-review_app.command("list")(approvals.list_review_cases)
-review_app.command("show")(approvals.show_review_case)
-review_app.command("decide")(approvals.decide_review_case)
+operator_app.command("init")(approvals.init_operator)
+app.add_typer(operator_app, name="operator")
+
+review_app = typer.Typer(
+    help="Review cases of runs in needs_review, decided in one command: "
+    "review decide CASE --redo | --keep | --abort.",
+    no_args_is_help=True,
+)
+review_app.command("list")(review.list_review_cases)
+review_app.command("show")(review.show_review_case)
+review_app.command("decide")(review.decide_review_case)
 app.add_typer(review_app, name="review")

@@ -386,7 +386,10 @@ def _step_row(step: StepInfo) -> list[RenderableType]:
     return [
         Text(safe(step.key)),
         Text(step.kind.value),
-        _status(step.status.value),
+        # An unknown outcome settled as not done (cp.OnUnknown, a review's keep): not an error.
+        Text("not done", style="yellow")
+        if step.failure == "not_done"
+        else _status(step.status.value),
         Text(str(step.attempts)),
         _DASH if duration is None else Text(f"{duration * 1000:.1f}"),
         _DASH if not step.model else Text(safe(step.model)),

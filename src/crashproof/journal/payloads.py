@@ -14,12 +14,10 @@ holds journals of earlier formats).
 Reading: ``payloads.step_done(event)["digest"]`` is ``event.payload["digest"]``, typed —
 the same dict, no copy, no check (the caller knows the record's type). Where a function
 is handed a record whose type it does not test, :func:`expect` checks it first. mypy
-checks the key of every ``[...]`` read and every write; not the key of a ``.get`` (PEP
-589), so a misspelt ``.get`` key shows only where its value is used.
+checks the key of every ``[...]`` read and write, not of a ``.get`` (PEP 589).
 
 Writing: build the TypedDict (``payloads.RunThawed(status="running")``, or an annotated
-literal) and hand it to ``Event`` / ``Context.append_event`` through :func:`as_dict`:
-they take the plain ``dict[str, Any]`` every payload is.
+literal) and hand it to ``Event`` / ``Context.append_event`` through :func:`as_dict`.
 """
 
 # No ``from __future__ import annotations`` here: a TypedDict learns which keys are
@@ -274,7 +272,8 @@ class StepDone(DriveRecord):
     receipt: NotRequired[dict[str, Any]]
     observed: NotRequired[dict[str, Any]]  # the environment the act left (an Observation)
     outbox: NotRequired[Outbox]
-    failure: NotRequired[str]  # failed acts: "permanent", "retryable", "policy"
+    failure: NotRequired[str]  # failed acts: "permanent", "retryable", "policy", "not_done"
+    not_done: NotRequired[dict[str, Any]]  # who decided it (runtime/steps/unknown.py)
     cause: NotRequired[ErrorRecord]  # failed acts: the tool's own error
     # Policy refusals: the policy record with rule, reason, tool, tool_version.
     policy: NotRequired[dict[str, Any]]
@@ -309,6 +308,7 @@ class ActIntent(DriveRecord):
     overrides: NotRequired[list[str]]
     hold_digest: NotRequired[str]  # first attempt: {tool, params}, no version (intents.py)
     server_at: NotRequired[float]  # the ledger server's clock, tools with a window (windows.py)
+    on_unknown: NotRequired[str]  # cp.OnUnknown, when not "review" (runtime/steps/unknown.py)
 
 
 class ActUnknown(DriveRecord):

@@ -27,7 +27,9 @@ Anthropic Messages; sync and async; streamed or not. Extras: ``crashproof[openai
 - ``run_tools(reply, tools)`` runs the latest response's tool calls: a ``cp.Tool`` as
   an act, a function as a step, keyed ``<decision key>/<index>:<tool>``; an unknown
   tool or arguments that are not JSON or do not fit the request's schema come back to
-  the model as a recorded error message.
+  the model as a recorded error message. What an unknown outcome of an act means is the
+  tool's ``on_unknown`` (``cp.OnUnknown``); one settled as not done comes back to the
+  model as an error message, ``not done: ...``.
 """
 
 from __future__ import annotations

@@ -122,6 +122,8 @@ class _Core(Generic[R]):
                 value = yield "step", (planned.step, tool_error, call_id, planned.error), {}
             elif isinstance(handler, cp.Tool):
                 value = yield "act", (planned.step, handler), planned.params
+                if isinstance(value, cp.ActNotDone):  # its on_unknown said so: tell the model
+                    value = tool_error(call_id, f"not done: {value}")
             elif handler is not None:
                 runner = function_step(handler)
                 value = yield "step", (planned.step, runner, call_id, planned.params), {}
@@ -177,7 +179,10 @@ class ModelCall(_Core[R]):
         try:
             while True:
                 method, args, params = calls.send(value)
-                value = getattr(self._ctx, method)(*args, **params)
+                try:
+                    value = getattr(self._ctx, method)(*args, **params)
+                except cp.ActNotDone as exc:  # recorded, raised again on replay: _dispatch
+                    value = exc
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
@@ -218,6 +223,9 @@ class AsyncModelCall(_Core[R]):
         try:
             while True:
                 method, args, params = calls.send(value)
-                value = await getattr(self._ctx, method)(*args, **params)
+                try:
+                    value = await getattr(self._ctx, method)(*args, **params)
+                except cp.ActNotDone as exc:  # recorded, raised again on replay: _dispatch
+                    value = exc
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]

@@ -17,14 +17,9 @@ from collections.abc import Callable, Iterable
 from types import GeneratorType
 from typing import Any, NoReturn, TypeVar
 
-from crashproof.errors import CrashproofError, NonDeterminismError
+from crashproof.errors import ActNotDone, CrashproofError, NonDeterminismError
 from crashproof.journal import payloads
-from crashproof.journal.codec import (
-    decode,
-    encode,
-    error_from_record,
-    error_record,
-)
+from crashproof.journal.codec import decode, encode, error_from_record, error_record
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
 from crashproof.runtime.driving.commits import is_failure
@@ -178,7 +173,11 @@ class Context(DriveCommits):
     def _live_act(self, key: str, tool: Tool, params: dict[str, Any], digest: str) -> Work[Any]:
         yield from self._before_live(key, StepKind.ACT, tool)
         if key in self._open_acts:  # frozen for review, then decided? (runtime/guards/review.py)
-            decided = yield from decided_epoch(self, key, tool)
+            try:
+                decided = yield from decided_epoch(self, key, tool, digest)
+            except ActNotDone:  # kept by a reviewer: recorded as not done, the run goes on
+                self._open_acts.pop(key)
+                raise
             if decided is not None:
                 self._open_acts.pop(key)
                 epoch, events = decided

@@ -11,9 +11,29 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any, ClassVar
 
-__all__ = ["Call", "Observation", "Receipt", "Tool"]
+__all__ = ["Call", "Observation", "OnUnknown", "Receipt", "Tool"]
+
+
+class OnUnknown(StrEnum):
+    """What an unknown outcome means for a tool that cannot look it up (an act left in
+    flight by a crash, or whose ``execute`` raised neither ``RetryableError`` nor
+    ``PermanentError``). Journaled with the act's intent; the recorded one wins on resume.
+
+    - ``REVIEW`` (the default): the run freezes in ``needs_review`` with the evidence; a
+      person decides (``crashproof review decide CASE --redo | --keep | --abort``).
+    - ``AT_LEAST_ONCE``: send again under the same operation id. For a target that
+      dedupes by that id, or an effect whose duplicate is acceptable. Never freezes.
+    - ``AT_MOST_ONCE``: record the act as not done and go on: the workflow gets
+      ``cp.ActNotDone`` (an ``ActFailed``), replayed identically. The effect may have
+      happened once; it never happens twice. Never freezes.
+    """
+
+    REVIEW = "review"
+    AT_LEAST_ONCE = "at_least_once"
+    AT_MOST_ONCE = "at_most_once"
 
 
 def _no_crash_point(name: str) -> None:
@@ -110,7 +130,11 @@ class Tool:
     Capabilities, declared as class attributes:
 
     - ``supports_lookup``: ``lookup`` can tell whether an operation id was done. Without
-      it, an act left in flight by a crash goes to ``needs_review``, never re-executed.
+      it, an act left in flight by a crash is settled as ``on_unknown`` says.
+    - ``on_unknown`` (``cp.OnUnknown``): what an unknown outcome means when nothing can
+      look it up: ``review`` (freeze for a person; the default), ``at_least_once`` (send
+      again, same operation id) or ``at_most_once`` (recorded as not done). An instance
+      may set its own. Journaled with each intent: a resume keeps the recorded meaning.
     - ``idempotent_execute``: executing twice with one operation id has one effect (the
       target dedupes by key), so re-executing after a crash is safe.
     - ``honours_fencing``: the target rejects calls carrying a fencing token lower than
@@ -136,6 +160,8 @@ class Tool:
     honours_fencing: ClassVar[bool] = False
     matches_intent: ClassVar[bool] = False
     idempotency_window: ClassVar[timedelta | None] = None
+    # Not a ClassVar: a wrapper (a framework integration's tool) sets it per instance.
+    on_unknown: OnUnknown = OnUnknown.REVIEW
     # Every resume looks completed acts up again before its first live call, and freezes
     # the run when a receipt is gone or changed (the tool's copy is the authority). False
     # skips that for this tool (a costly lookup, a target that forgets old keys): a

@@ -41,7 +41,9 @@ def server() -> Iterator[ModelServer]:
         yield s
 
 
-def make(directory: Path, url: str) -> Agent[Any]:
+def make(directory: Path, url: str, note_on_unknown: str = "review") -> Agent[Any]:
+    """``note``: an effect whose unknown outcome means ``note_on_unknown``; its target
+    dedupes by text (every send in ``effects``, each text once in ``delivered``)."""
     effects = directory / "effects"
 
     @function_tool
@@ -56,6 +58,9 @@ def make(directory: Path, url: str) -> Agent[Any]:
         """Write a note."""
         with effects.open("a") as f:
             f.write(f"{text}\n")
+        if text not in lines(directory / "delivered"):
+            with (directory / "delivered").open("a") as f:
+                f.write(f"{text}\n")
         return "noted"
 
     @function_tool
@@ -70,7 +75,11 @@ def make(directory: Path, url: str) -> Agent[Any]:
         model=OpenAIResponsesModel(model="m", openai_client=client),
         tools=[add, note, open_pr],
     )
-    return durable_agent(agent, tools={"open_pr": Forge(directory / "prs.json")}, effects={"note"})
+    return durable_agent(
+        agent,
+        tools={"open_pr": Forge(directory / "prs.json")},
+        effects={"note": cp.OnUnknown(note_on_unknown)},
+    )
 
 
 def workflow(ledger: cp.Ledger, agent: Agent[Any], mode: str) -> cp.Workflow[Any]:

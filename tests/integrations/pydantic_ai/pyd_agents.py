@@ -15,7 +15,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import crashproof as cp
-from crashproof.integrations.pydantic_ai import EFFECT, CrashproofDurability, durable
+from crashproof.integrations.pydantic_ai import CrashproofDurability, durable, effect
 
 
 def _append(path: Path, line: str) -> None:
@@ -57,12 +57,18 @@ class Forge(cp.Tool):
 
 
 def make_agent(
-    directory: Path, *, crash_on_request: int | None = None, functions: str = "step"
+    directory: Path,
+    *,
+    crash_on_request: int | None = None,
+    functions: str = "step",
+    note: str = "review",
 ) -> Agent[None, str]:
-    """``adder``: request 1 calls ``add(x=5)``, ``note(text="hi")`` (an effect) and
-    ``open_pr(title="fix")`` (the forge); request 2 answers. Each request the model
-    receives is logged in ``asked`` (its number of messages); ``crash_on_request=n``
-    raises ``cp.SimulatedCrash`` inside the n-th request, once."""
+    """``adder``: request 1 calls ``add(x=5)``, ``note(text="hi")`` (an effect whose
+    unknown outcome means ``note``, a ``cp.OnUnknown``) and ``open_pr(title="fix")``
+    (the forge); request 2 answers. Each request the model receives is logged in
+    ``asked`` (its number of messages); ``crash_on_request=n`` raises
+    ``cp.SimulatedCrash`` inside the n-th request, once. The note's target dedupes by
+    its text: every send is in ``effects``, each text delivered once in ``delivered``."""
     asked, effects = directory / "asked", directory / "effects"
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -91,10 +97,12 @@ def make_agent(
         _append(effects, str(x))
         return x + 1
 
-    @agent.tool_plain(metadata=EFFECT)
+    @agent.tool_plain(metadata=effect(note))
     def note(text: str) -> str:
         """Write a note (an effect without lookup)."""
         _append(effects, text)
+        if text not in lines(directory / "delivered"):
+            _append(directory / "delivered", text)
         return "noted"
 
     @agent.tool_plain

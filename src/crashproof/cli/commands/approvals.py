@@ -1,7 +1,7 @@
-"""`crashproof approvers`, `approve` and `review`: humans in the loop, with signatures.
+"""`crashproof approvers`, `approve` and `operator init`: who may sign, and approvals.
 
 ``crashproof.cli.app`` registers ``approve`` at the top level, the others under the
-``approvers`` and ``review`` groups.
+``approvers`` and ``operator`` groups. Review cases and decisions: ``review.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from crashproof.cli.exitcodes import CliError, ExitCode
+from crashproof.cli.identity import trusted_operator
 from crashproof.cli.render import console, emit_json, safe
 from crashproof.cli.settings import (
     DbOption,
@@ -27,14 +28,14 @@ from crashproof.integrity.signing import generate_keypair
 from crashproof.runtime.guards.approvals import MAX_TTL
 
 __all__ = [
+    "ByOption",
+    "KeyOption",
     "add_approver",
     "approve",
-    "decide_review_case",
+    "init_operator",
     "list_approvers",
-    "list_review_cases",
     "make_approver_key",
     "parse_ttl",
-    "show_review_case",
 ]
 
 KeyOption = Annotated[
@@ -172,87 +173,29 @@ def approve(
     return int(ExitCode.OK)
 
 
-def list_review_cases(
+def init_operator(
     ctx: typer.Context,
-    run_id: Annotated[
-        str | None,
-        typer.Argument(metavar="[RUN_ID]", show_default=False, help="Only this run's cases."),
-    ] = None,
-    state: Annotated[
+    name: Annotated[
         str | None,
         typer.Option(
-            "--state",
-            metavar="STATE",
+            "--name",
+            metavar="NAME",
             show_default=False,
-            help="Only cases in this state: open, decided, resolved, superseded.",
+            help="The approver name to register under (default: user@host).",
         ),
     ] = None,
     db: DbOption = None,
-    as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
-    """List review cases (every needs_review freeze), oldest first."""
-    settings = command_settings(ctx, db, as_json, verbose)
-    with open_ledger(settings, create=False) as ledger:
-        cases = ledger.review_cases(run_id, state=state)
-    if settings.json:
-        emit_json([case.to_json() for case in cases])
-        return int(ExitCode.OK)
-    table = Table("case", "state", "step", "fingerprint", "reason")
-    for case in cases:
-        table.add_row(case.case_id, case.state, case.key or "-", case.fingerprint[:16], case.reason)
-    console().print(table)
-    return int(ExitCode.OK)
-
-
-def show_review_case(
-    ctx: typer.Context,
-    case_id: Annotated[str, typer.Argument(metavar="CASE", help="The case id (RUN_ID#SEQ).")],
-    db: DbOption = None,
-    verbose: VerboseOption = False,
-) -> int:
-    """Show one review case with all its evidence (JSON): pending intent, digests, the
-    receipt and its fingerprint, generation, the step's trace, the case fingerprint."""
-    settings = command_settings(ctx, db, True, verbose)
-    with open_ledger(settings, create=False) as ledger:
-        case = ledger.review_case(case_id)
-    emit_json(case.to_json())
-    return int(ExitCode.OK)
-
-
-def decide_review_case(
-    ctx: typer.Context,
-    case_id: Annotated[str, typer.Argument(metavar="CASE", help="The case id (RUN_ID#SEQ).")],
-    decision: Annotated[
-        str,
-        typer.Argument(
-            metavar="replan|abort|continue",
-            help="replan: new epoch; abort: fail it; continue: lift an imported copy.",
-        ),
-    ],
-    key: KeyOption = Path("reviewer.pem"),
-    by: ByOption = None,
-    no_reread: Annotated[
-        bool,
-        typer.Option(
-            "--no-reread",
-            help="The act's tool cannot look its receipt up: decide on the case's evidence "
-            "alone (a replan of such an act needs it).",
-        ),
-    ] = False,
-    db: DbOption = None,
-    verbose: VerboseOption = False,
-) -> int:
-    """Sign a decision on a review case (bound to its fingerprint and a nonce) and journal
-    it. replan: the conflicting operation id is quarantined and the act runs under a new
-    epoch on resume; abort: the run fails, evidence kept. The receipt is re-read before
-    the decision is consumed: if it changed, the case stays open. continue (only for a run
-    imported from a copy): you vouch that the source did not go on; the run resumes."""
+    """Set up your operator identity once: an Ed25519 key under your config directory
+    (mode 0600; $CRASHPROOF_OPERATOR_KEY to put it elsewhere), registered as the
+    ledger's first approver when it has none. A ledger that has approvers already is
+    restricted: one of them admits your key with `crashproof approvers add`. Safe to
+    run again; `crashproof review decide` does the same on first use."""
     settings = command_settings(ctx, db, False, verbose)
-    with open_ledger(settings, create=False) as ledger:
-        ledger.decide(case_id, decision, key=key, by=by, no_reread=no_reread)
-        status = ledger.get_run(case_id.rpartition("#")[0]).status.value
-    sys.stderr.write(safe(f"{decision} signed for case {case_id}; the run is now {status}") + "\n")
-    if status == "running":
-        sys.stderr.write("resume it to apply the decision: crashproof resume RUN_ID --app MODULE\n")
+    with open_ledger(settings, create=True) as ledger:
+        who = trusted_operator(ledger, name)
+    sys.stderr.write(
+        safe(f"operator {who.name!r}, key {who.fingerprint[:16]}… at {who.path}") + "\n"
+    )
     return int(ExitCode.OK)

@@ -60,7 +60,16 @@ from crashproof.runtime.operations.contents import step_contents
 from crashproof.runtime.options import RunOptions
 from crashproof.store.queue import retryable_stop
 
-__all__ = ["reconcile_runs", "resume_run", "retry_run", "show_run", "start_run"]
+__all__ = [
+    "AppModules",
+    "drive_and_report",
+    "reconcile_runs",
+    "resume_run",
+    "resume_through_shell",
+    "retry_run",
+    "show_run",
+    "start_run",
+]
 
 _PAGE = 200  # steps `crashproof show` prints unless told (--limit): a long run pages
 
@@ -78,7 +87,7 @@ AppModules = Annotated[
 ]
 
 
-def _finish(ledger: Ledger, settings: Settings, run_id: str, go: Callable[[], Any]) -> int:
+def drive_and_report(ledger: Ledger, settings: Settings, run_id: str, go: Callable[[], Any]) -> int:
     """Drive a run with ``go`` and print its outcome; errors propagate to ``main``."""
     try:
         result = go()
@@ -181,7 +190,7 @@ def start_run(
         options = RunOptions(limits=limits, policy=load_policy(policy))
     with open_ledger(settings, create=True) as ledger:
         ledger.register(workflow)
-        return _finish(
+        return drive_and_report(
             ledger,
             settings,
             run_id,
@@ -305,11 +314,11 @@ def resume_run(
                     "--raise-budget sets a new, higher limit; see `crashproof show RUN_ID` "
                     "for the current ones",
                 ) from None
-        return _finish(
+        return drive_and_report(
             ledger,
             settings,
             run_id,
-            lambda: _resumed(
+            lambda: resume_through_shell(
                 ledger,
                 run_id,
                 raise_budget=raises,
@@ -366,15 +375,17 @@ def retry_run(
             ledger.register(workflow)
         for policy in policies:
             ledger.register_policy(policy)
-        return _finish(
+        return drive_and_report(
             ledger,
             settings,
             run_id,
-            lambda: _resumed(ledger, run_id, retry=True, by=by, take_over=take_over, wait=wait),
+            lambda: resume_through_shell(
+                ledger, run_id, retry=True, by=by, take_over=take_over, wait=wait
+            ),
         )
 
 
-def _resumed(ledger: Ledger, run_id: str, **how: Any) -> Any:
+def resume_through_shell(ledger: Ledger, run_id: str, **how: Any) -> Any:
     """Resume through the shell the run's workflow needs (an async one on a loop of its own)."""
     row = ledger.store.get_run(run_id)
     workflow = None if row is None else ledger.workflows.get(row.workflow)

@@ -9,11 +9,16 @@ recorded model message fixes). The node run again makes the same run id, so:
 
 - an act whose receipt was recorded is replayed; one left in flight by the crash is
   looked up (``cp.Tool.lookup``) before anything is sent again; a tool that cannot
-  look up is frozen (``cp.RunFrozen``), never run twice;
+  look up is settled as its ``cp.OnUnknown`` says: ``review`` freezes the call's run
+  (``cp.RunFrozen``; ``crashproof review decide CASE --redo | --keep | --abort``, then
+  invoke the graph again), ``at_least_once`` sends again, ``at_most_once`` raises
+  ``cp.ActNotDone`` in the node, on this invocation and every later one;
 - a decision (a model call) that was recorded is not asked again.
 
 The same call id with other parameters is refused (``cp.RunConflict``): the id is bound
-to its input. A plain function given to ``act`` is a tool without lookup.
+to its input. A plain function given to ``act`` is a tool without lookup, whose
+unknown outcome means ``NodeCalls(on_unknown=...)`` (default ``review``); wrap it as
+``FunctionTool(fn, on_unknown=...)`` to say it per function.
 """
 
 from __future__ import annotations
@@ -26,18 +31,23 @@ import crashproof as cp
 __all__ = ["FunctionTool", "NodeCalls", "call_run_id"]
 
 _WORKFLOW = "crashproof.langgraph.call"
+_NOT_DONE = "crashproof.not_done"  # the call's result when its act was settled as not done
 
 
 class FunctionTool(cp.Tool):
     """A plain function as a tool: ``fn(**params)`` is the effect; no lookup, so a call a
-    crash left in flight is frozen for review instead of repeated."""
+    crash left in flight is settled as ``on_unknown`` says (``cp.OnUnknown``): frozen
+    for review (the default), sent again, or recorded as not done."""
 
     name: ClassVar[str] = "langgraph.function"
     version: ClassVar[str] = "1"
     supports_lookup: ClassVar[bool] = False
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], on_unknown: cp.OnUnknown | str = cp.OnUnknown.REVIEW
+    ) -> None:
         self.fn = fn
+        self.on_unknown = cp.OnUnknown(on_unknown)
 
     def execute(self, call: cp.Call) -> cp.Receipt:
         return cp.Receipt(call.operation_id, self.fn(**call.params), call.intent_digest)
@@ -67,17 +77,25 @@ class NodeCalls:
     ...     result = calls.act(config, call["id"], forge, body=call["args"])
     """
 
-    def __init__(self, ledger: cp.Ledger) -> None:
+    def __init__(
+        self, ledger: cp.Ledger, *, on_unknown: cp.OnUnknown | str = cp.OnUnknown.REVIEW
+    ) -> None:
+        """``on_unknown``: what an unknown outcome means for a plain function given to
+        ``act`` (it has no lookup)."""
         self.ledger = ledger
+        self.on_unknown = cp.OnUnknown(on_unknown)
         self._targets: dict[str, cp.Tool | Callable[..., Any]] = {}
 
         def call(ctx: cp.Context, kind: str, target: str, params: dict[str, Any]) -> Any:
             found = self._targets.get(target)
             if found is None:  # a run resumed by someone who did not pass its target
                 raise cp.PermanentError(f"no tool or function named {target!r} was given")
-            if isinstance(found, cp.Tool):
+            if not isinstance(found, cp.Tool):
+                return ctx.decide("call", found, **params)
+            try:
                 return ctx.act("call", found, **params)
-            return ctx.decide("call", found, **params)
+            except cp.ActNotDone as exc:  # the run succeeds; the node gets it raised
+                return {_NOT_DONE: str(exc)}
 
         self._workflow = ledger.workflow(_WORKFLOW, version="1")(call)
 
@@ -89,11 +107,16 @@ class NodeCalls:
         **params: Any,
     ) -> Any:
         """Run ``tool`` with ``params`` once for this call of this node; the receipt's
-        result (recorded, then replayed)."""
-        target = tool if isinstance(tool, cp.Tool) else FunctionTool(tool)
-        name = target.name if isinstance(tool, cp.Tool) else _name(tool)
+        result (recorded, then replayed). Raises ``cp.ActNotDone`` when an unknown
+        outcome was settled as not done (``at_most_once``, a reviewer's keep)."""
+        target = tool if isinstance(tool, cp.Tool) else FunctionTool(tool, self.on_unknown)
+        # A function is named by itself, wrapped or not (the name is the run's input).
+        name = _name(target.fn) if isinstance(target, FunctionTool) else target.name
         self._targets[name] = target
-        return self._run(config, call_id, "act", name, params)
+        result = self._run(config, call_id, "act", name, params)
+        if isinstance(result, dict) and list(result) == [_NOT_DONE]:
+            raise cp.ActNotDone(str(result[_NOT_DONE]))
+        return result
 
     def decide(
         self, config: Mapping[str, Any], call_id: str, fn: Callable[..., Any], **params: Any

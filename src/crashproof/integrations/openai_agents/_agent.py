@@ -41,13 +41,16 @@ def durable_agent(
     agent: Agent[Any],
     *,
     tools: Mapping[str, cp.Tool] | None = None,
-    effects: Collection[str] = (),
+    effects: Collection[str] | Mapping[str, cp.OnUnknown | str] = (),
     options: cp.StepOptions | None = None,
 ) -> Agent[Any]:
     """``agent`` with each model call a decision named ``<agent name>:model`` and each
     function tool journaled: a name in ``tools`` performed by that ``cp.Tool`` as an
-    act, a name in ``effects`` an act without lookup, any other a step. Agents it hands
-    off to are made durable the same way."""
+    act, a name in ``effects`` an act without lookup, any other a step. ``effects`` as
+    a mapping says per tool what an unknown outcome means (``cp.OnUnknown``; a crash
+    between the effect and its receipt): ``{"post": cp.OnUnknown.AT_LEAST_ONCE}``; a
+    plain collection means ``review`` for each. Agents it hands off to are made durable
+    the same way."""
     if not agent.name or "#" in agent.name:
         raise cp.CrashproofError(
             f"durable_agent needs a named agent without '#', not {agent.name!r}: the name "
@@ -57,7 +60,12 @@ def durable_agent(
         if not isinstance(tool, cp.Tool):
             raise TypeError(f"durable_agent: tools[{key!r}] is not a cp.Tool")
     opts = options if options is not None else cp.StepOptions(retry=RETRY)
-    acts, marked = dict(tools or {}), frozenset(effects)
+    acts = dict(tools or {})
+    marked = (
+        {name: cp.OnUnknown(m) for name, m in effects.items()}
+        if isinstance(effects, Mapping)
+        else dict.fromkeys(effects, cp.OnUnknown.REVIEW)
+    )
     wrapped = [
         journaled(t, acts, marked) if isinstance(t, FunctionTool) else t for t in agent.tools
     ]

@@ -1,15 +1,17 @@
 """Function tools of an Agents SDK agent, journaled: a ``cp.Tool`` given for a tool name
 is ``ctx.act`` (intent before execute, lookup before any retry; the function's body is
-not called), a name in ``effects`` an act without lookup (frozen for review if a crash
-lands between its effect and its receipt), any other function tool ``ctx.step`` (its
-output recorded with the tool-call id). Keys: ``<model call key>/<index>:<tool>``."""
+not called), a name in ``effects`` an act without lookup (a crash between its effect and
+its receipt is settled as its ``cp.OnUnknown`` says: frozen for review, sent again, or
+recorded as not done), any other function tool ``ctx.step`` (its output recorded with
+the tool-call id). An act recorded as not done (``cp.ActNotDone``) reaches the model as
+the tool's output, ``"not done: ..."``. Keys: ``<model call key>/<index>:<tool>``."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 from agents.tool import FunctionTool
@@ -57,7 +59,7 @@ def _key(session: Session, context: ToolContext[Any]) -> str:
 
 
 def journaled(
-    tool: FunctionTool, acts: Mapping[str, cp.Tool], effects: Collection[str]
+    tool: FunctionTool, acts: Mapping[str, cp.Tool], effects: Mapping[str, cp.OnUnknown]
 ) -> FunctionTool:
     """``tool`` with its calls journaled (a copy; ``tool`` is unchanged)."""
     invoke: Invoke = tool.on_invoke_tool
@@ -66,13 +68,17 @@ def journaled(
     async def on_invoke(context: ToolContext[Any], input_json: str) -> Any:
         session = bound(f"tool {tool.name!r}")
         key = _key(session, context)
-        if target is not None:
-            params = json.loads(input_json) if input_json.strip() else {}
-            return await ctx_call(session, "act", key, target, **params)
-        if tool.name in effects:
-            shell = _AsyncEffect if isinstance(session.ctx, cp.AsyncContext) else _Effect
-            effect = shell(invoke, context, session)
-            return await ctx_call(session, "act", key, effect, input=input_json)
+        try:
+            if target is not None:
+                params = json.loads(input_json) if input_json.strip() else {}
+                return await ctx_call(session, "act", key, target, **params)
+            if tool.name in effects:
+                shell = _AsyncEffect if isinstance(session.ctx, cp.AsyncContext) else _Effect
+                effect = shell(invoke, context, session)
+                effect.on_unknown = effects[tool.name]
+                return await ctx_call(session, "act", key, effect, input=input_json)
+        except cp.ActNotDone as exc:  # settled as not done: the model is told so
+            return f"not done: {exc}"
 
         async def run(call_id: str, input: str) -> dict[str, Any]:
             return {"tool_call_id": call_id, "output": to_json(await invoke(context, input))}

@@ -27,6 +27,7 @@ from crashproof.integrations.pydantic_ai._capability import (
     MODEL_RETRY,
     STEP,
     CrashproofDurability,
+    effect,
 )
 from crashproof.integrations.pydantic_ai._codec import VOLATILE
 
@@ -38,4 +39,5 @@ __all__ = [
     "VOLATILE",
     "CrashproofDurability",
     "durable",
+    "effect",
 ]

@@ -20,12 +20,15 @@ Hooks (pydantic-ai's ``AbstractCapability``):
   ``<decision key>/<index>:<tool>`` (``#`` written ``.``): a ``cp.Tool`` given in
   ``tools=`` as ``ctx.act`` (intent before execute, lookup before any retry, fencing
   token forwarded; the function's body is not called), a tool whose metadata says
-  ``{"crashproof": "effect"}`` (``EFFECT``) as an act without lookup (a crash between
-  its effect and its receipt freezes the run for review instead of repeating it), any
-  other function tool as ``ctx.step`` (its result recorded with the tool-call id,
-  replayed after; like every step, run again if a crash lands between its effect and
-  its record). ``functions="effect"`` makes every unmarked function tool an effect,
-  and ``STEP`` metadata a step.
+  ``{"crashproof": "effect"}`` (``EFFECT``, or ``effect(on_unknown)``) as an act
+  without lookup (a crash between its effect and its receipt is settled as its
+  ``cp.OnUnknown`` says: ``review`` freezes the run for a person, ``at_least_once``
+  sends again, ``at_most_once`` tells the model it was not done), any other function
+  tool as ``ctx.step`` (its result recorded with the tool-call id, replayed after; like
+  every step, run again if a crash lands between its effect and its record).
+  ``functions="effect"`` makes every unmarked function tool an effect, and ``STEP``
+  metadata a step. An act recorded as not done (``cp.ActNotDone``) reaches the model as
+  the tool's output, ``"not done: ..."``, on the first run and on replay.
 - ``handle_deferred_tool_calls`` (``approvals="crashproof"``, the default): a call
   pydantic-ai defers for approval (``requires_approval=True``, ``ApprovalRequired``) is
   passed on to ``wrap_tool_execute``, which performs it as an act that waits in
@@ -81,10 +84,20 @@ from crashproof.integrations.pydantic_ai._codec import (
 from crashproof.integrations.pydantic_ai._effects import FunctionEffect
 from crashproof.integrations.pydantic_ai._mcp import journal_mcp
 
-__all__ = ["EFFECT", "MODEL_RETRY", "STEP", "CrashproofDurability"]
+__all__ = ["EFFECT", "MODEL_RETRY", "STEP", "CrashproofDurability", "effect"]
 
 #: Tool metadata marking a function tool as an effect: ``@agent.tool_plain(metadata=EFFECT)``.
+#: An unknown outcome freezes the run for review (see ``effect`` for the other meanings).
 EFFECT: dict[str, str] = {"crashproof": "effect"}
+
+
+def effect(on_unknown: cp.OnUnknown | str = cp.OnUnknown.REVIEW) -> dict[str, str]:
+    """Tool metadata marking a function tool as an effect, with what an unknown outcome
+    means for it (a crash between its effect and its receipt; it has no lookup):
+    ``@agent.tool_plain(metadata=effect(cp.OnUnknown.AT_LEAST_ONCE))``."""
+    return {"crashproof": "effect", "on_unknown": cp.OnUnknown(on_unknown).value}
+
+
 #: Tool metadata marking a function tool as local work (a step) under ``functions="effect"``.
 STEP: dict[str, str] = {"crashproof": "step"}
 
@@ -137,6 +150,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
     options: cp.StepOptions
     functions: Literal["step", "effect"]
     approvals: Literal["crashproof", "pydantic_ai"]
+    on_unknown: cp.OnUnknown
     _agent: str | None = field(default=None, repr=False)
     # Per run (for_run makes a copy): the step key of the latest decision, and the
     # index of each of its tool calls.
@@ -152,6 +166,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         options: cp.StepOptions | None = None,
         functions: Literal["step", "effect"] = "step",
         approvals: Literal["crashproof", "pydantic_ai"] = "crashproof",
+        on_unknown: cp.OnUnknown | str = cp.OnUnknown.REVIEW,
     ) -> None:
         """``name``: the agent's name if it has none; ``tools``: pydantic-ai tool name ->
         the ``cp.Tool`` that performs it as an act (the tool's function only declares
@@ -162,7 +177,9 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         without lookup: such a crash freezes the run for review instead); ``EFFECT``
         and ``STEP`` metadata choose per tool; ``approvals``: a tool call pydantic-ai
         defers for approval waits for crashproof's signed approval (``"crashproof"``)
-        or ends the agent run with ``DeferredToolRequests`` (``"pydantic_ai"``)."""
+        or ends the agent run with ``DeferredToolRequests`` (``"pydantic_ai"``);
+        ``on_unknown``: what an unknown outcome means for a function tool marked as an
+        effect whose metadata does not say (``effect(...)`` says it per tool)."""
         if functions not in ("step", "effect"):
             raise ValueError(f"CrashproofDurability: functions={functions!r}: 'step' or 'effect'")
         if approvals not in ("crashproof", "pydantic_ai"):
@@ -186,6 +203,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
             )
         self.functions = functions
         self.approvals = approvals
+        self.on_unknown = cp.OnUnknown(on_unknown)
         self._agent = name
         self._base = None
         self._index = {}
@@ -315,13 +333,18 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         run_ctx = self._ctx()
         step = self._tool_step(call)
         tool = self.tools.get(call.tool_name)
-        marked = (tool_def.metadata or {}).get("crashproof", self.functions)
+        metadata = tool_def.metadata or {}
+        marked = metadata.get("crashproof", self.functions)
         if self.approvals == "crashproof" and ctx.tool_call_approved:
             tool = approval_tool(run_ctx, call.tool_name, handler, tool)
         elif tool is None and marked == "effect":
             tool = FunctionEffect.bind(run_ctx, call.tool_name, handler)
+            tool.on_unknown = cp.OnUnknown(metadata.get("on_unknown", self.on_unknown))
         if tool is not None:
-            result = await ctx_call(run_ctx, "act", step, tool, **to_json(args))
+            try:
+                result = await ctx_call(run_ctx, "act", step, tool, **to_json(args))
+            except cp.ActNotDone as exc:  # settled as not done: the model is told so
+                return f"not done: {exc}"
             return FunctionEffect.unwrap(result)
 
         async def run(call_id: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -3,8 +3,10 @@
 Its body is the effect: ``execute`` runs it (through pydantic-ai's handler, so argument
 validation and the tool hooks still apply). With no way to ask the world whether a call
 happened, a crash between the effect and its receipt leaves an intent the runtime cannot
-reconcile: the run stops in ``needs_review`` with the intent as evidence, and the body
-is never run a second time on a guess. Give the tool a ``cp.Tool`` with ``lookup`` in
+reconcile: it is settled as the tool's ``on_unknown`` says (set per instance from the
+tool's metadata): ``review`` stops the run in ``needs_review`` with the intent as
+evidence, ``at_least_once`` runs the body again, ``at_most_once`` records it as not
+done; never a guess. Give the tool a ``cp.Tool`` with ``lookup`` in
 ``CrashproofDurability(tools=...)`` to have such a crash reconciled instead.
 
 A tool's ``ModelRetry`` (the model asked for a wrong thing; nothing happened) is the

@@ -1,7 +1,8 @@
 """Consuming a signed review decision when its run resumes: the receipt is re-read
 first (every field; a change keeps the case frozen, with the new evidence), then a
-replan runs the act under a new epoch with the earlier operation ids quarantined, and an
-abort fails the run. The cases and the signed decisions themselves: ``review``.
+replan runs the act under a new epoch with the earlier operation ids quarantined, a keep
+records the act as not done (``steps/unknown.py``) and goes on, and an abort fails the
+run. The cases and the signed decisions themselves: ``review``.
 """
 
 from __future__ import annotations
@@ -18,17 +19,19 @@ from crashproof.runtime.guards.review import ReviewCase, case_events, cases_of, 
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.environment import environment_fingerprint
 from crashproof.runtime.steps.handoff import Invoke, Work
+from crashproof.runtime.steps.unknown import record_not_done
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["decided_epoch"]
 
 
 def decided_epoch(
-    session: RunSession, key: str, tool: Tool
+    session: RunSession, key: str, tool: Tool, digest: str
 ) -> Work[tuple[int, list[Event]] | None]:
     """For an act in flight whose case was decided: consume the decision (re-reading the
     receipt first) and return the epoch to run it under with that epoch's open records;
-    abort fails the run. None when no decision applies to ``key``."""
+    keep records the act (``digest``: the intent the code makes now) as not done and
+    raises ``cp.ActNotDone``; abort fails the run. None when no decision applies."""
     events = session.journal()
     decision, consumed = case_events(events, key)
     if decision is None:
@@ -123,6 +126,8 @@ def decided_epoch(
         consumed_seq = consumed.seq
     if payload["decision"] == "abort":
         _abort(session, payloads.as_dict(payload))
+    if payload["decision"] == "keep":
+        _keep(session, key, tool, digest, payload, events)
     fresh = [
         e
         for e in events
@@ -225,6 +230,38 @@ def _refreeze(
         f"review case {case.case_id}: {why}",
         {**(case.evidence.get("frozen") or {}), "supersedes": case.case_id, **evidence},
         key=key,
+    )
+
+
+def _keep(
+    session: RunSession,
+    key: str,
+    tool: Tool,
+    digest: str,
+    consumed: payloads.ReviewConsumed,
+    events: list[Event],
+) -> NoReturn:
+    """The act recorded as not done, under the operation id the case froze on."""
+    intents = [e for e in events if e.key == key and e.type is EventType.ACT_INTENT]
+    last = payloads.act_intent(intents[-1]) if intents else None
+    call = Call(
+        run_id=session.run_id,
+        step=key,
+        operation_id=_operation_id(session.run_id, key, int(consumed["epoch"]))
+        if last is None
+        else str(last["operation_id"]),
+        intent_digest=digest,
+        params={},
+        attempt=1 if last is None else int(last["attempt"]),
+    )
+    record_not_done(
+        session,
+        call,
+        tool,
+        f"{consumed['reviewer']} decided keep on review case {consumed['case_id']}",
+        None,
+        case_id=consumed["case_id"],
+        reviewer=consumed["reviewer"],
     )
 
 

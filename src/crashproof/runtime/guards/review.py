@@ -8,7 +8,7 @@ Its id is ``RUN_ID#SEQ`` (the freeze's journal position); its **fingerprint** is
 SHA-256 of the canonical JSON of that evidence, so a decision signed on one picture of
 the case cannot be applied to another.
 
-A reviewer signs ``replan`` or ``abort`` for one case fingerprint with a one-time nonce
+A reviewer signs ``replan``, ``keep`` or ``abort`` for one case fingerprint with a one-time nonce
 (Ed25519, a key in the approvers registry). The decision is journaled (``review_decided``
 and ``run_thawed``, one commit) and consumed when the resumed workflow reaches the act:
 
@@ -20,6 +20,10 @@ and ``run_thawed``, one commit) and consumed when the resumed workflow reaches t
    operation ids and the new epoch);
 3. ``replan``: the old operation id is never used again; the act runs under a new epoch
    (``run/step@2``) with the intent the code produces now, under the normal act protocol.
+   ``keep``: nothing is sent again; the act is recorded as not done (``cp.ActNotDone``,
+   as for a tool declaring ``at_most_once``) and the run goes on. Only for a case whose
+   target showed no receipt (an unknown outcome, drift): a receipt held under another
+   intent is not this act's, and cannot be kept.
    ``abort``: the run fails (``run_failed``), every record kept as evidence.
 
 A crash between 2 and 3 resumes from the consumption: the same epoch, nothing re-read or
@@ -57,7 +61,7 @@ __all__ = [
 ]
 
 DECISION_TYPE = "crashproof.review-decision/1"
-DECISIONS = ("replan", "abort", "continue")
+DECISIONS = ("replan", "keep", "abort", "continue")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,11 +105,26 @@ class ReviewCase:
         return "imported_copy" in (self.evidence.get("frozen") or {})
 
     @property
+    def keepable(self) -> bool:
+        """At an act in flight whose target showed no receipt: ``keep`` records it as
+        not done. A receipt (held under another intent, or unbound) is evidence of an
+        effect that is not provably this act's: replan or abort it."""
+        return self.replannable and self.evidence.get("receipt") is None
+
+    @property
+    def no_lookup(self) -> bool:
+        """Frozen because the act's tool cannot look its outcome up: a replan decides on
+        the journal's evidence alone (``no_reread``)."""
+        return bool((self.evidence.get("frozen") or {}).get("no_lookup"))
+
+    @property
     def decisions(self) -> list[str]:
         """The decisions this case accepts."""
         if self.imported_copy:
             return ["continue", "abort"]
-        return ["replan", "abort"] if self.replannable else ["abort"]
+        if not self.replannable:
+            return ["abort"]
+        return ["replan", "keep", "abort"] if self.keepable else ["replan", "abort"]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -337,8 +356,13 @@ def verify_decision(document: Any, case: ReviewCase, registry: dict[str, Approve
             "deploy code that replays the run"
         )
     if decision not in case.decisions:
-        return f"case {case.case_id} accepts {' or '.join(case.decisions)}, not {decision!r}" + (
-            ": continue lifts only a run imported from a copy" if decision == "continue" else ""
+        why = {
+            "continue": ": continue lifts only a run imported from a copy",
+            "keep": ": the target holds a receipt that is not provably this act's",
+        }
+        return (
+            f"case {case.case_id} accepts {' or '.join(case.decisions)}, not {decision!r}"
+            + why.get(str(decision), "")
         )
     nonce = statement.get("nonce")
     if not isinstance(nonce, str) or not nonce:

@@ -148,13 +148,20 @@ def _summary(event: Event) -> str:
         return f"workflow {started.get('workflow')} v{started.get('version')} started"
     if kind is EventType.ACT_INTENT:
         i = payloads.act_intent(event)
-        return f"intent: {i.get('tool')} v{i.get('tool_version')}, attempt {i.get('attempt')}"
+        meaning = f", on unknown: {i['on_unknown']}" if "on_unknown" in i else ""
+        return (
+            f"intent: {i.get('tool')} v{i.get('tool_version')}, attempt {i.get('attempt')}"
+            + meaning
+        )
     if kind is EventType.STEP_DONE:
         p = payloads.step_done(event)
         status = p.get("status")
         receipt = p.get("receipt") or {}
         if receipt:
             return f"{p.get('kind')} {status}: receipt {receipt.get('receipt_id')}"
+        if p.get("failure") == "not_done":  # an unknown outcome settled (steps/unknown.py)
+            why = ", ".join(str(v) for v in (p.get("not_done") or {}).values())
+            return f"{p.get('kind')} not done ({why})"
         if p.get("model"):
             return f"{p.get('kind')} {status} ({p.get('model')})"
         return f"{p.get('kind')} {status}"

@@ -10,7 +10,9 @@ attach the receipt; found with another intent → ReceiptConflict, ``needs_revie
 definitely not found → execute once more with the same operation id, unless the
 intent is older than the tool's ``idempotency_window`` (the target may have forgotten
 the key: ``needs_review``, steps/windows.py); cannot tell → ``needs_review``. A tool
-that cannot look up and is not idempotent is never re-executed automatically.
+that cannot look up is settled by its recorded ``cp.OnUnknown`` (steps/unknown.py):
+``review`` freezes, ``at_least_once`` sends again under the same operation id,
+``at_most_once`` records the act as not done; never a silent guess.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ from crashproof.runtime.steps.expiry import before_execution, check_receipt
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.holds import first_intent
 from crashproof.runtime.steps.outage import stop_lookup, stop_unavailable, wait_for
+from crashproof.runtime.steps.unknown import declared, record_not_done, recorded_declaration
 from crashproof.runtime.steps.windows import IntentTime, first_intent_at, forgotten_key
-from crashproof.tools.port import Call, Receipt, Tool
+from crashproof.tools.port import Call, OnUnknown, Receipt, Tool
 
 __all__ = ["hold_digest", "intent_digest", "perform_act"]
 
@@ -143,6 +146,7 @@ def perform_act(
     )
     if open_events:
         return (yield from _recover(session, tool, call, open_events))
+    meaning = declared(tool)
     try:
         prepared = tool.prepare(call)
     except PermanentError as exc:  # the tool refuses the intent before anything happens
@@ -161,9 +165,11 @@ def perform_act(
         session,
         call,
         lambda: _evidence(call, tool),  # observes again: only for a freeze
-        lambda overrides: _journal_intent(session, tool, call, observed, overrides, first=True),
+        lambda overrides: _journal_intent(
+            session, tool, call, meaning, observed, overrides, first=True
+        ),
     )
-    return (yield from _execute(session, tool, call))
+    return (yield from _execute(session, tool, call, meaning))
 
 
 def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Event]) -> Work[Any]:
@@ -189,15 +195,22 @@ def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Even
     # This drive's retries are counted from here (a run stopped by an outage, or frozen
     # busy, gets a fresh count on resume); attempt numbers go on from the journal's.
     since = first_intent_at(intents, call.operation_id)
-    return (yield from _reconcile(session, tool, call, base=call.attempt, since=since))
+    meaning = recorded_declaration(last)  # the journal's, not the code's (steps/unknown.py)
+    return (yield from _reconcile(session, tool, call, meaning, base=call.attempt, since=since))
 
 
 def _execute(
-    session: RunSession, tool: Tool, call: Call, rounds: int = 0, base: int = 0
+    session: RunSession,
+    tool: Tool,
+    call: Call,
+    meaning: OnUnknown,
+    rounds: int = 0,
+    base: int = 0,
 ) -> Work[Any]:
-    """Execute, then journal the receipt, or classify the failure. ``rounds``: unknown
-    outcomes met so far for this act in this process; ``base``: the attempts made
-    before this drive (not counted against its retries)."""
+    """Execute, then journal the receipt, or classify the failure. ``meaning``: what an
+    unknown outcome of this operation means (recorded with its first intent);
+    ``rounds``: unknown outcomes met so far for this act in this process; ``base``: the
+    attempts made before this drive (not counted against its retries)."""
     settings = session.act_settings
     while True:
         # Never sent past its approval's expiry (steps/expiry.py): the first try, a retry.
@@ -229,13 +242,14 @@ def _execute(
                 raise failed from exc
             yield Pause(delay)
             call = _with(call, attempt=call.attempt + 1)
-            _journal_intent(session, tool, call)
+            _journal_intent(session, tool, call, meaning)
             continue
         except DriftError as exc:
             yield from _freeze_drift(session, tool, call, exc)
         except StaleLeaseError:
             raise  # another worker owns the run: stop here, record nothing
         except Exception as exc:  # timeouts, dropped connections, anything else: unknown
+            unknown = error_record(exc)
             session.append_event(
                 EventType.ACT_UNKNOWN,
                 call.step,
@@ -245,13 +259,15 @@ def _execute(
                         digest=call.intent_digest,
                         operation_id=call.operation_id,
                         attempt=call.attempt,
-                        error=error_record(exc),
+                        error=unknown,
                         started_at=started,
                         ended_at=time.time(),
                     )
                 ),
             )
-            return (yield from _reconcile(session, tool, call, rounds + 1, base))
+            return (
+                yield from _reconcile(session, tool, call, meaning, rounds + 1, base, cause=unknown)
+            )
         return (
             yield from _journal_receipt(session, tool, call, receipt, started, reconciled=False)
         )
@@ -261,18 +277,23 @@ def _reconcile(
     session: RunSession,
     tool: Tool,
     call: Call,
+    meaning: OnUnknown,
     rounds: int = 0,
     base: int = 0,
     since: IntentTime | None = None,
+    cause: dict[str, Any] | None = None,
 ) -> Work[Any]:
     """Lookup first; never a blind retry. ``since``: the journal's time of the first
-    intent of this operation id, when recovering an act left in flight."""
+    intent of this operation id, when recovering an act left in flight; ``cause``: the
+    error that left the outcome unknown in this drive, if one did."""
     settings = session.act_settings
     if not tool.supports_lookup:
         forgotten = forgotten_key(tool.idempotency_window, since, session)
         if tool.idempotent_execute and forgotten is None:
-            return (yield from _execute_again(session, tool, call, rounds, base))
-        evidence = yield from _evidence(call, tool)
+            return (yield from _execute_again(session, tool, call, meaning, rounds, base))
+        if meaning is not OnUnknown.REVIEW:
+            return (yield from _settle(session, tool, call, meaning, rounds, base, cause))
+        evidence = {**(yield from _evidence(call, tool)), "no_lookup": True}
         if forgotten is not None:  # a deduping target past its window: a resend may repeat
             why, times = forgotten
             session.freeze(
@@ -304,6 +325,8 @@ def _reconcile(
         except DriftError as exc:
             yield from _freeze_drift(session, tool, call, exc)
         except NotImplementedError:  # declared lookup, never implemented: no retry helps
+            if meaning is not OnUnknown.REVIEW:
+                return (yield from _settle(session, tool, call, meaning, rounds, base, cause))
             session.freeze(
                 f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
                 "does not implement lookup (set supports_lookup = False, or implement it): "
@@ -327,13 +350,36 @@ def _reconcile(
                     {**evidence, "idempotency_window": times},
                     key=call.step,
                 )
-            return (yield from _execute_again(session, tool, call, rounds, base))
+            return (yield from _execute_again(session, tool, call, meaning, rounds, base))
         return (yield from _journal_receipt(session, tool, call, found, started, reconciled=True))
     stop_lookup(session, call.step, tool.name, failures, (yield from _evidence(call, tool)))
 
 
+def _settle(
+    session: RunSession,
+    tool: Tool,
+    call: Call,
+    meaning: OnUnknown,
+    rounds: int,
+    base: int,
+    cause: dict[str, Any] | None,
+) -> Work[Any]:
+    """An unknown outcome nothing can look up, settled as declared: sent again under the
+    same operation id (``at_least_once``), or recorded as not done (``at_most_once``)."""
+    if meaning is OnUnknown.AT_LEAST_ONCE:
+        return (yield from _execute_again(session, tool, call, meaning, rounds, base))
+    record_not_done(
+        session,
+        call,
+        tool,
+        "the tool declares at_most_once",
+        cause,
+        on_unknown=meaning.value,
+    )
+
+
 def _execute_again(
-    session: RunSession, tool: Tool, call: Call, rounds: int, base: int
+    session: RunSession, tool: Tool, call: Call, meaning: OnUnknown, rounds: int, base: int
 ) -> Work[Any]:
     """Not done (or not knowable, but safe to repeat): execute once more with the same
     operation id. Bounded: after ``retryable_attempts`` unknown outcomes in a row, stop
@@ -352,14 +398,15 @@ def _execute_again(
     if rounds:
         yield Pause(settings.delay(rounds))
     call = _with(call, attempt=call.attempt + 1)
-    _journal_intent(session, tool, call)
-    return (yield from _execute(session, tool, call, rounds, base))
+    _journal_intent(session, tool, call, meaning)
+    return (yield from _execute(session, tool, call, meaning, rounds, base))
 
 
 def _journal_intent(
     session: RunSession,
     tool: Tool,
     call: Call,
+    meaning: OnUnknown,
     observed: dict[str, Any] | None = None,
     overrides: list[str] | None = None,
     *,
@@ -372,6 +419,8 @@ def _journal_intent(
         payload["hold_digest"] = hold_digest(tool, call.params, call.step)
     if tool.idempotency_window is not None and session.server_clock:
         payload["server_at"] = session.ledger_now()  # the window's clock (steps/windows.py)
+    if meaning is not OnUnknown.REVIEW:  # absent: review (every older journal's meaning)
+        payload["on_unknown"] = meaning.value
     session.append_event(
         EventType.ACT_INTENT,
         call.step,
