@@ -20,7 +20,7 @@ from crashproof.journal.records import Event, EventType, RunRow, RunStatus
 from crashproof.store import deltas
 from crashproof.store.migrate import open_for_migration, plan_migration
 from crashproof.store.port import BLOB_THRESHOLD
-from crashproof.store.sqlite import SQLiteStore
+from crashproof.store.sqlite import SCHEMA_VERSION, SQLiteStore
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 NEW = 2000  # characters of content per turn
@@ -307,7 +307,7 @@ def test_a_schema_6_ledger_migrates_on_open_and_then_stores_deltas(tmp_path: Pat
     with cp.Ledger(f"sqlite:///{path}") as ledger:
         assert ledger.run(grow, run_id="new", turns=8) == 8
         assert results(ledger.store, "new")["turn7"] == history(8)
-    assert rows(path, "SELECT max(version) FROM crashproof_migrations") == [(7,)]
+    assert rows(path, "SELECT max(version) FROM crashproof_migrations") == [(SCHEMA_VERSION,)]
     assert rows(path, "SELECT count(*) FROM blobs WHERE base IS NOT NULL") == [(3,)]
     assert main(["check", "--db", f"sqlite:///{path}"]) == 0
 

@@ -111,15 +111,12 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         lease_seconds: float = 15.0,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        """``durability``: "output" (the default: commits are forced to disk only right
-        before something leaves the process, see runtime/driving/durability.py), "full" or "normal".
-        ``key``: the journal key or keyring (default: ``CRASHPROOF_KEY``,
-        ``CRASHPROOF_KEY_FILE``, else a key file generated once in the user's config
-        directory); ``witness``: where generations are mirrored (default: a file beside
-        a SQLite ledger; none for ``memory://`` or a ``store=`` given without one);
-        ``lease_seconds``: how long a run's lease lasts without renewal (renewed every
-        third of it while this Ledger drives the run); ``clock``: this host's clock, a
-        testing hook (tests skew it; Store.now, the ledger's clock, reads it on SQLite)."""
+        """``durability``: "output" (default: a commit is forced to disk only before
+        something leaves the process; driving/durability.py), "full" or "normal". ``key``:
+        else integrity/keys.py's order (no key: ``KeyUnusable``). ``witness``: where
+        generations are mirrored (a file beside a SQLite ledger by default). ``lease_seconds``:
+        a lease's life unrenewed (renewed every third of it). ``clock``: this host's clock,
+        a testing hook (Store.now reads it on SQLite)."""
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, not {lease_seconds!r}")
         self.lease_seconds = float(lease_seconds)
