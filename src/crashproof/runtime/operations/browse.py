@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,12 +105,8 @@ def runs_page(
     rows, total = index_rows(host, query, offset, limit)
     infos: list[RunInfo] = []
     bad: list[RefusedRun] = []
-    for row in rows:
-        fold = folds.checked(host, row)
-        if isinstance(fold, RefusedRun):
-            bad.append(fold)
-        elif status is None or fold.info.status is status:
-            infos.append(fold.info)
+    undelivered: dict[str, int] = {}
+    _fold_rows(host, folds, rows, status, infos, bad, undelivered)
     return RunsPage(
         runs=tuple(infos),
         total=total,
@@ -117,7 +114,33 @@ def runs_page(
         limit=limit,
         workflows=tuple(index_summary(host)[1]),
         refused=tuple(bad),
+        undelivered=undelivered,
     )
+
+
+def _fold_rows(
+    host: DriveHost,
+    folds: Folds,
+    rows: Iterable[RunRow],
+    status: RunStatus | None,
+    infos: list[RunInfo],
+    bad: list[RefusedRun],
+    undelivered: dict[str, int],
+    limit: int | None = None,
+) -> None:
+    """Each of ``rows`` folded from its verified journal into ``infos`` (unless its
+    journal says another status than ``status``), or its refusal into ``bad``, until
+    ``limit`` runs are listed; its undelivered outbox messages counted."""
+    for row in rows:
+        if limit is not None and len(infos) + len(bad) >= limit:
+            return
+        fold = folds.checked(host, row)
+        if isinstance(fold, RefusedRun):
+            bad.append(fold)
+        elif status is None or fold.info.status is status:
+            infos.append(fold.info)
+            if fold.outbox:
+                undelivered[row.run_id] = len(fold.outbox)
 
 
 _BATCH = 200  # index rows read at a time by ``run_list``
@@ -167,16 +190,7 @@ def run_list(
     offset = total = 0
     while limit is None or len(infos) + len(bad) < limit:
         rows, total = index_rows(host, query, offset, _BATCH)
-        for row in rows:
-            fold = folds.checked(host, row)
-            if isinstance(fold, RefusedRun):
-                bad.append(fold)
-            elif status is None or fold.info.status is status:
-                infos.append(fold.info)
-                if fold.outbox:
-                    undelivered[row.run_id] = len(fold.outbox)
-            if limit is not None and len(infos) + len(bad) >= limit:
-                break
+        _fold_rows(host, folds, rows, status, infos, bad, undelivered, limit)
         if len(rows) < _BATCH:
             break
         offset += _BATCH
