@@ -54,10 +54,11 @@ from urllib.parse import urlsplit
 from crashproof.errors import ApprovalRequired, CrashproofError, PolicyViolation
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, encode, error_record
-from crashproof.journal.records import EventType, RunStatus, StepKind, StepStatus
+from crashproof.journal.records import EventType, StepKind, StepStatus
 from crashproof.runtime.guards.completion import Completion
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.environment import environment_fingerprint
+from crashproof.runtime.steps.expiry import await_approval
 from crashproof.runtime.steps.handoff import Work
 from crashproof.tools.port import Tool
 
@@ -442,20 +443,4 @@ def _await_approval(
         f"{policy.version!r}{why}; nothing was executed",
         evidence,
     )
-    reason = str(exc)
-    session.append_event(
-        EventType.RUN_FROZEN,
-        key,
-        payloads.as_dict(
-            payloads.RunFrozen(
-                status=RunStatus.AWAITING_APPROVAL.value,
-                reason=reason,
-                evidence=evidence,
-                retryable=False,
-                error=error_record(exc),
-            )
-        ),
-        status=(RunStatus.AWAITING_APPROVAL, reason),
-    )
-    session.halt(exc, evidence)
-    raise exc
+    await_approval(session, key, exc, evidence)

@@ -22,6 +22,7 @@ most the configured skew elsewhere.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -34,7 +35,7 @@ from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.handoff import Work
 from crashproof.tools.port import Call, Receipt, Tool
 
-__all__ = ["before_execution", "check_receipt", "lapsed"]
+__all__ = ["await_approval", "before_execution", "check_receipt", "lapsed"]
 
 Evidence = Callable[[Call, Tool], Work[dict[str, Any]]]  # an act's, as acts.py builds it
 
@@ -151,9 +152,18 @@ def _await_fresh(
     exc = ApprovalRequired(
         f"act {key!r}: the approval it consumed {why} before the act executed; nothing "
         "was executed, and nothing is until a fresh approval of the same act "
-        f"(crashproof approve {session.run_id} {key})",
+        f"(crashproof approve {shlex.quote(session.run_id)} {shlex.quote(key)})",
         frozen,
     )
+    await_approval(session, key, exc, frozen)
+
+
+def await_approval(
+    session: RunSession, key: str, exc: ApprovalRequired, evidence: dict[str, Any]
+) -> NoReturn:
+    """Freeze the run ``awaiting_approval`` at act ``key`` with ``evidence`` (journaled,
+    the drive halted) and raise ``exc``: an act a policy says needs approval, or one
+    whose approval lapsed before it executed."""
     reason = str(exc)
     session.append_event(
         EventType.RUN_FROZEN,
@@ -162,12 +172,12 @@ def _await_fresh(
             payloads.RunFrozen(
                 status=RunStatus.AWAITING_APPROVAL.value,
                 reason=reason,
-                evidence=frozen,
+                evidence=evidence,
                 retryable=False,
                 error=error_record(exc),
             )
         ),
         status=(RunStatus.AWAITING_APPROVAL, reason),
     )
-    session.halt(exc, frozen)
+    session.halt(exc, evidence)
     raise exc
