@@ -111,6 +111,11 @@ def test_a_run_stopped_by_an_outage_is_resumed_by_a_worker_with_backoff(
     wait_until("the run to succeed", lambda: ledger.get_run("o").status.terminal)
     assert ledger.get_run("o").status is cp.RunStatus.SUCCEEDED
     assert service.served == 1
+    # The worker logs its end after the run's status is committed: wait for the line.
+    wait_until(
+        "the worker to log the end",
+        lambda: any(e["event"] == "succeeded" for e in events(log) if e.get("run_id") == "o"),
+    )
 
     seen = [e for e in events(log) if e.get("run_id") == "o"]
     claims = [e for e in seen if e["event"] == "claimed"]
