@@ -4,6 +4,7 @@ with who made them."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from collections.abc import Callable, Iterator
@@ -50,6 +51,7 @@ def budgeted(project: Path) -> Iterator[Any]:
         options = cp.RunOptions(limits=cp.Limits(max_tokens=100), policy=module.POLICY)
         with pytest.raises(cp.RunStopped):
             ledger.run(module.spend, run_id="s:1", options=options)
+    del ledger, options  # what a new process would not hold
     yield module
     sys.modules.pop("budgeted", None)
 
@@ -151,6 +153,9 @@ def test_a_run_bound_to_a_policy_the_app_lacks_is_refused(
         BUDGETED.replace('cp.Policy("p1"', 'cp.Policy("p3"'), encoding="utf-8"
     )
     sys.modules.pop("budgeted", None)
+    # As in a new process: the old module's policy p1 is no longer alive anywhere.
+    vars(budgeted).pop("POLICY")
+    gc.collect()
     refused = cli("resume", "s:1", "--app", "budgeted", "--raise-budget", "tokens=5000")
     assert refused.code == ExitCode.RUN_INTERRUPTED
     assert "PolicyMismatch: run 's:1' is bound to policy 'p1'" in refused.err

@@ -3,7 +3,9 @@ the run, and bound to it — another policy needs an explicit, journaled re-bind
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -273,10 +275,16 @@ def stopped_run(open_ledger: LedgerFactory, tool: Counting, p: cp.Policy) -> Any
     return flow
 
 
-def test_resuming_under_another_policy_version_refuses(open_ledger: LedgerFactory) -> None:
+def test_resuming_under_another_policy_version_refuses(
+    open_ledger: LedgerFactory, db_path: Path
+) -> None:
     tool = Counting()
-    v1, v2 = policy("v1"), policy("v2")
-    flow = stopped_run(open_ledger, tool, v1)
+    v2 = policy("v2")
+    # The first process: its ledger (which registered v1) is gone, and v1 with it.
+    first = [cp.Ledger(f"sqlite:///{db_path}")]
+    flow = stopped_run(lambda: first[0], tool, policy("v1"))
+    first.pop().close()
+    gc.collect()
     events = len(open_ledger()._store.load_events("r"))
     with pytest.raises(cp.PolicyMismatch) as mismatch:
         ledger_with(open_ledger, flow, v2).resume("r", raise_budget={"steps": 5})
@@ -291,8 +299,13 @@ def test_resuming_under_another_policy_version_refuses(open_ledger: LedgerFactor
         ledger_with(open_ledger, flow, changed).resume("r")
     assert len(open_ledger()._store.load_events("r")) == events  # nothing written
     assert len(tool.executed) == 1
-    # The recorded version, registered: the run goes on.
-    assert len(ledger_with(open_ledger, flow, v1).resume("r", raise_budget={"steps": 5})) == 2
+    del changed
+    gc.collect()
+    # The recorded version made in this process (as importing the module that builds it
+    # does in a new process) is found without register_policy: the run goes on.
+    v1 = policy("v1")
+    assert len(ledger_with(open_ledger, flow).resume("r", raise_budget={"steps": 5})) == 2
+    assert v1.version == "v1"
 
 
 def test_rebinding_is_journaled_and_attributable(open_ledger: LedgerFactory) -> None:
@@ -319,7 +332,7 @@ def test_rebinding_is_journaled_and_attributable(open_ledger: LedgerFactory) -> 
     assert ledger.get_run("r").policy == v2.record()
     # From now on the run is bound to v2: v1 alone no longer fits, v2 does.
     with pytest.raises(cp.PolicyMismatch) as mismatch:
-        ledger_with(open_ledger, flow, v1).resume("r", raise_budget={"steps": 6})
+        open_ledger().run(flow, run_id="r", options=cp.RunOptions(policy=v1))
     assert (mismatch.value.recorded, mismatch.value.offered) == ("v2", "v1")
     # Re-binding to the policy already bound (a retried command) journals nothing more.
     again = ledger_with(open_ledger, flow).resume("r", rebind_policy=v2, raise_budget={"steps": 6})

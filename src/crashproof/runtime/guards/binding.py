@@ -36,7 +36,7 @@ from crashproof.runtime.guards.budget import (
     reached,
     stopped_error,
 )
-from crashproof.runtime.guards.policy import Policy
+from crashproof.runtime.guards.policy import Policy, made_in_this_process
 from crashproof.runtime.options import RunOptions
 from crashproof.runtime.steps.holds import intent_override
 from crashproof.store.port import StatusChange
@@ -163,6 +163,8 @@ def _policy_for(
         )
     version = str(recorded["version"])
     candidate = given if given is not None else policies.get(version)
+    if candidate is None:  # made (imported) in this process with the recorded rules?
+        candidate = made_in_this_process(version, str(recorded.get("digest")))
     if candidate is None:
         offered = ", ".join(sorted(policies)) or None
         raise PolicyMismatch(
@@ -170,8 +172,9 @@ def _policy_for(
             version,
             offered,
             f"run {run_id!r} is bound to policy {version!r}, but this process offers "
-            f"{_versions(offered)}; nothing was executed. Register policy {version!r} "
-            "(Ledger.register_policy, or a cp.Policy in an --app module), or re-bind the "
+            f"{_versions(offered)}; nothing was executed. Make policy {version!r} in "
+            "this process (import the module that builds its cp.Policy, or an --app "
+            "module), or re-bind the "
             "run: Ledger.resume(run_id, rebind_policy=policy, by=...) / crashproof resume "
             "RUN --app MODULE --rebind-policy VERSION (journaled)",
         )

@@ -45,6 +45,7 @@ import fnmatch
 import os
 import posixpath
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -80,6 +81,14 @@ class Verdict:
     reason: str = ""
     risk: str | None = None
     needs_approval: bool = False
+
+
+def made_in_this_process(version: str, digest: str) -> Policy | None:
+    """A live ``cp.Policy`` with this version and these rules (digest), made anywhere in
+    this process: a resume finds the policy its run recorded the way an ``--app`` module
+    makes it, with no ``register_policy`` call. The digest pins the rules, so any such
+    object is the recorded policy."""
+    return _MADE.get((version, digest))
 
 
 class Policy:
@@ -142,6 +151,7 @@ class Policy:
             raise TypeError(f"policy {version!r}: completion= takes cp.Completion(require=[...])")
         self.completion = completion  # the checks every run under it must pass at the end
         self.digest = canonical_digest(self.declaration(), what=f"policy {version!r}")
+        _MADE[(version, self.digest)] = self
 
     def _known(self, name: str, where: str) -> None:
         if name not in self.allow:
@@ -444,3 +454,7 @@ def _await_approval(
         evidence,
     )
     await_approval(session, key, exc, evidence)
+
+
+# Every Policy made in this process, by (version, digest); weak, so it holds none alive.
+_MADE: weakref.WeakValueDictionary[tuple[str, str], Policy] = weakref.WeakValueDictionary()
