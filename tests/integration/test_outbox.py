@@ -4,6 +4,7 @@ sent for a step that did not commit."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import urllib.error
@@ -153,3 +154,76 @@ def test_dispatch_skips_a_run_another_worker_holds(tmp_path: Path, receiver: Rec
     assert receiver.keys() == Counter({"b3/notify": 1})
     leases = ledger(tmp_path).leases()
     assert (leases["b3"].owner, leases["b3"].token) == (None, held.token + 1)  # released
+
+
+def async_sender(receiver: Receiver) -> Any:
+    """The same webhook through httpx's async client: an async ``deliver``."""
+    import httpx
+
+    async def send(message: cp.Message) -> str:
+        async with httpx.AsyncClient(timeout=5) as client:
+            response = await client.post(
+                receiver.url, json=message.body, headers={"Dedupe-Key": message.dedupe_key}
+            )
+            response.raise_for_status()
+            return f"http-{response.status_code}"
+
+    return send
+
+
+def make_async(outbox: cp.Outbox) -> cp.Workflow[str]:
+    @cp.workflow("notify-async", version="1")
+    async def notify(ctx: cp.Context, build: int) -> str:
+        status = await ctx.step("build", lambda: "green")
+        await ctx.act("notify", outbox, text=f"build {build} is {status}")
+        return str(status)
+
+    return notify
+
+
+@pytest.mark.parametrize(
+    ("point", "posts"),
+    [
+        ("after_commit[step_done:notify]", 1),  # committed, not delivered: delivered on resume
+        ("before_commit[outbox_delivered:notify]", 2),  # delivered, record lost: same key
+    ],
+)
+def test_an_async_deliver_is_awaited_on_the_runs_loop(
+    tmp_path: Path, receiver: Receiver, point: str, posts: int
+) -> None:
+    outbox = cp.Outbox("chat", async_sender(receiver))
+    assert isinstance(outbox, cp.Outbox)
+    points = cp.CrashPoints(match=point)
+    with pytest.raises(cp.SimulatedCrash):
+        asyncio.run(ledger(tmp_path, points).run_async(make_async(outbox), run_id="a", build=1))
+    assert asyncio.run(ledger(tmp_path).run_async(make_async(outbox), run_id="a", build=1)) == (
+        "green"
+    )
+    assert len(receiver.posts) == posts
+    assert set(receiver.keys()) == {"a/notify"}
+    assert ledger(tmp_path).get_run("a").steps[-1].delivery == "delivered"
+
+
+def test_an_async_deliver_is_refused_by_a_sync_drive_and_dispatched_later(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    outbox = cp.Outbox("chat", async_sender(receiver))
+    with pytest.raises(cp.AsyncMisuse, match="async execute"):
+        ledger(tmp_path).run(make(outbox), run_id="s", build=1)
+    assert ledger(tmp_path).get_run("s").steps[-1].kind != "act"  # nothing of the act
+
+    # A pending message of an ended run is delivered by the sync dispatcher, on a loop of
+    # its own; called on a running loop it refuses and delivers nothing.
+    receiver.down = True
+    asyncio.run(ledger(tmp_path).run_async(make_async(outbox), run_id="p", build=2))
+    assert ledger(tmp_path).get_run("p").steps[-1].delivery == "pending"
+    receiver.down = False
+
+    async def on_the_loop() -> None:
+        with pytest.raises(cp.AsyncMisuse, match=r"asyncio\.to_thread"):
+            ledger(tmp_path).dispatch_outbox([outbox])
+        assert await asyncio.to_thread(ledger(tmp_path).dispatch_outbox, [outbox]) == 1
+
+    asyncio.run(on_the_loop())
+    assert receiver.posts == [("p/notify", {"text": "build 2 is green"})]
+    assert ledger(tmp_path).get_run("p").steps[-1].delivery == "delivered"

@@ -5,12 +5,13 @@ the store, witness and journal through the attributes the Ledger sets."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from crashproof.errors import CrashproofError, IntegrityError, LeaseHeld, RunNotFound
+from crashproof.errors import AsyncMisuse, CrashproofError, IntegrityError, LeaseHeld, RunNotFound
 from crashproof.integrity.witness import lost
 from crashproof.journal import payloads
 from crashproof.journal.fold import fold_run, index_journal
@@ -19,7 +20,7 @@ from crashproof.runtime.driving.leases import Heartbeat, claim, release, stop_dr
 from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.operations.reconciling import record_findings
 from crashproof.runtime.port import DriveHost
-from crashproof.runtime.steps.handoff import run_sync
+from crashproof.runtime.steps.handoff import async_methods, run_async, run_sync
 from crashproof.runtime.steps.outbox import deliver
 from crashproof.runtime.steps.reconcile import ActCheck, reconcile_events
 from crashproof.tools.port import Tool
@@ -121,10 +122,14 @@ class LedgerCare(DriveHost):
             outbox = payloads.step_done(event)["outbox"]
             tool = tools.get(outbox["tool"])
             digest = payloads.step_done(event)["digest"]
-            if tool is not None and run_sync(
-                deliver(append, run_id, key, tool, outbox["message"], digest)
-            ):
-                delivered += 1
+            if tool is None:
+                continue
+            work = deliver(append, run_id, key, tool, outbox["message"], digest)
+            if _on_private_loop(tool, run_id, key):
+                done = asyncio.run(run_async(work))
+            else:
+                done = run_sync(work)
+            delivered += done
         return delivered
 
     def check(self, run_id: str | None = None) -> list[tuple[str, str | None]]:
@@ -233,3 +238,19 @@ class LedgerCare(DriveHost):
         from crashproof.runtime.operations import transfer
 
         return transfer.preview_import(self.store, self.witness, document)
+
+
+def _on_private_loop(tool: Tool, run_id: str, key: str) -> bool:
+    """An async delivery (``cp.Outbox`` with an async ``deliver``) runs on a loop of its
+    own: this pass is sync. Refused inside a running loop, which it would block."""
+    if not async_methods(tool):
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    raise AsyncMisuse(
+        f"outbox {tool.name!r} delivers asynchronously and dispatch_outbox was called on a "
+        f"running event loop (run {run_id!r}, step {key!r}); nothing was delivered. Call "
+        "it off the loop: await asyncio.to_thread(ledger.dispatch_outbox, tools)"
+    )
