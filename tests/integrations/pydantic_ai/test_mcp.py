@@ -6,6 +6,7 @@ recorded, and a changed server configuration under a live run freezes it."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from pathlib import Path
 
@@ -292,3 +293,14 @@ def test_a_server_that_cannot_be_reached_stops_the_run_resumable(tmp_path: Path)
         wf = workflow(ledger, make_agent(tmp_path), "sync")
         assert drive(ledger, wf, "sync", prompt="go") == "done with bump,double"
     assert lines(tmp_path / "server.log") == FIRST_RUN
+
+
+def test_an_agent_without_mcp_does_not_import_the_mcp_stack() -> None:
+    """The MCP stack (fastmcp: over a second) is imported by the agent's code when it
+    makes a server, never by the integration."""
+    code = (
+        "import sys, crashproof.integrations.pydantic_ai, pydantic_ai; "
+        "print('pydantic_ai.mcp' in sys.modules, 'fastmcp' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

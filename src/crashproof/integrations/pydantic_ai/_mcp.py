@@ -27,6 +27,7 @@ journal's order is the same on every drive.
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -39,10 +40,14 @@ import crashproof as cp
 from crashproof.integrations.pydantic_ai._bridge import bound, ctx_call
 from crashproof.integrations.pydantic_ai._codec import to_json
 
-try:  # the ``mcp`` extra of pydantic-ai-slim (fastmcp); without it there is no MCP toolset
-    from pydantic_ai.mcp import MCPToolset
-except ImportError:  # pragma: no cover - exercised only without the extra
-    MCPToolset = None  # type: ignore[assignment,misc]
+
+def _mcp_toolset_class() -> type[Any] | None:
+    """pydantic-ai's ``MCPToolset``, if the agent's code imported it: an agent with an
+    MCP server made one, so an agent without does not pay for importing the MCP stack
+    (fastmcp, over a second) when the integration is imported."""
+    module = sys.modules.get("pydantic_ai.mcp")
+    return getattr(module, "MCPToolset", None) if module is not None else None
+
 
 __all__ = ["JournaledMCPToolset", "journal_mcp"]
 
@@ -141,13 +146,14 @@ class JournaledMCPToolset(WrapperToolset[AgentDepsT]):
 
 def journal_mcp(agent: str, toolset: AbstractToolset[AgentDepsT]) -> AbstractToolset[AgentDepsT]:
     """``toolset`` with each ``MCPToolset`` leaf journaled (a fresh per-run state)."""
-    if MCPToolset is None:  # pragma: no cover - without pydantic-ai-slim[mcp]
+    mcp_toolset = _mcp_toolset_class()
+    if mcp_toolset is None:  # no MCP server in this process (or no pydantic-ai-slim[mcp])
         return toolset
     listings = _RunListings(agent)
     seen: set[str] = set()
 
     def wrap(leaf: AbstractToolset[AgentDepsT]) -> AbstractToolset[AgentDepsT]:
-        if not isinstance(leaf, MCPToolset):
+        if not isinstance(leaf, mcp_toolset):
             return leaf
         server_id = leaf.id
         if not server_id or "#" in server_id:
