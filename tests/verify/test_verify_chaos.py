@@ -114,3 +114,21 @@ def test_faults_must_be_known(scratch: Path, capsys: pytest.CaptureFixture[str])
     assert "names no fault, or one that is not known" in capsys.readouterr().err
     with pytest.raises(Exception, match="has no outage hook"):
         verify("verify_scenarios:TINY", mode="chaos", trials=1, seed=1, faults=("outage",))
+
+
+def test_power_cuts_at_random_times_leave_no_run_refused() -> None:
+    """``--faults powercut`` (#38): each kill is a power cut. The ledger, its -wal, the
+    witness and its -wal go back to their own last fsync before the recovery or the judge
+    reads them; every run still finishes (none refused: WitnessMissing, JournalRolledBack),
+    nothing duplicated or lost, and some cuts did lose unsynced writes (else the cut
+    would be a plain kill)."""
+    report = verify("verify_scenarios:TINY", mode="chaos", trials=8, seed=3, faults=("powercut",))
+    assert report.ok, [r.reason for r in report.results if r.verdict is not Verdict.SAME]
+    counts = report.chaos_counts()
+    assert counts["power_cut_trials"] == 8
+    assert counts["power_cuts"] == counts["kills"] >= 1
+    assert counts["cuts_that_lost_writes"] >= 1
+    assert (counts["duplicated"], counts["lost"], counts["stuck"]) == (0, 0, 0)
+    labels = [r.case.label for r in report.of_kind(CaseKind.CHAOS)]
+    assert all("power cut at" in label for label in labels)
+    assert report.repro().endswith("--trials 8 --faults powercut")

@@ -32,8 +32,16 @@ default, which draws exactly as before):
   than a call's retries: the run stops (``unavailable:...``) and the worker must resume it
   by itself, with backoff, once they are back.
 
-Store restarts (PostgreSQL) and power cuts are other faults of production; a hook for
-them would sit beside ``_outage`` (a function of the trial directory and the delay).
+- ``powercut``: a kill that is a power cut, witness included: every child keeps the last
+  durable state of each file the ledger depends on (the ledger, its ``-wal``, the witness
+  and its ``-wal``, each as of its own last fsync: crashproof.verify.powercut, as
+  ``--mode powercut``), and after each kill those files go back to it, every unsynced
+  write lost, before anything reads them (the recovery, the judge). A run refused after
+  the cut (``WitnessMissing``, ``JournalRolledBack``) is stuck (REFUSED).
+
+Not here: store restarts. The verifier's ledger is a SQLite file per trial, which has no
+server to restart; PostgreSQL server crashes under load are held by
+tests/integration/test_postgres_crash.py.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ from crashproof.verify.trial_kit import (
     CHILD_TIMEOUT,
     RUNNING,
     child_env,
+    durable_snapshots,
     env_dir,
     inspect_trial,
     open_ledger,
@@ -75,7 +84,7 @@ __all__ = [
 ]
 
 DOUBLE_CRASH_RATE = 0.3  # trials whose recovery is killed too
-FAULTS = ("kill", "worker", "outage")
+FAULTS = ("kill", "worker", "outage", "powercut")
 OUTAGE_SECONDS = 1.5  # a service down this long: past any retry the examples' calls make
 _SPREAD = 1.1  # delays reach a little past a whole run: some trials finish first
 
@@ -101,8 +110,9 @@ def chaos_cases(
 ) -> list[Case]:
     """``trials`` cases; each kills its first child after a delay drawn from
     ``[0, 1.1 x span]``, and a share of them their recovery too (an ``outage`` trial: its
-    services go down after that delay instead). ``faults``: drawn per trial (module
-    docstring); the variant of a ``kill`` trial is None."""
+    services go down after that delay instead; a ``powercut`` trial's kills are power
+    cuts). ``faults``: drawn per trial (module docstring); the variant of a ``kill``
+    trial is None."""
     unknown = sorted(set(faults) - set(FAULTS))
     if not faults or unknown:
         raise ValueError(f"faults must be some of {', '.join(FAULTS)}, not {list(faults)}")
@@ -131,9 +141,10 @@ def chaos_case(
     if target is None:
         raise ScenarioError("chaos mode needs the scenario's MODULE:ATTRIBUTE")
     crashes: list[CrashSnapshot] = []
-    kills = tool_kills = 0
+    kills = tool_kills = lost_writes = 0
     finished = False
     worker = case.variant in ("worker", "outage")
+    cut = case.variant == "powercut"
     unattended: str | None = None  # why the workers did not finish the run by themselves
     if case.variant == "outage":
         finished, unattended = _outage(scenario, target, directory, case.delays[0] * case.span)
@@ -141,7 +152,11 @@ def chaos_case(
         for number, delay in enumerate(case.delays):
             if number:
                 crashes.append(inspect_trial(scenario, directory))
-            killed, in_tool = _run_and_kill(target, directory, delay * case.span, worker)
+            killed, in_tool = _run_and_kill(target, directory, delay * case.span, worker, cut)
+            if killed and cut:  # the power came back: what the disk kept, nothing more
+                before = _ledger_files(directory)
+                durable_snapshots(directory).restore()
+                lost_writes += before != _ledger_files(directory)
             kills += killed
             tool_kills += in_tool
             if not killed:
@@ -156,6 +171,8 @@ def chaos_case(
         "kills_during_tool_child": tool_kills,
         "double_crash": kills > 1,
         "finished_before_kill": finished and kills == 0,
+        "power_cuts": kills if cut else 0,
+        "cuts_that_lost_writes": lost_writes,  # the rest found every write synced already
     }
     if worker:  # what the workers met, from the journal
         chaos.update(_journaled(scenario, directory))
@@ -244,6 +261,15 @@ def _journaled(scenario: Scenario[Any], directory: Path) -> dict[str, int]:
     return {"outage_stops": stops, "taken_over": taken}
 
 
+def _ledger_files(directory: Path) -> dict[str, bytes]:
+    """The content of the trial's ledger and witness files (``-shm`` aside: an index)."""
+    found = {}
+    for path in sorted(directory.glob("ledger.db*")):
+        if path.is_file() and not path.name.endswith("-shm"):
+            found[path.name] = path.read_bytes()
+    return found
+
+
 def _unfinished(code: int) -> str | None:
     if code == 0:
         return None
@@ -251,18 +277,18 @@ def _unfinished(code: int) -> str | None:
     return f"the workers did not finish the run by themselves ({why}; see child.log)"
 
 
-def _command(target: str, directory: Path, worker: bool = False) -> list[str]:
+def _command(target: str, directory: Path, worker: bool, powercut: bool) -> list[str]:
     # N = 0: no crash point armed, the child runs (or resumes) the scenario to its end.
     command = [sys.executable, "-m", "crashproof.verify._child", target, str(directory), "0"]
-    return [*command, "--worker"] if worker else command
+    return command + ["--worker"] * worker + ["--powercut"] * powercut
 
 
 def _start(
-    target: str, directory: Path, log: IO[bytes], worker: bool = False
+    target: str, directory: Path, log: IO[bytes], worker: bool = False, powercut: bool = False
 ) -> subprocess.Popen[bytes]:
     (directory / RUNNING).unlink(missing_ok=True)
     return subprocess.Popen(
-        _command(target, directory, worker),
+        _command(target, directory, worker, powercut),
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=log,
@@ -282,13 +308,14 @@ def _wait_running(child: subprocess.Popen[bytes], directory: Path) -> float | No
 
 
 def _run_and_kill(
-    target: str, directory: Path, delay: float, worker: bool = False
+    target: str, directory: Path, delay: float, worker: bool = False, powercut: bool = False
 ) -> tuple[bool, bool]:
-    """Start a child (``worker``: one driving the run as a worker) in a new process group;
-    SIGKILL the group ``delay`` seconds after it starts opening the ledger. Returns
-    (killed, whether a process the child started was running then)."""
+    """Start a child (``worker``: one driving the run as a worker; ``powercut``: one
+    keeping the ledger's durable state) in a new process group; SIGKILL the group
+    ``delay`` seconds after it starts opening the ledger. Returns (killed, whether a
+    process the child started was running then)."""
     with open(directory / "child.log", "ab") as log:
-        child = _start(target, directory, log, worker)
+        child = _start(target, directory, log, worker, powercut)
         running = _wait_running(child, directory)
         try:
             left = delay if running is None else delay - (time.monotonic() - running)

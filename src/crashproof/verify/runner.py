@@ -103,7 +103,8 @@ def verify(
     be importable, as for subprocess mode).
     ``faults``: chaos mode's faults, drawn per trial (``kill``, ``worker``: the run driven
     by workers, one killed and the next taking over, ``outage``: the scenario's model
-    down longer than its retries, a worker resuming the run by itself;
+    down longer than its retries, a worker resuming the run by itself, ``powercut``: the
+    kill is a power cut, the ledger and its witness back to their last fsync;
     ``crashproof.verify.chaos``).
     """
     if isinstance(scenario, str):

@@ -195,7 +195,8 @@ def verify_recovery(
             "process group SIGKILLed), worker (the run driven by crashproof workers, one "
             "killed, the next must take over and finish it), outage (the scenario's model "
             "down past its retries: a worker must resume the run by itself; needs "
-            "Scenario(outage=...)).",
+            "Scenario(outage=...)), powercut (the kill is a power cut: the ledger and its "
+            "witness go back to their last fsync).",
         ),
     ] = "kill",
     as_json: JsonOption = False,
@@ -212,12 +213,12 @@ def verify_recovery(
     settings = command_settings(ctx, None, as_json, verbose)
     contention = _contention_points(contention_points)
     chosen = tuple(part.strip() for part in faults.split(",") if part.strip())
-    known = ("kill", "worker", "outage")  # crashproof.verify.chaos.FAULTS, spelled out
+    known = ("kill", "worker", "outage", "powercut")  # crashproof.verify.chaos.FAULTS
     if not chosen or set(chosen) - set(known):
         raise CliError(
             ExitCode.USAGE,
             f"--faults {faults!r} names no fault, or one that is not known; nothing was run",
-            "give some of kill, worker, outage, e.g. --faults kill,worker,outage",
+            "give some of kill, worker, outage, powercut, e.g. --faults kill,powercut",
         )
     # Imported here: plain commands never need the verifier.
     from rich.console import Console
