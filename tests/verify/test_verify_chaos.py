@@ -5,6 +5,8 @@ judge a crash, and a tool that repeats its effect is caught."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,63 @@ def test_power_cuts_at_random_times_leave_no_run_refused() -> None:
     labels = [r.case.label for r in report.of_kind(CaseKind.CHAOS)]
     assert all("power cut at" in label for label in labels)
     assert report.repro().endswith("--trials 8 --faults powercut")
+
+
+def test_store_restarts_are_recovered_by_a_worker_alone(tmp_path: Path) -> None:
+    """``--faults restart`` (#38) on a PostgreSQL ledger: the verifier runs the restart
+    command it was given (here ``pg_ctl -m immediate restart`` of a throwaway server,
+    tests/postgres_server.py) while a worker drives the run; the worker must finish the
+    run by itself once the server is back: nothing duplicated, lost or refused.
+
+    Open (#38): a decision whose record the crash lost (committed with
+    synchronous_commit off, as designed) is asked again, and the judge, which learns
+    what a crash lost from a snapshot taken between the crash and the recovery, has no
+    such snapshot here (the worker recovers at once): it reports the re-ask as a
+    divergence. Those are let through, named; any other divergence fails."""
+    import postgres_server
+
+    server = postgres_server.PostgresServer(postgres_server.require_bindir())
+    server.start()
+    try:
+        pg_ctl = [str(server.bindir / "pg_ctl"), "-D", str(server.data)]
+        if os.geteuid() == 0:
+            pg_ctl = ["runuser", "-u", "postgres", "--", *pg_ctl]
+        restart = shlex.join(
+            [*pg_ctl, "-l", str(server.root / "log"), "-m", "immediate", "-w", "restart"]
+        )
+        report = verify(
+            "examples.patch_task:SCENARIO",
+            mode="chaos",
+            trials=4,
+            seed=5,
+            faults=("restart",),
+            ledger=server.url("postgres"),
+            restart_command=restart,
+        )
+        restarted = (server.root / "log").read_text().count("database system is ready")
+    finally:
+        server.stop()
+    other = [r.reason for r in report.diverged if "the reference 1x" not in r.reason]
+    assert not other, other
+    counts = report.chaos_counts()
+    assert counts["store_restart_trials"] == 4
+    assert restarted >= 1 + counts["store_restart_trials"] - counts["finished_before_kill"]
+    assert (counts["duplicated"], counts["lost"], counts["stuck"]) == (0, 0, 0)
+    assert report.repro().endswith("--trials 4 --faults restart")
+
+
+def test_a_fault_the_store_cannot_have_is_refused(
+    scratch: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Store restarts need a PostgreSQL ledger and the command that restarts its server;
+    power cuts a SQLite ledger. Asked otherwise: one line, exit 2, nothing run."""
+    argv = ["verify", "verify_scenarios:TINY", "--mode", "chaos", "--faults", "kill,restart"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "chaos fault 'restart' is not applicable" in err
+    assert "Traceback" not in err
+    pg = ["--ledger-url", "postgresql://u@127.0.0.1:1/db", "--faults", "powercut"]
+    assert main([*argv[:4], *pg]) == 2
+    assert "'powercut' is not applicable to a PostgreSQL ledger" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="chaos mode only"):
+        verify("verify_scenarios:TINY", ledger="postgresql://u@127.0.0.1:1/db")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from crashproof._faults import CrashPoints
-from crashproof.errors import LeaseHeld, RunFrozen, StaleLeaseError
+from crashproof.errors import LeaseHeld, LedgerError, RunFrozen, StaleLeaseError
 from crashproof.journal.records import RunStatus
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.worker import Worker
@@ -100,7 +100,7 @@ def main(argv: list[str]) -> int:
     env = scenario.env_factory(env_dir(directory))
     (directory / RUNNING).write_text("", encoding="utf-8")  # chaos mode times its kill from here
     try:
-        with Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points) as ledger:
+        with _open(directory, points, as_worker) as ledger:
             if powercut:
                 attach(ledger, durable_snapshots(directory))
             if as_worker:
@@ -121,6 +121,21 @@ def main(argv: list[str]) -> int:
     finally:
         close_env(env)
     return 0
+
+
+def _open(directory: Path, points: CrashPoints | None, as_worker: bool) -> Ledger:
+    """The trial's ledger. A worker that cannot reach it (the store restarting as it
+    starts) tries again, as the supervisor a worker runs under would start it again
+    (docs/reliability.md); anything else fails at once."""
+    deadline = time.monotonic() + _PAUSE_LIMIT
+    while True:
+        try:
+            return Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points)
+        except LedgerError as exc:
+            if not as_worker or time.monotonic() > deadline:
+                raise
+            sys.stderr.write(f"worker: the ledger is unreachable, trying again: {exc}\n")
+            time.sleep(0.2)
 
 
 def serve_run(scenario: Scenario[Any], ledger: Ledger, env: Any) -> int:

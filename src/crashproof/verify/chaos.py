@@ -39,9 +39,13 @@ default, which draws exactly as before):
   write lost, before anything reads them (the recovery, the judge). A run refused after
   the cut (``WitnessMissing``, ``JournalRolledBack``) is stuck (REFUSED).
 
-Not here: store restarts. The verifier's ledger is a SQLite file per trial, which has no
-server to restart; PostgreSQL server crashes under load are held by
-tests/integration/test_postgres_crash.py.
+- ``restart``: the store crashes and restarts while one worker drives the run: the
+  verifier runs the command it was given (``$CRASHPROOF_VERIFY_RESTART``, the CLI's
+  ``--pg-restart-command``, e.g. ``pg_ctl -D DATA -m immediate -w restart``) at the
+  trial's delay; the worker must finish the run by itself once the server is back. Only
+  for a PostgreSQL ledger (``--ledger-url``): the verifier restarts no server it was not
+  told how to control, and a SQLite file has no server (``verify`` refuses the fault
+  then, as not applicable).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -78,13 +82,15 @@ __all__ = [
     "DOUBLE_CRASH_RATE",
     "FAULTS",
     "OUTAGE_SECONDS",
+    "RESTART_ENV",
     "calibrate",
     "chaos_case",
     "chaos_cases",
 ]
 
 DOUBLE_CRASH_RATE = 0.3  # trials whose recovery is killed too
-FAULTS = ("kill", "worker", "outage", "powercut")
+FAULTS = ("kill", "worker", "outage", "powercut", "restart")
+RESTART_ENV = "CRASHPROOF_VERIFY_RESTART"  # the command that restarts the store
 OUTAGE_SECONDS = 1.5  # a service down this long: past any retry the examples' calls make
 _SPREAD = 1.1  # delays reach a little past a whole run: some trials finish first
 
@@ -120,7 +126,7 @@ def chaos_cases(
     for number in range(1, trials + 1):
         fault = faults[0] if len(faults) == 1 else rng.choice(list(faults))
         delays = [round(rng.uniform(0.0, _SPREAD), 4)]
-        if fault != "outage" and rng.random() < DOUBLE_CRASH_RATE:
+        if fault not in ("outage", "restart") and rng.random() < DOUBLE_CRASH_RATE:
             delays.append(round(rng.uniform(0.0, _SPREAD), 4))
         variant = None if fault == "kill" else fault
         cases.append(
@@ -143,11 +149,14 @@ def chaos_case(
     crashes: list[CrashSnapshot] = []
     kills = tool_kills = lost_writes = 0
     finished = False
-    worker = case.variant in ("worker", "outage")
+    worker = case.variant in ("worker", "outage", "restart")
     cut = case.variant == "powercut"
     unattended: str | None = None  # why the workers did not finish the run by themselves
+    delay = case.delays[0] * case.span
     if case.variant == "outage":
-        finished, unattended = _outage(scenario, target, directory, case.delays[0] * case.span)
+        finished, unattended = _outage(scenario, target, directory, delay)
+    elif case.variant == "restart":
+        finished, unattended = _while_a_worker_drives(target, directory, delay, _restart_store)
     else:
         for number, delay in enumerate(case.delays):
             if number:
@@ -173,6 +182,7 @@ def chaos_case(
         "finished_before_kill": finished and kills == 0,
         "power_cuts": kills if cut else 0,
         "cuts_that_lost_writes": lost_writes,  # the rest found every write synced already
+        "store_restarts": int(case.variant == "restart" and not finished),
     }
     if worker:  # what the workers met, from the journal
         chaos.update(_journaled(scenario, directory))
@@ -199,12 +209,51 @@ def _outage(
     """One worker drives the run; its services go down ``delay`` seconds after it opens
     the ledger, for ``OUTAGE_SECONDS``. Returns (the run ended before the outage began,
     why the worker did not finish it by itself, or None)."""
-    if scenario.outage is None:
+    hook = scenario.outage
+    if hook is None:
         raise ScenarioError(
             f"chaos fault 'outage': scenario {scenario.name!r} has no outage hook "
             "(Scenario(outage=...): make its model raise cp.Unavailable while down)"
         )
     where = env_dir(directory)
+
+    def outage() -> None:
+        hook(where, True)
+        try:
+            time.sleep(OUTAGE_SECONDS)
+        finally:
+            hook(where, False)
+
+    return _while_a_worker_drives(target, directory, delay, outage)
+
+
+def _restart_store() -> None:
+    """Run the store's restart command (``RESTART_ENV``); it must exit 0 with the server
+    back, as ``pg_ctl -w restart`` does."""
+    command = os.environ.get(RESTART_ENV, "")
+    if not command:
+        raise ScenarioError(f"chaos fault 'restart': no restart command (${RESTART_ENV})")
+    try:
+        done = subprocess.run(
+            command, shell=True, capture_output=True, text=True, timeout=CHILD_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        raise ScenarioError(
+            f"chaos fault 'restart': the restart command ran past {CHILD_TIMEOUT:.0f} s"
+        ) from None
+    if done.returncode != 0:
+        tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
+        raise ScenarioError(
+            f"chaos fault 'restart': the restart command exited {done.returncode}: {tail}"
+        )
+
+
+def _while_a_worker_drives(
+    target: str, directory: Path, delay: float, fault: Callable[[], None]
+) -> tuple[bool, str | None]:
+    """One worker drives the run; ``fault`` runs ``delay`` seconds after it opens the
+    ledger, unless the worker ended first. Returns (it ended first, why the worker did
+    not finish the run by itself, or None)."""
     with open(directory / "child.log", "ab") as log:
         child = _start(target, directory, log, worker=True)
         running = _wait_running(child, directory)
@@ -212,13 +261,9 @@ def _outage(
         try:
             left = delay if running is None else delay - (time.monotonic() - running)
             child.wait(timeout=max(left, 0.0))
-            early = True  # it ended before the outage began
+            early = True  # it ended before the fault
         except subprocess.TimeoutExpired:
-            scenario.outage(where, True)
-            try:
-                time.sleep(OUTAGE_SECONDS)
-            finally:
-                scenario.outage(where, False)
+            fault()
         try:
             code = child.wait(timeout=CHILD_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -243,7 +288,9 @@ def _last_worker(target: str, directory: Path) -> str | None:
 
 def _journaled(scenario: Scenario[Any], directory: Path) -> dict[str, int]:
     """``outage_stops``: the run's stops for a service out (each then resumed, when the
-    trial is SAME); ``taken_over``: claims of the run from a dead worker's lease."""
+    trial is SAME); ``taken_over``: claims of the run from a dead worker's lease;
+    ``drives``: the drives that recorded a session (more than one: the run was driven
+    again after a fault stopped a drive)."""
     with open_ledger(directory) as ledger:
         events = ledger.journal(scenario.resolved_run_id, results=False)
     stops = sum(
@@ -258,7 +305,8 @@ def _journaled(scenario: Scenario[Any], directory: Path) -> dict[str, int]:
         for s in sessions
         if isinstance(s, dict) and (s.get("lease") or {}).get("decision") == "expired"
     )
-    return {"outage_stops": stops, "taken_over": taken}
+    drives = sum(1 for s in sessions if isinstance(s, dict))
+    return {"outage_stops": stops, "taken_over": taken, "drives": drives}
 
 
 def _ledger_files(directory: Path) -> dict[str, bytes]:
