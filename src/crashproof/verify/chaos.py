@@ -64,9 +64,9 @@ from typing import IO, Any
 from crashproof.journal import payloads
 from crashproof.journal.records import EventType
 from crashproof.store.queue import RETRYABLE_PREFIX
-from crashproof.verify.history import CrashSnapshot
+from crashproof.verify.history import CrashSnapshot, read_run, recorded_decisions
 from crashproof.verify.report import Case, CaseKind, CaseResult, Reference, Verdict
-from crashproof.verify.scenario import Scenario, ScenarioError
+from crashproof.verify.scenario import Scenario, ScenarioError, close_env
 from crashproof.verify.trial_kit import (
     CHILD_TIMEOUT,
     RUNNING,
@@ -156,7 +156,12 @@ def chaos_case(
     if case.variant == "outage":
         finished, unattended = _outage(scenario, target, directory, delay)
     elif case.variant == "restart":
-        finished, unattended = _while_a_worker_drives(target, directory, delay, _restart_store)
+
+        def restart() -> None:
+            _restart_store()
+            crashes.append(_durable_snapshot(scenario, directory))
+
+        finished, unattended = _while_a_worker_drives(target, directory, delay, restart)
     else:
         for number, delay in enumerate(case.delays):
             if number:
@@ -246,6 +251,30 @@ def _restart_store() -> None:
         raise ScenarioError(
             f"chaos fault 'restart': the restart command exited {done.returncode}: {tail}"
         )
+
+
+def _durable_snapshot(scenario: Scenario[Any], directory: Path) -> CrashSnapshot:
+    """What the judge must know of a store restart, read once the server is back while
+    the worker may already be recovering: the decisions recorded in the journal's prefix
+    the witness had seen (durable before the crash: the witness advances only after an
+    output point's synchronous commit), which must never be asked again; and the model
+    calls so far, read last, so every decision asked before the crash is counted and
+    one whose record was not durable may be asked once more (the crash may have lost
+    it, as designed)."""
+    run_id = scenario.resolved_run_id
+    env = scenario.env_factory(env_dir(directory))
+    try:
+        with open_ledger(directory) as ledger:
+            info = read_run(ledger, run_id)  # None: the run's start was lost too
+            witness = ledger.witness
+            durable = (witness.get(run_id) if witness is not None else None) or 0
+            events = ledger.journal(run_id, results=False)[:durable] if info else []
+            done = {e.key for e in events if e.type is EventType.STEP_DONE}
+            recorded = recorded_decisions(info) & done
+        calls = scenario.model_calls(env) if scenario.model_calls else {}
+    finally:
+        close_env(env)
+    return CrashSnapshot(calls={k: int(v) for k, v in calls.items()}, recorded=recorded)
 
 
 def _while_a_worker_drives(
