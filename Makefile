@@ -54,10 +54,13 @@ test: lint typecheck
 chaos: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
 	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
-	# PostgreSQL killed (pg_ctl stop -m immediate) and restarted under 50 in-flight runs (#38)
+	# PostgreSQL killed (pg_ctl stop -m immediate) and restarted under 50 in-flight runs, the
+	# real witness in its cluster and on a server of its own crashed with it (#38)
 	CRASHPROOF_PG_CRASHES=$(PG_CRASHES) CRASHPROOF_PG_CRASH_RUNS=$(PG_CRASH_RUNS) $(BIN)/pytest -q tests/integration/test_postgres_crash.py
 	POWERCUT_TRIALS=24 $(BIN)/python -O -m pytest -q tests/crash/test_powercut_image.py
-	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials 200 --seed $(CHAOS_SEED) --faults worker,outage
+	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials 200 --seed $(CHAOS_SEED) --faults worker,outage,powercut
+	# PostgreSQL restarted while a worker drives the run (verify --faults restart, #38)
+	CRASHPROOF_CHAOS_RESTARTS=16 $(BIN)/pytest -q tests/verify/test_verify_chaos.py -k store_restarts
 	FLEET_SEED=$(CHAOS_SEED) FLEET_RUNS=$(FLEET_RUNS) FLEET_KILLS=$(FLEET_KILLS) FLEET_BUDGET=1800 \
 		$(BIN)/pytest -q -s tests/integration/test_fleet.py
 

@@ -5,6 +5,8 @@ judge a crash, and a tool that repeats its effect is caught."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,83 @@ def test_faults_must_be_known(scratch: Path, capsys: pytest.CaptureFixture[str])
     assert "names no fault, or one that is not known" in capsys.readouterr().err
     with pytest.raises(Exception, match="has no outage hook"):
         verify("verify_scenarios:TINY", mode="chaos", trials=1, seed=1, faults=("outage",))
+
+
+def test_power_cuts_at_random_times_leave_no_run_refused() -> None:
+    """``--faults powercut`` (#38): each kill is a power cut. The ledger, its -wal, the
+    witness and its -wal go back to their own last fsync before the recovery or the judge
+    reads them; every run still finishes (none refused: WitnessMissing, JournalRolledBack),
+    nothing duplicated or lost, and some cuts did lose unsynced writes (else the cut
+    would be a plain kill)."""
+    report = verify("verify_scenarios:TINY", mode="chaos", trials=8, seed=3, faults=("powercut",))
+    assert report.ok, [r.reason for r in report.results if r.verdict is not Verdict.SAME]
+    counts = report.chaos_counts()
+    assert counts["power_cut_trials"] == 8
+    assert counts["power_cuts"] == counts["kills"] >= 1
+    assert counts["cuts_that_lost_writes"] >= 1
+    assert (counts["duplicated"], counts["lost"], counts["stuck"]) == (0, 0, 0)
+    labels = [r.case.label for r in report.of_kind(CaseKind.CHAOS)]
+    assert all("power cut at" in label for label in labels)
+    assert report.repro().endswith("--trials 8 --faults powercut")
+
+
+# Store-restart trials: `make chaos` runs them (CRASHPROOF_CHAOS_RESTARTS=16); `make test`
+# does not yet: in about 1 trial in 8 the worker hangs after the drive's LedgerError
+# (docs/reliability.md, "open"), which costs the verifier's 120 s limit and fails.
+RESTARTS = int(os.environ.get("CRASHPROOF_CHAOS_RESTARTS", "0"))
+
+
+@pytest.mark.skipif(not RESTARTS, reason="make chaos runs it (CRASHPROOF_CHAOS_RESTARTS)")
+def test_store_restarts_are_recovered_by_a_worker_alone(tmp_path: Path) -> None:
+    """``--faults restart`` (#38) on a PostgreSQL ledger: the verifier runs the restart
+    command it was given (here ``pg_ctl -m immediate restart`` of a throwaway server,
+    tests/postgres_server.py) while a worker drives the run; the worker must finish the
+    run by itself once the server is back: nothing duplicated, lost, refused, and no
+    decision asked again unless the crash lost its record (the judge knows which from the
+    witness: chaos.py, _durable_snapshot)."""
+    import postgres_server
+
+    server = postgres_server.PostgresServer(postgres_server.require_bindir())
+    server.start()
+    try:
+        pg_ctl = [str(server.bindir / "pg_ctl"), "-D", str(server.data)]
+        if os.geteuid() == 0:
+            pg_ctl = ["runuser", "-u", "postgres", "--", *pg_ctl]
+        restart = shlex.join(
+            [*pg_ctl, "-l", str(server.root / "log"), "-m", "immediate", "-w", "restart"]
+        )
+        report = verify(
+            "examples.patch_task:SCENARIO",
+            mode="chaos",
+            trials=RESTARTS,
+            seed=5,
+            faults=("restart",),
+            ledger=server.url("postgres"),
+            restart_command=restart,
+        )
+        restarted = (server.root / "log").read_text().count("database system is ready")
+    finally:
+        server.stop()
+    assert report.ok, [r.reason for r in report.results if r.verdict is not Verdict.SAME]
+    counts = report.chaos_counts()
+    assert counts["store_restart_trials"] == RESTARTS
+    assert restarted >= 1 + counts["store_restarts"] >= 2  # restarts came mid-run
+    assert (counts["duplicated"], counts["lost"], counts["stuck"]) == (0, 0, 0)
+    assert report.repro().endswith(f"--trials {RESTARTS} --faults restart")
+
+
+def test_a_fault_the_store_cannot_have_is_refused(
+    scratch: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Store restarts need a PostgreSQL ledger and the command that restarts its server;
+    power cuts a SQLite ledger. Asked otherwise: one line, exit 2, nothing run."""
+    argv = ["verify", "verify_scenarios:TINY", "--mode", "chaos", "--faults", "kill,restart"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "chaos fault 'restart' is not applicable" in err
+    assert "Traceback" not in err
+    pg = ["--ledger-url", "postgresql://u@127.0.0.1:1/db", "--faults", "powercut"]
+    assert main([*argv[:4], *pg]) == 2
+    assert "'powercut' is not applicable to a PostgreSQL ledger" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="chaos mode only"):
+        verify("verify_scenarios:TINY", ledger="postgresql://u@127.0.0.1:1/db")

@@ -8,8 +8,25 @@ choice, since a whole-database restore would roll both back together).
 
 Same contract as the SQLite witness (crashproof.integrity.witness): one row per run,
 generations only go up except through the operator's ``reset`` (re-anchor, import).
-Writes use ``synchronous_commit = off``: a lost witness update leaves the witness behind
-the journal, which resume accepts and rolls forward; it never refuses a good journal.
+Every write that an output point depends on (a new run's row, an advance) is durable
+when it returns: its transaction commits with ``synchronous_commit = on``, set by the
+statement itself (``set_config(..., true)``: no extra round trip), whatever the server's,
+database's or role's default. The SQLite witness's two reasons hold here
+(crashproof.integrity.witness):
+
+- a new run's row is written before the run's first journal record. If it could be lost
+  while the journal's records survive, the run would be refused as ``WitnessMissing``
+  though its journal is good (a run nobody but an operator's ``reanchor`` can mend);
+- an advance stands for an output that is about to leave the process; lost, it would
+  leave the witness at an older output point, and a journal copy restored to between
+  the two would pass the check and repeat the later effects.
+
+A witness on another server (``witness_url``, the stronger choice) has a WAL of its own:
+written unsynced, a crash of that server lost the rows of the runs started in its last
+fraction of a second while the ledger kept their records; in the ledger's own cluster it
+happened too, more rarely (tests/integration/test_postgres_crash.py, #38). The cost is
+one WAL flush per write; runs starting or reaching output points at once share it
+(``_start_many``, ``advance_many``), and PostgreSQL's group commit shares the rest.
 
 Only this module and the PostgreSQL store import psycopg.
 """
@@ -34,6 +51,9 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # loop to start and read their journals side by side.
 _CONNECTIONS = 4
 _LOCK_KEY = 0x63707769746E6573  # "cpwitnes": serializes creating witness schemas
+# The condition every writing statement carries: its own transaction commits durably (the
+# SET LOCAL of a one-statement transaction, evaluated for each row it writes).
+_DURABLE = "set_config('synchronous_commit', 'on', true) = 'on'"
 
 
 class PostgresWitness:
@@ -101,10 +121,11 @@ class PostgresWitness:
         return {str(run_id): int(generation) for run_id, generation in found.items()}
 
     def start(self, run_id: str) -> None:
-        # One round trip, as advance: the set_config is the SET LOCAL of its transaction.
+        # One round trip, as advance: the set_config is the SET LOCAL of its transaction
+        # (durable before the run's first record: the module docstring).
         self._execute(
             f"INSERT INTO {self._table} (run_id, generation, updated_at) "
-            "SELECT %s, 0, %s WHERE set_config('synchronous_commit', 'off', true) = 'off' "
+            f"SELECT %s, 0, %s WHERE {_DURABLE} "
             "ON CONFLICT (run_id) DO NOTHING",
             (run_id, time.time()),
             alone=True,
@@ -125,7 +146,7 @@ class PostgresWitness:
             f"made AS (INSERT INTO {self._table} (run_id, generation, updated_at) "
             "SELECT asked.run_id, 0, %s FROM asked "
             "WHERE asked.run_id NOT IN (SELECT seen.run_id FROM seen) "
-            "AND set_config('synchronous_commit', 'off', true) = 'off' "
+            f"AND {_DURABLE} "
             "ORDER BY asked.run_id ON CONFLICT (run_id) DO NOTHING) "
             "SELECT coalesce(json_object_agg(seen.run_id, seen.generation), '{}') FROM seen",
             ([run_id for run_id, _ in calls], time.time()),
@@ -159,12 +180,12 @@ class PostgresWitness:
                 # One statement, its own transaction (autocommit), one round trip: the
                 # act waits for it before it executes (BEGIN, SET LOCAL, UPDATE, COMMIT
                 # took four). The set_config is that SET LOCAL, made by the rows it lets
-                # through (an update that changes nothing commits nothing to flush).
+                # through (an update that changes nothing commits nothing to flush): the
+                # advance is durable before the output it stands for leaves.
                 self._execute(
                     f"UPDATE {self._table} AS w SET generation = a.generation, updated_at = %s "
                     "FROM unnest(%s::text[], %s::bigint[]) AS a (run_id, generation) "
-                    "WHERE w.run_id = a.run_id AND w.generation < a.generation "
-                    "AND set_config('synchronous_commit', 'off', true) = 'off'",
+                    f"WHERE w.run_id = a.run_id AND w.generation < a.generation AND {_DURABLE}",
                     (time.time(), list(batch), list(batch.values())),
                     alone=True,
                 )
@@ -240,8 +261,8 @@ class PostgresWitness:
             cursor = conn.execute(sql, args)
         else:
             with conn.transaction():
-                # A witness update needs no flush of its own (see the module docstring).
-                conn.execute("SET LOCAL synchronous_commit = off")
+                # reset (the operator's re-anchor): durable as every write (module docstring).
+                conn.execute("SET LOCAL synchronous_commit = on")
                 cursor = conn.execute(sql, args)
         row: tuple[Any, ...] | None = cursor.fetchone() if cursor.description is not None else None
         return row

@@ -1,7 +1,7 @@
 """The child process of subprocess mode: run a scenario until a crash point, then die.
 
 Usage: ``python -m crashproof.verify._child MODULE:ATTRIBUTE DIR N [--take-over]
-[--pause-at M]``
+[--pause-at M] [--worker] [--powercut]``
 
 Imports the scenario, opens (or reopens) its environment in ``DIR/env`` and its ledger at
 ``DIR/ledger.db``, and runs (or resumes) the run. At the ``N``-th crash point it passes, it
@@ -20,6 +20,9 @@ does instead (``ledger.enqueue`` then a ``cp.Worker``, lease ``WORKER_LEASE`` se
 retryable stops tried again after ``WORKER_RETRY`` seconds, doubling), until the run ended
 or waits for a person; a killed worker's run is thereby taken over by the next one once
 its lease runs out, and a run a service outage stopped is resumed by the worker itself.
+``--powercut`` keeps the last durable state of the ledger and its witness
+(``DIR/durable``, ``DIR/durable.witness``: crashproof.verify.powercut) as it runs, so that
+a chaos power cut puts the files back to it after the kill.
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from crashproof._faults import CrashPoints
-from crashproof.errors import LeaseHeld, RunFrozen, StaleLeaseError
+from crashproof.errors import LeaseHeld, LedgerError, RunFrozen, StaleLeaseError
 from crashproof.journal.records import RunStatus
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.worker import Worker
 from crashproof.store.queue import retryable_stop
+from crashproof.verify.powercut import attach
 from crashproof.verify.scenario import Scenario, close_env, load_scenario
 from crashproof.verify.trial_kit import (
     CRASHED_AT,
@@ -46,6 +50,7 @@ from crashproof.verify.trial_kit import (
     GO,
     PAUSED_AT,
     RUNNING,
+    durable_snapshots,
     env_dir,
     ledger_url,
     run_scenario,
@@ -61,7 +66,8 @@ WORKER_RETRY = (0.1, 0.8)  # first and longest wait before a stopped run's next 
 def main(argv: list[str]) -> int:
     take_over = "--take-over" in argv
     as_worker = "--worker" in argv
-    args = [a for a in argv if a not in ("--take-over", "--worker")]
+    powercut = "--powercut" in argv
+    args = [a for a in argv if a not in ("--take-over", "--worker", "--powercut")]
     pause_at = 0
     if "--pause-at" in args[3:-1]:
         i = args.index("--pause-at")
@@ -70,7 +76,7 @@ def main(argv: list[str]) -> int:
     if len(args) != 3:
         sys.stderr.write(
             "usage: python -m crashproof.verify._child MODULE:ATTR DIR N [--take-over] "
-            "[--pause-at M] [--worker]\n"
+            "[--pause-at M] [--worker] [--powercut]\n"
         )
         return 2
     target, directory, at = args[0], Path(args[1]), int(args[2])
@@ -94,7 +100,9 @@ def main(argv: list[str]) -> int:
     env = scenario.env_factory(env_dir(directory))
     (directory / RUNNING).write_text("", encoding="utf-8")  # chaos mode times its kill from here
     try:
-        with Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points) as ledger:
+        with _open(directory, points, as_worker) as ledger:
+            if powercut:
+                attach(ledger, durable_snapshots(directory))
             if as_worker:
                 return serve_run(scenario, ledger, env)
             run_scenario(scenario, ledger, env, take_over=take_over)
@@ -113,6 +121,21 @@ def main(argv: list[str]) -> int:
     finally:
         close_env(env)
     return 0
+
+
+def _open(directory: Path, points: CrashPoints | None, as_worker: bool) -> Ledger:
+    """The trial's ledger. A worker that cannot reach it (the store restarting as it
+    starts) tries again, as the supervisor a worker runs under would start it again
+    (docs/reliability.md); anything else fails at once."""
+    deadline = time.monotonic() + _PAUSE_LIMIT
+    while True:
+        try:
+            return Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points)
+        except LedgerError as exc:
+            if not as_worker or time.monotonic() > deadline:
+                raise
+            sys.stderr.write(f"worker: the ledger is unreachable, trying again: {exc}\n")
+            time.sleep(0.2)
 
 
 def serve_run(scenario: Scenario[Any], ledger: Ledger, env: Any) -> int:

@@ -37,6 +37,7 @@ from crashproof.store.sqlite import SQLiteStore
 __all__ = ["DurableSnapshots", "attach"]
 
 _SUFFIXES = ("", "-wal")
+_COMPLETE = "complete"  # in a snapshot's directory: every file of it was copied
 
 
 class _Durable:
@@ -55,25 +56,34 @@ class _Durable:
         self._tracked.touch()
 
     def take(self) -> None:
-        staging = self.directory.with_name(self.directory.name + ".new")
+        # Whole or not at all, also when the process is SIGKILLed in the middle (chaos
+        # mode's power cuts): a staging copy marked complete, then swapped in; restore
+        # prefers a complete staging copy (the swap was cut short) to the directory.
+        staging = self._staging
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         for suffix in _SUFFIXES:
             source = self.database.with_name(self.database.name + suffix)
             if source.exists():
                 shutil.copyfile(source, staging / (self.database.name + suffix))
+        (staging / _COMPLETE).touch()
         shutil.rmtree(self.directory, ignore_errors=True)
         staging.rename(self.directory)
+
+    @property
+    def _staging(self) -> Path:
+        return self.directory.with_name(self.directory.name + ".new")
 
     def restore(self) -> None:
         if not self._always and not self._tracked.exists():
             return
         for suffix in (*_SUFFIXES, "-shm"):
             self.database.with_name(self.database.name + suffix).unlink(missing_ok=True)
-        if not self.directory.is_dir():
+        source = self._staging if (self._staging / _COMPLETE).exists() else self.directory
+        if not (source / _COMPLETE).exists():
             return  # never synced: a power cut leaves no such file
         for suffix in _SUFFIXES:
-            kept = self.directory / (self.database.name + suffix)
+            kept = source / (self.database.name + suffix)
             if kept.exists():
                 shutil.copyfile(kept, self.database.with_name(self.database.name + suffix))
 

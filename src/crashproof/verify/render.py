@@ -142,11 +142,15 @@ def chaos_line(report: Report) -> Text:
         f"{c['duplicated']}, lost {c['lost']}, re-asked {c['reasked']}, stuck {c['stuck']}, "
         f"diverged {c['diverged']}"
     )
-    if c["worker_trials"] or c["outages"]:  # the faults of production (--faults)
+    if c["worker_trials"] or c["outages"] or c["power_cut_trials"] or c["store_restart_trials"]:
         text.append(
             f"; {c['worker_trials']} worker trials ({c['taken_over_by_a_worker']} taken over "
             f"by the next worker), {c['outages']} model outages ({c['stopped_by_outage']} "
-            f"stopped the run, {c['resumed_by_a_worker']} automatic resumes by a worker)"
+            f"stopped the run, {c['resumed_by_a_worker']} automatic resumes by a worker), "
+            f"{c['power_cut_trials']} power-cut trials ({c['power_cuts']} cuts, "
+            f"{c['cuts_that_lost_writes']} of them lost unsynced writes), "
+            f"{c['store_restart_trials']} store-restart trials ({c['store_restarts']} "
+            f"before the worker ended, {c['drives_a_restart_stopped']} stopped its drive)"
         )
     return text
 

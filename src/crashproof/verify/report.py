@@ -79,11 +79,14 @@ class Case:
         if self.kind is CaseKind.STALE_CHECKPOINT:
             return f"#{self.at} {self.point} -> stale checkpoint"
         if self.kind is CaseKind.CHAOS:
-            if self.variant == "outage":
-                return f"chaos #{self.at} outage at {self.delays[0] * self.span * 1000:.0f} ms"
+            if self.variant in ("outage", "restart"):
+                what = "outage" if self.variant == "outage" else "store restart"
+                return f"chaos #{self.at} {what} at {self.delays[0] * self.span * 1000:.0f} ms"
             kills = " -> recovery ".join(
                 f"kill at {d * self.span * 1000:.0f} ms" for d in self.delays
             )
+            if self.variant == "powercut":
+                kills = kills.replace("kill at", "power cut at")
             worker = " (workers)" if self.variant == "worker" else ""
             return f"chaos #{self.at} {kills}{worker}"
         return self.kind.value
@@ -212,7 +215,9 @@ class Report:
         outcomes: duplicated or lost effects, recorded decisions asked again, runs stuck
         (REFUSED: frozen with a reason) and any other divergence. With ``--faults``:
         worker trials and the runs the next worker took over, model outages, the trials
-        they stopped, and the stops workers resumed with nobody's help."""
+        they stopped, the stops workers resumed with nobody's help, power cuts (the
+        trials, and the kills that were cuts) and store restarts (the trials, and those
+        that came before the run ended)."""
         trials = [r for r in self.results if r.case.kind is CaseKind.CHAOS]
         stats = [r.chaos or {} for r in trials]
         return {
@@ -228,6 +233,16 @@ class Report:
             "taken_over_by_a_worker": sum(bool(s.get("taken_over")) for s in stats),
             "outages": sum(r.case.variant == "outage" for r in trials),
             "stopped_by_outage": sum(bool(s.get("outage_stops")) for s in stats),
+            "power_cut_trials": sum(r.case.variant == "powercut" for r in trials),
+            "power_cuts": sum(int(s.get("power_cuts", 0)) for s in stats),
+            "cuts_that_lost_writes": sum(int(s.get("cuts_that_lost_writes", 0)) for s in stats),
+            "store_restart_trials": sum(r.case.variant == "restart" for r in trials),
+            "store_restarts": sum(int(s.get("store_restarts", 0)) for s in stats),
+            "drives_a_restart_stopped": sum(
+                int(s.get("drives", 0)) > 1
+                for r, s in zip(trials, stats, strict=True)
+                if r.case.variant == "restart"
+            ),
             "resumed_by_a_worker": sum(  # stops the workers got past with nobody's resume
                 int((r.chaos or {}).get("outage_stops", 0))
                 for r in trials

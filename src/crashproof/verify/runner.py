@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import random
 import shutil
 import tempfile
@@ -35,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from crashproof.verify.chaos import FAULTS, calibrate, chaos_cases
+from crashproof.verify.chaos import FAULTS, RESTART_ENV, calibrate, chaos_cases
 from crashproof.verify.report import (
     DEFAULT_CONTENTION_POINTS,
     Case,
@@ -45,13 +46,14 @@ from crashproof.verify.report import (
     Verdict,
 )
 from crashproof.verify.scenario import Scenario, ScenarioError, load_scenario, scenario_target
-from crashproof.verify.trial_kit import Mode
+from crashproof.verify.trial_kit import LEDGER_ENV, Mode
 from crashproof.verify.trials import run_case, run_reference
 
 __all__ = [
     "DEFAULT_TRIALS",
     "MODES",
     "Progress",
+    "check_store",
     "contention_cases",
     "recovery_candidates",
     "verify",
@@ -82,6 +84,8 @@ def verify(
     progress: Progress | None = None,
     trials: int = DEFAULT_TRIALS,
     faults: Sequence[str] = ("kill",),
+    ledger: str | None = None,
+    restart_command: str | None = None,
 ) -> Report:
     """Crash ``scenario`` at every crash point and compare each resumed run with an
     uninterrupted one; see the module docstring.
@@ -103,8 +107,14 @@ def verify(
     be importable, as for subprocess mode).
     ``faults``: chaos mode's faults, drawn per trial (``kill``, ``worker``: the run driven
     by workers, one killed and the next taking over, ``outage``: the scenario's model
-    down longer than its retries, a worker resuming the run by itself;
-    ``crashproof.verify.chaos``).
+    down longer than its retries, a worker resuming the run by itself, ``powercut``: the
+    kill is a power cut, the ledger and its witness back to their last fsync;
+    ``crashproof.verify.chaos``; ``restart``: the store crashed and restarted by
+    ``restart_command``, a shell command, while a worker drives the run).
+    ``ledger``: chaos mode only, a PostgreSQL URL whose database holds the trials'
+    ledgers (each trial a schema ``v_<16 hex>`` and its witness ``v_<16 hex>_witness``,
+    left there: give it a scratch database); default a SQLite file per trial. Store
+    restarts need it; power cuts, which put a SQLite ledger's files back, refuse it.
     """
     if isinstance(scenario, str):
         target = target or scenario
@@ -128,6 +138,7 @@ def verify(
     unknown = sorted(set(faults) - set(FAULTS))
     if not faults or unknown:
         raise ValueError(f"faults must be some of {', '.join(FAULTS)}, not {list(faults)}")
+    check_store(mode, faults, ledger, restart_command)
     if mode == "chaos" and "outage" in faults and scenario.outage is None:
         raise ScenarioError(
             f"chaos fault 'outage': scenario {scenario.name!r} has no outage hook "
@@ -137,7 +148,7 @@ def verify(
         seed = random.SystemRandom().randrange(1 << 32)
     rng = random.Random(seed)
     started = time.perf_counter()
-    with _root(workdir) as root:
+    with _environment({LEDGER_ENV: ledger, RESTART_ENV: restart_command}), _root(workdir) as root:
         reference, results = run_reference(scenario, root / "reference")
         points = reference.points
         ticker = _Ticker(progress, total=len(results))
@@ -196,6 +207,52 @@ def verify(
         seconds=time.perf_counter() - started,
         contention_points=contention_points if mode != "powercut" else 0,
     )
+
+
+def check_store(
+    mode: Mode, faults: Sequence[str], ledger: str | None, restart_command: str | None
+) -> None:
+    """Refuse a store the mode cannot use, and a fault not applicable to the store."""
+    if ledger is not None:
+        if mode != "chaos":
+            raise ValueError(
+                "a PostgreSQL ledger is for chaos mode only: the other modes instrument "
+                "the files of a SQLite ledger"
+            )
+        if not ledger.startswith(("postgresql://", "postgres://")) or "schema=" in ledger:
+            raise ValueError(
+                "the verifier's ledger must be a postgresql:// URL without schema= (each "
+                "trial gets a schema of its own)"
+            )
+        if mode == "chaos" and "powercut" in faults:
+            raise ValueError(
+                "chaos fault 'powercut' is not applicable to a PostgreSQL ledger: it puts a "
+                "SQLite ledger's files back to their last fsync (a server crash: 'restart')"
+            )
+    if mode == "chaos" and "restart" in faults and (ledger is None or not restart_command):
+        raise ValueError(
+            "chaos fault 'restart' is not applicable without a PostgreSQL ledger and the "
+            "command that restarts its server (the verifier's SQLite ledger has no server; "
+            "it restarts none it was not told how to control)"
+        )
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str | None]) -> Iterator[None]:
+    """Set the variables that are not None for the block (the trials' children inherit
+    them), then put back what was there."""
+    old = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        if value is not None:
+            os.environ[name] = value
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _report(

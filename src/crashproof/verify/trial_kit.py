@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import os
 import signal
 import subprocess
@@ -40,6 +41,7 @@ __all__ = [
     "CRASHED_AT",
     "DURABILITY",
     "GO",
+    "LEDGER_ENV",
     "PAUSED_AT",
     "RUNNING",
     "Mode",
@@ -70,6 +72,7 @@ PAUSED_AT = "paused-at"  # a paused child writes the crash point's name here, th
 GO = "go"  # ... until this file exists
 RUNNING = "running"  # a child writes this once imported, just before it opens the ledger
 CHILD_TIMEOUT = 120.0  # seconds; a child that hangs is killed and the case DIVERGES
+LEDGER_ENV = "CRASHPROOF_VERIFY_LEDGER"  # a PostgreSQL URL for the trials' ledgers
 
 
 class NotReached(Exception):
@@ -83,7 +86,14 @@ def env_dir(directory: Path) -> Path:
 
 
 def ledger_url(directory: Path) -> str:
-    return f"sqlite:///{(directory / 'ledger.db').resolve()}"
+    """The trial's ledger: ``DIR/ledger.db``, or, with ``$CRASHPROOF_VERIFY_LEDGER`` (a
+    PostgreSQL URL, set by ``verify(ledger=...)`` and inherited by the children), a schema
+    of that database named after the trial directory, so a child and its judge meet."""
+    base = os.environ.get(LEDGER_ENV)
+    if not base:
+        return f"sqlite:///{(directory / 'ledger.db').resolve()}"
+    name = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
+    return f"{base}{'&' if '?' in base else '?'}schema=v_{name}"
 
 
 def open_ledger(

@@ -195,9 +195,34 @@ def verify_recovery(
             "process group SIGKILLed), worker (the run driven by crashproof workers, one "
             "killed, the next must take over and finish it), outage (the scenario's model "
             "down past its retries: a worker must resume the run by itself; needs "
-            "Scenario(outage=...)).",
+            "Scenario(outage=...)), powercut (the kill is a power cut: the ledger and its "
+            "witness go back to their last fsync), restart (the PostgreSQL server crashed "
+            "and restarted while a worker drives the run: needs --ledger-url and "
+            "--pg-restart-command).",
         ),
     ] = "kill",
+    ledger_url: Annotated[
+        str | None,
+        typer.Option(
+            "--ledger-url",
+            metavar="URL",
+            show_default=False,
+            help="Chaos mode: a PostgreSQL database for the trials' ledgers (postgresql://..., "
+            "no schema=; each trial makes schemas v_<hash> and v_<hash>_witness there and "
+            "leaves them: use a scratch database). Default: a SQLite file per trial.",
+        ),
+    ] = None,
+    pg_restart_command: Annotated[
+        str | None,
+        typer.Option(
+            "--pg-restart-command",
+            metavar="CMD",
+            show_default=False,
+            help="Chaos fault restart: the shell command that crashes and restarts the server "
+            "of --ledger-url and exits 0 once it is back, e.g. 'pg_ctl -D DATA -m immediate "
+            "-w restart'. The verifier restarts no server it was not told how to control.",
+        ),
+    ] = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
@@ -212,13 +237,23 @@ def verify_recovery(
     settings = command_settings(ctx, None, as_json, verbose)
     contention = _contention_points(contention_points)
     chosen = tuple(part.strip() for part in faults.split(",") if part.strip())
-    known = ("kill", "worker", "outage")  # crashproof.verify.chaos.FAULTS, spelled out
+    known = ("kill", "worker", "outage", "powercut", "restart")  # verify.chaos.FAULTS
     if not chosen or set(chosen) - set(known):
         raise CliError(
             ExitCode.USAGE,
             f"--faults {faults!r} names no fault, or one that is not known; nothing was run",
-            "give some of kill, worker, outage, e.g. --faults kill,worker,outage",
+            "give some of kill, worker, outage, powercut, restart, e.g. --faults kill,powercut",
         )
+    from crashproof.verify.runner import check_store
+
+    try:  # a store the mode cannot use, a fault not applicable to the store
+        check_store(mode.value, chosen, ledger_url, pg_restart_command)
+    except ValueError as exc:
+        raise CliError(
+            ExitCode.USAGE,
+            f"{exc}; nothing was run",
+            "see `crashproof verify --help` (--faults, --ledger-url, --pg-restart-command)",
+        ) from None
     # Imported here: plain commands never need the verifier.
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -271,6 +306,8 @@ def verify_recovery(
                 progress=tick,
                 trials=trials,
                 faults=chosen,
+                ledger=ledger_url,
+                restart_command=pg_restart_command,
             )
         except ScenarioError as exc:
             raise CliError(
