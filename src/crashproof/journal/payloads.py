@@ -33,6 +33,7 @@ __all__ = [
     "ActUnknown",
     "ApprovalConsumed",
     "ApprovalGranted",
+    "ApprovalRejected",
     "ApproverAdded",
     "AttemptFailed",
     "BudgetRaised",
@@ -70,6 +71,7 @@ __all__ = [
     "any_record",
     "approval_consumed",
     "approval_granted",
+    "approval_rejected",
     "approver_added",
     "as_dict",
     "attempt_failed",
@@ -216,6 +218,7 @@ class RunThawed(DriveRecord):
     status: str  # "running"
     by: NotRequired[str]  # the operator who submitted it (for a continue: the reviewer)
     approval_seq: NotRequired[int]  # thawed by the approval_granted at that seq
+    rejection_seq: NotRequired[int]  # thawed by the approval_rejected at that seq
     decision_seq: NotRequired[int]  # thawed by the review_decided at that seq
 
 
@@ -272,8 +275,12 @@ class StepDone(DriveRecord):
     receipt: NotRequired[dict[str, Any]]
     observed: NotRequired[dict[str, Any]]  # the environment the act left (an Observation)
     outbox: NotRequired[Outbox]
-    failure: NotRequired[str]  # failed acts: "permanent", "retryable", "policy", "not_done"
+    # failed acts: "permanent", "retryable", "policy", "not_done", "rejected"
+    failure: NotRequired[str]
     not_done: NotRequired[dict[str, Any]]  # who decided it (runtime/steps/unknown.py)
+    rejected: NotRequired[
+        dict[str, Any]
+    ]  # its rejection: seq, approver, reason (guards/rejections.py)
     cause: NotRequired[ErrorRecord]  # failed acts: the tool's own error
     # Policy refusals: the policy record with rule, reason, tool, tool_version.
     policy: NotRequired[dict[str, Any]]
@@ -394,6 +401,15 @@ class ApprovalGranted(TypedDict):
     approval: dict[str, Any]  # the signed document: statement, signature
 
 
+class ApprovalRejected(TypedDict):
+    """``approval_rejected``: runtime/operations/oversight.py (guards/rejections.py)."""
+
+    by: str
+    host: str
+    time: float
+    rejection: dict[str, Any]  # the signed document: statement (with the reason), signature
+
+
 class ApprovalConsumed(DriveRecord):
     """``approval_consumed``: runtime/guards/approvals.py (just before the act's intent)."""
 
@@ -481,7 +497,7 @@ FrozenOrStopped = RunFrozen | RunStopped  # an outcome that is no end: it names 
 # The records after which a run stands where it is (a freeze, an end, a thaw).
 RunState = Outcome | RunThawed | RunRetried
 Consumption = ApprovalConsumed | ReviewConsumed  # a nonce used
-SignedRecord = ApprovalGranted | ReviewDecided  # a signed document journaled
+SignedRecord = ApprovalGranted | ApprovalRejected | ReviewDecided  # a signed document journaled
 # What an operator appends (each names its own by and host), and a human's thaw.
 OperatorRecord = (
     BudgetRaised
@@ -489,6 +505,7 @@ OperatorRecord = (
     | PolicyRebound
     | ApproverAdded
     | ApprovalGranted
+    | ApprovalRejected
     | ReviewDecided
     | RunMoved
     | RunImported
@@ -511,6 +528,7 @@ Payload = (
     | PolicyRebound
     | ApproverAdded
     | ApprovalGranted
+    | ApprovalRejected
     | ApprovalConsumed
     | ReviewDecided
     | ReviewConsumed
@@ -555,6 +573,7 @@ budget_raised = _view(BudgetRaised)
 policy_rebound = _view(PolicyRebound)
 approver_added = _view(ApproverAdded)
 approval_granted = _view(ApprovalGranted)
+approval_rejected = _view(ApprovalRejected)
 approval_consumed = _view(ApprovalConsumed)
 review_decided = _view(ReviewDecided)
 review_consumed = _view(ReviewConsumed)
