@@ -38,7 +38,10 @@ import crashproof as cp
 from crashproof.console import ConsoleConfig, Signer, create_app
 from crashproof.integrity.signing import generate_keypair, load_private_key
 
-DIFF = "--- a/flaky.py\n+++ b/flaky.py\n@@ -1,3 +1,3 @@\n def test_x():\n-    sleep(0.1)\n+    wait_for(ready)\n     assert ready\n"
+DIFF = (
+    "--- a/flaky.py\n+++ b/flaky.py\n@@ -1,3 +1,3 @@\n"
+    " def test_x():\n-    sleep(0.1)\n+    wait_for(ready)\n     assert ready\n"
+)
 
 
 class Forge(cp.Tool):
