@@ -26,6 +26,19 @@ literal) and hand it to ``Event`` / ``Context.append_event`` through :func:`as_d
 from collections.abc import Callable
 from typing import Any, NotRequired, Required, TypedDict, TypeVar, cast
 
+from crashproof.journal.operator_payloads import (
+    ApprovalGranted,
+    ApprovalRejected,
+    ApproverAdded,
+    BudgetRaised,
+    IntentOverride,
+    LimitsRecord,
+    PolicyRebound,
+    PolicyRecord,
+    ReviewDecided,
+    RunImported,
+    RunMoved,
+)
 from crashproof.journal.records import Event, EventType
 
 __all__ = [
@@ -108,8 +121,6 @@ __all__ = [
 # observations) stay ``dict[str, Any]``: they are built and read by functions typed so,
 # and a TypedDict is not a ``dict[str, Any]`` to mypy. Their shapes are named in comments.
 ErrorRecord = dict[str, Any]  # codec.error_record: type, message (+ args, os_args)
-LimitsRecord = dict[str, int | float | None]  # records.Limits.to_json(): a limit per kind
-PolicyRecord = dict[str, Any]  # runtime/guards/policy.py Policy.record(): version, digest, identity
 
 
 class LeaseReceipt(TypedDict):
@@ -347,67 +358,7 @@ class OutboxFailed(DriveRecord):
     at: float
 
 
-# -- operator records, approvals and reviews ------------------------------------------
-
-
-class BudgetRaised(TypedDict):
-    """``budget_raised``: runtime/guards/budget.py (an operator raised the limits)."""
-
-    by: str
-    host: str
-    old: LimitsRecord
-    new: LimitsRecord
-    changed: dict[str, list[int | float | None]]  # kind -> [old, new], changed kinds only
-
-
-class IntentOverride(TypedDict):
-    """``intent_override``: runtime/steps/holds.py (an operator lets the act at the
-    record's key execute although the named runs hold the same intent unresolved)."""
-
-    by: str
-    host: str
-    intent_digest: str
-    holders: list[str]  # the run ids the operator overrides, and only those
-    # What the run froze on: each holder's {"run_id", "key", "since"}.
-    held: list[dict[str, Any]]
-
-
-class PolicyRebound(TypedDict):
-    """``policy_rebound``: runtime/guards/binding.py (an operator re-bound the run)."""
-
-    by: str
-    host: str
-    old: PolicyRecord | None  # None: the run had no policy
-    new: PolicyRecord
-
-
-class ApproverAdded(TypedDict):
-    """``approver_added``, in the registry run: runtime/guards/approvers.py."""
-
-    by: str
-    host: str
-    time: float
-    name: str
-    public_key: str  # PEM
-    fingerprint: str
-
-
-class ApprovalGranted(TypedDict):
-    """``approval_granted``: runtime/operations/oversight.py."""
-
-    by: str
-    host: str
-    time: float
-    approval: dict[str, Any]  # the signed document: statement, signature
-
-
-class ApprovalRejected(TypedDict):
-    """``approval_rejected``: runtime/operations/oversight.py (guards/rejections.py)."""
-
-    by: str
-    host: str
-    time: float
-    rejection: dict[str, Any]  # the signed document: statement (with the reason), signature
+# -- operator records (journal/operator_payloads.py), approvals and reviews ------------
 
 
 class ApprovalConsumed(DriveRecord):
@@ -423,16 +374,6 @@ class ApprovalConsumed(DriveRecord):
     expires_at: NotRequired[float | None]  # the approval's expiry (records since 2026-12)
 
 
-class ReviewDecided(TypedDict):
-    """``review_decided``: runtime/operations/oversight.py."""
-
-    by: str
-    host: str
-    time: float
-    case_id: str
-    decision: dict[str, Any]  # the signed document: statement, signature (not a name)
-
-
 class ReviewConsumed(DriveRecord):
     """``review_consumed``: runtime/guards/review.py (at the act, or at once)."""
 
@@ -444,29 +385,6 @@ class ReviewConsumed(DriveRecord):
     epoch: int  # the epoch the act runs under from now on
     quarantined: list[str]  # operation ids never used again
     time: float
-
-
-class RunMoved(TypedDict):
-    """``run_moved``: runtime/operations/moving.py (exported as a move)."""
-
-    by: str
-    host: str
-    time: float
-    generation: int
-    left: str  # the status the run left in
-
-
-class RunImported(TypedDict):
-    """``run_imported``: runtime/operations/transfer.py."""
-
-    by: str
-    host: str
-    time: float
-    checkpoint: str  # the document's digest
-    generation: int
-    transfer: str  # "move" or "copy"
-    format: int  # the document's schema version
-    signed_with: str  # the id of the key that signed the document
 
 
 class CompatibilityVerdict(DriveRecord):
