@@ -238,6 +238,10 @@ def test_a_post_without_the_csrf_token_changes_nothing(world: World, client: Tes
         assert refused.status_code == 403
         assert "CSRF" in refused.text
     assert client.post("/actions/dispatch", data={}).status_code == 403
+    for action in ("approve", "reject", "decide", "retry", "cancel", "fork"):
+        data = {"run_id": "cleanup-1", "reason": "x", "csrf": "forged"}
+        assert client.post(f"/actions/{action}", data=data).status_code == 403, action
+    assert world.ledger.get_run("cleanup-1").status.value == "awaiting_approval"
     assert world.ledger.get_run("later-1").status.value == "running"
     assert world.sent == []
 
