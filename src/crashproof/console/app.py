@@ -60,8 +60,8 @@ _RESUMABLE = tuple(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsoleConfig:
     """What ``crashproof ui`` hands the console: an open Ledger (workflows and policies
-    of ``--app`` registered), the outbox tools, who acts (journaled with the action where
-    the Ledger journals one), and the access rules."""
+    of ``--app`` registered), the outbox tools, who acts (``signer``: the operator's key
+    and approver name; None: read-only, ``read_only`` says why), and the access rules."""
 
     ledger: Ledger
     tools: Sequence[Tool] = ()
@@ -72,9 +72,8 @@ class ConsoleConfig:
     folds: Folds = field(default_factory=Folds)
     signer: Signer | None = None  # who acts (console/actions.py); None: read-only
     read_only: str = "no operator identity was given to this console"  # why, when no signer
-    drive_wait: float = (
-        2.0  # seconds a Resume/Retry request waits before going on in the background
-    )
+    # Seconds a Resume/Retry request waits for the drive before it goes on in the background.
+    drive_wait: float = 2.0
 
 
 # The largest offset or refresh a page takes: far past any real ledger, far below what
