@@ -134,3 +134,10 @@ def test_uncaught_the_run_fails_with_the_reason(cli: Cli, project: Path, flows: 
     assert "ApprovalRejected" in shown["reason"]
     assert "too risky" in shown["reason"]
     assert (project / "ws" / "old.txt").exists()
+
+
+def test_a_hostile_run_id_is_quoted_in_the_hint(cli: Cli, project: Path) -> None:
+    hostile = "q$(touch x)"
+    refused = cli("reject", hostile, "--db", f"sqlite:///{project / 'runs.db'}")
+    assert refused.code == ExitCode.USAGE
+    assert "crashproof reject 'q$(touch x)' --reason" in refused.err
