@@ -46,6 +46,8 @@
     ├── PermanentError               a tool says: not done, never will be
     └── ActFailed                    a permanent failure, as the workflow sees it
         ├── PolicyViolation          an act outside the run's policy, refused unexecuted
+        ├── ApprovalRejected         an approver rejected the act (also an ApprovalRefused);
+        │                                never executed
         └── ActNotDone               an unknown outcome recorded as not done (at_most_once,
                                          or a reviewer's keep); never sent again
 
@@ -61,6 +63,7 @@ __all__ = [
     "ActFailed",
     "ActNotDone",
     "ApprovalRefused",
+    "ApprovalRejected",
     "AsyncMisuse",
     "ApprovalRequired",
     "CheckpointRejected",
@@ -362,6 +365,14 @@ class ApprovalRefused(CrashproofError):
     """A signed approval that does not release the pending act (unknown signer, a
     signature that does not verify, another run, step, intent, policy or generation, a
     used nonce, expired): refused before anything was journaled or executed."""
+
+
+class ApprovalRejected(ActFailed, ApprovalRefused):
+    """A registered approver signed a rejection of the pending act, with a reason
+    (``crashproof reject``): raised into the workflow where the act stood, which never
+    executes. Journaled as the act's outcome (a failed step, failure ``rejected``) and
+    raised identically on replay. An ``ActFailed`` (left uncaught, the run fails with the
+    reason) and an ``ApprovalRefused`` (``except cp.ApprovalRefused`` takes it)."""
 
 
 class DecisionRefused(CrashproofError):

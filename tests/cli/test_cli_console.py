@@ -134,3 +134,27 @@ def test_a_real_server_with_a_generated_token(cli: Cli, ledger: str, project: Pa
         child.wait(10)
         if child.stderr is not None:
             child.stderr.close()
+
+
+def test_its_buttons_act_as_the_operator_identity_or_it_says_why_not(
+    cli: Cli, ledger: str, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`crashproof ui` reads the identity `operator init` made, and never makes one."""
+    from starlette.testclient import TestClient
+
+    pages: list[str] = []
+
+    def serve(app: Any, host: str, port: int) -> None:  # one page, while the ledger is open
+        with TestClient(app, base_url="http://127.0.0.1:8765") as c:
+            pages.append(c.get("/run?id=g1").text)
+
+    monkeypatch.setattr(console, "serve", serve)
+    bare = cli("ui", ledger)
+    assert bare.code == ExitCode.OK, bare.err
+    assert "read-only: no operator identity at" in bare.err
+    assert not (project / ".config" / "crashproof" / "operator.pem").exists()
+    assert "Read-only:" in pages[-1]
+    assert cli("operator", "init", "--name", "erin", "--db", ledger).code == ExitCode.OK
+    acting = cli("ui", ledger)
+    assert "its buttons act as erin" in acting.err
+    assert "Buttons act as <strong>erin</strong>" in pages[-1]

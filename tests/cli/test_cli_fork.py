@@ -94,3 +94,26 @@ def test_fork_refusals_write_nothing(project: Path, cli: Cli) -> None:
     assert cli("show", "c:2").code == ExitCode.USAGE  # never created
     missing = cli("fork", "nope:1", "--from", "one", "--run-id", "c:3")
     assert missing.code == ExitCode.USAGE
+
+
+def test_fork_lists_the_acts_that_will_run_again(project: Path, cli: Cli) -> None:
+    (project / "chain.py").write_text(CHAIN, encoding="utf-8")
+    assert cli("run", "chain:chain", "--run-id", "c:1").code == ExitCode.OK
+    dry = cli("fork", "c:1", "--from", "one", "--run-id", "c:2", "--dry-run", "--json")
+    assert dry.code == ExitCode.OK, dry.err
+    assert [(a["step"], a["tool"], a["operation_id"]) for a in dry.json()["run_again"]] == [
+        ("two", "stamp", "c:1/two"),
+        ("three", "stamp", "c:1/three"),
+    ]
+    assert cli("show", "c:2").code == ExitCode.USAGE  # a dry run forks nothing
+    text = cli("fork", "c:1", "--from", "two", "--run-id", "c:2", "--dry-run")
+    assert "a fork would run again 1 act(s)" in text.err
+    assert "three  tool stamp, was c:1/three (succeeded)" in text.err
+    assert cli("show", "c:2").code == ExitCode.USAGE
+    forked = cli("fork", "c:1", "--from", "two", "--run-id", "c:2")
+    assert forked.code == ExitCode.OK
+    assert "the fork will run again 1 act(s)" in forked.err
+    last = cli("fork", "c:1", "--from", "three", "--run-id", "c:3", "--dry-run")
+    assert "no act" in last.err
+    refused = cli("fork", "c:1", "--from", "nope", "--run-id", "c:4", "--dry-run")
+    assert refused.code == ExitCode.CONFLICT

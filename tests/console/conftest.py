@@ -24,7 +24,8 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 import crashproof as cp
-from crashproof.console import ConsoleConfig, create_app
+from crashproof.console import ConsoleConfig, Signer, create_app
+from crashproof.integrity.signing import generate_keypair, load_private_key
 
 HOSTILE = "<script>alert(1)</script>\x1b[2J"
 
@@ -136,8 +137,22 @@ def world(tmp_path: Path) -> Iterator[World]:
     w.ledger.close()
 
 
+def operator(ledger: cp.Ledger, root: Path, name: str = "erin") -> Signer:
+    """A registered approver's key, as ``crashproof operator init`` leaves one: what the
+    console acts as."""
+    path = root / f"{name}.pem"
+    generate_keypair(path)
+    ledger.add_approver(name, path.with_name(path.name + ".pub").read_text(), by="root")
+    return Signer(load_private_key(path), name)
+
+
 @pytest.fixture
-def client(world: World) -> Iterator[TestClient]:
-    app = create_app(ConsoleConfig(ledger=world.ledger, tools=[world.outbox]))
+def signer(world: World, tmp_path: Path) -> Signer:
+    return operator(world.ledger, tmp_path)
+
+
+@pytest.fixture
+def client(world: World, signer: Signer) -> Iterator[TestClient]:
+    app = create_app(ConsoleConfig(ledger=world.ledger, tools=[world.outbox], signer=signer))
     with TestClient(app, base_url="http://127.0.0.1:8765") as c:
         yield c

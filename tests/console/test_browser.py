@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from crashproof.console import ConsoleConfig, create_app
+from crashproof.console import ConsoleConfig, Signer, create_app
 
 from .conftest import World
 
@@ -41,10 +41,12 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def base_url(world: World) -> Iterator[str]:
+def base_url(world: World, signer: Signer) -> Iterator[str]:
     port = _free_port()
     app = create_app(
-        ConsoleConfig(ledger=world.ledger, tools=[world.outbox], app_flags="--app flows")
+        ConsoleConfig(
+            ledger=world.ledger, tools=[world.outbox], app_flags="--app flows", signer=signer
+        )
     )
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -153,7 +155,6 @@ def test_resume_and_dispatch_through_the_page(world: World, page: Any, tmp_path:
 def test_cancel_through_the_page(world: World, page: Any, tmp_path: Path) -> None:
     page.goto("/run?id=later-1")
     assert page.locator("#run-status").inner_text() == "running"
-    page.fill("#cancel-by", "erin")
     page.fill("#cancel-reason", "wrong <b>ticket</b>")
     page.click("#cancel")
     assert page.locator("#message-title").inner_text() == "Cancelled"

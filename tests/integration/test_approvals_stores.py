@@ -63,6 +63,32 @@ def test_approve_on_every_store(url: str, tmp_path: Path) -> None:
         ledger.close()
 
 
+def test_reject_on_every_store(url: str, tmp_path: Path) -> None:
+    """A rejection is journaled on every store; the workflow's act raises
+    cp.ApprovalRejected (uncaught: the run fails), nothing deleted; the journal checks."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "old.txt").write_text("x\n")
+    generate_keypair(tmp_path / "alice.pem")
+    ledger = cp.Ledger(url)
+    try:
+        ledger.register_policy(POLICY)
+        flow = cleanup(cp.Workspace(root))
+        with pytest.raises(cp.RunFrozen):
+            ledger.run(flow, run_id="c", options=cp.RunOptions(policy=POLICY))
+        ledger.add_approver("alice", (tmp_path / "alice.pem.pub").read_text())
+        assert ledger.pending_act("c")["step"] == "drop"
+        ledger.reject("c", "drop", key=tmp_path / "alice.pem", reason="keep it")
+        with pytest.raises(cp.ApprovalRefused):  # decided already: nothing written
+            ledger.reject("c", key=tmp_path / "alice.pem", reason="twice")
+        with pytest.raises(cp.RunFailed, match="keep it"):
+            ledger.resume("c")
+        assert (root / "old.txt").exists()
+        assert sorted(ledger.check()) == [("c", None), ("crashproof:approvers", None)]
+    finally:
+        ledger.close()
+
+
 def test_an_approval_waits_for_the_lease_of_a_live_worker(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     root.mkdir()

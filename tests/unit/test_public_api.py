@@ -8,6 +8,7 @@ PUBLIC = [
     "ActFailed",
     "ActNotDone",
     "ApprovalRefused",
+    "ApprovalRejected",
     "ApprovalRequired",
     "Approver",
     "AsyncContext",

@@ -67,6 +67,7 @@ EXIT_CODES_TEXT: dict[ExitCode, str] = {
     ExitCode.RUN_FROZEN: "the run is frozen (needs_review, awaiting_approval): waits for a human",
     ExitCode.CONFLICT: "conflict: run id reused with another input, run owned by another worker "
     "or moved to another ledger, retry of a run that is not failed, cancel of an ended run, "
+    "an approval or rejection of an act the run does not wait on (or decided already), "
     "a review decision the case does not take or a signer the ledger does not trust",
     ExitCode.LEDGER_UNUSABLE: "ledger unusable (missing, not a ledger, corrupt, newer, locked); "
     "for runs and check: some runs fail verification (the rest are listed, those marked)",

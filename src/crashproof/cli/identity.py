@@ -35,7 +35,14 @@ from crashproof.cli.render import safe
 from crashproof.integrity.signing import generate_keypair, key_fingerprint, load_private_key
 from crashproof.runtime.ledger import Ledger
 
-__all__ = ["ENV_OPERATOR_KEY", "Operator", "key_path", "operator_key", "trusted_operator"]
+__all__ = [
+    "ENV_OPERATOR_KEY",
+    "Operator",
+    "configured_operator",
+    "key_path",
+    "operator_key",
+    "trusted_operator",
+]
 
 ENV_OPERATOR_KEY = "CRASHPROOF_OPERATOR_KEY"
 
@@ -120,6 +127,32 @@ def trusted_operator(ledger: Ledger, name: str | None) -> Operator:
         "ledger's first approver"
     )
     return Operator(key, approver.name, path, fingerprint)
+
+
+def configured_operator(ledger: Ledger) -> Operator | str:
+    """The operator's identity as it is configured now, for a process that acts for
+    them (``crashproof ui``): their key, when it exists, is private to them and the
+    ledger's registry knows it; else the reason it cannot act, one line with what to do.
+    Reads only: it never makes or registers a key."""
+    path = key_path()
+    if not path.exists():
+        return f"no operator identity at {path}: run `crashproof operator init`, then restart"
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return f"the operator key {path} is readable by others (mode {mode:04o}): chmod 600 it"
+    try:
+        key = load_private_key(path)
+    except (OSError, ValueError) as exc:
+        return f"the operator key {path} cannot be read ({exc})"
+    fingerprint = key_fingerprint(key.public_key())
+    for approver in ledger.approvers().values():
+        if approver.fingerprint == fingerprint:
+            return Operator(key, approver.name, path, fingerprint)
+    return (
+        f"the operator key {fingerprint[:16]}… ({path}) is not an approver of this ledger: "
+        f"an approver admits it with `crashproof approvers add NAME {path}.pub` "
+        "(or `crashproof operator init` on a ledger without approvers), then restart"
+    )
 
 
 def _say(line: str) -> None:

@@ -1,19 +1,19 @@
-"""The console's Starlette application: three pages and two actions over one Ledger.
+"""The console's Starlette application: its pages over one Ledger, and its actions.
 
 Pages (GET, read-only): ``/runs`` (filters ``status``, ``workflow``, search ``q``, paged
 by ``offset``), ``/run?id=RUN`` (its steps paged by ``offset``), ``/run/timeline?id=RUN``
-(its audit timeline, paged), ``/attention``. Actions
-(POST, with the CSRF token): ``/actions/resume`` (``Ledger.resume``, as ``crashproof
-resume`` drives it) and ``/actions/dispatch`` (``Ledger.dispatch_outbox`` with the tools
-of the ``--app`` modules). Every page carries the attention counts in its header.
+(its audit timeline, paged), ``/run/step?id=RUN&key=KEY``, ``/run/fork?id=RUN&from_step=
+STEP`` (the acts a fork would run again, and the form that forks), ``/attention``.
+Actions (POST, with the CSRF token; ``console/actions.py``): approve, reject, decide,
+resume, retry, cancel, fork, dispatch. Every page carries the attention counts in its
+header, and says who acts (or why the console is read-only).
 
-Endpoints are plain functions: Starlette runs them in its thread pool, and the store
-serializes its own connection, so a resume that takes a while blocks only its request.
+Page endpoints are plain functions: Starlette runs them in its thread pool, and the
+store serializes its own connection.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from crashproof.console.actions import TTLS, Actions, Signer, quote_id
 from crashproof.console.guard import TOKEN_COOKIE, Guard
 from crashproof.console.text import environment
 from crashproof.errors import CrashproofError, RunNotFound
@@ -59,8 +60,8 @@ _RESUMABLE = tuple(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsoleConfig:
     """What ``crashproof ui`` hands the console: an open Ledger (workflows and policies
-    of ``--app`` registered), the outbox tools, who acts (journaled with the action where
-    the Ledger journals one), and the access rules."""
+    of ``--app`` registered), the outbox tools, who acts (``signer``: the operator's key
+    and approver name; None: read-only, ``read_only`` says why), and the access rules."""
 
     ledger: Ledger
     tools: Sequence[Tool] = ()
@@ -69,6 +70,10 @@ class ConsoleConfig:
     db_flag: str = ""  # `--db URL` for the commands a page shows, as the operator gave it
     app_flags: str = ""  # `--app M …` likewise
     folds: Folds = field(default_factory=Folds)
+    signer: Signer | None = None  # who acts (console/actions.py); None: read-only
+    read_only: str = "no operator identity was given to this console"  # why, when no signer
+    # Seconds a Resume/Retry request waits for the drive before it goes on in the background.
+    drive_wait: float = 2.0
 
 
 # The largest offset or refresh a page takes: far past any real ledger, far below what
@@ -123,6 +128,10 @@ def create_app(config: ConsoleConfig) -> Starlette:
             request=request,
             counts=counts,
             csrf=guard.csrf,
+            signer=config.signer.name if config.signer is not None else None,
+            read_only=config.read_only,
+            drives=actions.drives,
+            ttls=list(TTLS),
             db_flag=config.db_flag,
             app_flags=config.app_flags,
             **context,
@@ -131,6 +140,17 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
     def message(request: Request, title: str, text: str, status: int, back: str) -> HTMLResponse:
         return page(request, "message.html", status, title=title, text=text, back=back)
+
+    actions = Actions(
+        ledger,
+        guard,
+        message,
+        signer=config.signer,
+        read_only=config.read_only,
+        tools=list(config.tools),
+        folds=config.folds,
+        drive_wait=config.drive_wait,
+    )
 
     def runs(request: Request) -> Response:
         fields = ("status", "workflow", "q", "since", "until")
@@ -237,70 +257,19 @@ def create_app(config: ConsoleConfig) -> Starlette:
         seen = attention(ledger, config.folds, detail=True)
         return page(request, "attention.html", counts=seen.counts, seen=seen)
 
-    async def checked_form(request: Request) -> dict[str, Any] | None:
-        form = await request.form()
-        data = {k: v for k, v in form.items() if isinstance(v, str)}
-        return data if guard.csrf_ok(data.get("csrf")) else None
-
-    async def on_run(
-        request: Request, did: str, act: Callable[[dict[str, str], str, str], Done], who: bool
-    ) -> Response:
-        """A write action on one run, as the CLI's: CSRF checked, attributed (``who``: a
-        name is required, else 400 and nothing done), run in a thread; a refusal is its
-        one-line reason (409), never a traceback. ``act`` says what happened, and the run
-        to show next (None: this one)."""
-        form = await checked_form(request)
-        if form is None:
-            return _csrf_refused()
-        run_id, by = form.get("run_id", ""), form.get("by", "").strip()
-        back = f"/run?id={_quote(run_id)}"
-        if who and not by:  # the journal names who did it, as the CLI's --by does
-            return message(request, f"Not {did}", "say who you are; nothing done", 400, back)
+    def fork_preview(request: Request) -> Response:
+        run_id = request.query_params.get("id", "")
+        step = request.query_params.get("from_step", "").strip()
+        back = f"/run{quote_id(run_id)}"
         try:
-            text, shown = await asyncio.to_thread(act, form, run_id, by)
+            again = ledger.fork_preview(run_id, from_step=step)
         except RunNotFound:
-            return message(request, "No such run", f"no run {run_id!r}; nothing done", 404, "/runs")
+            return message(
+                request, "No such run", f"no run {run_id!r} in this ledger", 404, "/runs"
+            )
         except CrashproofError as exc:
-            return message(request, f"Not {did}: the run did not get there", _line(exc), 409, back)
-        link = back if shown is None else f"/run?id={_quote(shown)}"
-        return message(request, did.capitalize(), text, 200, link)
-
-    def resumed(form: dict[str, str], run_id: str, by: str) -> Done:
-        return f"run {run_id!r}: {_resume(ledger, run_id)}", None
-
-    def retried(form: dict[str, str], run_id: str, by: str) -> Done:
-        return f"run {run_id!r}: {_resume(ledger, run_id, by)}", None
-
-    def cancelled(form: dict[str, str], run_id: str, by: str) -> Done:
-        ledger.cancel(run_id, by=by, reason=form.get("reason", ""))
-        return f"run {run_id!r} cancelled by {by}", None
-
-    def forked(form: dict[str, str], run_id: str, by: str) -> Done:
-        step, new = form.get("from_step", "").strip(), form.get("new_run_id", "").strip()
-        ledger.fork(run_id, from_step=step, new_run_id=new, by=by)
-        return f"run {new!r} forked from {run_id!r} after step {step!r} by {by}; resume it", new
-
-    async def resume(request: Request) -> Response:
-        return await on_run(request, "resumed", resumed, who=False)
-
-    async def retry(request: Request) -> Response:
-        return await on_run(request, "retried", retried, who=True)
-
-    async def cancel(request: Request) -> Response:
-        return await on_run(request, "cancelled", cancelled, who=True)
-
-    async def fork(request: Request) -> Response:
-        return await on_run(request, "forked", forked, who=True)
-
-    async def dispatch(request: Request) -> Response:
-        form = await checked_form(request)
-        if form is None:
-            return _csrf_refused()
-        delivered = await asyncio.to_thread(ledger.dispatch_outbox, config.tools)
-        left = attention(ledger, config.folds).counts["outbox"]
-        tools = ", ".join(t.name for t in config.tools) or "none (give --app)"
-        text = f"{delivered} message(s) delivered, {left} still pending; outbox tools: {tools}"
-        return message(request, "Outbox dispatched", text, 200, "/attention")
+            return message(request, "No fork from there", _line(exc), 409, back)
+        return page(request, "fork.html", run_id=run_id, step=step, again=again)
 
     async def bad_query(request: Request, exc: Exception) -> Response:
         return message(request, "Bad request", str(exc), 400, "/runs")
@@ -312,11 +281,8 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/run/timeline", run_timeline),
         Route("/run/step", run_step),
         Route("/attention", needs_attention),
-        Route("/actions/resume", resume, methods=["POST"]),
-        Route("/actions/retry", retry, methods=["POST"]),
-        Route("/actions/cancel", cancel, methods=["POST"]),
-        Route("/actions/fork", fork, methods=["POST"]),
-        Route("/actions/dispatch", dispatch, methods=["POST"]),
+        Route("/run/fork", fork_preview),
+        *actions.routes(),
     ]
     return Starlette(
         routes=routes,
@@ -325,46 +291,12 @@ def create_app(config: ConsoleConfig) -> Starlette:
     )
 
 
-Done = tuple[str, str | None]  # what an action did, and the run to show next (None: its own)
-
-
 def _query_id(run_id: str) -> str:
-    return f"?id={_quote(run_id)}"
-
-
-def _quote(text: str) -> str:
-    from urllib.parse import quote
-
-    return quote(text, safe="")
+    return quote_id(run_id)
 
 
 def _line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-
-
-def _resume(ledger: Ledger, run_id: str, retry_by: str | None = None) -> str:
-    """Resume as ``crashproof resume`` does (an async workflow on a loop of its own); with
-    ``retry_by``, retry a failed run as ``crashproof retry --by`` does."""
-    row = ledger.store.get_run(run_id)
-    if row is None:
-        raise RunNotFound(f"no run {run_id!r}")
-    workflow = ledger.workflows.get(row.workflow)
-    retry = retry_by is not None
-    if workflow is not None and workflow.is_async:
-        asyncio.run(ledger.resume_async(run_id, retry=retry, by=retry_by))
-    elif retry:
-        ledger.retry(run_id, by=retry_by)
-    else:
-        ledger.resume(run_id)
-    return ledger.get_run(run_id).status.value
-
-
-def _csrf_refused() -> Response:
-    return HTMLResponse(
-        "<h1>403: missing or wrong CSRF token</h1><p>Nothing was changed. Reload the page "
-        "and use its button.</p>",
-        status_code=403,
-    )
 
 
 class _Gate(BaseHTTPMiddleware):

@@ -422,10 +422,14 @@ def _humans(events: Sequence[Event]) -> tuple[dict[str, Any], ...]:
     }
     out = []
     for e in events:
-        if e.type not in (EventType.APPROVAL_GRANTED, EventType.REVIEW_DECIDED):
+        if e.type not in (
+            EventType.APPROVAL_GRANTED,
+            EventType.APPROVAL_REJECTED,
+            EventType.REVIEW_DECIDED,
+        ):
             continue
         signed = payloads.signed_record(e)
-        document = signed.get("approval") or signed.get("decision") or {}
+        document = signed.get("approval") or signed.get("rejection") or signed.get("decision") or {}
         statement = document.get("statement") or {} if isinstance(document, dict) else {}
         out.append(
             {
@@ -434,10 +438,13 @@ def _humans(events: Sequence[Event]) -> tuple[dict[str, Any], ...]:
                 "step": e.key,
                 "by": signed.get("by"),
                 "signer": statement.get("approver") or statement.get("reviewer"),
-                "decision": statement.get("decision", "approve"),
+                "decision": statement.get(
+                    "decision", "reject" if e.type is EventType.APPROVAL_REJECTED else "approve"
+                ),
                 "expires_at": statement.get("expires_at"),
                 "nonce": statement.get("nonce"),
                 "consumed": statement.get("nonce") in used,
+                **({"reason": statement.get("reason")} if "reason" in statement else {}),
             }
         )
     return tuple(out)

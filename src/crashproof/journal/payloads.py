@@ -26,6 +26,19 @@ literal) and hand it to ``Event`` / ``Context.append_event`` through :func:`as_d
 from collections.abc import Callable
 from typing import Any, NotRequired, Required, TypedDict, TypeVar, cast
 
+from crashproof.journal.operator_payloads import (
+    ApprovalGranted,
+    ApprovalRejected,
+    ApproverAdded,
+    BudgetRaised,
+    IntentOverride,
+    LimitsRecord,
+    PolicyRebound,
+    PolicyRecord,
+    ReviewDecided,
+    RunImported,
+    RunMoved,
+)
 from crashproof.journal.records import Event, EventType
 
 __all__ = [
@@ -33,6 +46,7 @@ __all__ = [
     "ActUnknown",
     "ApprovalConsumed",
     "ApprovalGranted",
+    "ApprovalRejected",
     "ApproverAdded",
     "AttemptFailed",
     "BudgetRaised",
@@ -70,6 +84,7 @@ __all__ = [
     "any_record",
     "approval_consumed",
     "approval_granted",
+    "approval_rejected",
     "approver_added",
     "as_dict",
     "attempt_failed",
@@ -106,8 +121,6 @@ __all__ = [
 # observations) stay ``dict[str, Any]``: they are built and read by functions typed so,
 # and a TypedDict is not a ``dict[str, Any]`` to mypy. Their shapes are named in comments.
 ErrorRecord = dict[str, Any]  # codec.error_record: type, message (+ args, os_args)
-LimitsRecord = dict[str, int | float | None]  # records.Limits.to_json(): a limit per kind
-PolicyRecord = dict[str, Any]  # runtime/guards/policy.py Policy.record(): version, digest, identity
 
 
 class LeaseReceipt(TypedDict):
@@ -216,6 +229,7 @@ class RunThawed(DriveRecord):
     status: str  # "running"
     by: NotRequired[str]  # the operator who submitted it (for a continue: the reviewer)
     approval_seq: NotRequired[int]  # thawed by the approval_granted at that seq
+    rejection_seq: NotRequired[int]  # thawed by the approval_rejected at that seq
     decision_seq: NotRequired[int]  # thawed by the review_decided at that seq
 
 
@@ -272,8 +286,12 @@ class StepDone(DriveRecord):
     receipt: NotRequired[dict[str, Any]]
     observed: NotRequired[dict[str, Any]]  # the environment the act left (an Observation)
     outbox: NotRequired[Outbox]
-    failure: NotRequired[str]  # failed acts: "permanent", "retryable", "policy", "not_done"
+    # failed acts: "permanent", "retryable", "policy", "not_done", "rejected"
+    failure: NotRequired[str]
     not_done: NotRequired[dict[str, Any]]  # who decided it (runtime/steps/unknown.py)
+    rejected: NotRequired[
+        dict[str, Any]
+    ]  # its rejection: seq, approver, reason (guards/rejections.py)
     cause: NotRequired[ErrorRecord]  # failed acts: the tool's own error
     # Policy refusals: the policy record with rule, reason, tool, tool_version.
     policy: NotRequired[dict[str, Any]]
@@ -340,58 +358,7 @@ class OutboxFailed(DriveRecord):
     at: float
 
 
-# -- operator records, approvals and reviews ------------------------------------------
-
-
-class BudgetRaised(TypedDict):
-    """``budget_raised``: runtime/guards/budget.py (an operator raised the limits)."""
-
-    by: str
-    host: str
-    old: LimitsRecord
-    new: LimitsRecord
-    changed: dict[str, list[int | float | None]]  # kind -> [old, new], changed kinds only
-
-
-class IntentOverride(TypedDict):
-    """``intent_override``: runtime/steps/holds.py (an operator lets the act at the
-    record's key execute although the named runs hold the same intent unresolved)."""
-
-    by: str
-    host: str
-    intent_digest: str
-    holders: list[str]  # the run ids the operator overrides, and only those
-    # What the run froze on: each holder's {"run_id", "key", "since"}.
-    held: list[dict[str, Any]]
-
-
-class PolicyRebound(TypedDict):
-    """``policy_rebound``: runtime/guards/binding.py (an operator re-bound the run)."""
-
-    by: str
-    host: str
-    old: PolicyRecord | None  # None: the run had no policy
-    new: PolicyRecord
-
-
-class ApproverAdded(TypedDict):
-    """``approver_added``, in the registry run: runtime/guards/approvers.py."""
-
-    by: str
-    host: str
-    time: float
-    name: str
-    public_key: str  # PEM
-    fingerprint: str
-
-
-class ApprovalGranted(TypedDict):
-    """``approval_granted``: runtime/operations/oversight.py."""
-
-    by: str
-    host: str
-    time: float
-    approval: dict[str, Any]  # the signed document: statement, signature
+# -- operator records (journal/operator_payloads.py), approvals and reviews ------------
 
 
 class ApprovalConsumed(DriveRecord):
@@ -407,16 +374,6 @@ class ApprovalConsumed(DriveRecord):
     expires_at: NotRequired[float | None]  # the approval's expiry (records since 2026-12)
 
 
-class ReviewDecided(TypedDict):
-    """``review_decided``: runtime/operations/oversight.py."""
-
-    by: str
-    host: str
-    time: float
-    case_id: str
-    decision: dict[str, Any]  # the signed document: statement, signature (not a name)
-
-
 class ReviewConsumed(DriveRecord):
     """``review_consumed``: runtime/guards/review.py (at the act, or at once)."""
 
@@ -428,29 +385,6 @@ class ReviewConsumed(DriveRecord):
     epoch: int  # the epoch the act runs under from now on
     quarantined: list[str]  # operation ids never used again
     time: float
-
-
-class RunMoved(TypedDict):
-    """``run_moved``: runtime/operations/moving.py (exported as a move)."""
-
-    by: str
-    host: str
-    time: float
-    generation: int
-    left: str  # the status the run left in
-
-
-class RunImported(TypedDict):
-    """``run_imported``: runtime/operations/transfer.py."""
-
-    by: str
-    host: str
-    time: float
-    checkpoint: str  # the document's digest
-    generation: int
-    transfer: str  # "move" or "copy"
-    format: int  # the document's schema version
-    signed_with: str  # the id of the key that signed the document
 
 
 class CompatibilityVerdict(DriveRecord):
@@ -481,7 +415,7 @@ FrozenOrStopped = RunFrozen | RunStopped  # an outcome that is no end: it names 
 # The records after which a run stands where it is (a freeze, an end, a thaw).
 RunState = Outcome | RunThawed | RunRetried
 Consumption = ApprovalConsumed | ReviewConsumed  # a nonce used
-SignedRecord = ApprovalGranted | ReviewDecided  # a signed document journaled
+SignedRecord = ApprovalGranted | ApprovalRejected | ReviewDecided  # a signed document journaled
 # What an operator appends (each names its own by and host), and a human's thaw.
 OperatorRecord = (
     BudgetRaised
@@ -489,6 +423,7 @@ OperatorRecord = (
     | PolicyRebound
     | ApproverAdded
     | ApprovalGranted
+    | ApprovalRejected
     | ReviewDecided
     | RunMoved
     | RunImported
@@ -511,6 +446,7 @@ Payload = (
     | PolicyRebound
     | ApproverAdded
     | ApprovalGranted
+    | ApprovalRejected
     | ApprovalConsumed
     | ReviewDecided
     | ReviewConsumed
@@ -555,6 +491,7 @@ budget_raised = _view(BudgetRaised)
 policy_rebound = _view(PolicyRebound)
 approver_added = _view(ApproverAdded)
 approval_granted = _view(ApprovalGranted)
+approval_rejected = _view(ApprovalRejected)
 approval_consumed = _view(ApprovalConsumed)
 review_decided = _view(ReviewDecided)
 review_consumed = _view(ReviewConsumed)

@@ -93,6 +93,7 @@ class EventType(enum.StrEnum):
     POLICY_REBOUND = "policy_rebound"  # an operator re-bound the run to another policy
     APPROVER_ADDED = "approver_added"  # the approvers registry trusts a new public key
     APPROVAL_GRANTED = "approval_granted"  # a signed approval of a pending act
+    APPROVAL_REJECTED = "approval_rejected"  # a signed refusal of a pending act, with a reason
     APPROVAL_CONSUMED = "approval_consumed"  # its nonce used, just before the act's intent
     REVIEW_DECIDED = "review_decided"  # a signed replan/abort decision on a review case
     REVIEW_CONSUMED = "review_consumed"  # its nonce used, the receipt re-read unchanged

@@ -1,12 +1,14 @@
-"""`crashproof approvers`, `approve` and `operator init`: who may sign, and approvals.
+"""`crashproof approvers`, `approve`, `reject` and `operator init`: who may sign, and
+approvals and rejections.
 
-``crashproof.cli.app`` registers ``approve`` at the top level, the others under the
+``crashproof.cli.app`` registers ``approve`` and ``reject`` at the top level, the others under the
 ``approvers`` and ``operator`` groups. Review cases and decisions: ``review.py``.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -36,6 +38,7 @@ __all__ = [
     "list_approvers",
     "make_approver_key",
     "parse_ttl",
+    "reject",
 ]
 
 KeyOption = Annotated[
@@ -167,6 +170,65 @@ def approve(
                 f"approved {statement['operation_id']} (intent "
                 f"{statement['intent_digest'][:12]}…) as {statement['approver']}, valid {ttl}; "
                 "resume the run to execute it"
+            )
+            + "\n"
+        )
+    return int(ExitCode.OK)
+
+
+def reject(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run awaiting approval.")],
+    step: Annotated[
+        str | None,
+        typer.Argument(metavar="[STEP]", show_default=False, help="The pending act's step key."),
+    ] = None,
+    reason: Annotated[
+        str,
+        typer.Option(
+            "--reason", metavar="TEXT", show_default=False, help="Why (journaled, signed)."
+        ),
+    ] = "",
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            metavar="PEM",
+            show_default=False,
+            help="Sign with this registered Ed25519 key instead of your operator identity.",
+        ),
+    ] = None,
+    by: ByOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> int:
+    """Sign a rejection of the act a run waits on, with a reason, and journal it. The
+    run goes on (a worker, or `crashproof resume RUN_ID --app MODULE`): the workflow
+    gets cp.ApprovalRefused at that act, which never executes. Signed with your
+    operator identity (`crashproof operator init`) unless --key is given. No such run:
+    exit 2; not awaiting approval, or decided already: exit 4; nothing changed."""
+    settings = command_settings(ctx, db, as_json, verbose)
+    if not reason.strip():
+        raise CliError(
+            ExitCode.USAGE,
+            "a rejection needs a reason; nothing was signed",
+            f"crashproof reject {shlex.quote(run_id)} --reason 'why not'",
+        )
+    with open_ledger(settings, create=False) as ledger:
+        ledger.pending_act(run_id, step)  # refused before any key is made or used
+        signer = key if key is not None else trusted_operator(ledger, by).key
+        document = ledger.reject(run_id, step, key=signer, reason=reason, by=by)
+    statement = document["statement"]
+    if settings.json:
+        emit_json(document)
+    else:
+        sys.stderr.write(
+            safe(
+                f"rejected {statement['operation_id']} as {statement['approver']}: "
+                f"{statement['reason']}; the run goes on and gets cp.ApprovalRefused there "
+                "(a worker drives it, or crashproof resume "
+                f"{shlex.quote(run_id)} --app MODULE)"
             )
             + "\n"
         )

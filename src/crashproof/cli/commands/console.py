@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from crashproof.cli.exitcodes import CliError, ExitCode
+from crashproof.cli.identity import Operator, configured_operator
 from crashproof.cli.loading import app_policies, app_tools, app_workflows
 from crashproof.cli.render import safe
 from crashproof.cli.settings import DbOption, VerboseOption, command_settings, open_ledger
@@ -76,15 +77,17 @@ def ui(
     db: DbOption = None,
     verbose: VerboseOption = False,
 ) -> int:
-    """Serve a local web console: runs, a run's steps, what needs attention; resume and
-    dispatch buttons. Approvals and review decisions stay signed: its pages show the
-    `crashproof approve` / `review decide` command to run.
+    """Serve a local web console: runs, a run's steps, what needs attention, and buttons
+    to approve, reject, decide a review case, resume, retry, cancel, fork and dispatch.
+    They act as your operator identity (`crashproof operator init`, read at start):
+    signed where the CLI signs, journaled under its name. Without one the console is
+    read-only and says why.
 
     Binds 127.0.0.1 by default. A non-loopback --host without --token or --new-token is
     refused (exit 2), nothing served.
     """
     try:
-        from crashproof.console import ConsoleConfig, create_app, is_loopback
+        from crashproof.console import ConsoleConfig, Signer, create_app, is_loopback
         from crashproof.console import new_token as make_token
     except ImportError as exc:
         raise CliError(
@@ -116,6 +119,7 @@ def ui(
             ledger.register(workflow)
         for policy in policies:
             ledger.register_policy(policy)
+        who = configured_operator(ledger)
         db_flag = "" if ledger_url is None and db is None else f"--db {shlex.quote(settings.db)}"
         config = ConsoleConfig(
             ledger=ledger,
@@ -124,12 +128,18 @@ def ui(
             loopback=loopback,
             db_flag=db_flag,
             app_flags=" ".join(f"--app {shlex.quote(m)}" for m in modules),
+            signer=Signer(who.key, who.name) if isinstance(who, Operator) else None,
+            read_only=who if isinstance(who, str) else "",
         )
         app = create_app(config)
         where = f"http://{host if ':' not in host else f'[{host}]'}:{port}/"
         sys.stderr.write(f"crashproof ui: {safe(ledger.shown_url)} on {where}\n")
         if token:
             sys.stderr.write(f"open {where}?token={token}  (token: {token})\n")
+        if isinstance(who, Operator):
+            sys.stderr.write(safe(f"its buttons act as {who.name} (key {who.path})") + "\n")
+        else:
+            sys.stderr.write(safe(f"read-only: {who}") + "\n")
         sys.stderr.write("Ctrl-C stops it\n")
         sys.stderr.flush()
         serve(app, host, port)

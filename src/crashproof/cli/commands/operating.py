@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -121,18 +121,33 @@ def fork_run(
         typer.Option("--run-id", metavar="NEW", show_default=False, help="The new run's id."),
     ],
     by: ByOption = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Only list the acts that would run again; fork nothing."),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> int:
     """Start run NEW from RUN's journal up to and including step STEP (its acts keep their
-    receipts and operation ids; later acts get NEW's). `crashproof resume NEW --app M`
-    replays the prefix and runs the rest live. Refused inside an act (exit 4)."""
+    receipts and operation ids; later acts get NEW's). Lists first the acts that will run
+    again (the source's acts after STEP: a resume of NEW executes them live); --dry-run
+    lists them and forks nothing. `crashproof resume NEW --app M` replays the prefix and
+    runs the rest live. Refused inside an act (exit 4)."""
     settings = command_settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
+        again = ledger.fork_preview(run_id, from_step=from_step)
+        if dry_run:
+            if settings.json:
+                emit_json({"run_id": run_id, "from_step": from_step, "run_again": again})
+            else:
+                _list_again(again, dry_run)
+            return int(ExitCode.OK)
         record = ledger.fork(run_id, from_step=from_step, new_run_id=new_run_id, by=by)
+    if not settings.json:
+        _list_again(again, dry_run)
     if settings.json:
-        emit_json({"run_id": new_run_id, **record})
+        emit_json({"run_id": new_run_id, **record, "run_again": again})
     else:
         sys.stderr.write(
             safe(
@@ -142,3 +157,19 @@ def fork_run(
             + "\n"
         )
     return int(ExitCode.OK)
+
+
+def _list_again(again: list[dict[str, Any]], dry_run: bool) -> None:
+    head = "a fork would run again" if dry_run else "the fork will run again"
+    if not again:
+        sys.stderr.write(f"{head}: no act (nothing after that step was sent anywhere)\n")
+        return
+    sys.stderr.write(f"{head} {len(again)} act(s), live, under the new run's ids:\n")
+    for act in again:
+        sys.stderr.write(
+            safe(
+                f"  {act['step']}  tool {act['tool'] or '?'}, was {act['operation_id']} "
+                f"({act['ended']})"
+            )
+            + "\n"
+        )

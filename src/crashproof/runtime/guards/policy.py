@@ -33,7 +33,9 @@ Outcomes, and why:
   operation id, intent digest, risk, policy — as evidence, and ``cp.ApprovalRequired`` is
   raised into the workflow (``Ledger.run``/``resume`` raise ``cp.RunFrozen``). A signed
   approval bound to exactly this pending act (``crashproof.runtime.guards.approvals``, checked
-  and consumed in ``_approval_for``) lets the replay reach it and go on.
+  and consumed in ``_approval_for``) lets the replay reach it and go on; a signed
+  rejection (``crashproof.runtime.guards.rejections``) journals it as refused and raises
+  ``cp.ApprovalRefused`` into the workflow.
 
 The version, a digest of the declarative part (functions count by qualified name) and
 the identity are recorded in ``run_started``; see ``crashproof.runtime.guards.binding``.
@@ -327,6 +329,11 @@ def admit_act(
     if not verdict.needs_approval:
         return None
     from crashproof.runtime.guards.approvals import binding
+    from crashproof.runtime.guards.rejections import refuse_rejected, rejection_for
+
+    rejected = rejection_for(session, key, digest)  # a signed "no": never executed
+    if rejected is not None:
+        refuse_rejected(session, key, digest, rejected)
 
     # What the tool observes of its target now: an approval binds it (None: no observe).
     seen = yield from environment_fingerprint(tool)

@@ -46,6 +46,7 @@ _OPERATOR = (
     EventType.POLICY_REBOUND,
     EventType.APPROVER_ADDED,
     EventType.APPROVAL_GRANTED,
+    EventType.APPROVAL_REJECTED,
     EventType.REVIEW_DECIDED,
     EventType.RUN_MOVED,
     EventType.RUN_IMPORTED,

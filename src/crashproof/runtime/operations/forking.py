@@ -12,6 +12,11 @@ Outbox messages of the prefix that the source delivered later are marked deliver
 the fork too (never sent twice). The last record, ``run_forked``, names the source run,
 step and sequence, who and where.
 
+Before forking, ``fork_preview`` (``crashproof fork --dry-run``, the console's Fork
+form) lists the acts that will run again: the source's acts after the cut, each of
+which a resume of the fork executes live (under the fork's operation ids) if the code
+still makes it.
+
 Refused, with nothing written (``cp.ForkRefused``): a step the source never completed,
 a prefix that ends inside an act (an intent without a receipt, UNKNOWN), a new run id
 in use or reserved.
@@ -25,14 +30,14 @@ from typing import Any
 
 from crashproof.errors import ForkRefused, RunNotFound
 from crashproof.journal import payloads
-from crashproof.journal.fold import index_journal
-from crashproof.journal.records import Event, EventType, RunRow, RunStatus
+from crashproof.journal.fold import Replay, index_journal
+from crashproof.journal.records import Event, EventType, RunRow, RunStatus, StepKind
 from crashproof.runtime.driving.leases import operator_lease
 from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.guards.budget import operator
 from crashproof.runtime.port import DriveHost
 
-__all__ = ["LedgerFork"]
+__all__ = ["LedgerFork", "fork_plan"]
 
 
 def _as(run_id: str, seq: int, event: Event) -> Event:
@@ -41,8 +46,67 @@ def _as(run_id: str, seq: int, event: Event) -> Event:
     )
 
 
+def fork_plan(
+    run_id: str, events: list[Event], from_step: str
+) -> tuple[int, Replay, list[dict[str, Any]]]:
+    """Where a fork of ``run_id`` from ``from_step`` cuts its journal, the prefix's index,
+    and the acts that will run again: those the source attempted after the cut (each
+    once, in order: step, tool, the source's operation id and how it ended), which a
+    resume of the fork runs live under the new run's operation ids, if the code still
+    makes them. Refused (``ForkRefused``) as ``fork`` refuses; reads only."""
+    done = [e for e in index_journal(events).done if e.key == from_step]
+    if not done:
+        raise ForkRefused(
+            run_id,
+            f"run {run_id!r} has no completed step {from_step!r}; nothing was written "
+            f"(`crashproof show {shlex.quote(run_id)}` lists its steps)",
+        )
+    cut = done[0].seq
+    prefix = index_journal(events[: cut + 1])
+    if prefix.open_acts:
+        inside = ", ".join(sorted(prefix.open_acts))
+        raise ForkRefused(
+            run_id,
+            f"the prefix up to {from_step!r} ends inside act(s) {inside} (an intent "
+            "without a receipt); nothing was written: fork from an earlier step, or "
+            f"reconcile {run_id!r} first",
+        )
+    again: dict[str, dict[str, Any]] = {}
+    for event in events[cut + 1 :]:
+        if event.type is EventType.ACT_INTENT and event.key is not None:
+            intent = payloads.act_intent(event)
+            again.setdefault(
+                event.key,
+                {
+                    "step": event.key,
+                    "tool": intent.get("tool"),
+                    "operation_id": intent.get("operation_id"),
+                    "ended": "in flight",
+                },
+            )
+        elif event.type is EventType.STEP_DONE and event.key is not None:
+            step = payloads.step_done(event)
+            if step.get("kind") != StepKind.ACT.value:
+                continue
+            entry = again.setdefault(
+                event.key,
+                {"step": event.key, "tool": None, "operation_id": step.get("operation_id")},
+            )
+            entry["ended"] = step.get("status") + (
+                f" ({step['failure']})" if step.get("failure") else ""
+            )
+    return cut, prefix, list(again.values())
+
+
 class LedgerFork(DriveHost):
     """``Ledger.fork`` (see the module docstring)."""
+
+    def fork_preview(self, run_id: str, *, from_step: str) -> list[dict[str, Any]]:
+        """The acts a fork of ``run_id`` from ``from_step`` will run again
+        (``fork_plan``), nothing written; ``ForkRefused`` where ``fork`` would refuse."""
+        if self.store.get_run(run_id) is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
+        return fork_plan(run_id, self.journal(run_id), from_step)[2]
 
     def fork(
         self, run_id: str, *, from_step: str, new_run_id: str, by: str | None = None
@@ -60,23 +124,7 @@ class LedgerFork(DriveHost):
                 run_id, f"run {new_run_id!r} exists already; nothing was written: pick another id"
             )
         events = self.journal(run_id)
-        done = [e for e in index_journal(events).done if e.key == from_step]
-        if not done:
-            raise ForkRefused(
-                run_id,
-                f"run {run_id!r} has no completed step {from_step!r}; nothing was written "
-                f"(`crashproof show {shlex.quote(run_id)}` lists its steps)",
-            )
-        cut = done[0].seq
-        prefix = index_journal(events[: cut + 1])
-        if prefix.open_acts:
-            inside = ", ".join(sorted(prefix.open_acts))
-            raise ForkRefused(
-                run_id,
-                f"the prefix up to {from_step!r} ends inside act(s) {inside} (an intent "
-                "without a receipt); nothing was written: fork from an earlier step, or "
-                f"reconcile {run_id!r} first",
-            )
+        cut, prefix, _ = fork_plan(run_id, events, from_step)
         copied = [_as(new_run_id, e.seq, e) for e in events[: cut + 1]]
         pending = set(prefix.undelivered)
         for event in events[cut + 1 :]:  # delivered later: never delivered twice

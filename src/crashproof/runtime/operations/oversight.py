@@ -1,5 +1,5 @@
-"""The Ledger's human-in-the-loop API: the approvers registry, signed approvals of pending
-acts, review cases and signed replan/abort decisions. A mixin of ``Ledger``.
+"""The Ledger's human-in-the-loop API: the approvers registry, signed approvals and
+rejections of pending acts, review cases and signed replan/abort decisions. A mixin of ``Ledger``.
 
 Every operator append (registering an approver, journaling an approval or a decision)
 takes the run's lease first, like a worker: it never races a process driving the run
@@ -32,6 +32,7 @@ from crashproof.runtime.guards.approvals import (
 )
 from crashproof.runtime.guards.approvers import REGISTRY_RUN, Approver, added_event, registry_of
 from crashproof.runtime.guards.budget import operator
+from crashproof.runtime.guards.rejections import check_rejection, sign_rejection
 from crashproof.runtime.guards.review import (
     ReviewCase,
     abort_events,
@@ -208,6 +209,75 @@ class LedgerHumans(DriveHost):
             return [granted, thawed], (RunStatus.RUNNING, None)
 
         self._operator_append(run_id, build)
+
+    def pending_act(self, run_id: str, step: str | None = None) -> dict[str, Any]:
+        """What an approval or a rejection of the act ``run_id`` waits on must bind
+        (``step``: check it is that one); ``RunNotFound`` / ``ApprovalRefused`` when the
+        run is unknown or waits on no such act. Reads only."""
+        self._known_run(run_id)
+        return expectation(_awaiting_freeze(run_id, self.journal(run_id), step))
+
+    def reject(
+        self,
+        run_id: str,
+        step: str | None = None,
+        *,
+        key: SigningKey,
+        reason: str,
+        by: str | None = None,
+    ) -> dict[str, Any]:
+        """Sign a rejection of the act ``run_id`` waits on (``step``: check it is that
+        one) with ``key`` (a registered approver's Ed25519 key) and ``reason``, and
+        journal it (``approval_rejected`` + ``run_thawed``); returns the signed document.
+        The run is ``running`` again: driven on, the workflow gets ``cp.ApprovalRefused``
+        at the act, which never executes (``runtime.guards.rejections``). Refused, with
+        nothing written: no such run (``RunNotFound``), not waiting on that act, or
+        decided already (``ApprovalRefused``)."""
+        private = _key(key)
+        approver = self._signer(private, ApprovalRefused)
+        self._known_run(run_id)
+        freeze = _awaiting_freeze(run_id, self.journal(run_id), step)
+        document = sign_rejection(private, approver, expectation(freeze), reason)
+        who = operator(by)
+        registry = self.approvers()
+
+        def build(events: list[Event]) -> tuple[list[Event], StatusChange | None]:
+            now_freeze = _awaiting_freeze(run_id, events, freeze.key)
+            why = check_rejection(document, expectation(now_freeze), registry)
+            if why is None and any(
+                e.type is EventType.ACT_INTENT and e.key == now_freeze.key for e in events
+            ):
+                why = (
+                    "its act is in flight (its approval lapsed before it executed, and a "
+                    "lookup must settle it first); approve it again or cancel the run"
+                )
+            if why is not None:
+                raise ApprovalRefused(
+                    f"rejection for run {run_id!r} refused: {why}; nothing was journaled"
+                )
+            now = time.time()
+            rejected = Event(
+                run_id=run_id,
+                seq=len(events),
+                type=EventType.APPROVAL_REJECTED,
+                key=now_freeze.key,
+                payload={**who, "time": now, "rejection": document},
+                created_at=now,
+            )
+            thawed = Event(
+                run_id=run_id,
+                seq=len(events) + 1,
+                type=EventType.RUN_THAWED,
+                key=None,
+                payload=payloads.as_dict(
+                    payloads.RunThawed(status="running", by=who["by"], rejection_seq=len(events))
+                ),
+                created_at=now,
+            )
+            return [rejected, thawed], (RunStatus.RUNNING, None)
+
+        self._operator_append(run_id, build)
+        return document
 
     # -- review ----------------------------------------------------------------
 
