@@ -38,6 +38,7 @@ PUBLIC = [
     "Ledger",
     "LedgerError",
     "Limits",
+    "LiveCall",
     "Message",
     "NonDeterminismError",
     "NotALedger",
