@@ -306,6 +306,7 @@ class Telemetry:
         found = self._drives.pop(run_id, None)
         if found is None:
             return
+        self._first.pop((run_id, found[0]), None)  # a live call begun after its first record
         span = found[1]
         span.set_attribute("crashproof.status", status)
         if status in ("failed", "needs_review"):
