@@ -80,6 +80,7 @@ from crashproof.runtime.options import Decision, RetryPolicy, RunOptions, StepOp
 from crashproof.runtime.replayer.check import ReplayVerdict
 from crashproof.runtime.replayer.sources import replay_check
 from crashproof.runtime.steps.checks import CheckResult
+from crashproof.runtime.steps.scopes import LiveCall
 from crashproof.runtime.worker import Worker
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
@@ -121,6 +122,7 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "Limits",
+    "LiveCall",
     "Message",
     "NonDeterminismError",
     "NotALedger",

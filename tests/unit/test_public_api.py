@@ -39,6 +39,7 @@ PUBLIC = [
     "Ledger",
     "LedgerError",
     "Limits",
+    "LiveCall",
     "Message",
     "NonDeterminismError",
     "NotALedger",

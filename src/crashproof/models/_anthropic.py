@@ -12,6 +12,7 @@ __all__ = ["MESSAGES"]
 
 class _Messages:
     label = "anthropic.messages"
+    provider = "anthropic"
     final = "get_final_message"
 
     def endpoint(self, client: Any) -> Any:
@@ -24,6 +25,10 @@ class _Messages:
         from anthropic.types import Message
 
         return revive(Message, data)
+
+    def finish_reasons(self, reply: Any) -> list[str]:
+        reason = getattr(reply, "stop_reason", None)
+        return [str(reason)] if reason else []
 
     def usage(self, reply: Any) -> tuple[str | None, Usage]:
         u = reply.usage

@@ -49,6 +49,7 @@ class Api(Protocol):
     """One SDK endpoint, sans I/O."""
 
     label: str  # "openai.chat": what errors name
+    provider: str  # gen_ai.provider.name of the OpenTelemetry GenAI conventions
     final: str  # the stream manager's method that assembles the final response
 
     def endpoint(self, client: Any) -> Any:
@@ -65,6 +66,9 @@ class Api(Protocol):
 
     def tool_calls(self, reply: Any) -> list[ToolCall]:
         """The response's tool calls, in order."""
+
+    def finish_reasons(self, reply: Any) -> list[str]:
+        """Why the model stopped, per choice (``gen_ai.response.finish_reasons``)."""
 
     def schemas(self, tools: Any) -> dict[str, Any]:
         """Tool name -> the JSON schema of its arguments, from the request's ``tools``."""

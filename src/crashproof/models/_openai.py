@@ -18,6 +18,7 @@ def _details(obj: Any, field: str) -> int:
 
 class _Chat:
     label = "openai.chat"
+    provider = "openai"
     final = "get_final_completion"
 
     def endpoint(self, client: Any) -> Any:
@@ -39,6 +40,9 @@ class _Chat:
             return reply.model, Usage(input=0, output=0)
         cached = _details(u, "prompt_tokens_details")
         return reply.model, Usage(input=u.prompt_tokens, output=u.completion_tokens, cached=cached)
+
+    def finish_reasons(self, reply: Any) -> list[str]:
+        return [str(c.finish_reason) for c in reply.choices or () if c.finish_reason]
 
     def tool_calls(self, reply: Any) -> list[ToolCall]:
         if not reply.choices:
@@ -77,6 +81,7 @@ class _Chat:
 
 class _Responses:
     label = "openai.responses"
+    provider = "openai"
     final = "get_final_response"
 
     def endpoint(self, client: Any) -> Any:
@@ -96,6 +101,12 @@ class _Responses:
             return reply.model, Usage(input=0, output=0)
         cached = _details(u, "input_tokens_details")
         return reply.model, Usage(input=u.input_tokens, output=u.output_tokens, cached=cached)
+
+    def finish_reasons(self, reply: Any) -> list[str]:
+        # A response has one status (completed, incomplete, ...) and, when incomplete, why.
+        details = getattr(reply, "incomplete_details", None)
+        reason = getattr(details, "reason", None) or getattr(reply, "status", None)
+        return [str(reason)] if reason else []
 
     def tool_calls(self, reply: Any) -> list[ToolCall]:
         items = [item for item in reply.output if item.type == "function_call"]

@@ -82,14 +82,34 @@ class _Core(Generic[R]):
     def _failure(self, exc: Exception) -> Exception:
         return classify(exc, self._api.label)
 
-    def _decision(self, reply: Any) -> cp.Decision:
+    def _decision(self, reply: Any, request: dict[str, Any]) -> cp.Decision:
         model, usage = self._api.usage(reply)
         return cp.Decision(
             dump(reply),
             model=model,
             usage=usage.as_dict(),
             cost=cost_of(self.prices, model, usage),
+            attributes=self._telemetry(reply, request, model, usage.input, usage.output),
         )
+
+    def _telemetry(
+        self, reply: Any, request: dict[str, Any], model: str | None, used: int, made: int
+    ) -> dict[str, Any]:
+        """The call under the OpenTelemetry GenAI semantic conventions (gen_ai.* as of
+        semantic-conventions 1.37: ``gen_ai.provider.name``, which replaced
+        ``gen_ai.system``); the requested model is the request's, the response's the
+        server's. Live only: never journaled (``cp.Decision.attributes``)."""
+        found: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self._api.provider,
+            "gen_ai.request.model": request.get("model"),
+            "gen_ai.response.model": model,
+            "gen_ai.response.id": getattr(reply, "id", None),
+            "gen_ai.response.finish_reasons": self._api.finish_reasons(reply) or None,
+            "gen_ai.usage.input_tokens": used,
+            "gen_ai.usage.output_tokens": made,
+        }
+        return {k: v for k, v in found.items() if v is not None}
 
     def _kept(self, data: Any) -> R:
         reply: R = self._api.revive(data)
@@ -168,7 +188,7 @@ class ModelCall(_Core[R]):
             if failure is exc:
                 raise
             raise failure from exc
-        return self._decision(reply)
+        return self._decision(reply, request)
 
     def run_tools(self, reply: R, tools: Mapping[str, Handler]) -> list[dict[str, Any]]:
         """Run the tool calls of ``reply`` (the latest response): a ``cp.Tool`` as an act
@@ -214,7 +234,7 @@ class AsyncModelCall(_Core[R]):
             if failure is exc:
                 raise
             raise failure from exc
-        return self._decision(reply)
+        return self._decision(reply, request)
 
     async def run_tools(self, reply: R, tools: Mapping[str, Handler]) -> list[dict[str, Any]]:
         """As ``ModelCall.run_tools``, awaited; handlers may be ``async def``."""

@@ -88,6 +88,7 @@ class Context(DriveCommits):
         # nothing more is written or run by the drive.
         self.broken: BaseException | None = None
         self.act_settings: ActSettings = host.act_settings
+        self.call_scopes = host.call_scopes  # entered around live calls (steps/scopes.py)
         self._clock = host.store.clock.clock  # this host's clock (a test may skew it)
         self.server_clock = host.store.clock.is_server  # Store.now is a server's clock
         # Budgets and policy: checked before new work only (runtime/guards/budget.py, policy.py).

@@ -26,6 +26,11 @@ class Decision:
     model: str | None = None
     usage: dict[str, int] | None = None
     cost: float | None = None
+    # Telemetry of the call, live only (never journaled; a replay has none): attributes
+    # under the OpenTelemetry GenAI semantic conventions (``gen_ai.provider.name``,
+    # ``gen_ai.request.model``, ``gen_ai.response.id``, ...), handed to the ledger's call
+    # scopes (``Ledger.on_call``). ``crashproof.models`` fills them in.
+    attributes: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -190,6 +190,11 @@ class StepSession(RunSession, Protocol):
     the failed attempts the journal holds for it, the bracket around its body (a ctx call
     inside it is a misuse), and the fast record of its success."""
 
+    @property
+    def call_scopes(self) -> tuple[Any, ...]:
+        """The observers' scopes entered around each live call's body
+        (``runtime/steps/scopes.py``; ``Ledger.on_call``)."""
+
     def earlier_attempts(self, key: str) -> list[Event] | None:
         """The journaled failed attempts of ``key`` (a retry in progress), or None."""
 
@@ -227,6 +232,7 @@ class DriveHost(Protocol):
     act_settings: ActSettings
     crash_points: CrashPoints | None
     draining: bool  # set by a worker that stops: its runs stop at their next step
+    call_scopes: tuple[Any, ...]  # entered around each live call (steps/scopes.py)
 
     @property
     def store(self) -> Store: ...

@@ -46,7 +46,7 @@ class Seen:
         return [s.name for s in self.spans.get_finished_spans()]
 
     def calls(self) -> list[str]:
-        return [n for n in self.names() if not n.startswith("drive ")]
+        return [n for n in self.names() if not n.startswith(("drive ", "run "))]
 
     def counts(self, metric: str) -> dict[tuple[tuple[str, Any], ...], int]:
         data = self.reader.get_metrics_data()
@@ -58,6 +58,19 @@ class Seen:
                         for point in m.data.data_points:
                             out[tuple(sorted(point.attributes.items()))] = int(point.value)
         return out
+
+
+def one_tree(spans: Any) -> str:
+    """Assert ``spans`` are one trace whose every parent was sent, and no span id twice;
+    returns the root's name."""
+    assert len({s.context.trace_id for s in spans}) == 1
+    ids = [s.context.span_id for s in spans]
+    assert len(ids) == len(set(ids))
+    roots = [s for s in spans if s.parent is None]
+    assert len(roots) == 1
+    for s in spans:
+        assert s.parent is None or s.parent.span_id in ids, (s.name, dict(s.attributes))
+    return str(roots[0].name)
 
 
 class Counter(cp.Tool):
@@ -110,7 +123,10 @@ def test_a_crashed_and_resumed_run_exports_each_span_once(tmp_path: Path) -> Non
     resumed = seen.ledger(url)
     assert resumed.run(flow(tool), run_id="r") == ["v0", "v1", "v2", "done", "v3"]
     assert seen.calls() == [*first, "step s3"]  # the union: each live call once
-    assert seen.names().count("drive traced") == 1  # the crashed drive never ended
+    drives = [s for s in seen.spans.get_finished_spans() if s.name == "drive traced"]
+    # the crashed drive's span, sent by the resume (its steps name it), and the resume's
+    assert [d.attributes["crashproof.status"] for d in drives] == ["died", "succeeded"]
+    assert one_tree(seen.spans.get_finished_spans()) == "run traced"
     again = seen.ledger(url)
     assert again.run(flow(tool), run_id="r") == ["v0", "v1", "v2", "done", "v3"]
     assert seen.calls() == [*first, "step s3"]  # an ended run answers from its record
@@ -135,7 +151,7 @@ def test_the_attributes_are_the_documented_ones(tmp_path: Path) -> None:
     assert isinstance(act.attributes["crashproof.fencing_token"], int)
     decide = spans["decide plan"]
     assert decide.attributes["gen_ai.operation.name"] == "chat"
-    assert decide.attributes["gen_ai.request.model"] == "m-1"
+    assert decide.attributes["gen_ai.response.model"] == "m-1"  # what the Decision says
     assert decide.attributes["gen_ai.usage.input_tokens"] == 3
     assert decide.attributes["gen_ai.usage.output_tokens"] == 2
     assert drive.start_time <= act.start_time <= act.end_time <= drive.end_time

@@ -35,6 +35,7 @@ from crashproof.integrity.witness import Witness
 from crashproof.journal.records import Event
 from crashproof.runtime.driving.durability import output_point
 from crashproof.runtime.port import PendingRecord, WrittenBatch
+from crashproof.runtime.steps.scopes import CallScope
 from crashproof.store.port import RecordAppend, StatusChange, Store
 
 __all__ = [
@@ -113,6 +114,15 @@ class JournalCommits:
     _broken: dict[tuple[str, int | None], BaseException]
     crash_points: CrashPoints | None
     commit_observers: tuple[CommitObserver, ...] = ()
+    call_scopes: tuple[CallScope, ...] = ()
+
+    def on_call(self, scope: CallScope) -> None:
+        """Enter ``scope(call)`` (a context manager; ``call`` a ``cp.LiveCall``) around the
+        body of each step and decision this ledger's drives run live, in the thread or
+        task the body runs in: what it makes current (a span) is current in the body.
+        Never entered for a replayed call. A scope that raises is logged, never the
+        call's outcome (``runtime/steps/scopes.py``)."""
+        self.call_scopes = (*self.call_scopes, scope)
 
     def on_commit(self, observer: CommitObserver) -> None:
         """Call ``observer(records, fencing_token)`` after each commit of this ledger's

@@ -97,6 +97,7 @@ class _ReadOnly:
         self.act_settings = host.act_settings
         self.crash_points: CrashPoints | None = None
         self.draining = False
+        self.call_scopes: tuple[Any, ...] = ()  # a replay check runs no call live
 
     @property
     def store(self) -> Store:

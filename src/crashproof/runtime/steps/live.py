@@ -28,6 +28,7 @@ from crashproof.runtime.port import StepSession
 from crashproof.runtime.steps.decisions import check_decision
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.outage import stop_unavailable, wait_for
+from crashproof.runtime.steps.scopes import LiveCall, scoped
 
 __all__ = ["live_call"]
 
@@ -58,8 +59,20 @@ def live_call(
         remaining = float(last["ended_at"]) + float(last["retry_in"]) - time.time()
         if remaining > 0:
             yield Pause(remaining)
-    invoke = Invoke(fn, args, f"{kind.value} {key!r}", kwargs, inline=kind in _INLINE)
+    what = f"{kind.value} {key!r}"
+    invoke = Invoke(fn, args, what, kwargs, inline=kind in _INLINE)
+    scopes = session.call_scopes
     while True:
+        if scopes:  # an observer's scope around the body (steps/scopes.py); free without
+            call = LiveCall(
+                run_id=session.run_id,
+                kind=kind.value,
+                key=key,
+                attempt=attempt,
+                seq=session.next_seq,
+                fencing_token=session.fencing_token,
+            )
+            invoke = Invoke(scoped(fn, scopes, call), args, what, kwargs, kind in _INLINE)
         started = time.time()
         error: Exception | None = None
         session.enter_step(key)
