@@ -262,6 +262,7 @@ def _schema(name: str, fn: Callable[..., Any], described: dict[str, str]) -> tup
         if isinstance(prop, dict):
             prop.pop("title", None)
     schema.setdefault("properties", {})
+    schema.setdefault("required", [])  # stated when empty too, as strict schemas need
     return model, schema, tuple(names)
 
 
