@@ -287,7 +287,10 @@ def _build(
             f"model tool {tool_name!r}: act= (a cp.Tool with its lookup does the effect) or "
             "effect= (the function is the effect, no lookup), not both"
         )
-    acts = (act,) if isinstance(act, cp.Tool) else tuple(act or ())
+    if isinstance(act, cp.Tool):
+        acts: tuple[Any, ...] = (act,)
+    else:
+        acts = tuple(act) if isinstance(act, list | tuple) else () if act is None else (act,)
     if (act is not None and not acts) or not all(isinstance(a, cp.Tool) for a in acts):
         raise TypeError(f"model tool {tool_name!r}: act= takes cp.Tool(s), not {act!r}")
     if errors not in ("message", "raise"):
