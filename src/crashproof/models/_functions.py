@@ -12,9 +12,10 @@ stays optional. Titles are left out, extra arguments refused
 and annotations pydantic cannot turn into a schema are refused when the tool is defined,
 with an error naming the tool and the parameter.
 
-The model's arguments are validated against the same pydantic model (so ``"3"`` for an
-``int`` is refused, as the schema says, and a ``list[str]`` arrives as a list): what does
-not fit goes back to the model as a tool message, nothing runs.
+The model's arguments are validated against the same pydantic model, in pydantic's lax
+mode as pydantic-ai does (``"3"`` for an ``int`` becomes 3, ``"x"`` is refused; a
+``list[str]`` arrives as a list, a ``datetime`` parsed): what does not fit goes back to
+the model as a tool message, nothing runs.
 
 Effect classes (the ``cp.OnUnknown`` declarations are those of ``crashproof.tools.port``):
 
