@@ -63,6 +63,8 @@ chaos: $(STAMP)
 	CRASHPROOF_CHAOS_RESTARTS=16 $(BIN)/pytest -q tests/verify/test_verify_chaos.py -k store_restarts
 	FLEET_SEED=$(CHAOS_SEED) FLEET_RUNS=$(FLEET_RUNS) FLEET_KILLS=$(FLEET_KILLS) FLEET_BUDGET=1800 \
 		$(BIN)/pytest -q -s tests/integration/test_fleet.py
+	# The SDK agents (OpenAI sync and async, Anthropic) SIGKILLed at every crash point (#41)
+	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_openai_agent.py -k sigkill
 
 chaos-short: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)

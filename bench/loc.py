@@ -1,15 +1,19 @@
-"""Lines of code of the OpenAI agent with and without crashproof.
+"""Lines of code of the SDK agents with and without crashproof.
 
     .venv/bin/python bench/loc.py
 
-Counts the non-blank, non-comment lines (docstrings left out, decorators counted) of:
+Counts the non-blank, non-comment lines (docstrings left out, decorators counted) of
+three agents, each against its plain twin: on ``openai.OpenAI``
+(``examples/openai_agent.py`` / ``openai_agent_plain.py``), on ``openai.AsyncOpenAI``
+(``openai_agent_async.py`` / ``openai_agent_async_plain.py``) and on
+``anthropic.Anthropic`` (``anthropic_agent.py`` / ``anthropic_agent_plain.py``):
 
-- the workflow: ``openai_agent`` in ``examples/openai_agent.py`` (the decorated loop)
-  and ``agent`` in ``examples/openai_agent_plain.py``;
-- the agent: the workflow with the code that wires its tools to it (``make_workflow``,
-  which holds ``openai_agent``, against ``agent`` plus the ``Tools`` class the plain
-  agent writes by hand). What both share (the server, the script, the tool schemas, the
-  test runner, the forge) is not counted.
+- the workflow: the decorated loop against the plain ``agent`` function;
+- the agent: the workflow with its tools and their schemas (``make_workflow`` and
+  ``agent_tools``, whose schemas ``cp.models.tool`` derives, against ``agent``, the
+  ``Tools`` class and the hand-written ``TOOLS`` schemas of the plain twin). What both
+  share (the server, the script, the test runner, the forge, the environment) is not
+  counted.
 
 ``tests/verify/test_openai_agent.py`` checks that crashproof's are no longer.
 """
@@ -27,17 +31,24 @@ def code_lines(path: Path, *names: str) -> int:
     source = path.read_text(encoding="utf-8")
     lines = source.splitlines()
     found: dict[str, ast.AST] = {}
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in names:
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        defined = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        if defined and node.name in names:
             found.setdefault(node.name, node)
+    for node in tree.body:  # module-level assignments: a schema list
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in names:
+                    found.setdefault(target.id, node)
     missing = set(names) - set(found)
     if missing:
         raise LookupError(f"{path.name} defines no {sorted(missing)}")
     counted: set[int] = set()
     for node in found.values():
-        if not isinstance(node, ast.FunctionDef | ast.ClassDef):
-            continue
-        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        decorators = getattr(node, "decorator_list", [])
+        first = min([node.lineno, *(d.lineno for d in decorators)])
         span = set(range(first, (node.end_lineno or node.lineno) + 1))
         for inner in ast.walk(node):  # docstrings are documentation, not code
             body = getattr(inner, "body", None)
@@ -51,19 +62,49 @@ def code_lines(path: Path, *names: str) -> int:
     )
 
 
+# What is counted, as (file, names) parts: the tools of every crashproof agent
+# (agent_tools), those of every plain twin (Tools, TOOLS), and per agent its crashproof
+# workflow, its plain workflow, and the crashproof code that wires the tools to it.
+Parts = tuple[tuple[str, tuple[str, ...]], ...]
+_PLAIN_TOOLS: Parts = (("openai_agent_plain.py", ("Tools", "TOOLS", "_function")),)
+_TOOLS: Parts = (("openai_agent.py", ("agent_tools",)),)
+AGENTS: dict[str, tuple[Parts, Parts, Parts]] = {
+    "openai": (
+        (("openai_agent.py", ("openai_agent",)),),
+        (("openai_agent_plain.py", ("agent",)),),
+        (("openai_agent.py", ("make_workflow",)),),
+    ),
+    "openai async": (
+        (("openai_agent_async.py", ("openai_agent",)),),
+        (("openai_agent_async_plain.py", ("agent",)),),
+        (("openai_agent_async.py", ("make_workflow",)),),
+    ),
+    "anthropic": (
+        (("anthropic_agent.py", ("anthropic_agent",)),),
+        (("anthropic_agent_plain.py", ("agent", "TOOLS")),),
+        (("anthropic_agent.py", ("make_workflow",)),),
+    ),
+}
+
+
+def _lines(parts: Parts) -> int:
+    return sum(code_lines(EXAMPLES / name, *names) for name, names in parts)
+
+
 def counts() -> dict[str, tuple[int, int]]:
-    """{"workflow": (crashproof, plain), "agent": (crashproof, plain)}."""
-    ours, plain = EXAMPLES / "openai_agent.py", EXAMPLES / "openai_agent_plain.py"
-    return {
-        "workflow": (code_lines(ours, "openai_agent"), code_lines(plain, "agent")),
-        "agent": (code_lines(ours, "make_workflow"), code_lines(plain, "agent", "Tools")),
-    }
+    """{"<agent> workflow": (crashproof, plain), "<agent> agent": (crashproof, plain)}:
+    the agent is the workflow with its tools (``make_workflow`` holds the workflow)."""
+    out = {}
+    for agent, (ours, plain, wiring) in AGENTS.items():
+        out[f"{agent} workflow"] = (_lines(ours), _lines(plain))
+        out[f"{agent} agent"] = (_lines(wiring + _TOOLS), _lines(plain + _PLAIN_TOOLS))
+    return out
 
 
 def main() -> None:
-    print(f"{'lines of code':<16}{'crashproof':>12}{'plain':>8}")
+    print(f"{'lines of code':<26}{'crashproof':>12}{'plain':>8}")
     for what, (cp_lines, plain_lines) in counts().items():
-        print(f"{what:<16}{cp_lines:>12}{plain_lines:>8}")
+        print(f"{what:<26}{cp_lines:>12}{plain_lines:>8}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""A local model server for the examples: the OpenAI Chat Completions wire protocol
-(``POST /v1/chat/completions``, JSON answers) on 127.0.0.1, playing a scripted
-conversation, so the official ``openai`` client talks to it over a real socket.
+"""A local model server for the examples: the OpenAI Chat Completions (``POST
+/v1/chat/completions``) and Anthropic Messages (``POST /v1/messages``) wire protocols,
+JSON answers, on 127.0.0.1, playing a scripted conversation, so the official ``openai``
+and ``anthropic`` clients talk to it over a real socket.
 
-``ModelServer(script, log=path).start()``; ``url`` is the ``base_url`` to give the client.
+``ModelServer(script, log=path).start()``; ``url`` is the ``base_url`` to give the
+``openai`` client, ``root`` the one to give the ``anthropic`` client.
 
 - It answers by the conversation's position, not by arrival: a request whose ``messages``
   hold k assistant messages gets ``script[k]`` (text, and tool calls as
@@ -11,7 +13,8 @@ conversation, so the official ``openai`` client talks to it over a real socket.
 - Every answer carries a fresh random nonce in its text and its tool-call ids: a decision
   asked again would show, as a real model's answer would differ.
 - It counts the requests per turn, by the decision key crashproof gives that turn
-  (``chat``, ``chat#2``, ...), in the JSON file ``log``, replaced atomically before the
+  (``chat``, ``chat#2``, ... for Chat Completions; ``message``, ``message#2``, ... for
+  Messages), in the JSON file ``log``, replaced atomically before the
   answer leaves: a client killed after reading it still finds the call counted.
   ``calls()`` reads it back (the verifier's ``model_calls``).
 - ``delay`` (seconds): how long each answer takes (the benchmark's 1 ms and 50 ms).
@@ -34,9 +37,10 @@ __all__ = ["ModelServer", "Turn", "turn_key"]
 Turn = tuple[str, list[tuple[str, dict[str, Any]]]]
 
 
-def turn_key(k: int) -> str:
-    """The decision key of turn ``k`` (0-based) of a chat recorder named ``chat``."""
-    return "chat" if k == 0 else f"chat#{k + 1}"
+def turn_key(k: int, name: str = "chat") -> str:
+    """The decision key of turn ``k`` (0-based) of a recorder named ``name`` (``chat``
+    for Chat Completions, ``message`` for Anthropic Messages)."""
+    return name if k == 0 else f"{name}#{k + 1}"
 
 
 class ModelServer:
@@ -69,7 +73,14 @@ class ModelServer:
     def url(self) -> str:
         if self._server is None:
             raise RuntimeError("the model server is not started")
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"{self.root}/v1"
+
+    @property
+    def root(self) -> str:
+        """The ``base_url`` of the ``anthropic`` client (it adds ``/v1/messages``)."""
+        if self._server is None:
+            raise RuntimeError("the model server is not started")
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def calls(self) -> dict[str, int]:
         """Requests per decision key, from the log."""
@@ -88,12 +99,40 @@ class ModelServer:
             temp.write_text(json.dumps(counts, sort_keys=True), encoding="utf-8")
             os.replace(temp, self.log)
 
-    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """The status and JSON answer to one Chat Completions request."""
+    def _turn(self, body: dict[str, Any], name: str) -> int:
         turn = sum(1 for m in body.get("messages", ()) if m.get("role") == "assistant")
-        self._count(turn_key(turn))
+        self._count(turn_key(turn, name))
         if self.delay:
             time.sleep(self.delay)
+        return turn
+
+    def answer_messages(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The status and JSON answer to one Anthropic Messages request."""
+        turn = self._turn(body, "message")
+        if turn >= len(self.script):
+            error = {"type": "invalid_request_error", "message": "the script has no more turns"}
+            return 400, {"type": "error", "error": error}
+        text, calls = self.script[turn]
+        nonce = uuid.uuid4().hex[:12]
+        content: list[dict[str, Any]] = [{"type": "text", "text": f"{text} [{nonce}]"}]
+        content += [
+            {"type": "tool_use", "id": f"toolu_{nonce}_{i}", "name": name, "input": arguments}
+            for i, (name, arguments) in enumerate(calls)
+        ]
+        return 200, {
+            "id": f"msg_{nonce}",
+            "type": "message",
+            "role": "assistant",
+            "model": f"{body['model']}-20260101",
+            "content": content,
+            "stop_reason": "tool_use" if calls else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": len(json.dumps(body["messages"])) // 4, "output_tokens": 20},
+        }
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The status and JSON answer to one Chat Completions request."""
+        turn = self._turn(body, "chat")
         if turn >= len(self.script):
             error = {"message": "the script has no more turns", "type": "invalid_request_error"}
             return 400, {"error": error}
@@ -140,6 +179,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         if self.path.rstrip("/").endswith("/chat/completions"):
             status, payload = self.server.model.answer(body)  # type: ignore[attr-defined]
+        elif self.path.rstrip("/").endswith("/v1/messages"):
+            status, payload = self.server.model.answer_messages(body)  # type: ignore[attr-defined]
         else:
             status, payload = 404, {"error": {"message": f"no route {self.path}"}}
         data = json.dumps(payload).encode()

@@ -4,20 +4,26 @@ The loop is the one every tool-calling agent has: ask the model, append its answ
 the tools it called, append their results, until it answers without a tool call. The
 model is ``openai.OpenAI`` talking Chat Completions over HTTP to a local server written
 for the example (``_model_server.py``), which plays a scripted conversation with a fresh
-random nonce in every answer and counts the requests per turn. Its tools:
+random nonce in every answer and counts the requests per turn. Its tools are the agent's
+own (``agent_tools``: typed functions, their JSON schemas derived by ``cp.models.tool``):
 
-- ``read_file``: a function, so a step (``chat/0:read_file``);
-- ``edit_file``: a ``cp.Workspace`` (a state-addressed act: a patch applied once);
-- ``run_tests``: a function (a step) that runs the repository's tests in process;
-- ``git``: a ``GitTool`` (commit with a ``Crashproof-Operation:`` trailer, branch);
-- ``open_pr``: an ``HttpTool`` against the local forge of ``_forge.py``
-  (``Idempotency-Key``, looked up by key);
-- ``notify``: a ``cp.Outbox`` delivering to the forge's ``/notifications`` with the
-  operation id as dedupe key.
+- ``read_file(path)``: a read, so a step (``chat/0:read_file``);
+- ``apply_patch(path, diff)``: an act of a ``cp.Workspace`` (a patch applied once);
+- ``run_tests()``: a step that runs the repository's tests in process;
+- ``commit(message, paths)``: an act of a ``GitTool`` (a ``Crashproof-Operation:``
+  trailer);
+- ``create_pull_request(title, branch)``: two acts, the branch (``GitTool``), then the
+  pull request (an ``HttpTool`` against the local forge of ``_forge.py``,
+  ``Idempotency-Key``, looked up by key; the function is its request template);
+- ``notify(channel, text)``: a ``cp.Outbox`` delivering to the forge's
+  ``/notifications`` with the operation id as dedupe key.
 
 ``crashproof.models.openai_chat`` records each model call as a decision (never asked
-again once recorded) and ``run_tools`` turns each tool call into its step or act.
-``openai_agent_plain.py`` is the same agent without crashproof.
+again once recorded) and ``run_tools`` turns each tool call into its step or acts; a
+tool's error reaches the model as a tool message. ``openai_agent_plain.py`` is the same
+agent without crashproof (the schemas written by hand, the SDK's retries on 429 and 5xx,
+tool errors as messages); ``openai_agent_async.py`` and ``anthropic_agent.py`` are the
+same agent on ``AsyncOpenAI`` and on ``anthropic``, each with its plain twin.
 
 Verify it from the repository root, every crash point in each mode::
 
@@ -35,9 +41,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,88 +84,28 @@ PATCH = (
     "+def greet(name: str) -> str:\n"
     '+    return f"Hello, {name}!"\n'
 )
-# What the local model answers, turn by turn (its tool calls are the agent's plan).
+# What the local model answers, turn by turn (its tool calls are the agent's plan), in the
+# agent's own tools: the schemas cp.models.tool derives from agent_tools' signatures.
 SCRIPT: list[Turn] = [
     (
         "Reading the code and its test.",
         [("read_file", {"path": "greet.py"}), ("read_file", {"path": "test_greet.py"})],
     ),
-    (
-        "greet() must take a name.",
-        [("edit_file", {"op": "patch", "path": "greet.py", "diff": PATCH})],
-    ),
+    ("greet() must take a name.", [("apply_patch", {"path": "greet.py", "diff": PATCH})]),
     ("Running the tests.", [("run_tests", {})]),
-    (
-        "The tests pass: committing on a branch.",
-        [
-            ("git", {"op": "commit", "message": f"{TITLE}\n", "paths": ["greet.py"]}),
-            ("git", {"op": "branch", "name": BRANCH}),
-        ],
-    ),
-    (
-        "Opening the pull request.",
-        [("open_pr", {"body": {"title": TITLE, "head": BRANCH, "base": "main"}})],
-    ),
+    ("The tests pass: committing.", [("commit", {"message": f"{TITLE}\n", "paths": ["greet.py"]})]),
+    ("Opening the pull request.", [("create_pull_request", {"title": TITLE, "branch": BRANCH})]),
     ("Telling the team.", [("notify", {"channel": "#agents", "text": f"PR #1: {TITLE}"})]),
     ("Done: PR #1 makes greet() greet by name.", []),
 ]
 SYSTEM = "You are a code agent. Use the tools to change the repository, test, commit, open a PR."
 
 
-def _function(name: str, description: str, properties: dict[str, Any], *required: str) -> Any:
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    schema["required"] = list(required)
-    schema["additionalProperties"] = False
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": schema},
-    }
-
-
-_TEXT = {"type": "string"}
-TOOLS = [
-    _function("read_file", "Read a file of the repository.", {"path": _TEXT}, "path"),
-    _function(
-        "edit_file",
-        "Write a file, append to it, or apply a unified diff to it.",
-        {
-            "op": {"enum": ["write", "append", "patch"]},
-            "path": _TEXT,
-            "content": _TEXT,
-            "text": _TEXT,
-            "diff": _TEXT,
-        },
-        "op",
-        "path",
-    ),
-    _function("run_tests", "Run the repository's tests.", {}),
-    _function(
-        "git",
-        "Commit paths with a message, or create a branch at HEAD.",
-        {
-            "op": {"enum": ["commit", "branch"]},
-            "message": _TEXT,
-            "paths": {"type": "array", "items": _TEXT},
-            "name": _TEXT,
-        },
-        "op",
-    ),
-    _function("open_pr", "Open a pull request.", {"body": {"type": "object"}}, "body"),
-    _function(
-        "notify",
-        "Post a message to a channel.",
-        {"channel": _TEXT, "text": _TEXT},
-        "channel",
-        "text",
-    ),
-]
-
-
 @dataclass
 class Env:
     repo: Path
     model: ModelServer
-    client: openai.OpenAI
+    client: Any  # openai.OpenAI here; AsyncOpenAI, Anthropic in the other examples
     forge: Forge
     http: httpx.Client
     workspace: cp.Workspace
@@ -168,16 +116,12 @@ class Env:
         self.notify = cp.Outbox("chat", self.deliver)
 
     def close(self) -> None:
-        self.client.close()
+        closed = self.client.close()
+        if inspect.iscoroutine(closed):  # an async client: its connections belong to the
+            closed.close()  # loops of the runs that used it, closed already; dropped
         self.http.close()
         self.model.stop()
         self.forge.stop()
-
-    def read_file(self, path: str) -> str:
-        return (self.repo / path).read_text(encoding="utf-8")
-
-    def run_tests(self) -> str:
-        return run_tests(self.repo)
 
     def deliver(self, message: cp.Message) -> str:
         """The outbox's delivery: at least once, deduplicated by the forge by key."""
@@ -190,7 +134,7 @@ class Env:
         return str(answer.json()["id"])
 
 
-def run_tests(root: Path) -> str:
+def run_tests_in(root: Path) -> str:
     """Every ``test_*`` function of the ``test_*.py`` files, in process, with the
     repository's modules imported fresh from its files (no bytecode written, none kept:
     a later run, in another repository, imports its own)."""
@@ -217,8 +161,9 @@ def run_tests(root: Path) -> str:
     return "\n".join([*failed, f"{passed} passed, {len(failed)} failed"])
 
 
-def make_env(directory: Path) -> Env:
-    """A git repository, the model server and the forge; after a crash, the ones left."""
+def make_env(directory: Path, client: Callable[[ModelServer], Any] | None = None) -> Env:
+    """A git repository, the model server and the forge; after a crash, the ones left.
+    ``client``: the SDK client for the model server (default: ``openai.OpenAI``)."""
     repo = directory / "repo"
     if not repo.exists():
         repo.mkdir(parents=True)
@@ -230,18 +175,12 @@ def make_env(directory: Path) -> Env:
     model = ModelServer(SCRIPT, log=directory / "model.json").start()
     forge = Forge(directory / "forge.json").start()
     forge.ensure_repository("greeter", head=_git(repo, "rev-parse", "main"))
-    # Plain HTTP on the loopback: no TLS, so no CA bundle to load for every environment.
-    client = openai.OpenAI(
-        api_key="local",
-        base_url=model.url,
-        http_client=openai.DefaultHttpxClient(verify=False, timeout=10.0),
-    )
     http = httpx.Client(verify=False, timeout=10.0)
     lookup = "/by-key/{operation_id}"
     return Env(
         repo=repo,
         model=model,
-        client=client,
+        client=(client or openai_client)(model),
         forge=forge,
         http=http,
         workspace=cp.Workspace(repo),
@@ -250,25 +189,61 @@ def make_env(directory: Path) -> Env:
     )
 
 
-def make_workflow(env: Env) -> cp.Workflow[int]:
-    tools: dict[str, Any] = {
-        "read_file": env.read_file,
-        "edit_file": env.workspace,
-        "run_tests": env.run_tests,
-        "git": env.git,
-        "open_pr": env.pulls,
-        "notify": env.notify,
-    }
+def openai_client(model: ModelServer) -> openai.OpenAI:
+    # Plain HTTP on the loopback: no TLS, so no CA bundle to load for every environment.
+    http = openai.DefaultHttpxClient(verify=False, timeout=10.0)
+    return openai.OpenAI(api_key="local", base_url=model.url, http_client=http)
 
-    @cp.workflow("openai-agent", version="1")
+
+def agent_tools(env: Env) -> list[cp.models.FunctionTool]:
+    """The agent's tools, as the model sees them (schemas from the signatures), each
+    with its effect class: reads are steps, effects are acts of a cp.Tool."""
+
+    @cp.models.tool
+    def read_file(path: str) -> str:
+        """Read a file of the repository."""
+        return (env.repo / path).read_text(encoding="utf-8")
+
+    @cp.models.tool(act=env.workspace)
+    def apply_patch(path: str, diff: str) -> dict[str, Any]:
+        """Apply a unified diff to a file."""
+        return {"op": "patch", "path": path, "diff": diff}
+
+    @cp.models.tool
+    def run_tests() -> str:
+        """Run the repository's tests."""
+        return run_tests_in(env.repo)
+
+    @cp.models.tool(act=env.git)
+    def commit(message: str, paths: list[str]) -> dict[str, Any]:
+        """Commit files with a message."""
+        return {"op": "commit", "message": message, "paths": paths}
+
+    @cp.models.tool(act=[env.git, env.pulls])
+    def create_pull_request(title: str, branch: str) -> list[dict[str, Any]]:
+        """Push the last commit to a new branch and open a pull request for it."""
+        pull = {"title": title, "head": branch, "base": "main"}
+        return [{"op": "branch", "name": branch}, {"body": pull}]
+
+    @cp.models.tool(act=env.notify)
+    def notify(channel: str, text: str) -> dict[str, Any]:
+        """Post a message to a channel."""
+        return {"channel": channel, "text": text}
+
+    return [read_file, apply_patch, run_tests, commit, create_pull_request, notify]
+
+
+def make_workflow(env: Env) -> cp.Workflow[int]:
+    tools = agent_tools(env)
+
+    @cp.workflow("openai-agent", version="2")
     def openai_agent(ctx: cp.Context, task: str) -> int:
         llm = cp.models.openai_chat(ctx, env.client, prices=PRICES)
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
         while True:
-            reply = llm.create(model=MODEL, messages=messages, tools=TOOLS)
+            reply = llm.create(model=MODEL, messages=messages, tools=tools)
             messages += llm.reply_messages(reply)
-            results = llm.run_tools(reply, tools)
-            if not results:
+            if not (results := llm.run_tools(reply)):
                 return len(messages)
             messages += results
 
@@ -287,15 +262,22 @@ def fingerprint(env: Env) -> str:
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
 
-def effects(env: Env) -> dict[str, int]:
-    """Commits per operation trailer in git's history, the branch (under the operation id
-    of the act that made it), and what the forge created per idempotency key."""
-    log = _git(env.repo, "log", "--all", f"--format=%(trailers:key={OPERATION_TRAILER},valueonly)")
-    counts = Counter(line.strip() for line in log.splitlines() if line.strip())
-    if _git(env.repo, "for-each-ref", "--format=%(refname)", f"refs/heads/{BRANCH}"):
-        counts[f"{RUN_ID}/chat.4/1:git"] += 1
-    counts.update(env.forge.created())
-    return dict(counts)
+def effects_of(run_id: str, name: str) -> Callable[[Env], dict[str, int]]:
+    """The effects of the run ``run_id`` whose recorder is named ``name``: commits per
+    operation trailer in git's history, the branch (under the operation id of the act
+    that made it), and what the forge created per idempotency key."""
+
+    def effects(env: Env) -> dict[str, int]:
+        log = _git(
+            env.repo, "log", "--all", f"--format=%(trailers:key={OPERATION_TRAILER},valueonly)"
+        )
+        counts = Counter(line.strip() for line in log.splitlines() if line.strip())
+        if _git(env.repo, "for-each-ref", "--format=%(refname)", f"refs/heads/{BRANCH}"):
+            counts[f"{run_id}/{name}.5/0:create_pull_request/0"] += 1
+        counts.update(env.forge.created())
+        return dict(counts)
+
+    return effects
 
 
 SCENARIO = Scenario(
@@ -305,7 +287,7 @@ SCENARIO = Scenario(
     fingerprint=fingerprint,
     inputs={"task": TASK},
     run_id=RUN_ID,
-    effects=effects,
+    effects=effects_of(RUN_ID, "chat"),
     model_calls=lambda env: env.model.calls(),
 )
 

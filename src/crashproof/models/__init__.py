@@ -6,9 +6,15 @@ Anthropic Messages; sync and async; streamed or not. Extras: ``crashproof[openai
 
     llm = cp.models.openai_chat(ctx, client, prices={"gpt-4.1": cp.models.Price(
         input=2.0, output=8.0, cached_input=0.5)})
-    reply = llm.create(model="gpt-4.1", messages=messages, tools=TOOLS)  # a ChatCompletion
+    @cp.models.tool                                          # a read: a step
+    def run_tests(path: str = ".") -> str: ...               # its docstring: the description
+    @cp.models.tool(act=forge)                               # an effect with a lookup
+    def open_pr(title: str, branch: str) -> dict[str, Any]:
+        return {"body": {"title": title, "head": branch}}    # forge's params
+
+    reply = llm.create(model="gpt-4.1", messages=messages, tools=[run_tests, open_pr])
     messages += llm.reply_messages(reply)                    # the assistant turn, as JSON
-    messages += llm.run_tools(reply, {"run_tests": run_tests, "open_pr": forge})
+    messages += llm.run_tools(reply)                         # the request's tools
 
 - ``create(**request)`` is one ``ctx.decide``: its arguments digest is the request's,
   the recorded value the response's JSON, handed back as the SDK's own type
@@ -24,12 +30,19 @@ Anthropic Messages; sync and async; streamed or not. Extras: ``crashproof[openai
   retried under ``options`` (default ``RETRY``), every attempt journaled. A 400-class
   error (a bad request, a refused key) is the SDK's exception: the decision fails,
   recorded, and the workflow may catch it.
-- ``run_tools(reply, tools)`` runs the latest response's tool calls: a ``cp.Tool`` as
-  an act, a function as a step, keyed ``<decision key>/<index>:<tool>``; an unknown
-  tool or arguments that are not JSON or do not fit the request's schema come back to
-  the model as a recorded error message. What an unknown outcome of an act means is the
-  tool's ``on_unknown`` (``cp.OnUnknown``); one settled as not done comes back to the
-  model as an error message, ``not done: ...``.
+- ``cp.models.tool(fn, act=, effect=, errors=)`` (``_functions.py``): a typed function
+  as a model tool, its JSON schema from its signature and docstring; ``create(tools=[...])``
+  sends it as the API's tool declaration. A read runs as a step; ``act=`` a ``cp.Tool``
+  (the function maps the model's arguments to the tool's params), ``effect=`` a
+  ``cp.OnUnknown`` (the function is the effect, an act without lookup).
+- ``run_tools(reply, tools=None)`` runs the latest response's tool calls (by default with
+  the request's ``cp.models.tool`` functions; or a mapping name -> ``cp.Tool`` (an act),
+  plain function (a step) or ``FunctionTool``), keyed ``<decision key>/<index>:<tool>``;
+  an unknown tool, arguments that are not JSON or do not fit the tool's schema, and a
+  tool's own error (an exception, ``cp.ActFailed``) come back to the model as a
+  recorded error message; crashproof's own errors propagate. What an unknown outcome of
+  an act means is the tool's ``on_unknown`` (``cp.OnUnknown``); one settled as not done
+  comes back to the model as ``not done: ...``.
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ from typing import TYPE_CHECKING, Any, overload
 import crashproof as cp
 from crashproof.models._anthropic import MESSAGES
 from crashproof.models._api import Api
+from crashproof.models._functions import FunctionTool, tool
 from crashproof.models._openai import CHAT, RESPONSES
 from crashproof.models._pricing import Price
 from crashproof.models._recorder import RETRY, AsyncModelCall, ModelCall
@@ -55,11 +69,13 @@ if TYPE_CHECKING:
 __all__ = [
     "RETRY",
     "AsyncModelCall",
+    "FunctionTool",
     "ModelCall",
     "Price",
     "anthropic_messages",
     "openai_chat",
     "openai_responses",
+    "tool",
 ]
 
 

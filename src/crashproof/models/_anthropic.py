@@ -54,6 +54,12 @@ class _Messages:
             if isinstance(tool, dict) and isinstance(tool.get("name"), str)
         }
 
+    def tool_spec(self, tool: Any) -> dict[str, Any]:
+        spec = {"name": tool.name, "description": tool.description, "input_schema": tool.schema}
+        if not tool.description:
+            del spec["description"]
+        return spec
+
     def reply_messages(self, reply: Any) -> list[dict[str, Any]]:
         return [{"role": "assistant", "content": [dump(block) for block in reply.content]}]
 

@@ -73,6 +73,9 @@ class Api(Protocol):
     def schemas(self, tools: Any) -> dict[str, Any]:
         """Tool name -> the JSON schema of its arguments, from the request's ``tools``."""
 
+    def tool_spec(self, tool: Any) -> dict[str, Any]:
+        """A ``cp.models.tool`` function as this API's tool declaration (JSON)."""
+
     def reply_messages(self, reply: Any) -> list[dict[str, Any]]:
         """The response as the messages (input items) to append to the conversation."""
 

@@ -64,6 +64,12 @@ class _Chat:
                 found[function["name"]] = function.get("parameters")
         return found
 
+    def tool_spec(self, tool: Any) -> dict[str, Any]:
+        function = {"name": tool.name, "description": tool.description, "parameters": tool.schema}
+        if not tool.description:
+            del function["description"]
+        return {"type": "function", "function": function}
+
     def reply_messages(self, reply: Any) -> list[dict[str, Any]]:
         if not reply.choices:
             return []
@@ -122,6 +128,14 @@ class _Responses:
             and tool.get("type") == "function"
             and isinstance(tool.get("name"), str)
         }
+
+    def tool_spec(self, tool: Any) -> dict[str, Any]:
+        # strict: the Responses API's default is true, which would make every parameter
+        # required; the schema says which are.
+        spec = {"type": "function", "name": tool.name, "description": tool.description}
+        if not tool.description:
+            del spec["description"]
+        return {**spec, "parameters": tool.schema, "strict": False}
 
     def reply_messages(self, reply: Any) -> list[dict[str, Any]]:
         return [dump(item) for item in reply.output]

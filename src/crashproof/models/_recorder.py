@@ -15,20 +15,30 @@ the core's.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import crashproof as cp
 from crashproof.models._api import Api, dump
 from crashproof.models._failures import classify
+from crashproof.models._functions import FunctionTool
 from crashproof.models._pricing import Price, cost_of
-from crashproof.models._tools import Handler, Planned, as_text, function_step, plan, tool_error
+from crashproof.models._tools import (
+    Handler,
+    Planned,
+    as_text,
+    function_step,
+    handlers,
+    plan,
+    tool_error,
+)
 
 __all__ = ["RETRY", "AsyncModelCall", "ModelCall"]
 
 R = TypeVar("R")
 # run_tools' core: yields (ctx method, args, keyword args), receives each call's value.
 _Calls = Generator[tuple[str, tuple[Any, ...], dict[str, Any]], Any, list[dict[str, Any]]]
+Tools = Mapping[str, Handler] | Sequence[FunctionTool]
 
 #: The default for model calls: transient errors only (``cp.Unavailable``), 5 tries over
 #: about 15 s; the runtime waits at least the server's ``Retry-After``.
@@ -60,10 +70,14 @@ class _Core(Generic[R]):
         self.name = name
         self.prices = prices
         self.options = options if options is not None else cp.StepOptions(retry=RETRY)
-        self._last: tuple[Any, str] | None = None  # the latest response and its step key
+        # The latest response, its step key and the function tools of its request.
+        self._last: tuple[Any, str, dict[str, Handler]] | None = None
         self._schemas: dict[str, Any] = {}
+        self._functions: dict[str, Handler] = {}
 
-    def _check(self, request: dict[str, Any]) -> None:
+    def _check(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The request as sent: its ``cp.models.tool`` functions as the API's tool
+        declarations (their schemas); refused when it cannot be recorded."""
         if "stream" in request:
             raise ValueError(
                 f"{self._api.label}: pass on_event=callback to stream, not stream=; the "
@@ -77,7 +91,16 @@ class _Core(Generic[R]):
                     "nothing was sent or recorded. Append llm.reply_messages(reply) (the "
                     "same turn as plain JSON) instead of the SDK's message"
                 )
+        tools = request.get("tools")
+        functions = [t for t in tools or () if isinstance(t, FunctionTool)]
+        if functions:
+            specs = [
+                self._api.tool_spec(t) if isinstance(t, FunctionTool) else t for t in tools or ()
+            ]
+            request = {**request, "tools": specs}
+        self._functions = handlers(functions)
         self._schemas = self._api.schemas(request.get("tools"))
+        return request
 
     def _failure(self, exc: Exception) -> Exception:
         return classify(exc, self._api.label)
@@ -116,7 +139,7 @@ class _Core(Generic[R]):
         key = self._ctx.last_key
         if not isinstance(key, str):
             raise cp.CrashproofError(f"{self._api.label}: the decision left no step key")
-        self._last = (reply, key)
+        self._last = (reply, key, self._functions)
         return reply
 
     def reply_messages(self, reply: R) -> list[dict[str, Any]]:
@@ -124,27 +147,30 @@ class _Core(Generic[R]):
         JSON, so the next request's digest stays cheap and exact."""
         return self._api.reply_messages(reply)
 
-    def _plan(self, reply: R, tools: Mapping[str, Handler]) -> list[Planned]:
+    def _plan(self, reply: R, tools: Tools | None) -> list[Planned]:
         if self._last is None or self._last[0] is not reply:
             raise cp.CrashproofError(
                 f"{self._api.label}: run_tools takes the response this recorder returned "
                 "last (its step key names the tool calls); call it right after create"
             )
-        return plan(self._api.tool_calls(reply), self._last[1], tools, self._schemas)
+        found = self._last[2] if tools is None else handlers(tools)
+        return plan(self._api.tool_calls(reply), self._last[1], found, self._schemas)
 
-    def _dispatch(self, reply: R, tools: Mapping[str, Handler]) -> _Calls:
+    def _dispatch(self, reply: R, tools: Tools | None) -> _Calls:
         """The ctx calls of ``run_tools``, one at a time (the shell makes each, sync or
-        awaited, and sends its value back); returns the tool-result messages."""
+        awaited, and sends its value back, or the ``cp.ActFailed`` it raised); returns
+        the tool-result messages."""
         done: list[tuple[Planned, Any]] = []
         for planned in self._plan(reply, tools):
             handler, call_id = planned.handler, planned.call.id
             if planned.error is not None:
                 value = yield "step", (planned.step, tool_error, call_id, planned.error), {}
-            elif isinstance(handler, cp.Tool):
-                value = yield "act", (planned.step, handler), planned.params
-                if isinstance(value, cp.ActNotDone):  # its on_unknown said so: tell the model
-                    value = tool_error(call_id, f"not done: {value}")
-            elif handler is not None:
+            elif planned.acts:
+                for key, tool, params in planned.acts:
+                    value = _act_outcome(handler, call_id, (yield "act", (key, tool), params))
+                    if isinstance(value, dict) and value.get("is_error"):
+                        break  # a later act of the same call depends on this one
+            elif handler is not None and not isinstance(handler, cp.Tool):
                 runner = function_step(handler)
                 value = yield "step", (planned.step, runner, call_id, planned.params), {}
             else:
@@ -162,6 +188,20 @@ class _Core(Generic[R]):
         return self._api.tool_results(out)
 
 
+def _act_outcome(handler: Any, call_id: str, value: Any) -> Any:
+    """An act's value as a tool result: its receipt's, or the model told what failed."""
+    if isinstance(value, cp.ActNotDone):  # its on_unknown said so: tell the model
+        return tool_error(call_id, f"not done: {value}")
+    if isinstance(value, cp.ActFailed):
+        refused = isinstance(value, cp.PolicyViolation)  # crashproof's own: the run's
+        if refused or (isinstance(handler, FunctionTool) and handler.errors == "raise"):
+            raise value
+        return tool_error(call_id, f"error: {value}")
+    if isinstance(handler, FunctionTool) and handler.kind == "effect":  # FunctionEffect's record
+        return {"tool_call_id": call_id, **value}
+    return value
+
+
 class ModelCall(_Core[R]):
     """A model endpoint bound to a sync ``cp.Context``: ``create`` is one decision."""
 
@@ -169,7 +209,7 @@ class ModelCall(_Core[R]):
         """Ask the model once (the SDK's ``create`` arguments); recorded, never asked
         again. ``on_event``: stream instead, each event of the SDK's stream helper passed
         to it as it arrives; the assembled response is what is recorded and returned."""
-        self._check(request)
+        request = self._check(request)
         ask = functools.partial(self._ask, on_event)
         return self._kept(self._ctx.decide(self.name, ask, options=self.options, **request))
 
@@ -190,10 +230,13 @@ class ModelCall(_Core[R]):
             raise failure from exc
         return self._decision(reply, request)
 
-    def run_tools(self, reply: R, tools: Mapping[str, Handler]) -> list[dict[str, Any]]:
-        """Run the tool calls of ``reply`` (the latest response): a ``cp.Tool`` as an act
-        (intent, receipt, lookup), a function as a step; returns the tool-result messages
-        to append. A call the model got wrong comes back as a recorded error message."""
+    def run_tools(self, reply: R, tools: Tools | None = None) -> list[dict[str, Any]]:
+        """Run the tool calls of ``reply`` (the latest response); returns the tool-result
+        messages to append. ``tools``: the ``cp.models.tool`` functions of the request
+        (the default), a list of them, or a mapping from the tool's name to a
+        ``FunctionTool``, a ``cp.Tool`` (an act, given the model's arguments as its
+        params) or a plain function (a step). A call the model got wrong, and a tool's
+        own error, come back as a recorded error message."""
         calls = self._dispatch(reply, tools)
         value: Any = None
         try:
@@ -201,7 +244,7 @@ class ModelCall(_Core[R]):
                 method, args, params = calls.send(value)
                 try:
                     value = getattr(self._ctx, method)(*args, **params)
-                except cp.ActNotDone as exc:  # recorded, raised again on replay: _dispatch
+                except cp.ActFailed as exc:  # recorded, raised again on replay: _dispatch
                     value = exc
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
@@ -212,7 +255,7 @@ class AsyncModelCall(_Core[R]):
 
     async def create(self, *, on_event: Callable[[Any], Any] | None = None, **request: Any) -> R:
         """As ``ModelCall.create``, awaited; ``on_event`` may be ``async def``."""
-        self._check(request)
+        request = self._check(request)
         ask = functools.partial(self._ask, on_event)
         data = await self._ctx.decide(self.name, ask, options=self.options, **request)
         return self._kept(data)
@@ -236,7 +279,7 @@ class AsyncModelCall(_Core[R]):
             raise failure from exc
         return self._decision(reply, request)
 
-    async def run_tools(self, reply: R, tools: Mapping[str, Handler]) -> list[dict[str, Any]]:
+    async def run_tools(self, reply: R, tools: Tools | None = None) -> list[dict[str, Any]]:
         """As ``ModelCall.run_tools``, awaited; handlers may be ``async def``."""
         calls = self._dispatch(reply, tools)
         value: Any = None
@@ -245,7 +288,7 @@ class AsyncModelCall(_Core[R]):
                 method, args, params = calls.send(value)
                 try:
                     value = await getattr(self._ctx, method)(*args, **params)
-                except cp.ActNotDone as exc:  # recorded, raised again on replay: _dispatch
+                except cp.ActFailed as exc:  # recorded, raised again on replay: _dispatch
                     value = exc
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]

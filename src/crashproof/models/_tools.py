@@ -3,24 +3,26 @@
 Each call gets a step name derived from the decision's step key and the call's index
 (``turn#3`` -> ``turn.3/0:open_pr``): stable, because the decision that holds the calls
 is recorded. What the model got wrong (an unknown tool, arguments that are not JSON or do
-not fit the tool's schema or the function's signature) becomes an error message for the
-model, recorded as a step of its own, never an exception in the workflow.
+not fit the tool's schema or the function's signature, an ``act=`` mapping that raised)
+becomes an error message for the model, recorded as a step of its own, never an exception
+in the workflow.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import crashproof as cp
 from crashproof.models._api import ToolCall
+from crashproof.models._functions import FunctionEffect, FunctionTool, output_text
 
-__all__ = ["Planned", "as_text", "function_step", "plan", "tool_error"]
+__all__ = ["Handler", "Planned", "as_text", "function_step", "handlers", "plan", "tool_error"]
 
-Handler = cp.Tool | Callable[..., Any]
+Handler = FunctionTool | cp.Tool | Callable[..., Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,9 @@ class Planned:
     handler: Handler | None
     params: dict[str, Any]
     error: str | None  # what the model is told instead of running anything
+    # The acts to run, in order (step key, tool, params): a cp.Tool's, an effect's, or
+    # the act= tools of a FunctionTool; empty for a step.
+    acts: tuple[tuple[str, cp.Tool, dict[str, Any]], ...] = ()
 
 
 def _check(call: ToolCall, handler: Handler, schema: Any) -> tuple[dict[str, Any], str | None]:
@@ -49,7 +54,7 @@ def _check(call: ToolCall, handler: Handler, schema: Any) -> tuple[dict[str, Any
             f"error: the arguments of {call.name!r} must be a JSON object, not "
             f"{type(arguments).__name__}",
         )
-    if isinstance(schema, dict):
+    if isinstance(schema, dict) and not isinstance(handler, FunctionTool):
         import jsonschema
 
         error = jsonschema.exceptions.best_match(
@@ -62,6 +67,12 @@ def _check(call: ToolCall, handler: Handler, schema: Any) -> tuple[dict[str, Any
                 f"error: the arguments of {call.name!r} do not fit its schema "
                 f"({where}: {error.message})",
             )
+    if isinstance(handler, FunctionTool):
+        try:
+            handler.arguments(arguments)
+        except ValueError as exc:
+            return {}, f"error: the arguments of {call.name!r} do not fit its schema ({exc})"
+        return arguments, None
     if not isinstance(handler, cp.Tool):
         try:
             inspect.signature(handler).bind(**arguments)
@@ -83,14 +94,59 @@ def plan(
             message = f"error: there is no tool named {call.name!r} (the tools are: {known})"
             out.append(Planned(call, f"{base}/{call.index}", None, {}, message))
             continue
+        step = f"{base}/{call.index}:{call.name}"
         params, error = _check(call, handler, schemas.get(call.name))
-        out.append(Planned(call, f"{base}/{call.index}:{call.name}", handler, params, error))
+        acts: tuple[tuple[str, cp.Tool, dict[str, Any]], ...] = ()
+        if error is None:
+            acts, error = _acts(step, handler, params)
+        out.append(Planned(call, step, handler, params, error, acts))
     return out
 
 
-def as_text(result: Any) -> str:
-    """A tool's result as the text the model reads."""
-    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+def _acts(
+    step: str, handler: Handler, arguments: dict[str, Any]
+) -> tuple[tuple[tuple[str, cp.Tool, dict[str, Any]], ...], str | None]:
+    """The acts of a checked call, or the error its ``act=`` mapping gave."""
+    if isinstance(handler, cp.Tool):
+        return ((step, handler, arguments),), None
+    if not isinstance(handler, FunctionTool) or handler.kind == "step":
+        return (), None
+    if handler.kind == "effect":
+        return ((step, FunctionEffect.of(handler), arguments),), None
+    try:
+        params = handler.params_for(handler.arguments(arguments))
+    except TypeError:  # the mapping's own bug (not a dict): the workflow's, not the model's
+        raise
+    except Exception as exc:  # the mapping refused these arguments: the model reads why
+        if handler.errors == "raise" or isinstance(exc, cp.CrashproofError):
+            raise
+        return (), f"error: {type(exc).__name__}: {exc}"
+    if len(params) == 1:
+        return ((step, handler.acts[0], params[0]),), None
+    return tuple(
+        (f"{step}/{j}", t, p) for j, (t, p) in enumerate(zip(handler.acts, params, strict=True))
+    ), None
+
+
+def handlers(tools: Mapping[str, Handler] | Sequence[FunctionTool]) -> dict[str, Handler]:
+    """``run_tools``' tools by the name the model calls: a mapping as given, a sequence
+    of function tools by their names."""
+    if isinstance(tools, Mapping):
+        return dict(tools)
+    out: dict[str, Handler] = {}
+    for item in tools:
+        if not isinstance(item, FunctionTool):
+            raise TypeError(
+                f"run_tools: a list holds cp.models.tool functions, not {item!r}; map a "
+                "name to a cp.Tool or a plain function in a dict instead"
+            )
+        if item.name in out:
+            raise ValueError(f"run_tools: two tools are named {item.name!r}")
+        out[item.name] = item
+    return out
+
+
+as_text = output_text
 
 
 def tool_error(call_id: str, message: str) -> dict[str, Any]:
@@ -98,17 +154,29 @@ def tool_error(call_id: str, message: str) -> dict[str, Any]:
     return {"tool_call_id": call_id, "output": message, "is_error": True}
 
 
-def function_step(fn: Callable[..., Any]) -> Callable[[str, dict[str, Any]], Any]:
-    """``fn`` as a step body whose arguments are the call's id (recorded with the
-    result) and parameters; async when ``fn`` is."""
-    if inspect.iscoroutinefunction(fn):
+def function_step(handler: Callable[..., Any]) -> Callable[[str, dict[str, Any]], Any]:
+    """A function (a ``FunctionTool`` or a plain one) as a step body whose arguments are
+    the call's id (recorded with the result) and the model's arguments; async when the
+    function is. Its own exceptions are recorded as an error message for the model
+    (a plain function's always, a ``FunctionTool``'s unless ``errors="raise"``);
+    crashproof's own propagate."""
+    function = handler if isinstance(handler, FunctionTool) else None
+    if function is None:
+        function = FunctionTool(
+            name=getattr(handler, "__name__", "tool"),
+            description="",
+            schema={},
+            fn=handler,
+            is_async=inspect.iscoroutinefunction(handler),
+        )  # no model: its arguments were checked against its signature in plan
+    if function.is_async:
 
         async def run_async(call_id: str, params: dict[str, Any]) -> dict[str, Any]:
-            return {"tool_call_id": call_id, "output": as_text(await fn(**params))}
+            return {"tool_call_id": call_id, **(await function.run_async(params))}
 
         return run_async
 
     def run(call_id: str, params: dict[str, Any]) -> dict[str, Any]:
-        return {"tool_call_id": call_id, "output": as_text(fn(**params))}
+        return {"tool_call_id": call_id, **function.run(params)}
 
     return run

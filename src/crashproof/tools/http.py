@@ -18,6 +18,19 @@ lookup_path="/resources/by-key/{operation_id}")`` sends, for
 This module is the only one that imports httpx (``pip install crashproof[http]``); ``import
 crashproof`` does not load it.
 
+As a model tool, the request is a template whose parameters are the model's arguments:
+a typed function returns the params (``body``, ``path``) for them, and
+``crashproof.models.tool(act=...)`` derives the model's schema from its signature::
+
+    @cp.models.tool(act=HttpTool(url, "/repos/greeter/pulls", lookup_path=...))
+    def open_pull_request(title: str, branch: str) -> dict[str, Any]:
+        # the docstring (its description for the model) goes here
+        return {"body": {"title": title, "head": branch, "base": "main"}}
+
+The model's own arguments never reach the tool as params (``title`` is not a param of
+``HttpTool``): what it sends is validated against the function's signature, and a call
+that does not fit is a tool message for the model (docs/models.md).
+
 What the target must do (draft-ietf-httpapi-idempotency-key-header, and Stripe's practice):
 create the effect once per key and store the key with the intent digest (or its own
 fingerprint of the payload) *in the same transaction* as the effect; answer a repeated
