@@ -254,6 +254,36 @@ def test_a_streamed_run_is_recorded_and_replayed(tmp_path: Path, api: str) -> No
         assert "".join(first) == output
 
 
+def test_run_stream_sync_in_a_sync_workflow(tmp_path: Path) -> None:
+    """The sync shell: ``run_stream_sync`` in a sync workflow; its decision is committed
+    at once. A drive stopped after the text was shown; the resumed drive shows the same
+    text and asks nothing."""
+    sys.path.insert(0, str(Path(__file__).parents[2] / "models"))
+    from model_server import ModelServer, Turn
+
+    shown: list[str] = []
+
+    def workflow(ctx: cp.Context) -> str:
+        agent = _streaming_agent(tmp_path, server.url)
+        with durable(ctx):
+            result = agent.run_stream_sync("note it")
+            shown.append("".join(result.stream_text(delta=True)))
+            output = result.get_output()
+        if len(shown) == 1:
+            raise cp.SimulatedCrash("after the answer was shown")
+        return output
+
+    with ModelServer(script=[Turn("done")], by_turn=True) as server:
+        with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+            wf = ledger.workflow("stream", version="1")(workflow)
+            with pytest.raises(cp.SimulatedCrash):
+                ledger.run(wf, run_id="r")
+            output = ledger.run(wf, run_id="r")
+        assert server.count == 1
+    assert shown == [output, output]
+    assert output.startswith("done")
+
+
 def test_a_tool_changed_under_a_live_run_freezes_it(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     with cp.Ledger(url) as ledger:
