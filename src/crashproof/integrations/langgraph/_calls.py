@@ -96,6 +96,10 @@ class NodeCalls:
             found = _TARGET.get()
             if found is None:  # a run resumed by someone who did not pass its target
                 raise cp.PermanentError(f"no tool or function named {target!r} was given")
+            if _target_name(found) != target:  # never another call's: the run stays as it is
+                raise cp.CrashproofError(
+                    f"call run for {target!r} was given {_target_name(found)!r}; nothing was run"
+                )
             if not isinstance(found, cp.Tool):
                 return ctx.decide("call", found, **params)
             try:
@@ -116,9 +120,7 @@ class NodeCalls:
         result (recorded, then replayed). Raises ``cp.ActNotDone`` when an unknown
         outcome was settled as not done (``at_most_once``, a reviewer's keep)."""
         target = tool if isinstance(tool, cp.Tool) else FunctionTool(tool, self.on_unknown)
-        # A function is named by itself, wrapped or not (the name is the run's input).
-        name = _name(target.fn) if isinstance(target, FunctionTool) else target.name
-        result = self._run(config, call_id, "act", name, target, params)
+        result = self._run(config, call_id, "act", _target_name(target), target, params)
         if isinstance(result, dict) and list(result) == [_NOT_DONE]:
             raise cp.ActNotDone(str(result[_NOT_DONE]))
         return result
@@ -147,6 +149,13 @@ class NodeCalls:
             )
         finally:
             _TARGET.reset(token)
+
+
+def _target_name(target: cp.Tool | Callable[..., Any]) -> str:
+    # A function is named by itself, wrapped or not (the name is the run's input).
+    if isinstance(target, FunctionTool):
+        return _name(target.fn)
+    return target.name if isinstance(target, cp.Tool) else _name(target)
 
 
 def _name(fn: Callable[..., Any]) -> str:
