@@ -141,21 +141,46 @@ def test_a_crash_after_the_tools_repeats_no_call_and_no_effect(
     assert len(json.loads((tmp_path / "prs.json").read_text())) == 1
 
 
-def test_a_streamed_run_is_refused(server: ModelServer, tmp_path: Path) -> None:
-    agent = make(tmp_path, server.url)
+def test_a_streamed_run_is_recorded_and_replayed(server: ModelServer, tmp_path: Path) -> None:
+    """``Runner.run_streamed``: each model call is the same decision as under
+    ``Runner.run``, its stream drained inside it; the consumer gets the recorded
+    response as events. The first drive stops (a simulated crash) after the first
+    model call's ``response.completed``; the resumed drive asks only the second call
+    and emits the first call's events again, the same ones."""
+    seen: list[list[Any]] = []
 
     async def stream(ctx: cp.AsyncContext) -> Any:
+        events: list[Any] = []
+        seen.append(events)
+        agent = make(tmp_path, server.url)  # a client per drive: each runs its own loop
         with durable(ctx):
             result = Runner.run_streamed(agent, "go")
-            async for _ in result.stream_events():
-                pass
+            async for event in result.stream_events():
+                if event.type != "raw_response_event":
+                    continue
+                events.append([event.data.type, getattr(event.data, "delta", None)])
+                if len(seen) == 1 and event.data.type == "response.completed":
+                    raise cp.SimulatedCrash("after the first model call's events")
             return result.final_output
 
     with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
         wf = ledger.workflow("stream", version="1")(stream)
-        with pytest.raises(cp.CrashproofError, match="not durable"):
+        with pytest.raises(cp.SimulatedCrash):  # its loop closes: the SDK's task ends too
             asyncio.run(ledger.run_async(wf, run_id="r"))
-    assert server.count == 0
+        assert server.count == 1
+        output = asyncio.run(ledger.run_async(wf, run_id="r"))
+    assert server.count == 2  # the recorded first call was not asked again
+    first, resumed = seen
+    assert resumed[: len(first)] == first  # the recorded call's events, emitted again
+    assert first[0] == ["response.output_text.delta", first[0][1]]
+    assert first[0][1].startswith("look")
+    assert [kind for kind, _ in first[1:]] == ["response.output_item.done"] * 4 + [
+        "response.completed"
+    ]
+    assert resumed[-1][0] == "response.completed"
+    assert output.startswith("done")
+    assert resumed[-3][1] == output
+    assert lines(tmp_path / "effects") == ["5", "hi"]
 
 
 def test_an_agent_without_a_name_is_refused() -> None:

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.models.test import TestModel
+from pydantic_ai.run import AgentRunResultEvent
 
 import crashproof as cp
-from crashproof.integrations.pydantic_ai import CrashproofDurability, durable
+from crashproof.integrations.pydantic_ai import CrashproofDurability, durable, effect
 
 from .pyd_agents import drive as _drive
 from .pyd_agents import lines, make_agent, workflow
@@ -170,19 +172,116 @@ def test_a_run_outside_a_workflow_is_refused(tmp_path: Path) -> None:
     assert lines(tmp_path / "asked") == []
 
 
-def test_a_streamed_request_is_refused_before_it_is_sent(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path)
+def _streaming_agent(directory: Path, model_url: str) -> Agent[None, str]:
+    """A named agent on a real ``OpenAIChatModel`` (the local model server) with a
+    ``note`` effect; streamed requests go out as SSE streams."""
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
 
-    async def stream(ctx: cp.AsyncContext) -> str:
+    provider = OpenAIProvider(base_url=model_url + "/v1", api_key="k")
+    agent = Agent(
+        OpenAIChatModel("gpt-test", provider=provider),
+        name="notes",
+        capabilities=[CrashproofDurability()],
+    )
+
+    @agent.tool_plain(metadata=effect())
+    def note(text: str) -> str:
+        """Write a note."""
+        with (directory / "effects").open("a") as f:
+            f.write(text + "\n")
+        return "noted"
+
+    return agent
+
+
+@pytest.mark.parametrize("api", ["run_stream_events", "run_stream"])
+def test_a_streamed_run_is_recorded_and_replayed(tmp_path: Path, api: str) -> None:
+    """A streamed request is one decision, its stream drained inside it and committed
+    before the consumer sees its events. The first drive stops (a simulated crash)
+    while the stream is consumed: ``run_stream_events`` at the end of the first
+    request's first part, ``run_stream`` once the answer's text was shown. The resumed
+    drive asks only what no record holds, and the consumer gets the recorded
+    request's events again, the same ones."""
+    sys.path.insert(0, str(Path(__file__).parents[2] / "models"))
+    from model_server import ModelServer, Turn
+
+    tool_turn = Turn(calls=(("note", '{"text": "hi"}'),))
+    script = [tool_turn, Turn("done")] if api == "run_stream_events" else [Turn("done")]
+    seen: list[list[str]] = []
+
+    async def events(agent: Agent[None, str], kinds: list[str]) -> str:
+        async with agent.run_stream_events("note it") as stream:
+            async for event in stream:
+                kinds.append(type(event).__name__)
+                if len(seen) == 1 and kinds[-1] == "PartEndEvent":
+                    raise cp.SimulatedCrash("while the stream is consumed")
+                if isinstance(event, AgentRunResultEvent):
+                    return str(event.result.output)
+        raise AssertionError("the stream ended without a result")
+
+    async def text(agent: Agent[None, str], kinds: list[str]) -> str:
+        async with agent.run_stream("note it") as result:
+            kinds.extend([t async for t in result.stream_text(delta=True)])
+            output = await result.get_output()
+        if len(seen) == 1:
+            raise cp.SimulatedCrash("after the answer was shown")
+        return output
+
+    async def workflow(ctx: cp.AsyncContext) -> str:
+        agent = _streaming_agent(tmp_path, server.url)  # a client per drive (its own loop)
+        kinds: list[str] = []
+        seen.append(kinds)
         with durable(ctx):
-            async with agent.run_stream("go") as result:
-                return await result.get_output()
+            return await (events if api == "run_stream_events" else text)(agent, kinds)
 
-    with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
-        wf = ledger.workflow("stream", version="1")(stream)
-        with pytest.raises(cp.RunFailed, match="streamed model request"):
-            asyncio.run(ledger.run_async(wf, run_id="r"))
-    assert lines(tmp_path / "asked") == []
+    with ModelServer(script=script, by_turn=True) as server:
+        with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+            wf = ledger.workflow("stream", version="1")(workflow)
+            with pytest.raises(cp.SimulatedCrash):
+                asyncio.run(ledger.run_async(wf, run_id="r"))
+            assert server.count == 1
+            output = asyncio.run(ledger.run_async(wf, run_id="r"))
+        assert server.count == len(script)  # the recorded request was not asked again
+    assert output.startswith("done")
+    first, resumed = seen
+    assert resumed[: len(first)] == first  # the recorded request's events, again
+    if api == "run_stream_events":
+        assert first == ["PartStartEvent", "FinalResultEvent", "PartEndEvent"]
+        assert resumed[-1] == "AgentRunResultEvent"
+        assert lines(tmp_path / "effects") == ["hi"]
+    else:
+        assert "".join(first) == output
+
+
+def test_run_stream_sync_in_a_sync_workflow(tmp_path: Path) -> None:
+    """The sync shell: ``run_stream_sync`` in a sync workflow; its decision is committed
+    at once. A drive stopped after the text was shown; the resumed drive shows the same
+    text and asks nothing."""
+    sys.path.insert(0, str(Path(__file__).parents[2] / "models"))
+    from model_server import ModelServer, Turn
+
+    shown: list[str] = []
+
+    def workflow(ctx: cp.Context) -> str:
+        agent = _streaming_agent(tmp_path, server.url)
+        with durable(ctx):
+            result = agent.run_stream_sync("note it")
+            shown.append("".join(result.stream_text(delta=True)))
+            output = result.get_output()
+        if len(shown) == 1:
+            raise cp.SimulatedCrash("after the answer was shown")
+        return output
+
+    with ModelServer(script=[Turn("done")], by_turn=True) as server:
+        with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+            wf = ledger.workflow("stream", version="1")(workflow)
+            with pytest.raises(cp.SimulatedCrash):
+                ledger.run(wf, run_id="r")
+            output = ledger.run(wf, run_id="r")
+        assert server.count == 1
+    assert shown == [output, output]
+    assert output.startswith("done")
 
 
 def test_a_tool_changed_under_a_live_run_freezes_it(tmp_path: Path) -> None:

@@ -6,20 +6,45 @@
 - ``NodeCalls``: tool calls and model calls inside a node as crashproof acts and
   decisions, keyed by thread, checkpoint, task and tool-call id, so a node LangGraph
   runs again after a crash looks its effects up instead of repeating them.
+- ``durable_tools`` and ``durable_model``: the prebuilt parts (``ToolNode``,
+  ``create_react_agent``) with each tool call an act (or a recorded read) and each
+  model call a decision, through ``NodeCalls``.
+- ``resume`` (and ``aresume``, ``resume_stream``, ``aresume_stream``,
+  ``start_or_resume``): finish the run a crash stopped in a thread, whatever its last
+  node was (``unfinished`` says whether there is one; ``state.next`` alone does not).
 
 Only ``crashproof``'s public names are used here; ``import crashproof`` never imports
 LangGraph.
 """
 
 from crashproof.integrations.langgraph._calls import FunctionTool, NodeCalls, call_run_id
+from crashproof.integrations.langgraph._model import DurableChatModel, durable_model
+from crashproof.integrations.langgraph._resume import (
+    aresume,
+    aresume_stream,
+    resume,
+    resume_stream,
+    start_or_resume,
+    unfinished,
+)
 from crashproof.integrations.langgraph._saver import CrashproofSaver
 from crashproof.integrations.langgraph._serde import JsonSerde, StoredError
+from crashproof.integrations.langgraph._tools import durable_tools
 
 __all__ = [
     "CrashproofSaver",
+    "DurableChatModel",
     "FunctionTool",
     "JsonSerde",
     "NodeCalls",
     "StoredError",
+    "aresume",
+    "aresume_stream",
     "call_run_id",
+    "durable_model",
+    "durable_tools",
+    "resume",
+    "resume_stream",
+    "start_or_resume",
+    "unfinished",
 ]

@@ -23,6 +23,7 @@ unknown outcome means ``NodeCalls(on_unknown=...)`` (default ``review``); wrap i
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -32,6 +33,12 @@ __all__ = ["FunctionTool", "NodeCalls", "call_run_id"]
 
 _WORKFLOW = "crashproof.langgraph.call"
 _NOT_DONE = "crashproof.not_done"  # the call's result when its act was settled as not done
+# The target of the call being run: per context, not per NodeCalls, because ToolNode runs
+# a response's tool calls in parallel threads (ledger.run calls the workflow in the
+# caller's thread, so the value set just before it is the one the workflow sees).
+_TARGET: contextvars.ContextVar[cp.Tool | Callable[..., Any] | None] = contextvars.ContextVar(
+    "crashproof_langgraph_target", default=None
+)
 
 
 class FunctionTool(cp.Tool):
@@ -84,12 +91,15 @@ class NodeCalls:
         ``act`` (it has no lookup)."""
         self.ledger = ledger
         self.on_unknown = cp.OnUnknown(on_unknown)
-        self._targets: dict[str, cp.Tool | Callable[..., Any]] = {}
 
         def call(ctx: cp.Context, kind: str, target: str, params: dict[str, Any]) -> Any:
-            found = self._targets.get(target)
+            found = _TARGET.get()
             if found is None:  # a run resumed by someone who did not pass its target
                 raise cp.PermanentError(f"no tool or function named {target!r} was given")
+            if _target_name(found) != target:  # never another call's: the run stays as it is
+                raise cp.CrashproofError(
+                    f"call run for {target!r} was given {_target_name(found)!r}; nothing was run"
+                )
             if not isinstance(found, cp.Tool):
                 return ctx.decide("call", found, **params)
             try:
@@ -110,10 +120,7 @@ class NodeCalls:
         result (recorded, then replayed). Raises ``cp.ActNotDone`` when an unknown
         outcome was settled as not done (``at_most_once``, a reviewer's keep)."""
         target = tool if isinstance(tool, cp.Tool) else FunctionTool(tool, self.on_unknown)
-        # A function is named by itself, wrapped or not (the name is the run's input).
-        name = _name(target.fn) if isinstance(target, FunctionTool) else target.name
-        self._targets[name] = target
-        result = self._run(config, call_id, "act", name, params)
+        result = self._run(config, call_id, "act", _target_name(target), target, params)
         if isinstance(result, dict) and list(result) == [_NOT_DONE]:
             raise cp.ActNotDone(str(result[_NOT_DONE]))
         return result
@@ -123,17 +130,32 @@ class NodeCalls:
     ) -> Any:
         """Ask ``fn(**params)`` (a model call; it may return a ``cp.Decision``) once for
         this call of this node; its answer is recorded and never asked again."""
-        name = _name(fn)
-        self._targets[name] = fn
-        return self._run(config, call_id, "decide", name, params)
+        return self._run(config, call_id, "decide", _name(fn), fn, params)
 
     def _run(
-        self, config: Mapping[str, Any], call_id: str, kind: str, name: str, params: Any
+        self,
+        config: Mapping[str, Any],
+        call_id: str,
+        kind: str,
+        name: str,
+        target: cp.Tool | Callable[..., Any],
+        params: Any,
     ) -> Any:
         run_id = call_run_id(config, call_id)
-        return self.ledger.run(
-            self._workflow, run_id=run_id, kind=kind, target=name, params=dict(params)
-        )
+        token = _TARGET.set(target)
+        try:
+            return self.ledger.run(
+                self._workflow, run_id=run_id, kind=kind, target=name, params=dict(params)
+            )
+        finally:
+            _TARGET.reset(token)
+
+
+def _target_name(target: cp.Tool | Callable[..., Any]) -> str:
+    # A function is named by itself, wrapped or not (the name is the run's input).
+    if isinstance(target, FunctionTool):
+        return _name(target.fn)
+    return target.name if isinstance(target, cp.Tool) else _name(target)
 
 
 def _name(fn: Callable[..., Any]) -> str:

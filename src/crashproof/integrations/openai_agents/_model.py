@@ -4,8 +4,10 @@ The decision's arguments are what the model receives: the model's name, the syst
 instructions, the input items as JSON, the settings, the tools' and handoffs' names and
 schemas, the output schema and the ids of a server-side conversation. The value is the
 response's output items, usage and id as JSON, revived as the SDK's own
-``ModelResponse`` on the first run and on replay alike. ``stream_response`` is refused
-before anything is sent: the streamed events could not be given again on replay.
+``ModelResponse`` on the first run and on replay alike. ``stream_response``
+(``Runner.run_streamed``) is the same decision: the wrapped model's stream is drained
+inside it, and the recorded response is emitted as events once recorded
+(``replayed_events``), identically on the first run and on replay.
 """
 
 from __future__ import annotations
@@ -16,12 +18,19 @@ from typing import Any
 from agents.items import ModelResponse, TResponseOutputItem, TResponseStreamEvent
 from agents.models.interface import Model, ModelProvider, ModelTracing
 from agents.usage import Usage
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseOutputItemDoneEvent,
+    ResponseTextDeltaEvent,
+    ResponseUsage,
+)
 from pydantic import TypeAdapter
 
 import crashproof as cp
-from crashproof.integrations.openai_agents._bridge import bound, ctx_call
+from crashproof.integrations.openai_agents._bridge import Session, bound, ctx_call
 
-__all__ = ["CrashproofModel", "CrashproofModelProvider", "to_json"]
+__all__ = ["CrashproofModel", "CrashproofModelProvider", "replayed_events", "to_json"]
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 _OUTPUT: TypeAdapter[list[TResponseOutputItem]] = TypeAdapter(list[TResponseOutputItem])
@@ -67,7 +76,7 @@ class CrashproofModel(Model):
         self.model_name = model_name
         self.options = options
 
-    async def get_response(
+    def _args(
         self,
         system_instructions: str | None,
         input: Any,
@@ -75,15 +84,12 @@ class CrashproofModel(Model):
         tools: list[Any],
         output_schema: Any,
         handoffs: list[Any],
-        tracing: ModelTracing,
-        *,
         previous_response_id: str | None,
         conversation_id: str | None,
         prompt: Any,
-        **extra: Any,
-    ) -> ModelResponse:
-        session = bound(f"model {self.model_name!r}")
-        args = {
+    ) -> dict[str, Any]:
+        """What the model receives: the decision's arguments (streamed or not)."""
+        return {
             "model": self.model_name,
             "instructions": system_instructions,
             "input": to_json(input),
@@ -96,34 +102,27 @@ class CrashproofModel(Model):
             "prompt": to_json(prompt),
         }
 
-        async def ask(**_: Any) -> cp.Decision:
+    def _decision(self, output: list[Any], usage: dict[str, Any], response_id: Any) -> cp.Decision:
+        return cp.Decision(
+            {"output": [to_json(item) for item in output], "usage": usage,
+             "response_id": response_id},
+            model=self.model_name,
+            usage={k: int(usage.get(k) or 0)
+                   for k in ("input_tokens", "output_tokens", "total_tokens")},
+        )  # fmt: skip
+
+    async def _decide(self, session: Session, args: dict[str, Any], ask: Any) -> ModelResponse:
+        async def guarded(**_: Any) -> cp.Decision:
             try:
-                reply = await self.inner.get_response(
-                    system_instructions, input, model_settings, tools, output_schema,
-                    handoffs, tracing, previous_response_id=previous_response_id,
-                    conversation_id=conversation_id, prompt=prompt, **extra,
-                )  # fmt: skip
+                decision: cp.Decision = await ask()
             except Exception as exc:
                 failure = _transient(exc)
                 if failure is exc:
                     raise
                 raise failure from exc
-            u = reply.usage
-            return cp.Decision(
-                {
-                    "output": [to_json(item) for item in reply.output],
-                    "usage": to_json(u),
-                    "response_id": reply.response_id,
-                },
-                model=self.model_name,
-                usage={
-                    "input_tokens": u.input_tokens,
-                    "output_tokens": u.output_tokens,
-                    "total_tokens": u.total_tokens,
-                },
-            )
+            return decision
 
-        value = await ctx_call(session, "decide", self.name, ask, options=self.options, **args)
+        value = await ctx_call(session, "decide", self.name, guarded, options=self.options, **args)
         key = session.ctx.last_key
         if not isinstance(key, str):
             raise cp.CrashproofError("the model call's decision left no step key")
@@ -143,11 +142,125 @@ class CrashproofModel(Model):
         }
         return response
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
-        raise cp.CrashproofError(
-            f"model {self.model_name!r}: a streamed run (Runner.run_streamed) is not durable "
-            "under crashproof, so it is refused before anything is sent; use Runner.run"
-        )
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: Any,
+        model_settings: Any,
+        tools: list[Any],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: Any,
+        **extra: Any,
+    ) -> ModelResponse:
+        session = bound(f"model {self.model_name!r}")
+        args = self._args(
+            system_instructions, input, model_settings, tools, output_schema, handoffs,
+            previous_response_id, conversation_id, prompt,
+        )  # fmt: skip
+
+        async def ask() -> cp.Decision:
+            reply = await self.inner.get_response(
+                system_instructions, input, model_settings, tools, output_schema,
+                handoffs, tracing, previous_response_id=previous_response_id,
+                conversation_id=conversation_id, prompt=prompt, **extra,
+            )  # fmt: skip
+            return self._decision(reply.output, to_json(reply.usage), reply.response_id)
+
+        return await self._decide(session, args, ask)
+
+    async def stream_response(
+        self,
+        system_instructions: str | None,
+        input: Any,
+        model_settings: Any,
+        tools: list[Any],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+        prompt: Any = None,
+        **extra: Any,
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        """The same decision as ``get_response`` (a run may start streamed and resume
+        not, or the reverse): the wrapped model's stream is drained inside it, and the
+        recorded response is emitted as events (``replayed_events``) once it is
+        recorded, the same on the first run and on replay."""
+        session = bound(f"model {self.model_name!r}")
+        args = self._args(
+            system_instructions, input, model_settings, tools, output_schema, handoffs,
+            previous_response_id, conversation_id, prompt,
+        )  # fmt: skip
+
+        async def ask() -> cp.Decision:
+            completed: Any = None
+            stream = self.inner.stream_response(
+                system_instructions, input, model_settings, tools, output_schema,
+                handoffs, tracing, previous_response_id=previous_response_id,
+                conversation_id=conversation_id, prompt=prompt, **extra,
+            )  # fmt: skip
+            async for event in stream:
+                if isinstance(event, ResponseCompletedEvent):
+                    completed = event.response
+            if completed is None:
+                raise cp.Unavailable("the model's stream ended without response.completed")
+            u = completed.usage
+            usage = Usage(requests=1) if u is None else Usage(
+                requests=1, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                total_tokens=u.total_tokens, input_tokens_details=u.input_tokens_details,
+                output_tokens_details=u.output_tokens_details,
+            )  # fmt: skip
+            return self._decision(completed.output, to_json(usage), completed.id)
+
+        response = await self._decide(session, args, ask)
+        if isinstance(session.ctx, cp.AsyncContext):
+            # The events leave for the consumer: the decision is committed first (an
+            # async drive commits at its next handoff), so none is shown that a crash
+            # could take back. The sync shell committed it already.
+            await session.ctx.settle()
+        for event in replayed_events(response, self.model_name):
+            yield event
+
+
+def replayed_events(response: ModelResponse, model: str) -> list[TResponseStreamEvent]:
+    """What a streamed model call emits under crashproof, live and on replay: per
+    output item, its text (an assistant message's whole ``output_text``, one
+    ``response.output_text.delta``) and ``response.output_item.done``; then
+    ``response.completed`` with the whole response."""
+    events: list[Any] = []
+    for i, item in enumerate(response.output):
+        if getattr(item, "type", None) == "message":
+            for j, part in enumerate(getattr(item, "content", None) or []):
+                if getattr(part, "type", None) == "output_text":
+                    events.append(ResponseTextDeltaEvent.model_construct(
+                        type="response.output_text.delta", item_id=getattr(item, "id", ""),
+                        output_index=i, content_index=j, delta=part.text, logprobs=[],
+                        sequence_number=len(events),
+                    ))  # fmt: skip
+        events.append(ResponseOutputItemDoneEvent.model_construct(
+            type="response.output_item.done", item=item, output_index=i,
+            sequence_number=len(events),
+        ))  # fmt: skip
+    u = response.usage
+    usage = ResponseUsage.model_construct(
+        input_tokens=u.input_tokens, output_tokens=u.output_tokens, total_tokens=u.total_tokens,
+        input_tokens_details=u.input_tokens_details, output_tokens_details=u.output_tokens_details,
+    )  # fmt: skip
+    whole = Response.model_construct(
+        id=response.response_id or "", object="response", created_at=0, model=model,
+        output=list(response.output), usage=usage, parallel_tool_calls=True,
+        tool_choice="auto", tools=[],
+    )  # fmt: skip
+    events.append(ResponseCompletedEvent.model_construct(
+        type="response.completed", response=whole, sequence_number=len(events),
+    ))  # fmt: skip
+    return events
 
 
 class CrashproofModelProvider(ModelProvider):

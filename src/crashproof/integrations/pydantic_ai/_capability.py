@@ -13,9 +13,15 @@ Hooks (pydantic-ai's ``AbstractCapability``):
   the model's order on every drive.
 - ``wrap_model_request``: one ``ctx.decide("<agent>:model_request", ...)``; the value is
   the ``ModelResponse``'s JSON, revived on the first run and on replay (the model is
-  not called again, so no span or event of it is emitted again); model name and tokens
-  go to the run's budget. A streamed request is refused (``UserError``) before it is
-  sent: its events could not be given again on replay.
+  not called again, so no span of it is emitted again); model name and tokens go to
+  the run's budget. A streamed request (``run_stream``, ``run_stream_events``,
+  ``event_stream_handler=``) is the same decision: the model's stream is drained inside
+  it and the whole response recorded before the consumer sees any of it (as
+  pydantic-ai's DBOS and Temporal engines do); the consumer then gets it as
+  pydantic-ai's replayed events (``CompletedStreamedResponse(replay_events=True)``:
+  per part, a ``PartStartEvent`` and a ``PartDeltaEvent``), the same on the first run
+  and on replay. The request hooks of capabilities inside this one do not run for a
+  streamed request (the model is asked directly, inside the decision).
 - ``wrap_tool_execute``: each call of the latest response is journaled under
   ``<decision key>/<index>:<tool>`` (``#`` written ``.``): a ``cp.Tool`` given in
   ``tools=`` as ``ctx.act`` (intent before execute, lookup before any retry, fencing
@@ -271,18 +277,14 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         handler: WrapModelRequestHandler,
     ) -> ModelResponse:
         run_ctx = self._ctx()
-        if request_context.streaming:
-            raise UserError(
-                f"agent {self._agent!r}: a streamed model request (run_stream, "
-                "run_stream_events, iter with node streaming, event_stream_handler=) is not "
-                "durable under CrashproofDurability, so it is refused before anything is "
-                "sent; use agent.run / run_sync without an event stream handler"
-            )
         args = request_args(str(self._agent), request_context, self._projection)
 
         async def ask(**_: Any) -> cp.Decision:
             try:
-                response = await handler(request_context)
+                if request_context.streaming:
+                    response = await _drained(ctx, request_context)
+                else:
+                    response = await handler(request_context)
             except Exception as exc:
                 failure = _transient(exc)
                 if failure is exc:
@@ -294,6 +296,10 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
 
         name = f"{self._agent}:model_request"
         value = await ctx_call(run_ctx, "decide", name, ask, options=self.options, **args)
+        if request_context.streaming and isinstance(run_ctx, cp.AsyncContext):
+            # Its events leave for the consumer: the decision is committed first (an
+            # async drive commits at its next handoff); the sync shell committed it.
+            await run_ctx.settle()
         key = run_ctx.last_key
         if not isinstance(key, str):
             raise cp.CrashproofError("the model request's decision left no step key")
@@ -362,6 +368,21 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
             run_ctx, "step", step, run, call_id=call.tool_call_id, params=to_json(args)
         )
         return _replayed(record)
+
+
+async def _drained(ctx: RunContext[Any], request: ModelRequestContext) -> ModelResponse:
+    """A streamed request's whole response, its stream drained inside the decision (as
+    pydantic-ai's own durable engines drain it inside their unit). The handler is not
+    called: given the live stream, pydantic-ai would run the response's tools while the
+    decision is still open. The consumer gets the recorded response as pydantic-ai's
+    replayed events (``CompletedStreamedResponse(replay_events=True)``), live and on
+    replay alike."""
+    async with request.model.request_stream(
+        request.messages, request.model_settings, request.model_request_parameters, ctx
+    ) as streamed:
+        async for _ in streamed:
+            pass
+    return streamed.get()
 
 
 def _replayed(record: Any) -> Any:
