@@ -153,7 +153,13 @@ def serve_run(scenario: Scenario[Any], ledger: Ledger, env: Any) -> int:
     def watch() -> None:
         nonlocal status
         while True:
-            row = ledger.store.get_run(run_id)
+            try:
+                row = ledger.store.get_run(run_id)
+            except Exception as exc:  # the store restarting: ask again (a watcher that
+                # died here would leave the worker serving forever)
+                sys.stderr.write(f"watcher: the ledger is unreachable, asking again: {exc}\n")
+                time.sleep(0.2)
+                continue
             if row is not None and (
                 row.status.terminal
                 or row.status.frozen
