@@ -21,6 +21,7 @@ does not accept (or a case no longer open) exits 4, before any key is made or us
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -41,6 +42,8 @@ from crashproof.cli.settings import (
     open_ledger,
 )
 from crashproof.runtime.guards.review import ReviewCase
+from crashproof.runtime.ledger import Ledger
+from crashproof.runtime.operations.redaction import Redaction
 
 __all__ = ["decide_review_case", "list_review_cases", "show_review_case"]
 
@@ -72,7 +75,7 @@ def list_review_cases(
     each accepts."""
     settings = command_settings(ctx, db, as_json, verbose)
     with open_ledger(settings, create=False) as ledger:
-        cases = ledger.review_cases(run_id, state=state)
+        cases = _redacted(ledger, ledger.review_cases(run_id, state=state))
     if settings.json:
         emit_json([case.to_json() for case in cases])
         return int(ExitCode.OK)
@@ -99,7 +102,7 @@ def show_review_case(
     receipt and its fingerprint, generation, the step's trace, the case fingerprint."""
     settings = command_settings(ctx, db, True, verbose)
     with open_ledger(settings, create=False) as ledger:
-        case = ledger.review_case(case_id)
+        (case,) = _redacted(ledger, [ledger.review_case(case_id)])
     emit_json(case.to_json())
     return int(ExitCode.OK)
 
@@ -199,6 +202,15 @@ def decide_review_case(
         return drive_and_report(
             ledger, settings, case.run_id, lambda: resume_through_shell(ledger, case.run_id)
         )
+
+
+def _redacted(ledger: Ledger, cases: Sequence[ReviewCase]) -> list[ReviewCase]:
+    """The cases as a person may see them: what each run's policy marks secret hidden."""
+    rules: dict[str, Redaction] = {}
+    for case in cases:
+        if case.run_id not in rules:
+            rules[case.run_id] = Redaction.of(ledger.journal(case.run_id))
+    return [rules[case.run_id].case(case) for case in cases]
 
 
 def _chosen(decision: str | None, *, redo: bool, keep: bool, abort: bool) -> str:

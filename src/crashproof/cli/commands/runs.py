@@ -57,6 +57,7 @@ from crashproof.runtime.guards.budget import operator, parse_raises, raise_limit
 from crashproof.runtime.ledger import Ledger
 from crashproof.runtime.operations.audit import run_timeline
 from crashproof.runtime.operations.contents import step_contents
+from crashproof.runtime.operations.redaction import Redaction
 from crashproof.runtime.options import RunOptions
 from crashproof.store.queue import retryable_stop
 
@@ -444,6 +445,7 @@ def show_run(
         return _show_step(settings, run_id, step)
     with open_ledger(settings, create=False) as ledger:
         info = ledger.get_run(run_id)
+        info = Redaction.of(ledger.journal(run_id)).info(info)  # its policy's secrets hidden
         entries = run_timeline(ledger, run_id) if timeline else None
         retry: dict[str, Any] = {}
         if retryable_stop(info.status.value, info.reason):  # when a worker resumes it

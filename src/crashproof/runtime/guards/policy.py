@@ -19,6 +19,11 @@ intent was committed and is reconciled, never re-judged):
    function ``(tool, params) -> level`` (or one function for all tools); else
    ``default_risk``. An act whose level is in ``approval_required`` needs an approval.
 
+4. **secrets** — ``secret_fields`` (globs over JSON keys, at any depth) and
+   ``secret_steps`` (globs over step keys): what the console and ``crashproof show``
+   redact. Display only: the journal keeps the values (see
+   ``crashproof.runtime.operations.redaction``).
+
 Outcomes, and why:
 
 - *Outside the policy* (allowlist or scope): refused, nothing executed. The refusal is
@@ -119,6 +124,8 @@ class Policy:
         default_risk: str = "low",
         approval_required: Iterable[str] = (),
         completion: Completion | None = None,
+        secret_fields: Iterable[str] = (),
+        secret_steps: Iterable[str] = (),
     ) -> None:
         if not isinstance(version, str) or not version:
             raise ValueError("a Policy needs a non-empty version string")
@@ -152,6 +159,8 @@ class Policy:
         if completion is not None and not isinstance(completion, Completion):
             raise TypeError(f"policy {version!r}: completion= takes cp.Completion(require=[...])")
         self.completion = completion  # the checks every run under it must pass at the end
+        # What people are not shown (console, `crashproof show`): operations/redaction.py.
+        self.secrets = secrets_record(secret_fields, secret_steps)
         self.digest = canonical_digest(self.declaration(), what=f"policy {version!r}")
         _MADE[(version, self.digest)] = self
 
@@ -190,11 +199,15 @@ class Policy:
         }
         if self.completion is not None:  # (absent otherwise: earlier digests stay the same)
             declared["completion"] = list(self.completion.require)
+        if self.secrets:  # (likewise)
+            declared["secrets"] = self.secrets
         return declared
 
     def record(self) -> dict[str, Any]:
-        """What a run records of its policy: version, digest, identity."""
-        return {"version": self.version, "digest": self.digest, "identity": self.identity}
+        """What a run records of its policy: version, digest, identity, and what it marks
+        secret (read back by every display of the run, whatever code it imported)."""
+        record = {"version": self.version, "digest": self.digest, "identity": self.identity}
+        return {**record, "secrets": self.secrets} if self.secrets else record
 
     def evaluate(self, tool: Tool, params: Mapping[str, Any]) -> Verdict:
         """Judge one proposed act. Raises CrashproofError (recording nothing) when a scope
@@ -461,6 +474,23 @@ def _await_approval(
         evidence,
     )
     await_approval(session, key, exc, evidence)
+
+
+def secrets_record(fields: Iterable[str], steps: Iterable[str]) -> dict[str, list[str]]:
+    """The ``secrets`` part of a policy record (empty when the policy marks nothing; shown
+    redacted by crashproof.runtime.operations.redaction)."""
+    record: dict[str, list[str]] = {}
+    for name, globs in (("fields", fields), ("steps", steps)):
+        listed = sorted({_glob(g, name) for g in globs})
+        if listed:
+            record[name] = listed
+    return record
+
+
+def _glob(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"secret_{what} takes non-empty glob strings, not {value!r}")
+    return value
 
 
 # Every Policy made in this process, by (version, digest); weak, so it holds none alive.

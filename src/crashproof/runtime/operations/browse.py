@@ -10,6 +10,7 @@ journal said is kept between pages by ``folds.Folds``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 import time
@@ -25,6 +26,7 @@ from crashproof.runtime.guards.review import ReviewCase
 from crashproof.runtime.operations.bars import Bars, bars
 from crashproof.runtime.operations.contents import StepContent, step_contents
 from crashproof.runtime.operations.folds import Folds, RefusedRun
+from crashproof.runtime.operations.redaction import Redaction
 from crashproof.runtime.port import DriveHost
 from crashproof.store.index import IndexQuery, run_index
 
@@ -311,18 +313,25 @@ def steps_page(
     wanted = fold.keys[offset : offset + limit]  # only this page's steps are folded
     replay = fold.replay if fold.replay is not None else index_journal(events)
     steps = fold_steps(events, replay, frozenset(wanted))
-    acts = _acts(events, {s.key for s in steps if s.kind.value == "act"})
+    hide = Redaction.of(events)  # what the run's policy marks secret is never shown
+    acts = {
+        key: dataclasses.replace(act, receipt=hide.held(act.receipt, key))
+        for key, act in _acts(events, {s.key for s in steps if s.kind.value == "act"}).items()
+    }
     contents = step_contents(events, wanted)
     drawn = bars(events, folds.timeline(row.run_id, fold), set(wanted))
     return StepsPage(
-        info=info,
-        steps=steps,
+        info=hide.info(info),
+        steps=tuple(
+            s if s.error is None else dataclasses.replace(s, error=hide.value(s.error))
+            for s in steps
+        ),
         acts=acts,
         total=len(fold.keys),
         offset=offset,
         limit=limit,
-        review_cases=fold.cases,
-        pending_approval=fold.pending,
+        review_cases=tuple(hide.case(case) for case in fold.cases),
+        pending_approval=hide.value(fold.pending),
         contents=contents,
         bars=drawn,
     )

@@ -10,11 +10,13 @@ shape (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, as
 what the intent journaled (the op's text, the prepared result, the earlier acts' results
 on the same path). What is not recorded is said to be missing, never guessed: a model
 call's request messages are bound by their digest only, so a reply is shown without
-the prompt that led to it.
+the prompt that led to it. What the run's policy marks secret is redacted
+(``crashproof.runtime.operations.redaction``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from collections.abc import Iterable, Sequence
@@ -23,6 +25,7 @@ from typing import Any
 
 from crashproof.journal import payloads
 from crashproof.journal.records import Event, EventType
+from crashproof.runtime.operations.redaction import REDACTED, Redaction
 
 __all__ = ["ModelReply", "StepContent", "step_contents"]
 
@@ -47,7 +50,8 @@ class StepContent:
     status: str
     value: Any = None  # the result (an act: its receipt's result)
     has_value: bool = False
-    params: dict[str, Any] | None = None  # an act's params, as journaled with its intent
+    # An act's params, as journaled with its intent ("[redacted]": a secret step's).
+    params: dict[str, Any] | str | None = None
     tool: str | None = None
     receipt: dict[str, Any] | None = None
     error: dict[str, Any] | None = None  # type, message, args, traceback (when recorded)
@@ -91,15 +95,20 @@ def step_contents(events: Sequence[Event], keys: Iterable[str]) -> dict[str, Ste
             )
         elif key in wanted and event.type is EventType.STEP_DONE:
             found.setdefault(key, {})["done"] = event
-    return {key: _content(key, entry) for key, entry in found.items() if "done" in entry}
+    redaction = Redaction.of(events)
+    return {key: _content(key, entry, redaction) for key, entry in found.items() if "done" in entry}
 
 
-def _content(key: str, entry: dict[str, Any]) -> StepContent:
+def _content(key: str, entry: dict[str, Any], redaction: Redaction) -> StepContent:
     event: Event = entry["done"]
     done = payloads.step_done(event)
     kind = str(done.get("kind"))
     has_value = event.value_json is not None
-    value = event.value if has_value else None
+    raw = event.value if has_value else None
+    secret = redaction.secret_step(key)
+    reply = model_reply(raw) if kind == "decide" and not secret else None
+    if reply is not None:  # arguments are parsed from the model's text, then redacted
+        reply = dataclasses.replace(reply, messages=redaction.value(reply.messages))
     took = done.get("took_us")
     latency = took / 1e6 if isinstance(took, int) else None
     if latency is None and isinstance(done.get("started_at"), float | int):
@@ -108,15 +117,15 @@ def _content(key: str, entry: dict[str, Any]) -> StepContent:
         key=key,
         kind=kind,
         status=str(done.get("status")),
-        value=value,
+        value=redaction.value(raw, key) if has_value else None,
         has_value=has_value,
-        params=entry.get("params"),
+        params=None if entry.get("params") is None else redaction.value(entry["params"], key),
         tool=entry.get("tool"),
-        receipt=done.get("receipt"),
-        error=done.get("error"),
-        attempts=tuple(entry.get("attempts", ())),
-        reply=model_reply(value) if kind == "decide" else None,
-        diff=entry.get("diff"),
+        receipt=redaction.held(done.get("receipt"), key),
+        error=redaction.value(done.get("error")),
+        attempts=tuple(redaction.value(entry.get("attempts", []))),
+        reply=reply,
+        diff=REDACTED if secret and entry.get("diff") else entry.get("diff"),
         model=done.get("model"),
         usage=done.get("usage"),
         cost=done.get("cost"),
