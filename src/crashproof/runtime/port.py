@@ -184,16 +184,16 @@ class RunSession(Protocol):
     def crash_point_for(self, key: str) -> Callable[[str], None]:
         """A crash-point hook for a tool working on act ``key`` (free when unarmed)."""
 
+    @property
+    def call_scopes(self) -> tuple[Any, ...]:
+        """The observers' scopes entered around each live call's body, and around an
+        act's ``execute`` and ``lookup`` (``runtime/steps/scopes.py``; ``Ledger.on_call``)."""
+
 
 class StepSession(RunSession, Protocol):
     """What ``runtime/steps/live.py`` needs beyond ``RunSession`` to run a step live:
     the failed attempts the journal holds for it, the bracket around its body (a ctx call
     inside it is a misuse), and the fast record of its success."""
-
-    @property
-    def call_scopes(self) -> tuple[Any, ...]:
-        """The observers' scopes entered around each live call's body
-        (``runtime/steps/scopes.py``; ``Ledger.on_call``)."""
 
     def earlier_attempts(self, key: str) -> list[Event] | None:
         """The journaled failed attempts of ``key`` (a retry in progress), or None."""

@@ -172,7 +172,7 @@ ledger.run(flow(Counter(Path({effects!r}))), run_id="r")
     ("point", "live_after"),
     [
         ("before_commit[step_done:s2]", ["step s2", "decide plan", "act send", "step s3"]),
-        ("before_commit[step_done:send]", ["act send", "step s3"]),  # effect, no receipt
+        ("before_commit[step_done:send]", ["lookup send", "act send", "step s3"]),  # no receipt
     ],
 )
 def test_a_sigkilled_child_resumed_here_exports_only_what_runs_live_here(

@@ -210,3 +210,92 @@ def test_the_http_span_nests_under_the_live_call_in_an_async_drive(tmp_path: Pat
     (post,) = [s for s in found if s["name"] == "POST"]
     assert parent_of(found, post)["name"] == "decide chat"
     assert [s["name"] for s in found].count("decide chat") == 1  # the second run replays
+
+
+class Poster(cp.Tool):
+    """An effect over HTTP (a POST to the model server), with a lookup of its own record
+    (a file beside the ledger): the lookup needs no request."""
+
+    name = "poster"
+    version = "1"
+
+    def __init__(self, url: str, done: Path) -> None:
+        self.url, self.done = url, done
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        import httpx
+
+        body = {"model": "m", "messages": [{"role": "user", "content": "post"}]}
+        httpx.post(self.url + "/v1/chat/completions", json=body, timeout=10)
+        self.done.write_text(call.operation_id)
+        return cp.Receipt(call.operation_id, {"sent": True}, call.intent_digest)
+
+    def lookup(self, call: cp.Call) -> cp.Receipt | None:
+        if self.done.exists() and self.done.read_text() == call.operation_id:
+            return cp.Receipt(call.operation_id, {"sent": True}, call.intent_digest)
+        return None
+
+
+def act_flow(ledger: cp.Ledger, server_url: str, done: Path) -> cp.Workflow[str]:
+    poster = Poster(server_url, done)
+
+    @ledger.workflow("traced")
+    def traced(ctx: cp.Context) -> str:
+        ctx.step("a", lambda: 1)
+        ctx.act("post", poster)
+        return "ok"
+
+    return traced
+
+
+ACT_CHILD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import crashproof as cp
+from integrations.otel.test_traces import act_flow, traced_ledger
+points = None if {point!r} is None else cp.CrashPoints(match={point!r}, action="sigkill")
+ledger = traced_ledger({url!r}, Path({spans!r}), crash_points=points)
+print(ledger.run(act_flow(ledger, {server!r}, Path({done!r})), run_id="r"))
+"""
+
+
+def test_a_tools_http_span_nests_under_its_act_across_a_sigkill(tmp_path: Path) -> None:
+    """The tool's own request runs under the act's span; killed after the effect and
+    before its receipt, the resume looks it up (a lookup span) and sends the act's span
+    under the id the killed execute's request names as its parent."""
+    url, done = f"sqlite:///{tmp_path / 'runs.db'}", tmp_path / "done"
+    files = [tmp_path / "killed.jsonl", tmp_path / "resumed.jsonl"]
+    with ModelServer([Turn("ok"), Turn("ok")]) as server:
+        for n, spans in enumerate(files):
+            point = "before_commit[step_done:post]" if n == 0 else None
+            code = ACT_CHILD.format(
+                tests=str(ROOT / "tests"),
+                url=url,
+                spans=str(spans),
+                server=server.url,
+                point=point,
+                done=str(done),
+            )
+            child = subprocess.run(
+                [sys.executable, "-c", textwrap.dedent(code)],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert child.returncode == (-9 if n == 0 else 0), child.stderr
+        assert server.count == 1  # the effect once: the resume looked it up
+    killed, resumed = read(files[0]), read(files[1])
+    spans = killed + resumed
+    assert one_tree(spans) == "run traced"
+    (post,) = [s for s in spans if s["name"] == "POST"]
+    assert post in killed
+    act = parent_of(spans, post)  # sent by the resume, under the killed execute's id
+    assert act["name"] == "act post"
+    assert act in resumed
+    assert act["attributes"]["crashproof.reconciled"] is True
+    (lookup,) = [s for s in resumed if s["name"] == "lookup post"]
+    assert parent_of(spans, lookup)["name"] == "drive traced"
+    assert [s["name"] for s in spans].count("act post") == 1

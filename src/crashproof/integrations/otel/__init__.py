@@ -82,7 +82,9 @@ _OUTCOMES = {
     "run_moved": "moved",
 }
 _KINDS = ("step", "decide", "act", "check")  # the calls that get a span (not clocks, markers)
-_LIVE = ("step", "decide")  # spans opened around the body (Ledger.on_call)
+# Spans opened around the body (Ledger.on_call), ended when the call's record commits;
+# an act's is opened around its tool's execute. A lookup's span ends with the lookup.
+_LIVE = ("step", "decide", "check", "act")
 _LEFT = ("new", "released")  # lease decisions after a drive that ended in its process
 
 
@@ -174,6 +176,10 @@ class Telemetry:
     def call(self, call: cp.LiveCall) -> Iterator[None]:
         """A live step's or decision's span, current while its body runs; ended when its
         record commits (``committed``), dropped when the body ends in a crash."""
+        if call.kind == "lookup":
+            with self._lookup(call):
+                yield
+            return
         if call.kind not in _LIVE:
             yield
             return
@@ -205,6 +211,30 @@ class Telemetry:
             if call.attributes:
                 span.set_attributes(call.attributes)
 
+    @contextlib.contextmanager
+    def _lookup(self, call: cp.LiveCall) -> Iterator[None]:
+        """A lookup's span (an act in flight asked of its target): current while the
+        tool asks, ended when it answers, under the drive's span."""
+        attributes = {
+            "crashproof.run_id": call.run_id,
+            "crashproof.step_key": call.key,
+            "crashproof.kind": "lookup",
+            "crashproof.attempt": call.attempt,
+        }
+        span_id = _ids.call_id(self._ns, call.run_id, f"{call.key}#lookup", call.attempt, 0)
+        parent = self._drive_parent(call.run_id, call.fencing_token)
+        span = self._start(
+            f"lookup {call.key}", call.run_id, span_id, parent, time.time(), attributes
+        )
+        try:
+            with trace.use_span(span, end_on_exit=False, record_exception=False):
+                yield
+        except Exception as exc:
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+        finally:
+            span.end()
+
     # -- the commit observer (Ledger.on_commit) -----------------------------------------
 
     def committed(self, records: Sequence[Any], fencing_token: int | None) -> None:
@@ -224,6 +254,10 @@ class Telemetry:
             self._intents.setdefault((run_id, str(record.key)), record.created_at)
         elif kind == "act_unknown":
             self._acts.add(1, {"outcome": "unknown"})
+            span = self._live.pop((run_id, str(record.key)), None)
+            if span is not None:  # its execute's span: what happened is not known
+                span.set_status(Status(StatusCode.ERROR, "outcome unknown"))
+                span.end(end_time=_ns(record.created_at))
         elif kind in _OUTCOMES:
             status = _OUTCOMES[kind] or str(payload.get("status", "needs_review"))
             self._runs.add(1, {"status": status})
@@ -303,6 +337,10 @@ class Telemetry:
         span.end(end_time=_ns(events[last].created_at))
 
     def _end_drive(self, run_id: str, status: str, reason: Any, at: float) -> None:
+        for live in [k for k in self._live if k[0] == run_id]:  # an act frozen in flight
+            span = self._live.pop(live)
+            span.set_status(Status(StatusCode.ERROR, f"the run ended {status} first"))
+            span.end(end_time=_ns(at))
         found = self._drives.pop(run_id, None)
         if found is None:
             return
@@ -345,11 +383,17 @@ class Telemetry:
         elif kind == "decide":
             attributes.update(_decision_attributes(payload))
         span = self._live.pop((record.run_id, key), None)
-        if span is None:  # made from the record alone (an act, a check; no call scope)
+        if span is None:  # made from the record alone (a lookup found the receipt)
             if failed_attempt:
                 return
             parent = self._drive_parent(record.run_id, token)
-            span = self._start(f"{kind} {key}", record.run_id, 0, parent, started, {})
+            # An act's id is its attempt's: the killed execute's own spans nest under it.
+            span_id = 0
+            if kind == "act":
+                span_id = _ids.call_id(
+                    self._ns, record.run_id, key, attributes["crashproof.attempt"], 0
+                )
+            span = self._start(f"{kind} {key}", record.run_id, span_id, parent, started, {})
         span.set_attributes(attributes)
         if status != "succeeded":
             error = payload.get("error") or {}

@@ -47,6 +47,7 @@ from crashproof.runtime.steps.expiry import before_execution, check_receipt
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.holds import first_intent
 from crashproof.runtime.steps.outage import stop_lookup, stop_unavailable, wait_for
+from crashproof.runtime.steps.scopes import act_scoped
 from crashproof.runtime.steps.unknown import declared, record_not_done, recorded_declaration
 from crashproof.runtime.steps.windows import IntentTime, first_intent_at, forgotten_key
 from crashproof.tools.port import Call, OnUnknown, Receipt, Tool
@@ -217,7 +218,8 @@ def _execute(
         yield from before_execution(session, tool, call, _evidence)
         started = time.time()
         try:
-            receipt = yield Invoke(tool.execute, (call,), f"execute of tool {tool.name!r}")
+            execute = act_scoped(tool.execute, session.call_scopes, call, "act")
+            receipt = yield Invoke(execute, (call,), f"execute of tool {tool.name!r}")
         except PermanentError as exc:
             failed = ActFailed(f"act {call.step!r} failed permanently: {exc}")
             _journal_failed(session, call, failed, exc, started, failure="permanent")
@@ -312,7 +314,8 @@ def _reconcile(
     for attempt in range(1, settings.lookup_attempts + 1):
         started = time.time()
         try:
-            found = yield Invoke(tool.lookup, (call,), f"lookup of tool {tool.name!r}")
+            lookup = act_scoped(tool.lookup, session.call_scopes, call, "lookup")
+            found = yield Invoke(lookup, (call,), f"lookup of tool {tool.name!r}")
         except OutcomeUnknown as exc:
             evidence = yield from _evidence(call, tool)
             session.freeze(

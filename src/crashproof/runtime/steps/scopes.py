@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashproof.runtime.steps.handoff import is_async
+from crashproof.tools.port import Call
 
-__all__ = ["CallScope", "LiveCall", "scoped"]
+__all__ = ["CallScope", "LiveCall", "act_scoped", "scoped"]
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +33,12 @@ log = logging.getLogger(__name__)
 class LiveCall:
     """A call about to run live. ``seq``: the journal position its record would take had
     nothing else been written first (a call a crash interrupted and its resume run again
-    share it; a retried run's new attempt does not). ``attributes``: filled after the body
-    returned a ``cp.Decision`` with attributes, before the scope exits."""
+    share it; a retried run's new attempt does not; 0 for an act's execute and lookup,
+    which are told apart by attempt). ``attributes``: filled after the body returned a
+    ``cp.Decision`` with attributes, before the scope exits."""
 
     run_id: str
-    kind: str  # step, decide, now, random, uuid
+    kind: str  # step, decide, check, now, random, uuid; act (execute), lookup
     key: str
     attempt: int
     seq: int
@@ -90,3 +92,24 @@ def scoped(fn: Callable[..., Any], scopes: tuple[CallScope, ...], call: LiveCall
             return _noted(call, fn(*args, **kwargs))
 
     return run
+
+
+def act_scoped(
+    fn: Callable[..., Any], scopes: tuple[CallScope, ...], call: Call, kind: str
+) -> Callable[..., Any]:
+    """A tool's ``execute`` (``kind`` "act") or ``lookup`` ("lookup") with ``scopes``
+    entered around it: a span current while the tool talks to its target, so an HTTP
+    client's own spans nest under the act. ``seq`` 0: one id per act and attempt, the
+    same for a killed execute and the act its resume finishes."""
+    if not scopes:
+        return fn
+    live = LiveCall(
+        run_id=call.run_id,
+        kind=kind,
+        key=call.step,
+        attempt=call.attempt,
+        seq=0,
+        fencing_token=call.fencing_token,
+    )
+    wrapped: Callable[..., Any] = scoped(fn, scopes, live)
+    return wrapped
