@@ -187,26 +187,7 @@ class LedgerHumans(DriveHost):
                     f"approval for run {run_id!r} refused: {reason}; nothing was journaled "
                     "or executed"
                 )
-            now = time.time()
-            granted = Event(
-                run_id=run_id,
-                seq=len(events),
-                type=EventType.APPROVAL_GRANTED,
-                key=freeze.key,
-                payload={**who, "time": now, "approval": document},
-                created_at=now,
-            )
-            thawed = Event(
-                run_id=run_id,
-                seq=len(events) + 1,
-                type=EventType.RUN_THAWED,
-                key=None,
-                payload=payloads.as_dict(
-                    payloads.RunThawed(status="running", by=who["by"], approval_seq=len(events))
-                ),
-                created_at=now,
-            )
-            return [granted, thawed], (RunStatus.RUNNING, None)
+            return _decided(run_id, events, freeze.key, who, approval=document)
 
         self._operator_append(run_id, build)
 
@@ -255,26 +236,7 @@ class LedgerHumans(DriveHost):
                 raise ApprovalRefused(
                     f"rejection for run {run_id!r} refused: {why}; nothing was journaled"
                 )
-            now = time.time()
-            rejected = Event(
-                run_id=run_id,
-                seq=len(events),
-                type=EventType.APPROVAL_REJECTED,
-                key=now_freeze.key,
-                payload={**who, "time": now, "rejection": document},
-                created_at=now,
-            )
-            thawed = Event(
-                run_id=run_id,
-                seq=len(events) + 1,
-                type=EventType.RUN_THAWED,
-                key=None,
-                payload=payloads.as_dict(
-                    payloads.RunThawed(status="running", by=who["by"], rejection_seq=len(events))
-                ),
-                created_at=now,
-            )
-            return [rejected, thawed], (RunStatus.RUNNING, None)
+            return _decided(run_id, events, now_freeze.key, who, rejection=document)
 
         self._operator_append(run_id, build)
         return document
@@ -375,6 +337,33 @@ class LedgerHumans(DriveHost):
             return [decided, thawed], (RunStatus.RUNNING, None)
 
         self._operator_append(run_id, build)
+
+
+def _decided(
+    run_id: str, events: list[Event], key: str | None, who: dict[str, Any], **signed: Any
+) -> tuple[list[Event], StatusChange | None]:
+    """A signed decision on a pending act (``approval=`` or ``rejection=`` its document)
+    and the thaw that lets the run go on, committed together: the decision record, then
+    ``run_thawed`` naming its position."""
+    ((field, document),) = signed.items()
+    now = time.time()
+    decided = Event(
+        run_id=run_id,
+        seq=len(events),
+        type=EventType.APPROVAL_GRANTED if field == "approval" else EventType.APPROVAL_REJECTED,
+        key=key,
+        payload={**who, "time": now, field: document},
+        created_at=now,
+    )
+    thawed = Event(
+        run_id=run_id,
+        seq=len(events) + 1,
+        type=EventType.RUN_THAWED,
+        key=None,
+        payload={"status": "running", "by": who["by"], f"{field}_seq": len(events)},
+        created_at=now,
+    )
+    return [decided, thawed], (RunStatus.RUNNING, None)
 
 
 def _awaiting_freeze(run_id: str, events: list[Event], step: str | None) -> Event:
