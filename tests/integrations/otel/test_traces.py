@@ -109,6 +109,18 @@ def _hex(value: str | None) -> int | None:
     return None if value is None else int(value, 16)
 
 
+def run_child(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a child interpreter of its own (a SIGKILL kills only it)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def one_tree(spans: list[dict[str, Any]]) -> str:
     """Assert ``spans`` are one trace, every parent sent, no span id twice; the root's
     name."""
@@ -137,14 +149,7 @@ def test_one_trace_holds_a_sigkilled_child_and_its_resume(tmp_path: Path) -> Non
             code = CHILD.format(
                 tests=str(ROOT / "tests"), url=url, spans=str(spans), server=server.url, point=point
             )
-            child = subprocess.run(
-                [sys.executable, "-c", textwrap.dedent(code)],
-                cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            child = run_child(code)
             if n == 0:  # killed after b's body (its request answered), before b's record
                 assert child.returncode == -9, child.stderr
             else:  # the resume: no crash point fires again (b's record lands)
@@ -277,14 +282,7 @@ def test_a_tools_http_span_nests_under_its_act_across_a_sigkill(tmp_path: Path) 
                 point=point,
                 done=str(done),
             )
-            child = subprocess.run(
-                [sys.executable, "-c", textwrap.dedent(code)],
-                cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            child = run_child(code)
             assert child.returncode == (-9 if n == 0 else 0), child.stderr
         assert server.count == 1  # the effect once: the resume looked it up
     killed, resumed = read(files[0]), read(files[1])
