@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -212,3 +213,23 @@ def test_version_prints_the_package_version(cli: Cli) -> None:
     shown = cli("--version")
     assert shown.code == 0
     assert shown.out.startswith(f"crashproof {__version__} (Python ")
+
+
+def test_python_m_crashproof_version_is_the_installed_metadata() -> None:
+    """pyproject.toml reads its version from _version.py: what pip recorded, what
+    ``crashproof.__version__`` says and what ``python -m crashproof --version`` prints agree."""
+    import importlib.metadata
+
+    import crashproof
+
+    installed = importlib.metadata.version("crashproof")
+    assert crashproof.__version__ == installed
+    done = subprocess.run(
+        [sys.executable, "-m", "crashproof", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"crashproof {installed} (Python {platform.python_version()})\n"
