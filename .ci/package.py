@@ -80,8 +80,9 @@ def find_python(version: str) -> str | None:
     candidates = sorted(glob.glob(f"{pyenv}/versions/{version}.*/bin/python{version}"))
     candidates += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
     for path in candidates:
-        # ensurepip too: Debian's python3.X without python3.X-venv makes no venv
-        check = [path, "-c", "import ensurepip, sqlite3, venv"]
+        # ensurepip for `python -m venv` (Debian's python3.X needs python3.X-venv); uv's
+        # venvs do without it
+        check = [path, "-c", "import sqlite3" if UV else "import ensurepip, sqlite3, venv"]
         if os.access(path, os.X_OK) and subprocess.run(check, capture_output=True).returncode == 0:
             return path
     return None

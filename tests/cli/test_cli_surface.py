@@ -201,6 +201,20 @@ def test_the_demo_keeps_its_key_to_itself(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "throwaway key" in done.stderr
     assert "DIVERGED 0" in done.stdout
+    # #43: not a terminal, so its progress comes as plain lines, a count and the time left
+    out = done.stdout
+    assert "\r" not in out
+    ticks = re.findall(r"^  (\d+)/(\d+) cases: SIGKILL, then resume, about .+ left$", out, re.M)
+    assert len(ticks) >= 5, out[:3000]
+    assert re.search(r"^  (\d+)/\1 cases: SIGKILL, then resume, in .+ s$", out, re.M)
+    assert re.search(r"^  (\d+)/\1 crashes during recovery, then resume, in .+ s$", out, re.M)
+    # and it ends with a short summary and where to go on
+    summary = out[out.index("In short") :]
+    assert len(summary.splitlines()) <= 14, summary
+    assert re.search(r"naive executor +diverged after \d+ of 28 crashes", summary)
+    assert re.search(r"crashproof +all SAME after 68 SIGKILLs, \d+ crashes during", summary)
+    assert "30-second tour in README.md" in summary
+    assert "crashproof verify MODULE:SCENARIO" in summary
     assert not (tmp_path / "config" / "crashproof").exists()
     used = re.search(r"throwaway key \((.+?), removed at the end\)", done.stderr)
     assert used is not None
