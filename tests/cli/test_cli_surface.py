@@ -229,6 +229,32 @@ def test_version_prints_the_package_version(cli: Cli) -> None:
     assert shown.out.startswith(f"crashproof {__version__} (Python ")
 
 
+def test_without_the_native_modules_the_cli_runs_and_seals_in_python(tmp_path: Path) -> None:
+    """What the pure wheel installs (no _seal, no _sigbus: setup.py's default): the CLI
+    starts (run_cli goes on without its SIGBUS message), a ledger seals its records in
+    Python, and `crashproof runs` verifies and lists them."""
+    code = (
+        "import sys\n"
+        "sys.modules['crashproof.integrity._seal'] = None\n"  # import raises ImportError
+        "sys.modules['crashproof.cli._sigbus'] = None\n"
+        "import crashproof as cp\n"
+        "from crashproof.integrity import seal\n"
+        "if seal.NATIVE: raise SystemExit('the native seal was imported')\n"
+        f"ledger = cp.Ledger('sqlite:///{tmp_path}/runs.db')\n"
+        "flow = ledger.workflow('pure', version='1')(lambda ctx: ctx.step('one', int, '7'))\n"
+        "if ledger.run(flow, run_id='pure-1') != 7: raise SystemExit('wrong result')\n"
+        "ledger.close()\n"
+        f"sys.argv = ['crashproof', 'runs', '--db', 'sqlite:///{tmp_path}/runs.db']\n"
+        "from crashproof.cli import run_cli\n"
+        "run_cli()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pure-1" in done.stdout
+
+
 def test_python_m_crashproof_version_is_the_installed_metadata() -> None:
     """pyproject.toml reads its version from _version.py: what pip recorded, what
     ``crashproof.__version__`` says and what ``python -m crashproof --version`` prints agree."""
