@@ -104,7 +104,8 @@ def install_python(version: str) -> str | None:
 
 def no_compiler_env(venv: Path) -> dict[str, str]:
     """PATH with the venv and the basic tools only, and CC=/bin/false: no C compiler."""
-    bare = Path(tempfile.mkdtemp(prefix="crashproof-nocc-"))
+    bare = venv.parent / f"{venv.name}-tools"  # removed with the check's temp directory
+    bare.mkdir()
     for tool in ("sh", "uname", "ls", "cat"):  # what pip and setuptools may shell out to
         found = shutil.which(tool)
         if found:
