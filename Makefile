@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench chaos chaos-short clean
+.PHONY: demo test lint typecheck unit bench chaos chaos-short package clean
 
 # Wall-clock kills of the examples' whole process groups (crashproof verify --mode chaos):
 # `make chaos` is the long campaign, `make chaos-short` the one CI runs.
@@ -19,6 +19,10 @@ FLEET_RUNS ?= 120
 FLEET_KILLS ?= 40
 
 RUNTIME := $(VENV)/.runtime
+# The native seal and SIGBUS message (setup.py): built where a compiler is, else pure
+# Python; .ci/run asks for 1 (build them or fail). A wheel from `python -m build` is pure.
+CRASHPROOF_NATIVE ?= auto
+export CRASHPROOF_NATIVE
 
 # The demo needs the runtime only; the dev tools (pytest, mypy, ruff, psycopg) come with
 # the first target that uses them.
@@ -71,8 +75,13 @@ chaos: $(STAMP)
 chaos-short: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)
 
+# The sdist and the pure wheel, the wheel installed into clean venvs on Python 3.11-3.13
+# without a C compiler, the sdist with and without one (.ci/package.py).
+package: $(STAMP)
+	$(BIN)/python .ci/package.py
+
 bench: $(STAMP)
 	$(BIN)/python bench/steps.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build dist

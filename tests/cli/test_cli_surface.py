@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -200,6 +201,20 @@ def test_the_demo_keeps_its_key_to_itself(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "throwaway key" in done.stderr
     assert "DIVERGED 0" in done.stdout
+    # #43: not a terminal, so its progress comes as plain lines, a count and the time left
+    out = done.stdout
+    assert "\r" not in out
+    ticks = re.findall(r"^  (\d+)/(\d+) cases: SIGKILL, then resume, about .+ left$", out, re.M)
+    assert len(ticks) >= 5, out[:3000]
+    assert re.search(r"^  (\d+)/\1 cases: SIGKILL, then resume, in .+ s$", out, re.M)
+    assert re.search(r"^  (\d+)/\1 crashes during recovery, then resume, in .+ s$", out, re.M)
+    # and it ends with a short summary and where to go on
+    summary = out[out.index("In short") :]
+    assert len(summary.splitlines()) <= 14, summary
+    assert re.search(r"naive executor +diverged after \d+ of 28 crashes", summary)
+    assert re.search(r"crashproof +all SAME after 68 SIGKILLs, \d+ crashes during", summary)
+    assert "30-second tour in README.md" in summary
+    assert "crashproof verify MODULE:SCENARIO" in summary
     assert not (tmp_path / "config" / "crashproof").exists()
     used = re.search(r"throwaway key \((.+?), removed at the end\)", done.stderr)
     assert used is not None
@@ -212,3 +227,49 @@ def test_version_prints_the_package_version(cli: Cli) -> None:
     shown = cli("--version")
     assert shown.code == 0
     assert shown.out.startswith(f"crashproof {__version__} (Python ")
+
+
+def test_without_the_native_modules_the_cli_runs_and_seals_in_python(tmp_path: Path) -> None:
+    """What the pure wheel installs (no _seal, no _sigbus: setup.py's default): the CLI
+    starts (run_cli goes on without its SIGBUS message), a ledger seals its records in
+    Python, and `crashproof runs` verifies and lists them."""
+    code = (
+        "import sys\n"
+        "sys.modules['crashproof.integrity._seal'] = None\n"  # import raises ImportError
+        "sys.modules['crashproof.cli._sigbus'] = None\n"
+        "import crashproof as cp\n"
+        "from crashproof.integrity import seal\n"
+        "if seal.NATIVE: raise SystemExit('the native seal was imported')\n"
+        f"ledger = cp.Ledger('sqlite:///{tmp_path}/runs.db')\n"
+        "flow = ledger.workflow('pure', version='1')(lambda ctx: ctx.step('one', int, '7'))\n"
+        "if ledger.run(flow, run_id='pure-1') != 7: raise SystemExit('wrong result')\n"
+        "ledger.close()\n"
+        f"sys.argv = ['crashproof', 'runs', '--db', 'sqlite:///{tmp_path}/runs.db']\n"
+        "from crashproof.cli import run_cli\n"
+        "run_cli()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pure-1" in done.stdout
+
+
+def test_python_m_crashproof_version_is_the_installed_metadata() -> None:
+    """pyproject.toml reads its version from _version.py: what pip recorded, what
+    ``crashproof.__version__`` says and what ``python -m crashproof --version`` prints agree."""
+    import importlib.metadata
+
+    import crashproof
+
+    installed = importlib.metadata.version("crashproof")
+    assert crashproof.__version__ == installed
+    done = subprocess.run(
+        [sys.executable, "-m", "crashproof", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"crashproof {installed} (Python {platform.python_version()})\n"

@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +26,7 @@ from rich.text import Text
 
 from crashproof.verify.naive import naive_matrix
 from crashproof.verify.patch_scenario import PATCH_TASK, STEPS
+from crashproof.verify.progress import ProgressLine
 from crashproof.verify.render import matrix_table, summary_line
 from crashproof.verify.report import Case, CaseKind, CaseResult, Reference, Verdict
 from crashproof.verify.runner import recovery_candidates, verify
@@ -34,12 +37,15 @@ __all__ = ["run_demo"]
 TARGET = "crashproof.verify.patch_scenario:PATCH_TASK"
 
 
-def _naive(console: Console) -> None:
+def _naive(console: Console) -> tuple[int, int]:
+    """Print the naive executor's matrix; return (crashes that diverged, crashes)."""
     console.rule("[bold]1. A naive executor: patch log and receipts in separate domains")
     naive = Table("log durable", "receipts durable", "crash after step k = 1..7", "verdict")
+    diverged = crashes = 0
     for log_d, rec_d, outcomes in naive_matrix():
         cells = " ".join("[green]S[/]" if ok else "[red]D[/]" for _, ok in outcomes)
         bad = sum(1 for _, ok in outcomes if not ok)
+        diverged, crashes = diverged + bad, crashes + len(outcomes)
         verdict = "[green]all SAME[/]" if not bad else f"[red]{bad}/7 DIVERGED[/]"
         naive.add_row(str(log_d), str(rec_d), cells, verdict)
     console.print(naive)
@@ -49,10 +55,11 @@ def _naive(console: Console) -> None:
         "checkpoint (step 3, 6) while the patch log is gone. Checkpointing the cursor does "
         "not save it: the patch and its receipt must commit together.\n"
     )
+    return diverged, crashes
 
 
 def _double_crashes(
-    crashed: list[CaseResult], reference: Reference, workdir: Path | None
+    crashed: list[CaseResult], reference: Reference, workdir: Path | None, progress: ProgressLine
 ) -> list[CaseResult]:
     """For each crash point that leaves an act in flight (intent journaled, receipt not),
     crash again at the first crash point its recovery passes."""
@@ -67,30 +74,46 @@ def _double_crashes(
             f"before_commit[step_done:{key}]",
         )
     }
+    cases = [
+        Case(
+            kind=CaseKind.DOUBLE_CRASH,
+            at=r.case.at,
+            point=r.case.point,
+            recovery_at=candidates[0],
+            recovery_point=r.recovery_points[candidates[0] - 1],
+        )
+        for r in crashed
+        if r.case.point in in_flight and (candidates := recovery_candidates(r.recovery_points))
+    ]
     results = []
     with tempfile.TemporaryDirectory(prefix="crashproof-demo-", dir=workdir) as tmp:
-        for r in crashed:
-            candidates = recovery_candidates(r.recovery_points)
-            if r.case.point not in in_flight or not candidates:
-                continue
-            m = candidates[0]
-            case = Case(
-                kind=CaseKind.DOUBLE_CRASH,
-                at=r.case.at,
-                point=r.case.point,
-                recovery_at=m,
-                recovery_point=r.recovery_points[m - 1],
-            )
-            directory = Path(tmp) / f"double-{r.case.at}"
+        for case in cases:
+            directory = Path(tmp) / f"double-{case.at}"
             directory.mkdir()
             results.append(run_case(PATCH_TASK, reference, case, directory))
+            progress(len(results), len(cases), case.label)
+    progress.close()
     return results
+
+
+def _tour_install() -> str | None:
+    """The one install the README's tour needs (the OpenAI SDK), as this install takes it:
+    into the checkout's .venv when the demo runs from one (`make demo`), else with pip;
+    None when the SDK is already there."""
+    if importlib.util.find_spec("openai") is not None:
+        return None
+    checkout = Path.cwd()
+    if (checkout / "pyproject.toml").is_file() and Path(sys.prefix).resolve() == (
+        checkout / ".venv"
+    ).resolve():
+        return ".venv/bin/pip install -e '.[openai]'"
+    return "pip install 'crashproof[openai]'"
 
 
 def run_demo(console: Console, *, workdir: Path | None = None) -> int:
     """Print the demo; return 0 when no crash case DIVERGED."""
     started = time.monotonic()
-    _naive(console)
+    naive_bad, naive_crashes = _naive(console)
 
     console.rule("[bold]2. crashproof: SIGKILL at every crash point, then resume")
     workers = max(1, min(4, os.cpu_count() or 1))
@@ -103,7 +126,9 @@ def run_demo(console: Console, *, workdir: Path | None = None) -> int:
         target=TARGET,
         workdir=workdir,
         workers=workers,
+        progress=(progress := ProgressLine(console, "cases: SIGKILL, then resume")),
     )
+    progress.close()
     ref = killed.reference
     console.print(
         f"reference run: {STEPS} steps (a decision, then a workspace append, each), "
@@ -122,7 +147,10 @@ def run_demo(console: Console, *, workdir: Path | None = None) -> int:
     )
 
     console.rule("[bold]3. A crash during recovery, and the same run delivered twice")
-    doubles = _double_crashes(killed.of_kind(CaseKind.CRASH), ref, workdir)
+    crashed = killed.of_kind(CaseKind.CRASH)
+    doubles = _double_crashes(
+        crashed, ref, workdir, ProgressLine(console, "crashes during recovery, then resume")
+    )
     same = sum(1 for r in doubles if r.verdict is Verdict.SAME)
     redelivered = killed.of_kind(CaseKind.REDELIVERY)
     console.print(
@@ -140,12 +168,33 @@ def run_demo(console: Console, *, workdir: Path | None = None) -> int:
     if diverged:
         console.print(f"[red bold]{len(diverged)} case(s) DIVERGED[/] (seed 0). {elapsed:.1f} s.")
         return 1
+    reasked = sum(1 for r in crashed if r.reasked)
+    console.rule("[bold]In short")
+    short = Table.grid(padding=(0, 2))
+    short.add_column(no_wrap=True)
+    short.add_column()
+    short.add_row(
+        "naive executor",
+        f"[red]diverged[/] after {naive_bad} of {naive_crashes} crashes "
+        "(patches applied twice or lost)",
+    )
+    short.add_row(
+        "crashproof",
+        f"[green bold]all SAME[/] after {len(crashed)} SIGKILLs, {len(doubles)} crashes "
+        "during recovery and a redelivery: every patch written once; a model asked again "
+        f"after {reasked} kills, each between its answer and the commit ({elapsed:.0f} s)",
+    )
+    console.print(short, highlight=False)
+    console.print()
+    install = _tour_install()
     console.print(
-        f"[green bold]all SAME[/]: the same fingerprint after every crash, one effect per "
-        f"operation id, no recorded decision asked again. {elapsed:.1f} s.\n"
-        "Prove your own workflow the same way: define a crashproof.verify.Scenario and run "
-        "`crashproof verify MODULE:SCENARIO` (see examples/ for a patch task and a code agent);"
-        " it also runs two recoverers at once and stale checkpoints (a run moved to another "
-        "ledger, a stale copy imported) at a few crash points."
+        '[bold]Go on[/]: the 30-second tour in README.md ("The API in 30 seconds") uses the '
+        + ("OpenAI SDK, installed here." if install is None else f"OpenAI SDK:\n    {install}"),
+        highlight=False,
+    )
+    console.print(
+        "Prove your own workflow: [bold]crashproof verify MODULE:SCENARIO[/] "
+        "(e.g. examples.patch_task:SCENARIO)",
+        highlight=False,
     )
     return 0

@@ -152,12 +152,11 @@ def verify(
         reference, results = run_reference(scenario, root / "reference")
         points = reference.points
         ticker = _Ticker(progress, total=len(results))
-        for row in results:
-            ticker.tick(row.case.label)
         if mode == "chaos" and target is not None:
             span = calibrate(target, root / "calibration")
             cases = chaos_cases(trials, span, rng, faults)
             ticker.grow(len(cases))
+            ticker.tick_all(results)  # counted once the total is known: no "2/2" first
             results += _run_all(scenario, reference, cases, root, mode, target, workers, ticker, 1)
             return _report(
                 scenario, target, mode, seed, reference, results, started, trials, faults
@@ -168,6 +167,7 @@ def verify(
             for n in _sample(range(1, len(points) + 1), max_points, rng)
         ]
         ticker.grow(len(singles))
+        ticker.tick_all(results)
         crashed = _run_all(scenario, reference, singles, root, mode, target, workers, ticker, 1)
         results += crashed
 
@@ -323,6 +323,10 @@ class _Ticker:
         self.done += 1
         if self.progress is not None:
             self.progress(self.done, self.total, label)
+
+    def tick_all(self, done: list[CaseResult]) -> None:
+        for row in done:
+            self.tick(row.case.label)
 
 
 @contextlib.contextmanager
