@@ -9,7 +9,9 @@ command tree."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -25,6 +27,7 @@ from crashproof.cli.app import app
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # examples.*
 
 from model_server import ModelServer, Turn
 from pages import ROOT, SHELLS, Block, blocks, model_script, pages
@@ -46,16 +49,10 @@ def _name(page: Path) -> str:
 # Pages whose blocks do not run yet (names the reader must supply): each fails today and
 # is expected to; a page that starts to pass fails the suite until it leaves this list.
 PENDING = {
-    "docs/how-to/approvals.md",
-    "docs/how-to/async.md",
-    "docs/how-to/console.md",
-    "docs/how-to/custom-tools.md",
     "docs/how-to/langgraph.md",
     "docs/how-to/openai.md",
     "docs/how-to/openai_agents.md",
     "docs/how-to/pydantic_ai.md",
-    "docs/how-to/transcripts.md",
-    "docs/how-to/verify.md",
 }
 RUNNABLE = [
     pytest.param(page, marks=pytest.mark.xfail(strict=True, reason="blocks not runnable yet"))
@@ -114,15 +111,23 @@ def test_the_page_runs(page: Path, key_file: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-6000:]
 
 
+def _words(line: str) -> list[str]:
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
 def _commands(block: Block) -> list[list[str]]:
-    """The ``crashproof`` command lines of a shell block, continuation lines joined."""
-    joined = block.code.replace("\\\n", " ")
+    """The ``crashproof`` command lines of a shell block (continuation lines joined),
+    each cut at the first shell operator (``||``, ``&&``, ``;``, ``|``, a redirection)."""
     found = []
-    for line in joined.splitlines():
-        words = shlex.split(line, comments=True)
+    for line in block.code.replace("\\\n", " ").splitlines():
+        words = _words(line)
         for start, word in enumerate(words):
-            if word == "crashproof" and (start == 0 or words[start - 1] in {"&&", "||", ";", "$"}):
-                found.append(words[start + 1 :])
+            if word == "crashproof" and (start == 0 or set(words[start - 1]) <= set("|&;(")):
+                rest = words[start + 1 :]
+                ends = [i for i, w in enumerate(rest) if w and set(w) <= set("|&;<>()")]
+                found.append(rest[: ends[0]] if ends else rest)
     return found
 
 
@@ -147,7 +152,18 @@ def test_every_crashproof_command_parses(page: Path) -> None:
         if block.lang not in SHELLS:
             continue
         for args in _commands(block):
+            where = f"{_name(page)}:{block.line}: crashproof {shlex.join(args)}"
             try:
                 _parse(tree, args)
             except TyperException as exc:
-                pytest.fail(f"{_name(page)}:{block.line}: crashproof {shlex.join(args)}: {exc}")
+                pytest.fail(f"{where}: {exc}")
+            for target in _shipped_targets(args):
+                module, _, attribute = target.partition(":")
+                if not hasattr(importlib.import_module(module), attribute):
+                    pytest.fail(f"{where}: {module} has no attribute {attribute!r}")
+
+
+def _shipped_targets(args: list[str]) -> list[str]:
+    """The ``MODULE:ATTRIBUTE`` arguments naming a module this repository ships
+    (``examples.patch_task:SCENARIO``): the page's reader has them, so they must exist."""
+    return [a for a in args if re.fullmatch(r"examples(\.\w+)+:\w+", a)]
