@@ -50,7 +50,6 @@ def _name(page: Path) -> str:
 # is expected to; a page that starts to pass fails the suite until it leaves this list.
 PENDING = {
     "docs/how-to/langgraph.md",
-    "docs/how-to/openai.md",
     "docs/how-to/openai_agents.md",
     "docs/how-to/pydantic_ai.md",
 }
