@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,6 @@ def _name(page: Path) -> str:
 # Pages whose blocks do not run yet (names the reader must supply): each fails today and
 # is expected to; a page that starts to pass fails the suite until it leaves this list.
 PENDING = {
-    "docs/how-to/langgraph.md",
     "docs/how-to/pydantic_ai.md",
 }
 RUNNABLE = [
@@ -75,9 +75,9 @@ def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home / ".config" / "crashproof" / "key"
 
 
-@pytest.mark.parametrize("page", RUNNABLE, ids=_name)
-def test_the_page_runs(page: Path, key_file: Path, tmp_path: Path) -> None:
-    home, work = tmp_path / "home", tmp_path / "work"
+def _run_page(page: Path, key_file: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+    """One page's blocks in a child process, its own model server, directory and HOME."""
+    home, work = tmp / "home", tmp / "work"
     (home / ".config" / "crashproof").mkdir(parents=True)
     work.mkdir()
     shutil.copy2(key_file, home / ".config" / "crashproof" / "key")
@@ -99,7 +99,7 @@ def test_the_page_runs(page: Path, key_file: Path, tmp_path: Path) -> None:
             ANTHROPIC_API_KEY="local",
             OPENAI_AGENTS_DISABLE_TRACING="1",  # no export to OpenAI from a test
         )
-        done = subprocess.run(
+        return subprocess.run(
             [sys.executable, str(RUNNER), str(page)],
             cwd=work,
             env=env,
@@ -107,6 +107,30 @@ def test_the_page_runs(page: Path, key_file: Path, tmp_path: Path) -> None:
             text=True,
             timeout=280,
         )
+
+
+@pytest.fixture(scope="session")
+def page_runs(
+    request: pytest.FixtureRequest, key_file: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[Path, subprocess.CompletedProcess[str]]:
+    """Every selected page run at once, as many at a time as there are cores: the pages
+    are independent, and most of a page's time is its children starting up."""
+    selected = [
+        item.callspec.params["page"]
+        for item in request.session.items
+        if item.originalname == "test_the_page_runs"  # type: ignore[attr-defined]
+    ]
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        futures = {
+            page: pool.submit(_run_page, page, key_file, tmp_path_factory.mktemp("page"))
+            for page in selected
+        }
+        return {page: future.result() for page, future in futures.items()}
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=_name)
+def test_the_page_runs(page: Path, page_runs: dict[Path, subprocess.CompletedProcess[str]]) -> None:
+    done = page_runs[page]
     assert done.returncode == 0, done.stderr[-6000:]
 
 
