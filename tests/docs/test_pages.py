@@ -49,9 +49,7 @@ def _name(page: Path) -> str:
 
 # Pages whose blocks do not run yet (names the reader must supply): each fails today and
 # is expected to; a page that starts to pass fails the suite until it leaves this list.
-PENDING = {
-    "docs/how-to/pydantic_ai.md",
-}
+PENDING: set[str] = set()
 RUNNABLE = [
     pytest.param(page, marks=pytest.mark.xfail(strict=True, reason="blocks not runnable yet"))
     if _name(page) in PENDING
