@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench chaos chaos-short package clean
+.PHONY: demo test lint typecheck docs unit bench chaos chaos-short package clean
 
 # Wall-clock kills of the examples' whole process groups (crashproof verify --mode chaos):
 # `make chaos` is the long campaign, `make chaos-short` the one CI runs.
@@ -40,8 +40,8 @@ demo: $(RUNTIME)
 	$(BIN)/crashproof demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples docs_build
+	$(BIN)/ruff format --check src tests bench examples docs_build
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
@@ -51,9 +51,14 @@ unit: $(STAMP)
 
 # The crash tests run once, under -O: runtime invariants are `if ... raise`, never
 # `assert`, and this is where a missing one would show (pytest's own asserts still check).
-test: lint typecheck
+test: lint typecheck docs
 	$(BIN)/pytest -q --ignore=tests/crash
 	$(BIN)/python -O -m pytest -q tests/crash
+
+# The documentation site, built as CI builds it: a broken link, anchor or reference fails
+# (tests/docs runs every code block of the pages; it is part of the suite above).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 chaos: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials $(CHAOS_TRIALS) --seed $(CHAOS_SEED)
@@ -84,4 +89,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/steps.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build dist
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build dist site

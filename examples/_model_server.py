@@ -46,15 +46,18 @@ def turn_key(k: int, name: str = "chat") -> str:
 class ModelServer:
     """See the module docstring. ``start()`` / ``stop()``."""
 
-    def __init__(self, script: list[Turn], log: Path | None = None, delay: float = 0.0) -> None:
+    def __init__(
+        self, script: list[Turn], log: Path | None = None, delay: float = 0.0, port: int = 0
+    ) -> None:
         self.script = script
+        self.port = port  # 0: any free port
         self.log = log
         self.delay = delay
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
     def start(self) -> ModelServer:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), _Handler)
         server.daemon_threads = True
         server.model = self  # type: ignore[attr-defined]
         threading.Thread(
@@ -195,3 +198,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return None
+
+
+if __name__ == "__main__":  # the tutorial's server: python -m examples._model_server
+    import argparse
+
+    parser = argparse.ArgumentParser(description="A local model server for the tutorial.")
+    parser.add_argument("--port", type=int, default=8911)
+    parser.add_argument("--log", type=Path, default=None, help="requests per turn, as JSON")
+    options = parser.parse_args()
+    # Every position answers with text: the tutorial's agent asks one question per note.
+    server = ModelServer([("A short note, as asked.", [])] * 64, log=options.log, port=options.port)
+    print(f"export OPENAI_BASE_URL={server.start().url} OPENAI_API_KEY=local", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
