@@ -1,0 +1,416 @@
+"""How the SQL tools talk to a user's connection: sqlite3, or psycopg 3.
+
+A dialect opens the act's one transaction, runs the statements, writes and reads the
+receipt row, and sorts the driver's errors into what the act protocol needs to know:
+did the statement fail (rolled back, nothing applied), may a retry succeed (a lock or a
+serialization failure), or is the connection gone. psycopg is imported only for a
+connection that is not a sqlite3 one, so ``import crashproof`` never needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import threading
+from typing import Any, Literal, NamedTuple, Protocol
+
+__all__ = [
+    "ConnectionBusy",
+    "Dialect",
+    "Row",
+    "dialect_for",
+    "split_postgres",
+    "split_sqlite",
+    "transaction_control",
+]
+
+Failure = Literal["statement", "retry", "connection"]
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# The columns of the receipt table, in the order ``Row`` has them.
+_COLUMNS = "operation_id, intent_digest, run_id, step, kind, result, committed_at"
+# Counted as rows affected (PostgreSQL's command tags); a SELECT's rows are not.
+_CHANGES = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "COPY"})
+
+
+class ConnectionBusy(Exception):
+    """The connection has a transaction of the caller's open, so a lookup cannot read
+    cleanly. Deliberately not an ``OutcomeUnknown``: the runtime retries the lookup, then
+    stops the run resumable."""
+
+
+class Row(NamedTuple):
+    """One receipt row: the effect committed under ``operation_id``."""
+
+    operation_id: str
+    intent_digest: str
+    run_id: str
+    step: str
+    kind: str
+    result: str  # JSON
+    committed_at: float  # epoch seconds, the database's clock
+
+
+class Dialect(Protocol):
+    """One connection's way of doing the act's transaction."""
+
+    name: str
+    instance: str
+    # Held while the tool uses the connection: the runtime may call it from several
+    # threads at once (receipts re-read concurrently on resume, an async drive's workers).
+    lock: threading.Lock
+
+    def read(self, operation_id: str) -> Row | None:
+        """The committed receipt row, read outside any act's transaction (a lookup)."""
+
+    def busy(self) -> str | None:
+        """Why the connection cannot take the act's transaction now, or None."""
+
+    def begin(self) -> None: ...
+
+    def ensure_table(self) -> None: ...
+
+    def receipt(self, operation_id: str) -> Row | None:
+        """The receipt row, read inside the open transaction (or in a short one)."""
+
+    def run(self, sql: str, args: list[Any] | None) -> tuple[int, int]:
+        """Run the statements; (statements run, rows they changed)."""
+
+    def insert(self, row: Row) -> float:
+        """Write the receipt row (its ``committed_at`` is ignored); the database's time."""
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def classify(self, exc: BaseException) -> Failure: ...
+
+
+def dialect_for(connection: Any, table: str) -> Dialect:
+    """The dialect of a sqlite3 or psycopg 3 connection; TypeError for anything else."""
+    if not _IDENTIFIER.fullmatch(table):
+        raise ValueError(f"receipt table name {table!r} must be a plain SQL identifier")
+    if isinstance(connection, sqlite3.Connection):
+        return _Sqlite(connection, table)
+    if type(connection).__module__.startswith("psycopg"):
+        return _Postgres(connection, table)
+    raise TypeError(f"expected a sqlite3 or psycopg 3 connection, got {type(connection).__name__}")
+
+
+def _table_ddl(table: str) -> str:
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} (operation_id TEXT PRIMARY KEY, "
+        "intent_digest TEXT NOT NULL, run_id TEXT NOT NULL, step TEXT NOT NULL, "
+        "kind TEXT NOT NULL, result TEXT NOT NULL, committed_at DOUBLE PRECISION NOT NULL)"
+    )
+
+
+class _Sqlite:
+    name = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection, table: str) -> None:
+        self.conn, self.table = conn, table
+        self.lock = threading.Lock()
+        self.file = _sqlite_file(conn)
+        self.instance = f"sqlite:{self.file}"
+
+    def read(self, operation_id: str) -> Row | None:
+        if not self.file or self.file == ":memory:":  # only the caller's connection sees it
+            with self.lock:
+                if self.conn.in_transaction:
+                    raise ConnectionBusy("the sqlite3 connection has a transaction open")
+                return self.receipt(operation_id)
+        # A connection of its own: a lookup may run in another thread than the one that
+        # opened the caller's (sqlite3 refuses that by default), and it reads only what
+        # was committed.
+        if not os.path.exists(self.file):
+            return None
+        own = sqlite3.connect(self.file, timeout=30.0)
+        try:
+            return _Sqlite(own, self.table).receipt(operation_id)
+        finally:
+            own.close()
+
+    def busy(self) -> str | None:
+        if getattr(self.conn, "autocommit", -1) is False:  # Python 3.12's PEP 249 mode
+            return (
+                "the sqlite3 connection was opened with autocommit=False, so a transaction "
+                "is always open; open it with the default or autocommit=True"
+            )
+        if self.conn.in_transaction:
+            return "the sqlite3 connection has a transaction open; commit or roll it back first"
+        return None
+
+    def begin(self) -> None:
+        # IMMEDIATE: the write lock now, so the receipt check and the insert are one unit.
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def ensure_table(self) -> None:
+        self.conn.execute(_table_ddl(self.table))
+
+    def receipt(self, operation_id: str) -> Row | None:
+        found = self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.table,)
+        ).fetchone()
+        if found is None:
+            return None
+        row = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM {self.table} WHERE operation_id = ?", (operation_id,)
+        ).fetchone()
+        return None if row is None else _row(row)
+
+    def run(self, sql: str, args: list[Any] | None) -> tuple[int, int]:
+        if args is not None:
+            return 1, max(self.conn.execute(sql, args).rowcount, 0)
+        statements = changed = 0
+        for statement in split_sqlite(sql):
+            changed += max(self.conn.execute(statement).rowcount, 0)
+            statements += 1
+        return statements, changed
+
+    def insert(self, row: Row) -> float:
+        done = self.conn.execute(
+            f"INSERT INTO {self.table} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, "
+            "(julianday('now') - 2440587.5) * 86400.0) RETURNING committed_at",
+            row[:6],
+        ).fetchone()
+        return float(done[0])
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def rollback(self) -> None:
+        self.conn.rollback()
+
+    def classify(self, exc: BaseException) -> Failure:
+        if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
+            return "connection"
+        code = getattr(exc, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF in (5, 6):  # SQLITE_BUSY, SQLITE_LOCKED
+            return "retry"
+        return "statement"
+
+
+def _sqlite_file(conn: sqlite3.Connection) -> str:
+    try:
+        for _, name, path in conn.execute("PRAGMA database_list").fetchall():
+            if name == "main":
+                return str(path) or ":memory:"
+    except sqlite3.Error:
+        pass
+    return ""
+
+
+class _Postgres:
+    name = "postgresql"
+
+    def __init__(self, conn: Any, table: str) -> None:
+        import psycopg  # only here: psycopg is optional
+
+        self._psycopg = psycopg
+        self.conn, self.table = conn, table
+        self.lock = threading.Lock()
+        info = conn.info
+        self.instance = f"postgresql:{info.host}:{info.port}/{info.dbname}"
+
+    def read(self, operation_id: str) -> Row | None:
+        with self.lock:
+            why = self.busy()
+            if why is not None:
+                raise ConnectionBusy(why)
+            return self.receipt(operation_id)
+
+    def busy(self) -> str | None:
+        status = self.conn.info.transaction_status
+        if status != self._psycopg.pq.TransactionStatus.IDLE:
+            return (
+                f"the psycopg connection is not idle ({status.name}); commit or roll back "
+                "its transaction first"
+            )
+        return None
+
+    def begin(self) -> None:
+        if self.conn.autocommit:
+            self.conn.execute("BEGIN")
+        # Otherwise psycopg begins the transaction with the first statement.
+
+    def ensure_table(self) -> None:
+        self.conn.execute(_table_ddl(self.table))
+
+    def receipt(self, operation_id: str) -> Row | None:
+        idle = self.conn.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
+        try:
+            exists = self.conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()
+            if exists is None or exists[0] is None:
+                return None
+            row = self.conn.execute(
+                f"SELECT {_COLUMNS} FROM {self.table} WHERE operation_id = %s", (operation_id,)
+            ).fetchone()
+            return None if row is None else _row(row)
+        finally:
+            if idle:  # a read of its own: end the transaction psycopg may have begun
+                self.conn.rollback()
+
+    def run(self, sql: str, args: list[Any] | None) -> tuple[int, int]:
+        cursor = self.conn.cursor()
+        if args is not None:
+            cursor.execute(sql, args)
+        else:  # no parameters: the simple protocol, which runs a whole script
+            cursor.execute(sql)
+        statements = changed = 0
+        while True:
+            statements += 1
+            tag = (cursor.statusmessage or "").split(" ", 1)[0].upper()
+            if tag in _CHANGES:
+                changed += max(cursor.rowcount, 0)
+            if not cursor.nextset():
+                return statements, changed
+
+    def insert(self, row: Row) -> float:
+        done = self.conn.execute(
+            f"INSERT INTO {self.table} ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, "
+            "extract(epoch from clock_timestamp())::float8) RETURNING committed_at",
+            row[:6],
+        ).fetchone()
+        return float(done[0])
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def rollback(self) -> None:
+        self.conn.rollback()
+
+    def classify(self, exc: BaseException) -> Failure:
+        if self.conn.closed or self.conn.broken:
+            return "connection"
+        state = getattr(exc, "sqlstate", None) or ""
+        # 40xxx: serialization failure, deadlock (rolled back, a retry may pass);
+        # 55P03: lock_timeout.
+        if state.startswith("40") or state == "55P03":
+            return "retry"
+        return "statement"
+
+
+def _row(values: Any) -> Row:
+    op, digest, run_id, step, kind, result, at = values
+    return Row(str(op), str(digest), str(run_id), str(step), str(kind), str(result), float(at))
+
+
+def split_sqlite(script: str) -> list[str]:
+    """The statements of a SQLite script, each complete as SQLite itself judges
+    (``sqlite3.complete_statement``: a ``;`` inside a string, a comment or a trigger's
+    body does not end one). A trailing part without a ``;`` is one more statement unless
+    it is only whitespace and comments."""
+    statements: list[str] = []
+    start = 0
+    for at, char in enumerate(script):
+        if char == ";" and sqlite3.complete_statement(script[start : at + 1]):
+            statements.append(script[start : at + 1])
+            start = at + 1
+    rest = script[start:]
+    if _leading_word(rest):
+        statements.append(rest)
+    return statements
+
+
+# What ends or nests the act's own transaction: refused before anything runs.
+_CONTROL = frozenset({"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT"})
+
+
+def transaction_control(statements: list[str]) -> str | None:
+    """The first statement that would begin or end a transaction (``ROLLBACK TO`` a
+    savepoint is fine), or None."""
+    for statement in statements:
+        words = _leading_word(statement, 2)
+        if words and words[0] in _CONTROL:
+            if words[0] == "ROLLBACK" and words[1:] == ["TO"]:
+                continue
+            return " ".join(statement.split())[:80]
+    return None
+
+
+_SPACE_OR_COMMENT = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
+_WORD = re.compile(r"[A-Za-z_]+")
+
+
+def _leading_word(text: str, count: int = 1) -> list[str]:
+    """The first ``count`` words of ``text`` after whitespace and comments, uppercased."""
+    words: list[str] = []
+    at = 0
+    while len(words) < count:
+        at = _SPACE_OR_COMMENT.match(text, at).end()  # type: ignore[union-attr]
+        word = _WORD.match(text, at)
+        if word is None:
+            break
+        words.append(word.group().upper())
+        at = word.end()
+    return words
+
+
+def split_postgres(script: str) -> list[str]:
+    """The top-level statements of a PostgreSQL script, for the transaction-control
+    check only (the server parses the script itself): a ``;`` ends a statement outside
+    quotes (``'..'``, ``E'..'``, ``".."``, ``$tag$..$tag$``) and comments."""
+    statements: list[str] = []
+    start = at = 0
+    n = len(script)
+    while at < n:
+        char = script[at]
+        if char == "-" and script.startswith("--", at):
+            end = script.find("\n", at)
+            at = n if end < 0 else end + 1
+        elif char == "/" and script.startswith("/*", at):
+            at = _skip_block_comment(script, at)
+        elif char == "'":
+            escapes = at > 0 and script[at - 1] in "eE" and not _word_char(script, at - 2)
+            at = _skip_quoted(script, at, "'", escapes)
+        elif char == '"':
+            at = _skip_quoted(script, at, '"', False)
+        elif char == "$" and (tag := re.match(r"\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$", script[at:])):
+            if _word_char(script, at - 1):  # $1 or a$b: not a dollar quote
+                at += 1
+                continue
+            end = script.find(tag.group(), at + len(tag.group()))
+            at = n if end < 0 else end + len(tag.group())
+        elif char == ";":
+            statements.append(script[start : at + 1])
+            start = at = at + 1
+        else:
+            at += 1
+    if _leading_word(script[start:]):
+        statements.append(script[start:])
+    return statements
+
+
+def _word_char(text: str, at: int) -> bool:
+    return at >= 0 and (text[at].isalnum() or text[at] == "_")
+
+
+def _skip_quoted(text: str, at: int, quote: str, escapes: bool) -> int:
+    at += 1
+    while at < len(text):
+        if escapes and text[at] == "\\":
+            at += 2
+            continue
+        if text[at] == quote:
+            if text.startswith(quote * 2, at):  # a doubled quote stays inside
+                at += 2
+                continue
+            return at + 1
+        at += 1
+    return at
+
+
+def _skip_block_comment(text: str, at: int) -> int:
+    depth = 0
+    while at < len(text):
+        if text.startswith("/*", at):
+            depth, at = depth + 1, at + 2
+        elif text.startswith("*/", at):
+            depth, at = depth - 1, at + 2
+            if depth == 0:
+                return at
+        else:
+            at += 1
+    return at
