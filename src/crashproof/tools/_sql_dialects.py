@@ -164,9 +164,16 @@ class _Sqlite:
         if args is not None:
             return 1, max(self.conn.execute(sql, args).rowcount, 0)
         statements = changed = 0
+        line = 1
         for statement in split_sqlite(sql):
-            changed += max(self.conn.execute(statement).rowcount, 0)
+            try:
+                changed += max(self.conn.execute(statement).rowcount, 0)
+            except sqlite3.Error as exc:
+                lead = len(statement) - len(statement.lstrip())
+                exc.add_note(f"line {line + statement[:lead].count(chr(10))}")
+                raise
             statements += 1
+            line += statement.count("\n")
         return statements, changed
 
     def insert(self, row: Row) -> float:
@@ -254,10 +261,16 @@ class _Postgres:
 
     def run(self, sql: str, args: list[Any] | None) -> tuple[int, int]:
         cursor = self.conn.cursor()
-        if args is not None:
-            cursor.execute(sql, args)
-        else:  # no parameters: the simple protocol, which runs a whole script
-            cursor.execute(sql)
+        try:
+            if args is not None:
+                cursor.execute(sql, args)
+            else:  # no parameters: the simple protocol, which runs a whole script
+                cursor.execute(sql)
+        except self._psycopg.Error as exc:
+            position = exc.diag.statement_position  # 1-based, in characters
+            if position and position.isdigit():
+                exc.add_note(f"line {sql[: int(position) - 1].count(chr(10)) + 1}")
+            raise
         statements = changed = 0
         while True:
             statements += 1

@@ -206,7 +206,7 @@ def _stage(db: Dialect, call: Call, change: Change) -> tuple[Row | None, Row]:
             return found, found
         statements, rows = db.run(change.sql, change.args)
     except Exception as exc:
-        raise _failure(db, exc, "failed") from exc
+        raise _failure(db, exc, "statement failed") from exc
     result = {"statements": statements, "rows_affected": rows, **change.describe}
     row = Row(
         change.key,
@@ -265,9 +265,11 @@ def _failure(db: Dialect, exc: Exception, what: str) -> Exception:
         return Unavailable(f"the {db.name} connection is gone ({text}); nothing was applied")
     if kind == "retry":
         return RetryableError(f"{db.name} {what}, rolled back ({text}); a retry may pass")
+    notes = getattr(exc, "__notes__", None)
+    where = f" at {notes[-1]}" if notes else ""
     return PermanentError(
-        f"{db.name} {what}: {text}; rolled back, nothing applied: fix the statement, then "
-        "`crashproof retry RUN --app MODULE`"
+        f"{db.name} {what}{where}: {text}; rolled back, nothing applied: fix the statement, "
+        "then retry the run"
     )
 
 
