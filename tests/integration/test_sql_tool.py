@@ -299,3 +299,31 @@ def test_an_async_workflow_runs_the_act_in_a_worker_thread(tmp_path: Path) -> No
             return out
 
     assert [r["rows_affected"] for r in asyncio.run(main())] == [1]
+
+
+def test_a_stale_fencing_token_applies_nothing(target: tuple[str, str]) -> None:
+    """A worker whose token is lower than one on the run's receipts (a newer owner has
+    written) is stopped before its statements run."""
+    conn = _connect(target)
+    tool = Sql(conn)
+
+    def call(step: str, sql: str, token: int) -> Call:
+        params = {"sql": sql}
+        return Call(
+            run_id="R",
+            step=step,
+            operation_id=f"R/{step}",
+            intent_digest=intent_digest(tool, params, step),
+            params=params,
+            fencing_token=token,
+        )
+
+    try:
+        tool.execute(call("new", "CREATE TABLE t (x INTEGER)", 5))
+        with pytest.raises(cp.StaleLeaseError, match="fencing token 5, this worker's is 3"):
+            tool.execute(call("old", "INSERT INTO t VALUES (1)", 3))
+        assert tool.lookup(call("old", "INSERT INTO t VALUES (1)", 3)) is None
+        tool.execute(call("next", "INSERT INTO t VALUES (2)", 5))  # the owner goes on
+        assert _rows(target, "SELECT x FROM t") == [(2,)]
+    finally:
+        conn.close()

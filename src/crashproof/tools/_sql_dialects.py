@@ -29,7 +29,7 @@ Failure = Literal["statement", "retry", "connection"]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # The columns of the receipt table, in the order ``Row`` has them.
-_COLUMNS = "operation_id, intent_digest, run_id, step, kind, result, committed_at"
+_COLUMNS = "operation_id, intent_digest, run_id, step, kind, result, committed_at, fencing_token"
 # Counted as rows affected (PostgreSQL's command tags); a SELECT's rows are not.
 _CHANGES = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "COPY"})
 
@@ -50,6 +50,7 @@ class Row(NamedTuple):
     kind: str
     result: str  # JSON
     committed_at: float  # epoch seconds, the database's clock
+    fencing_token: int | None  # the run owner's token when it wrote the row
 
 
 class Dialect(Protocol):
@@ -77,6 +78,10 @@ class Dialect(Protocol):
     def run(self, sql: str, args: list[Any] | None) -> tuple[int, int]:
         """Run the statements; (statements run, rows they changed)."""
 
+    def fence(self, run_id: str) -> int | None:
+        """The highest fencing token of ``run_id``'s receipts, under a lock that keeps
+        other acts of the run out until this transaction ends."""
+
     def insert(self, row: Row) -> float:
         """Write the receipt row (its ``committed_at`` is ignored); the database's time."""
 
@@ -102,7 +107,8 @@ def _table_ddl(table: str) -> str:
     return (
         f"CREATE TABLE IF NOT EXISTS {table} (operation_id TEXT PRIMARY KEY, "
         "intent_digest TEXT NOT NULL, run_id TEXT NOT NULL, step TEXT NOT NULL, "
-        "kind TEXT NOT NULL, result TEXT NOT NULL, committed_at DOUBLE PRECISION NOT NULL)"
+        "kind TEXT NOT NULL, result TEXT NOT NULL, committed_at DOUBLE PRECISION NOT NULL, "
+        "fencing_token BIGINT)"
     )
 
 
@@ -176,11 +182,18 @@ class _Sqlite:
             line += statement.count("\n")
         return statements, changed
 
+    def fence(self, run_id: str) -> int | None:
+        # BEGIN IMMEDIATE holds the database's write lock already.
+        found = self.conn.execute(
+            f"SELECT max(fencing_token) FROM {self.table} WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return None if found is None or found[0] is None else int(found[0])
+
     def insert(self, row: Row) -> float:
         done = self.conn.execute(
             f"INSERT INTO {self.table} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, "
-            "(julianday('now') - 2440587.5) * 86400.0) RETURNING committed_at",
-            row[:6],
+            "(julianday('now') - 2440587.5) * 86400.0, ?) RETURNING committed_at",
+            (*row[:6], row.fencing_token),
         ).fetchone()
         return float(done[0])
 
@@ -280,11 +293,18 @@ class _Postgres:
             if not cursor.nextset():
                 return statements, changed
 
+    def fence(self, run_id: str) -> int | None:
+        self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (run_id,))
+        found = self.conn.execute(
+            f"SELECT max(fencing_token) FROM {self.table} WHERE run_id = %s", (run_id,)
+        ).fetchone()
+        return None if found is None or found[0] is None else int(found[0])
+
     def insert(self, row: Row) -> float:
         done = self.conn.execute(
             f"INSERT INTO {self.table} ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, "
-            "extract(epoch from clock_timestamp())::float8) RETURNING committed_at",
-            row[:6],
+            "extract(epoch from clock_timestamp())::float8, %s) RETURNING committed_at",
+            (*row[:6], row.fencing_token),
         ).fetchone()
         return float(done[0])
 
@@ -306,8 +326,17 @@ class _Postgres:
 
 
 def _row(values: Any) -> Row:
-    op, digest, run_id, step, kind, result, at = values
-    return Row(str(op), str(digest), str(run_id), str(step), str(kind), str(result), float(at))
+    op, digest, run_id, step, kind, result, at, token = values
+    return Row(
+        str(op),
+        str(digest),
+        str(run_id),
+        str(step),
+        str(kind),
+        str(result),
+        float(at),
+        None if token is None else int(token),
+    )
 
 
 def split_sqlite(script: str) -> list[str]:

@@ -48,6 +48,7 @@ class Migrations(Tool):
     version: ClassVar[str] = "1"
     supports_lookup: ClassVar[bool] = True
     idempotent_execute: ClassVar[bool] = True
+    honours_fencing: ClassVar[bool] = True
 
     def __init__(
         self, connection: Any, directory: str | Path, *, table: str = RECEIPTS_TABLE

@@ -12,6 +12,7 @@ and in that same transaction writes one row into a receipt table
     result         the act's result, JSON: {"statements": n, "rows_affected": n, ...}
     committed_at   epoch seconds from the database's clock at the insert, just before
                    the commit (SQLite julianday('now'), PostgreSQL clock_timestamp())
+    fencing_token  the run owner's fencing token (NULL without one)
 
 The change and its receipt are one durability domain (seeds 000, 003): either both
 committed or neither. So ``lookup`` is a select by operation id, and its answer is exact:
@@ -32,6 +33,11 @@ statement with the driver's placeholders, ``?`` for sqlite3, ``%s`` for psycopg)
 statement that begins or ends a transaction (``BEGIN``, ``COMMIT``, ``ROLLBACK``...) is
 refused before anything runs: it would split the change from its receipt. Statements are
 writes; a read belongs in ``ctx.step``.
+
+Fencing: an act carrying a fencing token first reads the highest token on its run's
+receipts, under a lock (SQLite's write lock; a PostgreSQL transaction-scoped advisory
+lock on the run id); a higher one means a newer owner has written, so this worker stops
+with ``cp.StaleLeaseError`` and applies nothing.
 
 Errors, as the act protocol reads them:
 
@@ -58,7 +64,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from crashproof.errors import DriftError, PermanentError, RetryableError, Unavailable
+from crashproof.errors import (
+    DriftError,
+    PermanentError,
+    RetryableError,
+    StaleLeaseError,
+    Unavailable,
+)
 from crashproof.tools._sql_dialects import (
     ConnectionBusy,
     Dialect,
@@ -100,6 +112,8 @@ class Sql(Tool):
     supports_lookup: ClassVar[bool] = True
     # The receipt is checked inside execute's own transaction: a repeat is a no-op.
     idempotent_execute: ClassVar[bool] = True
+    # A worker whose token is lower than one on the run's receipts applies nothing.
+    honours_fencing: ClassVar[bool] = True
 
     def __init__(self, connection: Any, *, table: str = RECEIPTS_TABLE) -> None:
         self._db: Dialect = dialect_for(connection, table)
@@ -201,6 +215,15 @@ def _stage(db: Dialect, call: Call, change: Change) -> tuple[Row | None, Row]:
     call.crash_point("begun")
     try:
         db.ensure_table()
+        highest = db.fence(call.run_id) if call.fencing_token is not None else None
+    except Exception as exc:
+        raise _failure(db, exc, "could not read the run's fencing token") from exc
+    if highest is not None and call.fencing_token is not None and highest > call.fencing_token:
+        raise StaleLeaseError(
+            f"act {call.step!r}: the run's receipts carry fencing token {highest}, this "
+            f"worker's is {call.fencing_token}: a newer owner has written; nothing applied"
+        )
+    try:
         found = db.receipt(change.key)
         if found is not None:
             return found, found
@@ -216,6 +239,7 @@ def _stage(db: Dialect, call: Call, change: Change) -> tuple[Row | None, Row]:
         change.kind,
         json.dumps(result, sort_keys=True, separators=(",", ":")),
         0.0,
+        call.fencing_token,
     )
     try:
         return None, row._replace(committed_at=db.insert(row))
