@@ -98,7 +98,13 @@ def dialect_for(connection: Any, table: str) -> Dialect:
         raise ValueError(f"receipt table name {table!r} must be a plain SQL identifier")
     if isinstance(connection, sqlite3.Connection):
         return _Sqlite(connection, table)
-    if type(connection).__module__.startswith("psycopg"):
+    kind = type(connection)
+    if kind.__module__.startswith("psycopg"):
+        if "Async" in kind.__name__:
+            raise TypeError(
+                f"a psycopg {kind.__name__} is not supported: pass a sync psycopg Connection "
+                "(an async workflow runs the act in a worker thread)"
+            )
         return _Postgres(connection, table)
     raise TypeError(f"expected a sqlite3 or psycopg 3 connection, got {type(connection).__name__}")
 
@@ -364,9 +370,9 @@ def transaction_control(statements: list[str]) -> str | None:
     """The first statement that would begin or end a transaction (``ROLLBACK TO`` a
     savepoint is fine), or None."""
     for statement in statements:
-        words = _leading_word(statement, 2)
+        words = _leading_word(statement, 3)
         if words and words[0] in _CONTROL:
-            if words[0] == "ROLLBACK" and words[1:] == ["TO"]:
+            if words[0] == "ROLLBACK" and "TO" in words[1:]:  # [TRANSACTION] TO savepoint
                 continue
             return " ".join(statement.split())[:80]
     return None
