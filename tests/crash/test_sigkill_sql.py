@@ -176,28 +176,46 @@ def test_a_migration_killed_at_each_point_applies_once(
     )
 
 
+def _trace(path: Path) -> list[tuple[float, str]]:
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [(float(at), point) for at, point in (line.split(" ", 1) for line in lines)]
+
+
 def test_random_kills_apply_each_change_once(
     zygote: subprocess.Popen[str], tmp_path: Path, engine: str, request: pytest.FixtureRequest
 ) -> None:
+    """Half the kills anywhere in the migrations' span, half around the big file's
+    commit; each is tallied by the last crash point it passed (after ``statements``, before
+    ``committed``: inside the commit)."""
     rng = random.Random(int(os.environ.get("SQL_SEED", "44")))
     reference = tmp_path / "reference"
     reference.mkdir()
-    measured = reference / "span"
+    measured = reference / "trace"
     target = _target(engine, reference, request)
     done = _kill_and_resume(zygote, reference, engine, target, f"measure={measured}")
     assert done["code"] == 0
-    span = float(measured.read_text())  # from the first migration's begin to the end
-    landed: Counter[str] = Counter()  # how much had committed when the kill came
+    times = dict((point, at) for at, point in _trace(measured))
+    span = max(times.values())  # from the first migration's begin to the last point
+    commit = (
+        times[f"inside[act:{FILL_KEY}:statements]"],
+        times[f"inside[act:{FILL_KEY}:committed]"],
+    )
+    landed: Counter[str] = Counter()
     for n in range(KILLS):
         case = tmp_path / str(n)
         case.mkdir()
-        delay = rng.uniform(0.0, span)
-        done = _kill_and_resume(
-            zygote, case, engine, _target(engine, case, request), f"delay={delay:.4f}"
-        )
+        if n % 2:
+            delay = rng.uniform(commit[0] - 0.002, commit[1] + 0.002)
+        else:
+            delay = rng.uniform(0.0, span)
+        how = f"delay={max(delay, 0.0):.4f}:{case / 'trace'}"
+        done = _kill_and_resume(zygote, case, engine, _target(engine, case, request), how)
+        last = (_trace(case / "trace") or [(0.0, "none")])[-1][1]
         if done["code"] != -signal.SIGKILL:
             landed["finished first"] += 1
+        elif last.endswith(":statements]"):
+            landed["in a commit"] += 1
         else:
             landed[f"{len(done['seen']['receipts'])} receipts"] += 1
-    print(f"{engine}: {KILLS} kills over {span:.2f} s: {dict(sorted(landed.items()))}")
+    print(f"{engine}: {KILLS} kills over {span:.3f} s: {dict(sorted(landed.items()))}")
     assert landed["finished first"] < KILLS or KILLS == 0
