@@ -1,4 +1,4 @@
-"""How the SQL tools split a script and spot transaction control (tools/_sql_dialects.py):
+"""How the SQL tools split a script and spot transaction control (tools/_sql_statements.py):
 a ``;`` inside quotes, comments, dollar quotes or a trigger's body does not end a
 statement; BEGIN/COMMIT/ROLLBACK/END at the top level are found, ROLLBACK TO is not."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from crashproof.tools._sql_dialects import split_postgres, split_sqlite, transaction_control
+from crashproof.tools._sql_statements import split_postgres, split_sqlite, transaction_control
 
 
 def test_sqlite_keeps_a_trigger_body_and_quoted_semicolons_whole() -> None:

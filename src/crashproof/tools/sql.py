@@ -18,7 +18,8 @@ The change and its receipt are one durability domain (seeds 000, 003): either bo
 committed or neither. So ``lookup`` is a select by operation id, and its answer is exact:
 
 - found with the same intent: done; the stored result is the act's result;
-- found with another intent: a receipt conflict, the run freezes for review;
+- found with another intent: a receipt conflict, the run freezes for review (for a
+  migration, a file changed since it was applied: ``cp.DriftError``, frozen too);
 - not found: the transaction never committed, so executing again is safe.
 
 A crash before the commit, during it, or after it but before the journal records the
@@ -42,7 +43,8 @@ with ``cp.StaleLeaseError`` and applies nothing.
 Errors, as the act protocol reads them:
 
 - a statement fails: the transaction is rolled back and the act fails permanently
-  (``cp.ActFailed``, recorded: one line naming the statement and the database's message);
+  (``cp.ActFailed``, recorded: one line naming the statement's line in the script and
+  the database's message);
   nothing was applied and no receipt exists, so a fixed statement runs cleanly on
   ``crashproof retry``;
 - a lock or serialization failure (SQLite busy, PostgreSQL 40xxx or 55P03): rolled back,
@@ -51,6 +53,10 @@ Errors, as the act protocol reads them:
   resumable;
 - anything at the commit itself (the connection dropped while committing): an unknown
   outcome, which the runtime settles by ``lookup``.
+
+A lookup on a SQLite file reads through a connection of its own (it may run in another
+thread than the one that opened the caller's, and it must see only what committed); on
+PostgreSQL it reads through the caller's connection, in a short transaction.
 
 The connection must be idle when the act starts (no transaction of the caller's open):
 the act's commit would otherwise commit the caller's work too. A sqlite3 connection
@@ -71,15 +77,8 @@ from crashproof.errors import (
     StaleLeaseError,
     Unavailable,
 )
-from crashproof.tools._sql_dialects import (
-    ConnectionBusy,
-    Dialect,
-    Row,
-    dialect_for,
-    split_postgres,
-    split_sqlite,
-    transaction_control,
-)
+from crashproof.tools._sql_dialects import ConnectionBusy, Dialect, Row, dialect_for
+from crashproof.tools._sql_statements import split_postgres, split_sqlite, transaction_control
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["RECEIPTS_TABLE", "ConnectionBusy", "Sql"]
