@@ -58,8 +58,6 @@ POINTS = [
 ]
 RECEIPTS = {f"migration:{name}" for name in MIGRATIONS} | {"A/log"}
 
-pytestmark = pytest.mark.timeout(120)
-
 
 @pytest.fixture(scope="module")
 def zygote() -> Iterator[subprocess.Popen[str]]:
@@ -158,6 +156,7 @@ def _kill_and_resume(
     return {"code": code, "seen": seen}
 
 
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("point", POINTS)
 def test_a_migration_killed_at_each_point_applies_once(
     zygote: subprocess.Popen[str],
@@ -181,6 +180,7 @@ def _trace(path: Path) -> list[tuple[float, str]]:
     return [(float(at), point) for at, point in (line.split(" ", 1) for line in lines)]
 
 
+@pytest.mark.timeout(120 + 6 * KILLS)  # a kill and its resume: about 2 s on a loaded machine
 def test_random_kills_apply_each_change_once(
     zygote: subprocess.Popen[str], tmp_path: Path, engine: str, request: pytest.FixtureRequest
 ) -> None:
