@@ -74,6 +74,8 @@ chaos: $(STAMP)
 	STREAM_KILLS=1000 $(BIN)/python -O -m pytest -q tests/crash/test_sigkill_streams.py tests/crash/test_sigkill_langgraph_prebuilt.py
 	FLEET_SEED=$(CHAOS_SEED) FLEET_RUNS=$(FLEET_RUNS) FLEET_KILLS=$(FLEET_KILLS) FLEET_BUDGET=1800 \
 		$(BIN)/pytest -q -s tests/integration/test_fleet.py
+	# a migration SIGKILLed at random moments, SQLite and PostgreSQL (#44)
+	SQL_KILLS=60 $(BIN)/python -O -m pytest -q -s tests/crash/test_sigkill_sql.py -k random
 	# The SDK agents (OpenAI sync and async, Anthropic) SIGKILLed at every crash point (#41)
 	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_openai_agent.py -k sigkill
 

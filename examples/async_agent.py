@@ -10,12 +10,14 @@ a run of either may be resumed by the other.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import crashproof as cp
 from crashproof.tools.http_async import AsyncHttpTool
+from crashproof.tools.migrations import Migrations
 from crashproof.verify import Scenario
 
 from . import code_agent
@@ -52,6 +54,14 @@ def make_workflow(env: AsyncEnv) -> cp.Workflow[dict[str, Any]]:
         for edit in plan["edits"]:
             await ctx.act(f"edit:{edit['path']}", env.workspace, **edit)
         await ctx.step("check", check, str(env.workspace.root), paths)
+        # The schema migrations (as code_agent.migrate); the acts run in worker threads.
+        conn = sqlite3.connect(env.database, check_same_thread=False)
+        try:
+            migrations = Migrations(conn, env.migrations)
+            for name, params in migrations.plan():
+                await ctx.act(name, migrations, **params)
+        finally:
+            conn.close()
         message = await ctx.decide("commit-message", model, "commit-message", plan["title"])
         await ctx.act("commit", env.git, op="commit", message=message, paths=paths)
         await ctx.act("branch", env.git, op="branch", name=plan["branch"])

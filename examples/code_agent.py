@@ -3,7 +3,9 @@
 The agent plans with a (scripted, local) model, edits two files in a git working tree
 through a ``cp.Workspace``, checks them, asks the model for a commit message, commits and
 creates a branch with ``GitTool`` (the commit carries its operation id as a trailer, so it
-can be looked up), opens a pull request on a local HTTP forge and posts a notification
+can be looked up), migrates the app's SQLite schema with ``crashproof.tools.migrations``
+(each file and its receipt row in one transaction, so never applied twice), opens a pull
+request on a local HTTP forge and posts a notification
 there, both through ``HttpTool`` (deduplicated by ``Idempotency-Key``, looked up by key).
 
 Verify it from the repository root::
@@ -12,8 +14,9 @@ Verify it from the repository root::
     crashproof verify examples.code_agent:SCENARIO --mode subprocess --max-points 20
 
 The fingerprint covers the working tree, the tree git holds at HEAD and on the agent's
-branch, and the forge's records; effects are counted from git's own history (operation
-trailers, the branch ref) and the forge's own records.
+branch, the app database and the forge's records; effects are counted from git's own
+history (operation trailers, the branch ref), the migrations' own log table and the
+forge's own records.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
@@ -32,6 +36,7 @@ import httpx
 import crashproof as cp
 from crashproof.tools.git import OPERATION_TRAILER, GitTool
 from crashproof.tools.http import HttpTool
+from crashproof.tools.migrations import Migrations
 from crashproof.verify import Scenario
 
 from ._forge import Forge
@@ -41,6 +46,16 @@ TASK = "greet() should greet the user by name; document it"
 
 GREET_PY = 'def greet() -> str:\n    return "Hello!"\n'
 README = "# greeter\n\nA friendly module.\n"
+# The app's schema, migrated by the agent (a directory of files: one here); each file logs
+# itself, so one applied twice would log twice (the effect count).
+MIGRATIONS = {
+    "0001_greetings.sql": (
+        "CREATE TABLE schema_log (name TEXT NOT NULL);\n"
+        "CREATE TABLE greetings (name TEXT PRIMARY KEY, template TEXT NOT NULL);\n"
+        "INSERT INTO greetings VALUES ('by-name', 'Hello, {name}!');\n"
+        "INSERT INTO schema_log VALUES ('0001_greetings.sql');\n"
+    ),
+}
 # What the scripted model answers, per decision key.
 SCRIPT: dict[str, Any] = {
     "plan": {
@@ -104,6 +119,8 @@ class Env:
     pulls: HttpTool
     notify: HttpTool
     model: ScriptedModel
+    database: Path  # the app's SQLite database, migrated through the SQL tool
+    migrations: Path
 
     def close(self) -> None:
         self.http.close()
@@ -138,6 +155,10 @@ def make_env(directory: Path) -> Env:
         _git(repo, "init", "-q", "-b", "main")
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", "Initial commit")
+    migrations = directory / "migrations"
+    migrations.mkdir(exist_ok=True)
+    for name, text in MIGRATIONS.items():
+        (migrations / name).write_text(text)
     forge = Forge(directory / "forge.json").start()
     forge.ensure_repository("greeter", head=_git(repo, "rev-parse", "main"))
     # Plain HTTP on the loopback: no TLS, so no CA bundle to load for every environment.
@@ -158,6 +179,8 @@ def make_env(directory: Path) -> Env:
         ),
         notify=HttpTool(forge.url, "/notifications", lookup_path=lookup, client=http),
         model=ScriptedModel(directory / "model.log"),
+        database=directory / "app.db",
+        migrations=migrations,
     )
 
 
@@ -169,6 +192,28 @@ def check(root: str, paths: list[str]) -> dict[str, Any]:
     return {"checked": sorted(paths)}
 
 
+def migrate(ctx: cp.Context, env: Env) -> None:
+    """The schema migrations, one act per file (keys ``migrate:<file>``)."""
+    conn = sqlite3.connect(env.database)
+    try:
+        Migrations(conn, env.migrations).apply(ctx)
+    finally:
+        conn.close()
+
+
+def _database(env: Env, sql: str) -> list[Any]:
+    """Rows of the app database (none before it exists: nothing migrated yet)."""
+    if not env.database.exists():
+        return []
+    conn = sqlite3.connect(env.database)
+    try:
+        return [list(row) for row in conn.execute(sql).fetchall()]
+    except sqlite3.OperationalError:  # the table is not there yet
+        return []
+    finally:
+        conn.close()
+
+
 def make_workflow(env: Env) -> cp.Workflow[dict[str, Any]]:
     @cp.workflow("code-agent", version="1")
     def code_agent(ctx: cp.Context, task: str) -> dict[str, Any]:
@@ -177,6 +222,7 @@ def make_workflow(env: Env) -> cp.Workflow[dict[str, Any]]:
         for edit in plan["edits"]:
             ctx.act(f"edit:{edit['path']}", env.workspace, **edit)
         ctx.step("check", check, str(env.workspace.root), paths)
+        migrate(ctx, env)
         message = ctx.decide("commit-message", env.model, "commit-message", plan["title"])
         ctx.act("commit", env.git, op="commit", message=message, paths=paths)
         ctx.act("branch", env.git, op="branch", name=plan["branch"])
@@ -203,6 +249,16 @@ def fingerprint(env: Env) -> str:
         "head": env.git_out("log", "--format=%T", "HEAD").split(),  # trees, newest first
         "branches": env.git_out("for-each-ref", "--format=%(refname) %(tree)", "refs/heads"),
         "forge": env.forge.resources(),
+        "database": [
+            _database(env, "SELECT * FROM greetings ORDER BY name"),
+            _database(env, "SELECT name FROM schema_log ORDER BY name"),
+            # the receipts, but for their commit time
+            _database(
+                env,
+                "SELECT operation_id, intent_digest, run_id, step, result "
+                "FROM crashproof_receipts ORDER BY operation_id",
+            ),
+        ],
     }
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
@@ -216,6 +272,8 @@ def effects(env: Env) -> dict[str, int]:
     if env.git_out("for-each-ref", "--format=%(refname)", f"refs/heads/{branch}"):
         counts[f"{RUN_ID}/branch"] += 1
     counts.update(env.forge.created())
+    applied = _database(env, "SELECT name FROM schema_log")  # one row per application
+    counts.update(f"{RUN_ID}/migrate:{row[0]}" for row in applied)
     return dict(counts)
 
 

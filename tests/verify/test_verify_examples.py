@@ -79,7 +79,7 @@ def test_code_agent_every_crash_point(agent_report: Report) -> None:
     effects = agent_report.reference.effects or {}
     assert set(effects) == {
         f"{code_agent.RUN_ID}/{key}" for key in ("commit", "branch", "open-pr", "notify")
-    }
+    } | {f"{code_agent.RUN_ID}/migrate:{name}" for name in code_agent.MIGRATIONS}
     assert agent_report.reference.model_calls == {"plan": 1, "commit-message": 1}
 
 
