@@ -324,12 +324,17 @@ def _reconcile(
             )
         except DriftError as exc:
             yield from _freeze_drift(session, tool, call, exc)
-        except NotImplementedError:  # declared lookup, never implemented: no retry helps
+        except NotImplementedError as exc:  # no lookup for this act: no retry helps
             if meaning is not OnUnknown.REVIEW:
                 return (yield from _settle(session, tool, call, meaning, rounds, base, cause))
+            # A tool may say why this act cannot be looked up (cp.Shell: an external command).
+            why = (
+                "the tool does not implement lookup (set supports_lookup = False, or implement it)"
+            )
+            if type(tool).lookup is not Tool.lookup and str(exc):
+                why = str(exc)
             session.freeze(
-                f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
-                "does not implement lookup (set supports_lookup = False, or implement it): "
+                f"act {call.step!r} ({tool.name}) may or may not have happened, and {why}: "
                 "not re-executed automatically",
                 (yield from _evidence(call, tool)),
                 key=call.step,
