@@ -65,6 +65,8 @@ chaos: $(STAMP)
 	STREAM_KILLS=1000 $(BIN)/python -O -m pytest -q tests/crash/test_sigkill_streams.py tests/crash/test_sigkill_langgraph_prebuilt.py
 	FLEET_SEED=$(CHAOS_SEED) FLEET_RUNS=$(FLEET_RUNS) FLEET_KILLS=$(FLEET_KILLS) FLEET_BUDGET=1800 \
 		$(BIN)/pytest -q -s tests/integration/test_fleet.py
+	# cp.Shell: a codemod, pip install --target and git commit+gc SIGKILLed at random (#44)
+	SHELL_KILLS=100 SHELL_SEED=$(CHAOS_SEED) $(BIN)/pytest -q tests/verify/test_shell_chaos.py
 	# The SDK agents (OpenAI sync and async, Anthropic) SIGKILLed at every crash point (#41)
 	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_openai_agent.py -k sigkill
 

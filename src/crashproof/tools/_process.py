@@ -51,7 +51,7 @@ class Output:
 @dataclass(frozen=True, slots=True)
 class Finished:
     """How a command ended. ``stopped``: None when it exited by itself, else why it was
-    killed ("timeout", "output")."""
+    killed ("timeout", "output", "cancelled")."""
 
     exit_code: int
     duration: float
@@ -66,6 +66,9 @@ class Live:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._groups: set[int] = set()
+        # Set by an interrupt: a command that starts after it (the thread was still
+        # spawning it) is killed as soon as its group is known. Cleared per execute.
+        self.cancelled = threading.Event()
 
     def add(self, pgid: int) -> None:
         with self._lock:
@@ -76,6 +79,7 @@ class Live:
             self._groups.discard(pgid)
 
     def kill_all(self) -> None:
+        self.cancelled.set()
         with self._lock:
             groups = list(self._groups)
         for pgid in groups:
@@ -122,7 +126,9 @@ def run_command(
                 break
             except subprocess.TimeoutExpired:
                 pass
-            if time.monotonic() >= deadline:
+            if live.cancelled.is_set():
+                stopped = "cancelled"
+            elif time.monotonic() >= deadline:
                 stopped = "timeout"
             elif _size(out_path) + _size(err_path) > max_output:
                 stopped = "output"

@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import subprocess
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -63,7 +64,6 @@ _CONFIG = (
     "core.fsync=none",
     "gc.auto=0",
     "maintenance.auto=false",
-    "index.threads=1",
     "advice.addIgnoredFile=false",
 )
 
@@ -99,22 +99,23 @@ class SnapshotStore:
         self.root = root
         self.store = store
         self._ready = False
+        # (the workspace index's stat, excluded paths) -> what was force-added then
+        self._forced: tuple[object, list[str]] | None = None
 
     # -- public --------------------------------------------------------------
 
     def snapshot(self, paths: Sequence[str]) -> str:
         """The tree id of the workspace now (``scope``) and of each declared path."""
         with self._locked():
-            entries = [f"040000 tree {self._area_tree(SCOPE, self.root, paths)}\t{SCOPE}"]
+            entries = [(SCOPE, self._area_tree(SCOPE, self.root, paths))]
             for rel in sorted(paths):
                 where = self.root / rel
                 if where.is_dir() and not where.is_symlink():
                     tree = self._area_tree(area_name(rel), where, ())
-                    entries.append(f"040000 tree {tree}\t{area_name(rel)}")
+                    entries.append((area_name(rel), tree))
                 elif where.exists() or where.is_symlink():
                     raise PermanentError(f"declared path {rel!r} is not a directory")
-            listing = "".join(line + "\n" for line in sorted(entries, key=_tree_order))
-            return self._git(None, None, "mktree", input=listing).strip()
+            return self._write_tree(entries)
 
     def restore(self, snapshot: str, paths: Sequence[str]) -> int:
         """Put the workspace and the declared paths back as ``snapshot`` holds them;
@@ -240,9 +241,15 @@ class SnapshotStore:
         self._git(where, index, "checkout-index", "-f", "-q", "-z", "--stdin", input=listing)
 
     def _tracked_but_ignored(self, excluded: Sequence[str]) -> list[str]:
-        """Files the workspace's own repository tracks that an ignore rule matches."""
+        """Files the workspace's own repository tracks that an ignore rule matches, asked
+        once per store object (and declared paths): a file once in the area's index stays
+        there (``git add -A`` updates what it holds, ignored or not). One force-added in
+        the workspace later joins at the next process's first snapshot."""
         if not (self.root / ".git").exists():
             return []
+        key = tuple(excluded)
+        if self._forced is not None and self._forced[0] == key:
+            return []  # added then, and held by the area's index since
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env.update(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0")
         result = subprocess.run(
@@ -258,7 +265,26 @@ class SnapshotStore:
             return []
         listed = _z(result.stdout.decode("utf-8", "surrogateescape"))
         skip = tuple(rel.rstrip("/") + "/" for rel in excluded)
-        return [p for p in listed if not p.startswith(skip) and os.path.lexists(self.root / p)]
+        forced = [p for p in listed if not p.startswith(skip) and os.path.lexists(self.root / p)]
+        self._forced = (key, forced)
+        return forced
+
+    def _write_tree(self, entries: list[tuple[str, str]]) -> str:
+        """The snapshot's top tree, written as a loose object (git's documented format:
+        zlib of ``tree <size>\\0`` and ``40000 <name>\\0<binary id>`` per entry, in
+        git's order): one subprocess fewer per snapshot."""
+        ordered = sorted(entries, key=lambda e: e[0].encode() + b"/")
+        body = b"".join(b"40000 " + n.encode() + b"\0" + bytes.fromhex(t) for n, t in ordered)
+        raw = b"tree %d\0" % len(body) + body
+        algorithm = "sha256" if len(ordered[0][1]) == 64 else "sha1"
+        tree = hashlib.new(algorithm, raw).hexdigest()
+        target = self.store / "objects" / tree[:2] / tree[2:]
+        if not target.exists():
+            target.parent.mkdir(exist_ok=True)
+            temp = target.with_name(f"tmp_{tree[2:]}_{os.getpid()}")
+            temp.write_bytes(zlib.compress(raw))
+            os.replace(temp, target)
+        return tree
 
     def _areas(self, snapshot: str) -> dict[str, str]:
         self._open()
@@ -364,10 +390,6 @@ def _repo_exclude(root: Path) -> str | None:
         return None
     exclude = store.parent / "info" / "exclude"
     return str(exclude) if exclude.is_file() else None
-
-
-def _tree_order(line: str) -> str:
-    return line.split("\t", 1)[1] + "/"  # git sorts tree entries as if names ended in "/"
 
 
 def _z(text: str) -> list[str]:

@@ -180,6 +180,7 @@ class Shell(Tool):
             self.snapshots.restore(p["snapshot"], p["paths"])
         extra = call.params.get("env", {})
         env = self._environment(extra if isinstance(extra, dict) else {})
+        self._live.cancelled.clear()
         try:
             done = run_command(
                 p["argv"],
@@ -283,11 +284,10 @@ class Shell(Tool):
         }
 
     def _stopped(self, p: dict[str, Any], done: Finished) -> None:
-        why = (
-            f"timed out after {p['timeout']:g} s"
-            if done.stopped == "timeout"
-            else f"printed more than {self.max_output} bytes"
-        )
+        why = {
+            "timeout": f"timed out after {p['timeout']:g} s",
+            "output": f"printed more than {self.max_output} bytes",
+        }.get(str(done.stopped), "was cancelled")
         for stream in (done.stdout, done.stderr):
             stream.path.unlink(missing_ok=True)
         if p["effect"] == "external":

@@ -148,7 +148,11 @@ def perform_act(
         return (yield from _recover(session, tool, call, open_events))
     meaning = declared(tool)
     try:
-        prepared = tool.prepare(call)
+        # A handoff (under the async shell a prepare that reads files or takes cp.Shell's
+        # snapshot runs off the loop, as execute does); none for a tool without one.
+        prepared = None
+        if type(tool).prepare is not Tool.prepare:
+            prepared = yield Invoke(tool.prepare, (call,), f"prepare of tool {tool.name!r}")
     except PermanentError as exc:  # the tool refuses the intent before anything happens
         failed = ActFailed(f"act {key!r} refused by {tool.name}: {exc}")
         _journal_failed(session, call, failed, exc, time.time(), failure="permanent")
