@@ -19,7 +19,10 @@ import pytest
 import crashproof as cp
 from crashproof.tools._snapshot import SnapshotStore
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(sys.platform != "linux", reason="process groups and /proc: Linux"),
+]
 
 GIT_ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
@@ -307,5 +310,18 @@ def _alive(pid: int) -> bool:
     return stat_text.rpartition(")")[2].split()[0] != "Z"
 
 
-if sys.platform != "linux":  # pragma: no cover
-    pytestmark = pytest.mark.skip("process groups and /proc: Linux")
+def test_a_workspace_outside_git_needs_a_store_outside_it(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.txt").write_text("a\n")
+    with pytest.raises(ValueError, match="not a git working tree"):
+        cp.Shell(plain)
+    with pytest.raises(ValueError, match="must not be inside the workspace"):
+        cp.Shell(plain, store=plain / "store")
+    shell = cp.Shell(plain, store=tmp_path / "store")
+    snap = shell.snapshots.snapshot([])
+    (plain / "a.txt").write_text("changed\n")
+    (plain / "b.txt").write_text("new\n")
+    shell.snapshots.restore(snap, [])
+    assert sorted(p.name for p in plain.iterdir()) == ["a.txt"]
+    assert (plain / "a.txt").read_text() == "a\n"

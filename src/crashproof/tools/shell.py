@@ -111,7 +111,10 @@ class Shell(Tool):
         self.workspace = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
         self.root = self.workspace.root
         self.paths = tuple(check_relative(p, "path") for p in paths)
-        self.store = Path(store).resolve() if store is not None else default_store(self.root)
+        try:
+            self.store = Path(store).resolve() if store is not None else default_store(self.root)
+        except PermanentError as exc:  # a constructor's bad argument, not an act's
+            raise ValueError(str(exc)) from None
         if self.store.is_relative_to(self.root) and not self.store.is_relative_to(
             self.root / ".git"
         ):
