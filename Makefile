@@ -76,6 +76,8 @@ chaos: $(STAMP)
 		$(BIN)/pytest -q -s tests/integration/test_fleet.py
 	# a migration SIGKILLed at random moments, SQLite and PostgreSQL (#44)
 	SQL_KILLS=60 $(BIN)/python -O -m pytest -q -s tests/crash/test_sigkill_sql.py -k random
+	# cp.Shell: a codemod, pip install --target and git commit+gc SIGKILLed at random (#44)
+	SHELL_KILLS=100 SHELL_SEED=$(CHAOS_SEED) $(BIN)/pytest -q tests/verify/test_shell_chaos.py
 	# The SDK agents (OpenAI sync and async, Anthropic) SIGKILLed at every crash point (#41)
 	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_openai_agent.py -k sigkill
 

@@ -85,6 +85,7 @@ from crashproof.runtime.worker import Worker
 from crashproof.runtime.workflow import Workflow, workflow
 from crashproof.tools.outbox import Message, Outbox
 from crashproof.tools.port import Call, Observation, OnUnknown, Receipt, Tool
+from crashproof.tools.shell import Shell
 from crashproof.tools.workspace import Workspace
 
 __all__ = [
@@ -155,6 +156,7 @@ __all__ = [
     "SchemaTooNew",
     "SealedState",
     "SerializationError",
+    "Shell",
     "SimulatedCrash",
     "StaleLeaseError",
     "StepInfo",

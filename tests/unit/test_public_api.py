@@ -72,6 +72,7 @@ PUBLIC = [
     "SchemaTooNew",
     "SealedState",
     "SerializationError",
+    "Shell",
     "SimulatedCrash",
     "StaleLeaseError",
     "StepInfo",

@@ -11,10 +11,12 @@ intent was committed and is reconciled, never re-judged):
    mapping of field → fnmatch globs (``{"workspace": {"path": ["src/*", "README.md"]},
    "http": {"host": ["api.github.com"]}}``). A field is the act's param of that name,
    else the tool's attribute of that name; ``host`` is the host name of a ``url`` param
-   or of the tool's ``base_url``. Globs use ``fnmatch.fnmatchcase``: ``*`` also matches
-   ``/``, so ``src/*`` covers the whole ``src`` tree. ``path`` values are normalized
-   first (``a/./b`` is ``a/b``) and a path with a ``..`` segment is never in scope. A
-   tool without a scope entry is limited by the allowlist alone.
+   or of the tool's ``base_url``; ``command`` is a ``cp.Shell`` act's ``argv`` as one
+   line (``shlex.join``: ``{"shell": {"command": ["pytest *", "ruff format *"]}}``).
+   Globs use ``fnmatch.fnmatchcase``: ``*`` also matches ``/``, so ``src/*`` covers
+   the whole ``src`` tree. ``path`` values are normalized first (``a/./b`` is
+   ``a/b``) and a path with a ``..`` segment is never in scope. A tool without
+   a scope entry is limited by the allowlist alone.
 3. **risk** — ``"low"``, ``"medium"`` or ``"high"``: per tool a fixed level or a
    function ``(tool, params) -> level`` (or one function for all tools); else
    ``default_risk``. An act whose level is in ``approval_required`` needs an approval.
@@ -51,6 +53,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import posixpath
+import shlex
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -307,6 +310,10 @@ def _field(tool: Tool, params: Mapping[str, Any], name: str) -> list[str] | None
     elif name == "host":
         url = params.get("url") or getattr(tool, "base_url", None)
         value = urlsplit(url).hostname if isinstance(url, str) else None
+    elif name == "command":  # a command's argv as one line (cp.Shell), quoted as a shell would
+        argv = params.get("argv")
+        ok = isinstance(argv, list) and bool(argv) and all(isinstance(a, str) for a in argv)
+        value = shlex.join(argv) if ok and isinstance(argv, list) else None
     else:
         value = getattr(tool, name, None)
     values = value if isinstance(value, list | tuple) else [value]

@@ -149,7 +149,11 @@ def perform_act(
         return (yield from _recover(session, tool, call, open_events))
     meaning = declared(tool)
     try:
-        prepared = tool.prepare(call)
+        # A handoff (under the async shell a prepare that reads files or takes cp.Shell's
+        # snapshot runs off the loop, as execute does); none for a tool without one.
+        prepared = None
+        if type(tool).prepare is not Tool.prepare:
+            prepared = yield Invoke(tool.prepare, (call,), f"prepare of tool {tool.name!r}")
     except PermanentError as exc:  # the tool refuses the intent before anything happens
         failed = ActFailed(f"act {key!r} refused by {tool.name}: {exc}")
         _journal_failed(session, call, failed, exc, time.time(), failure="permanent")
@@ -327,12 +331,17 @@ def _reconcile(
             )
         except DriftError as exc:
             yield from _freeze_drift(session, tool, call, exc)
-        except NotImplementedError:  # declared lookup, never implemented: no retry helps
+        except NotImplementedError as exc:  # no lookup for this act: no retry helps
             if meaning is not OnUnknown.REVIEW:
                 return (yield from _settle(session, tool, call, meaning, rounds, base, cause))
+            # A tool may say why this act cannot be looked up (cp.Shell: an external command).
+            why = (
+                "the tool does not implement lookup (set supports_lookup = False, or implement it)"
+            )
+            if type(tool).lookup is not Tool.lookup and str(exc):
+                why = str(exc)
             session.freeze(
-                f"act {call.step!r} ({tool.name}) may or may not have happened, and the tool "
-                "does not implement lookup (set supports_lookup = False, or implement it): "
+                f"act {call.step!r} ({tool.name}) may or may not have happened, and {why}: "
                 "not re-executed automatically",
                 (yield from _evidence(call, tool)),
                 key=call.step,

@@ -262,7 +262,15 @@ async def _call_plain(invoke: Invoke) -> Any:
     if invoke.inline:
         value = fn(*args, **kwargs)
     else:
-        value = await asyncio.to_thread(fn, *args, **kwargs)
+        try:
+            value = await asyncio.to_thread(fn, *args, **kwargs)
+        except asyncio.CancelledError:
+            # The thread runs on; a tool that can stop its work early (cp.Shell kills its
+            # command's process group) is told to.
+            interrupt = getattr(getattr(fn, "__self__", None), "interrupt", None)
+            if callable(interrupt):
+                interrupt()
+            raise
     if inspect.isawaitable(value):  # a plain function that returned a coroutine
         value = await value
     return value
