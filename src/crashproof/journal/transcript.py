@@ -72,7 +72,16 @@ def is_list(value: Any) -> bool:
 
 
 def v2_of_parts(parts: list[str], named: dict[str, str]) -> str:
-    """The format-2 digest of a call whose arguments' parts are known."""
+    """The format-2 digest of a call whose arguments' parts are known. Parts are ASCII
+    ("l:"/"j:" and hex): with keyword names that are ASCII identifiers (nothing to
+    escape, code-point order is UTF-16 order) the RFC 8785 text is spelled out here,
+    byte for byte what ``canonical_digest`` gives (tests/unit/test_transcript_work.py);
+    replay computes this once per recorded call."""
+    if all(k.isascii() and k.isidentifier() for k in named):
+        args = ",".join([f'"{p}"' for p in parts])
+        kwargs = ",".join([f'"{k}":"{named[k]}"' for k in sorted(named)])
+        text = f'{{"args":[{args}],"kwargs":{{{kwargs}}}}}'
+        return V2 + _sha256(text.encode()).hexdigest()
     return V2 + canonical_digest({"args": parts, "kwargs": named}, what="argument digests")
 
 
