@@ -100,6 +100,7 @@ class SQLiteStore(SQLiteJournal):
         self._read_conn: sqlite3.Connection | None = None
         self._read_resolver: Resolver | None = None
         self._deltas = DeltaMemo()
+        self._verified = None  # the last journal loaded whole, reused once (_load_events)
         self._busy_timeout = busy_timeout
         self._sealer = sealer
         self.durability = durability

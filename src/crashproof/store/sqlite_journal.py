@@ -79,6 +79,8 @@ class SQLiteJournal:
     _deltas: DeltaMemo  # each run's last large value, written as the next one's base
     _busy_timeout: float
     _checkpoints: Checkpointer  # of the commits that leave theirs to a thread
+    # The journal the last whole load verified: (run id, its records, the last MAC).
+    _verified: tuple[str, list[Event], str] | None
 
     def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
         # Tens of thousands of new objects (rows, then Events), none in a cycle: without
@@ -93,16 +95,31 @@ class SQLiteJournal:
                 gc.enable()
 
     def _load_events(self, run_id: str, make: Callable[..., Event]) -> list[Event]:
+        """The run's records, verified. A whole load is kept and reused by the next load,
+        once: a drive reads its run's journal for the verdict, then again under its lease,
+        and the second read verifies only what follows the first (whose last record must
+        still carry the same MAC) instead of the whole chain again (#42). Reused records
+        are the ones verified a moment before, never bytes read again unverified; the
+        load after the reuse reads and verifies everything, so a byte changed in the file
+        meanwhile is caught there, as by any other process (tests/crash/test_tamper_cached.py)."""
+        kept, self._verified = self._verified, None
         if self._sealer is not None:  # every record verified before anything parses it
             try:
                 with self._reading() as conn:
+                    if kept is not None and kept[0] == run_id and make == Event.read:
+                        more = self._after(conn, kept[1], kept[2])
+                        if more is not None:
+                            return [*kept[1], *more]
                     # Verified and built as the rows arrive (payloads stay text until
                     # read: Event.read), the rows fetched without load_events' extras.
                     cursor = conn.execute(_Q["load_records"], (run_id,))
                     try:
-                        return self._sealer.verify_rows(run_id, cursor, make)
+                        built, mac = self._sealer.verify_rows_from(run_id, cursor, make, GENESIS)
                     finally:
                         cursor.close()  # done, or stopped at a fault: no statement left open
+                    if built and make == Event.read:
+                        self._verified = (run_id, built, mac)
+                    return built
             except IntegrityError:
                 check_rows(run_id, self._rows(run_id))  # a missing blob, another run's
                 raise
@@ -117,6 +134,24 @@ class SQLiteJournal:
             ]
         except KeyError:
             raise unreadable(run_id, rows) from None
+
+    def _after(self, conn: sqlite3.Connection, known: list[Event], mac: str) -> list[Event] | None:
+        """The records after ``known`` (verified, its last MAC ``mac``), verified from it;
+        None when its last record is no longer the one verified (the journal was
+        replaced): the caller loads it whole."""
+        sealer = self._sealer
+        if sealer is None or not known:
+            return None
+        last = known[-1]
+        cursor = conn.execute(_Q["load_records_from"], (last.run_id, last.seq))
+        try:
+            first = cursor.fetchone()
+            if first is None or first[0] != last.seq or first[7] != mac:
+                return None
+            more, _mac = sealer.verify_rows_from(last.run_id, cursor, Event.read, mac)
+            return more
+        finally:
+            cursor.close()
 
     def _rows(self, run_id: str) -> list[Any]:
         with self._reading() as conn:
