@@ -81,6 +81,8 @@ def _disk(directory: Path) -> int:
 def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict[str, Any]:
     """One phase (``live``: T turns, crashed before the last commit; ``resume``)."""
     import crashproof as cp
+    import crashproof.store.sqlite  # noqa: F401  (imported by the first SQLite ledger: kept
+    # out of the timed resume, as the peers' imports are)
 
     url = f"sqlite:///{directory / 'ledger.db'}"
 

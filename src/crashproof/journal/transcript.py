@@ -77,12 +77,22 @@ def v2_of_parts(parts: list[str], named: dict[str, str]) -> str:
     escape, code-point order is UTF-16 order) the RFC 8785 text is spelled out here,
     byte for byte what ``canonical_digest`` gives (tests/unit/test_transcript_work.py);
     replay computes this once per recorded call."""
-    if all(k.isascii() and k.isidentifier() for k in named):
-        args = ",".join([f'"{p}"' for p in parts])
-        kwargs = ",".join([f'"{k}":"{named[k]}"' for k in sorted(named)])
-        text = f'{{"args":[{args}],"kwargs":{{{kwargs}}}}}'
-        return V2 + _sha256(text.encode()).hexdigest()
-    return V2 + canonical_digest({"args": parts, "kwargs": named}, what="argument digests")
+    names = tuple(named)
+    order = _orders.get(names)
+    if order is None:
+        if not all(k.isascii() and k.isidentifier() for k in names):
+            return V2 + canonical_digest({"args": parts, "kwargs": named}, what="argument digests")
+        if len(_orders) >= 256:
+            _orders.clear()
+        order = _orders[names] = tuple(sorted(names))
+    args = ",".join([f'"{p}"' for p in parts])
+    kwargs = ",".join([f'"{k}":"{named[k]}"' for k in order])
+    return V2 + _sha256(f'{{"args":[{args}],"kwargs":{{{kwargs}}}}}'.encode()).hexdigest()
+
+
+# Keyword names spelled out by v2_of_parts (ASCII identifiers), in canonical order: a
+# call site passes the same names each time. Bounded: cleared when full.
+_orders: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 def digest_v2(args: tuple[Any, ...], kwargs: dict[str, Any], what: str = "arguments") -> str:

@@ -95,7 +95,11 @@ def _snapshot(value: Any) -> Any:
     if t is str or value is None:
         return value
     if isinstance(value, dict):
-        return {k: _snapshot(v) for k, v in value.items()}
+        copy = dict(value)  # a message's values are mostly strings: shared as they are
+        for k, v in copy.items():
+            if type(v) is not str and v is not None:
+                copy[k] = _snapshot(v)
+        return copy
     if isinstance(value, list | tuple):
         return [_snapshot(v) for v in value]
     return _Exact(value)
