@@ -80,9 +80,10 @@ def _disk(directory: Path) -> int:
 
 def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict[str, Any]:
     """One phase (``live``: T turns, crashed before the last commit; ``resume``)."""
+    # crashproof.store.sqlite is imported by the first SQLite ledger: kept out of the
+    # timed resume, as the peers' modules are.
     import crashproof as cp
-    import crashproof.store.sqlite  # noqa: F401  (imported by the first SQLite ledger: kept
-    # out of the timed resume, as the peers' imports are)
+    import crashproof.store.sqlite
 
     url = f"sqlite:///{directory / 'ledger.db'}"
 
