@@ -3,6 +3,7 @@ work is a byte canonicalised for format 2 (``journal.transcript.canonicalised_by
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,3 +122,36 @@ def test_parts_spelled_out_are_the_canonical_digest() -> None:
     ):
         expected = V2 + canonical_digest({"args": parts, "kwargs": named}, what="t")
         assert v2_of_parts(parts, named) == expected
+
+
+def test_replay_check_reports_an_edit_the_trusting_replay_lets_pass(tmp_path: Path) -> None:
+    """An earlier message edited in place before a replayed call and restored after it:
+    a drive's replay, which trusts the journal for the prefix (steps/arguments.py), returns
+    the recorded answers; cp.replay_check never trusts and reports the call."""
+    db = tmp_path / "l.db"
+
+    def flow(edit: bool) -> cp.Workflow[int]:
+        @cp.workflow("agent", version="1")
+        def agent(ctx: cp.Context) -> int:
+            messages: list[Any] = [{"role": "system", "content": "be brief"}]
+            for turn in range(6):
+                messages.append({"role": "user", "content": f"{turn}"})
+                if edit and turn == 2:
+                    messages[0]["content"] = "be long"
+                messages.append(ctx.decide("turn", model, messages=messages, model="m-1"))
+                messages[0]["content"] = "be brief"
+            return len(messages)
+
+        return agent
+
+    crash = cp.CrashPoints(match="before_commit[step_done:turn#6]")
+    with (
+        cp.Ledger(f"sqlite:///{db}", crash_points=crash) as ledger,
+        pytest.raises(cp.SimulatedCrash),
+    ):
+        ledger.run(flow(False), run_id="r")
+    [verdict] = cp.replay_check([flow(True)], db)
+    assert verdict.status == "non_deterministic"
+    assert verdict.key == "turn#3"
+    with cp.Ledger(f"sqlite:///{db}") as again:
+        assert again.run(flow(True), run_id="r") == 13  # trusted: not reported
