@@ -139,7 +139,11 @@ class _FrozenList(list[Any]):
 def _frozen(value: Any) -> Any:
     """A deep copy in which every dict and list refuses changes (leaves are immutable)."""
     if isinstance(value, dict):
-        return _FrozenDict({k: _frozen(v) for k, v in value.items()})
+        frozen = _FrozenDict(value)  # a message's values are mostly strings: kept as they are
+        for k, v in frozen.items():
+            if isinstance(v, dict | list | tuple):
+                dict.__setitem__(frozen, k, _frozen(v))
+        return frozen
     if isinstance(value, list | tuple):
         return _FrozenList(_frozen(v) for v in value)
     return value
