@@ -31,7 +31,8 @@ bounded by ``--dbos-cap`` seconds, printed as "over cap" past it.
 ``--rounds N`` (#42): the resume side by side instead. Each contestant's run of T turns
 is made once (LangGraph's live phase then runs with ``durability="exit"``: one
 checkpoint at the end, the very checkpoint its resume reads, so T = 10,000 fits on a
-disk); then N rounds, each resuming every contestant once from a fresh copy of its
+disk; with ``--before SRC`` also "before" and "before-transcript", crashproof imported
+from SRC); then N rounds, each resuming every contestant once from a fresh copy of its
 crashed files (the order rotated each round), each in a new process, with the load
 average read before each resume. Printed: each contestant's median resume and range,
 and the median over rounds of crashproof's resume over LangGraph's in the same round.
@@ -262,10 +263,16 @@ def run_case(
     return out
 
 
-def _phase(who: str, turns: int, directory: Path, phase: str) -> dict[str, Any]:
-    """One phase in a child process: its JSON line (live: {} once it was SIGKILLed)."""
+def _phase(
+    who: str, turns: int, directory: Path, phase: str, before: str | None = None
+) -> dict[str, Any]:
+    """One phase in a child process: its JSON line (live: {} once it was SIGKILLed).
+    ``before``: the ``src`` the "before" contestants import crashproof from."""
     argv = [sys.executable, __file__, "--child", who, str(turns), str(directory), phase]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    env = dict(os.environ)
+    if who.startswith("before"):
+        env["PYTHONPATH"] = before or ""
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if phase == "live" and done.returncode == -signal.SIGKILL:
         return {}
     if done.returncode != 0:
@@ -274,7 +281,9 @@ def _phase(who: str, turns: int, directory: Path, phase: str) -> dict[str, Any]:
     return result
 
 
-def resume_rounds(turns: int, contestants: list[str], rounds: int, parent: str | None) -> None:
+def resume_rounds(
+    turns: int, contestants: list[str], rounds: int, parent: str | None, before: str | None
+) -> None:
     """``--rounds``: each contestant's crashed run made once, then resumed ``rounds``
     times side by side (module docstring)."""
     made: dict[str, Path] = {}
@@ -285,20 +294,20 @@ def resume_rounds(turns: int, contestants: list[str], rounds: int, parent: str |
         for who in contestants:
             made[who] = scratch / f"{who}-made"
             made[who].mkdir()
-            _phase(who, turns, made[who], "live-exit" if who == "langgraph" else "live")
+            _phase(who, turns, made[who], "live-exit" if who == "langgraph" else "live", before)
         for r in range(rounds):
             order = contestants[r % len(contestants) :] + contestants[: r % len(contestants)]
             for who in order:
                 directory = scratch / f"{who}-{r}"
                 shutil.copytree(made[who], directory)
                 loads.append(os.getloadavg()[0])
-                times[who].append(_phase(who, turns, directory, "resume")["resume_s"])
+                times[who].append(_phase(who, turns, directory, "resume", before)["resume_s"])
                 shutil.rmtree(directory)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for who in contestants:
         t = sorted(times[who])
-        line = f"{who:<12}{turns:>7}{statistics.median(t) * 1e3:>10.1f} ms"
+        line = f"{who:<19}{turns:>7}{statistics.median(t) * 1e3:>10.1f} ms"
         line += f"   ({t[0] * 1e3:.1f}-{t[-1] * 1e3:.1f})"
         if "langgraph" in times and who != "langgraph":
             ratios = [a / b for a, b in zip(times[who], times["langgraph"], strict=True)]
@@ -306,7 +315,7 @@ def resume_rounds(turns: int, contestants: list[str], rounds: int, parent: str |
             line += f" ({min(ratios):.2f}-{max(ratios):.2f})"
         print(line, flush=True)
     print(
-        f"{'':<12}{turns:>7}  load average (1 min) per resume: "
+        f"{'':<19}{turns:>7}  load average (1 min) per resume: "
         f"{min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}"
     )
 
@@ -336,7 +345,12 @@ def main() -> None:
         elif who == "dbos":
             result = child_dbos(int(turns), Path(directory), phase)
         else:
-            kind = {"transcript": "transcript", "whole": "whole", "whole-before": "whole"}
+            kind = {
+                "transcript": "transcript",
+                "before-transcript": "transcript",
+                "whole": "whole",
+                "whole-before": "whole",
+            }
             result = child_crashproof(kind.get(who, "list"), int(turns), Path(directory), phase)
         print(json.dumps(result))
         return
@@ -369,11 +383,14 @@ def main() -> None:
         print("dbos: skipped (pip install dbos)")
     if args.only:
         contestants = [c for c in contestants if c in args.only.split(",")]
-    if args.rounds:
-        contestants = [c for c in contestants if c in ("list", "transcript", "langgraph")]
+    if args.rounds:  # "before" (a plain list) and "before-transcript": at --before's src
+        if args.before:
+            contestants.insert(1, "before-transcript")
+        rounds_of = ("before", "before-transcript", "list", "transcript", "langgraph")
+        contestants = [c for c in contestants if c in rounds_of]
         print(f"resume to the first new step, median of {args.rounds} rounds (range)")
         for turns in [int(t) for t in args.turns.split(",")]:
-            resume_rounds(turns, contestants, args.rounds, args.dir)
+            resume_rounds(turns, contestants, args.rounds, args.dir, args.before)
         return
     header = (
         f"{'contestant':<22}{'T':>7}{'µs/turn':>10}{'resume':>10}{'B/turn':>10}{'x new':>7}"
