@@ -61,6 +61,7 @@ __all__ = ["ArgumentDigests", "proven_elements", "written_in_format_1"]
 _MAX_SLOTS = 64  # argument slots remembered per drive (names made per turn evict)
 _DIGEST_FIELD = '"digest":"'
 _SHORT_TEXT, _MAX_TEXTS = 256, 256
+_LISTS = (list, tuple)  # prebuilt: ``list | tuple`` builds a union at every call
 
 
 # Elements compared against their snapshots in this process (the prefix proofs): the
@@ -100,7 +101,7 @@ def _snapshot(value: Any) -> Any:
             if type(v) is not str and v is not None:
                 copy[k] = _snapshot(v)
         return copy
-    if isinstance(value, list | tuple):
+    if isinstance(value, _LISTS):
         return [_snapshot(v) for v in value]
     return _Exact(value)
 
