@@ -28,6 +28,15 @@ Transact (SQLite system database; a workflow whose ``@DBOS.step`` takes the mess
 SIGKILLed in its last step and recovered by ``DBOS.launch()`` in a new process; each phase
 bounded by ``--dbos-cap`` seconds, printed as "over cap" past it.
 
+``--rounds N`` (#42): the resume side by side instead. Each contestant's run of T turns
+is made once (LangGraph's live phase then runs with ``durability="exit"``: one
+checkpoint at the end, the very checkpoint its resume reads, so T = 10,000 fits on a
+disk; with ``--before SRC`` also "before" and "before-transcript", crashproof imported
+from SRC); then N rounds, each resuming every contestant once from a fresh copy of its
+crashed files (the order rotated each round), each in a new process, with the load
+average read before each resume. Printed: each contestant's median resume and range,
+and the median over rounds of crashproof's resume over LangGraph's in the same round.
+
 ``--whole``: also crashproof with a decision that *returns* the whole history (the turn's
 result is the history so far plus the reply), up to T = 1,000: each result extends the
 one before, which a SQLite ledger stores as a text delta (schema 7, store/deltas.py), so
@@ -43,6 +52,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,7 +81,10 @@ def _disk(directory: Path) -> int:
 
 def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict[str, Any]:
     """One phase (``live``: T turns, crashed before the last commit; ``resume``)."""
+    # crashproof.store.sqlite is imported by the first SQLite ledger: kept out of the
+    # timed resume, as the peers' modules are.
     import crashproof as cp
+    import crashproof.store.sqlite
 
     url = f"sqlite:///{directory / 'ledger.db'}"
 
@@ -110,7 +123,9 @@ def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict
     with cp.Ledger(url, durability="normal") as ledger:
         register(ledger)
         result = ledger.resume("r")
-    elapsed = time.perf_counter() - started
+        # Timed to the resume's end, before the ledger closes (its WAL checkpoint), as
+        # LangGraph's and DBOS's resumes are timed before their connections close.
+        elapsed = time.perf_counter() - started
     if result != 2 * turns + 1:
         raise SystemExit(f"resume returned {result!r}")
     return {"resume_s": elapsed, "bytes_per_turn": _disk(directory) / turns}
@@ -201,10 +216,11 @@ def child_langgraph(turns: int, directory: Path, phase: str) -> dict[str, Any]:
     graph = graph_builder.compile(checkpointer=SqliteSaver(conn))
     config = {"configurable": {"thread_id": "r"}, "recursion_limit": 10 * turns + 10}
     started = time.perf_counter()
-    if phase == "live":  # T-1 turns: "crashed before the last"
+    if phase in ("live", "live-exit"):  # T-1 turns: "crashed before the last"
         system = {"role": "system", "content": "You are a terse assistant."}
+        durability = "exit" if phase == "live-exit" else "sync"
         graph.invoke(
-            {"messages": [system], "turn": 0, "stop": turns - 1}, config, durability="sync"
+            {"messages": [system], "turn": 0, "stop": turns - 1}, config, durability=durability
         )
         elapsed = time.perf_counter() - started
         conn.close()
@@ -247,6 +263,63 @@ def run_case(
     return out
 
 
+def _phase(
+    who: str, turns: int, directory: Path, phase: str, before: str | None = None
+) -> dict[str, Any]:
+    """One phase in a child process: its JSON line (live: {} once it was SIGKILLed).
+    ``before``: the ``src`` the "before" contestants import crashproof from."""
+    argv = [sys.executable, __file__, "--child", who, str(turns), str(directory), phase]
+    env = dict(os.environ)
+    if who.startswith("before"):
+        env["PYTHONPATH"] = before or ""
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if phase == "live" and done.returncode == -signal.SIGKILL:
+        return {}
+    if done.returncode != 0:
+        raise SystemExit(f"{who} T={turns} {phase} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def resume_rounds(
+    turns: int, contestants: list[str], rounds: int, parent: str | None, before: str | None
+) -> None:
+    """``--rounds``: each contestant's crashed run made once, then resumed ``rounds``
+    times side by side (module docstring)."""
+    made: dict[str, Path] = {}
+    times: dict[str, list[float]] = {who: [] for who in contestants}
+    loads: list[float] = []
+    scratch = Path(tempfile.mkdtemp(prefix="crashproof-rounds-", dir=parent))
+    try:
+        for who in contestants:
+            made[who] = scratch / f"{who}-made"
+            made[who].mkdir()
+            _phase(who, turns, made[who], "live-exit" if who == "langgraph" else "live", before)
+        for r in range(rounds):
+            order = contestants[r % len(contestants) :] + contestants[: r % len(contestants)]
+            for who in order:
+                directory = scratch / f"{who}-{r}"
+                shutil.copytree(made[who], directory)
+                loads.append(os.getloadavg()[0])
+                times[who].append(_phase(who, turns, directory, "resume", before)["resume_s"])
+                shutil.rmtree(directory)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for who in contestants:
+        t = sorted(times[who])
+        line = f"{who:<19}{turns:>7}{statistics.median(t) * 1e3:>10.1f} ms"
+        line += f"   ({t[0] * 1e3:.1f}-{t[-1] * 1e3:.1f})"
+        if "langgraph" in times and who != "langgraph":
+            ratios = [a / b for a, b in zip(times[who], times["langgraph"], strict=True)]
+            line += f"   x LangGraph: {statistics.median(ratios):.2f}"
+            line += f" ({min(ratios):.2f}-{max(ratios):.2f})"
+        print(line, flush=True)
+    print(
+        f"{'':<19}{turns:>7}  load average (1 min) per resume: "
+        f"{min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", default="50,200,500,1000,10000")
@@ -260,6 +333,9 @@ def main() -> None:
         "--whole", action="store_true", help="also a decision returning the whole history"
     )
     parser.add_argument("--only", default=None, help="only these contestants (comma-separated)")
+    parser.add_argument(
+        "--rounds", type=int, default=0, help="resume only, side by side, in N rounds (#42)"
+    )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -269,7 +345,12 @@ def main() -> None:
         elif who == "dbos":
             result = child_dbos(int(turns), Path(directory), phase)
         else:
-            kind = {"transcript": "transcript", "whole": "whole", "whole-before": "whole"}
+            kind = {
+                "transcript": "transcript",
+                "before-transcript": "transcript",
+                "whole": "whole",
+                "whole-before": "whole",
+            }
             result = child_crashproof(kind.get(who, "list"), int(turns), Path(directory), phase)
         print(json.dumps(result))
         return
@@ -302,6 +383,15 @@ def main() -> None:
         print("dbos: skipped (pip install dbos)")
     if args.only:
         contestants = [c for c in contestants if c in args.only.split(",")]
+    if args.rounds:  # "before" (a plain list) and "before-transcript": at --before's src
+        if args.before:
+            contestants.insert(1, "before-transcript")
+        rounds_of = ("before", "before-transcript", "list", "transcript", "langgraph")
+        contestants = [c for c in contestants if c in rounds_of]
+        print(f"resume to the first new step, median of {args.rounds} rounds (range)")
+        for turns in [int(t) for t in args.turns.split(",")]:
+            resume_rounds(turns, contestants, args.rounds, args.dir, args.before)
+        return
     header = (
         f"{'contestant':<22}{'T':>7}{'µs/turn':>10}{'resume':>10}{'B/turn':>10}{'x new':>7}"
         f"{'base':>10}"

@@ -287,6 +287,18 @@ class Sealer:
         self._chain(run_id, records, GENESIS, make, built)
         return built
 
+    def verify_rows_from(
+        self,
+        run_id: str,
+        records: Iterable[Sequence[Any]],
+        make: Callable[..., T],
+        prev_mac: str,
+    ) -> tuple[list[T], str]:
+        """:meth:`verify_rows` of records that follow one whose MAC is ``prev_mac`` (the
+        run's first: ``GENESIS``), and the last MAC (``prev_mac`` when there are none)."""
+        built: list[T] = []
+        return built, self._chain(run_id, records, prev_mac, make, built)
+
     def _chain(
         self,
         run_id: str,

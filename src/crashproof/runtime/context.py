@@ -95,7 +95,7 @@ class Context(DriveCommits):
         self.meter = Meter(replay)
         self.policy: Policy | None = None
         self.world = WorldCheck(replay)  # re-observed before the first live call
-        self.arguments = ArgumentDigests()  # growing lists digested incrementally
+        self.arguments = ArgumentDigests(self._done)  # growing lists digested incrementally
         self.reread = ResumeReread(replay)  # receipts looked up again, then too
         self.session: dict[str, Any] | None = None  # put in this drive's first record
         self.versions: dict[str, str | None] = {}  # workflow and policy: set by the ledger

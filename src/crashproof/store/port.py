@@ -254,6 +254,16 @@ class RecordSealer(Protocol):
         payload, created_at, value)`` of each record, built as soon as it verified."""
         ...
 
+    def verify_rows_from(
+        self,
+        run_id: str,
+        records: Iterable[Sequence[Any]],
+        make: Callable[..., _Built],
+        prev_mac: str,
+    ) -> tuple[list[_Built], str]:
+        """``verify_rows`` of records chained from ``prev_mac``, and the last MAC."""
+        ...
+
 
 class LedgerClock:
     """A host clock made monotonic: never behind an earlier reading, nor behind a

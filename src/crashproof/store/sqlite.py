@@ -46,13 +46,8 @@ from crashproof.store.port import (
 from crashproof.store.queue import Claimed, LeaseInfo
 from crashproof.store.sql import load_migrations, load_queries, load_schema
 from crashproof.store.sqlite_file import check_file, enter_wal
-from crashproof.store.sqlite_journal import (
-    JournalEnd,
-    SQLiteJournal,
-    apply_change,
-    check_rows,
-    insert_record,
-)
+from crashproof.store.sqlite_journal import JournalEnd, SQLiteJournal
+from crashproof.store.sqlite_rows import apply_change, check_rows, insert_record
 from crashproof.store.syncing import GroupSync, Note, WalSyncer
 
 __all__ = ["SQLiteStore"]
@@ -100,6 +95,7 @@ class SQLiteStore(SQLiteJournal):
         self._read_conn: sqlite3.Connection | None = None
         self._read_resolver: Resolver | None = None
         self._deltas = DeltaMemo()
+        self._verified = None  # the last journal loaded whole, reused once (_load_events)
         self._busy_timeout = busy_timeout
         self._sealer = sealer
         self.durability = durability

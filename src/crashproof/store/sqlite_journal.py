@@ -25,7 +25,7 @@ from crashproof.errors import CrashproofError, IntegrityError, LedgerError
 from crashproof.journal.records import Event
 from crashproof.store.checkpointing import Checkpointer
 from crashproof.store.deltas import DeltaMemo, Resolver
-from crashproof.store.intents import Change, IntentHold, change_of, held, others, touches
+from crashproof.store.intents import change_of, touches
 from crashproof.store.port import (
     BLOB_THRESHOLD,
     GENESIS,
@@ -40,20 +40,13 @@ from crashproof.store.port import (
     without_result,
 )
 from crashproof.store.sql import load_queries
+from crashproof.store.sqlite_rows import RUN_SPAN, apply_change, check_rows, insert_record
 
-__all__ = [
-    "JournalEnd",
-    "SQLiteJournal",
-    "apply_change",
-    "check_rows",
-    "insert_record",
-    "row_id",
-]
+__all__ = ["JournalEnd", "SQLiteJournal"]
 
 _Q = load_queries("sqlite")
 T = TypeVar("T")
 _INSERT_ALONE = _Q["insert_event_alone"]
-_RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
 # A run's journal end as a store last committed it: (next seq, last MAC, fencing token,
 # run_no).
 JournalEnd = tuple[int, str | None, int, int]
@@ -79,6 +72,8 @@ class SQLiteJournal:
     _deltas: DeltaMemo  # each run's last large value, written as the next one's base
     _busy_timeout: float
     _checkpoints: Checkpointer  # of the commits that leave theirs to a thread
+    # The journal the last whole load verified: (run id, its records, the last MAC).
+    _verified: tuple[str, list[Event], str] | None
 
     def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
         # Tens of thousands of new objects (rows, then Events), none in a cycle: without
@@ -93,16 +88,31 @@ class SQLiteJournal:
                 gc.enable()
 
     def _load_events(self, run_id: str, make: Callable[..., Event]) -> list[Event]:
+        """The run's records, verified. A whole load is kept and reused by the next load,
+        once: a drive reads its run's journal for the verdict, then again under its lease,
+        and the second read verifies only what follows the first (whose last record must
+        still carry the same MAC) instead of the whole chain again (#42). Reused records
+        are the ones verified a moment before, never bytes read again unverified; the
+        load after the reuse reads and verifies everything, so a byte changed in the file
+        meanwhile is caught there, as by any other process (tests/crash/test_tamper_cached.py)."""
+        kept, self._verified = self._verified, None
         if self._sealer is not None:  # every record verified before anything parses it
             try:
                 with self._reading() as conn:
+                    if kept is not None and kept[0] == run_id and make == Event.read:
+                        more = self._after(conn, kept[1], kept[2])
+                        if more is not None:
+                            return [*kept[1], *more]
                     # Verified and built as the rows arrive (payloads stay text until
                     # read: Event.read), the rows fetched without load_events' extras.
                     cursor = conn.execute(_Q["load_records"], (run_id,))
                     try:
-                        return self._sealer.verify_rows(run_id, cursor, make)
+                        built, mac = self._sealer.verify_rows_from(run_id, cursor, make, GENESIS)
                     finally:
                         cursor.close()  # done, or stopped at a fault: no statement left open
+                    if built and make == Event.read:
+                        self._verified = (run_id, built, mac)
+                    return built
             except IntegrityError:
                 check_rows(run_id, self._rows(run_id))  # a missing blob, another run's
                 raise
@@ -117,6 +127,24 @@ class SQLiteJournal:
             ]
         except KeyError:
             raise unreadable(run_id, rows) from None
+
+    def _after(self, conn: sqlite3.Connection, known: list[Event], mac: str) -> list[Event] | None:
+        """The records after ``known`` (verified, its last MAC ``mac``), verified from it;
+        None when its last record is no longer the one verified (the journal was
+        replaced): the caller loads it whole."""
+        sealer = self._sealer
+        if sealer is None or not known:
+            return None
+        last = known[-1]
+        cursor = conn.execute(_Q["load_records_from"], (last.run_id, last.seq))
+        try:
+            first = cursor.fetchone()
+            if first is None or first[0] != last.seq or first[7] != mac:
+                return None
+            more, _mac = sealer.verify_rows_from(last.run_id, cursor, Event.read, mac)
+            return more
+        finally:
+            cursor.close()
 
     def _rows(self, run_id: str) -> list[Any]:
         with self._reading() as conn:
@@ -180,7 +208,7 @@ class SQLiteJournal:
                 seq = event.seq
                 if (
                     seq == end[0]  # (>= 0)
-                    and seq < _RUN_SPAN
+                    and seq < RUN_SPAN
                     and (value is None or len(value) < BLOB_THRESHOLD)  # else kept apart
                     and not self._conn.in_transaction
                     and not touches(event)  # the index too: +70-150 us an act (benchmarks.md)
@@ -480,85 +508,6 @@ def _one_statement(events: Sequence[Event]) -> bool:
         and change_of(events[0]) is None
         and blob_digest(events[0].value_json) is None
     )
-
-
-def insert_record(
-    conn: sqlite3.Connection | sqlite3.Cursor,
-    run_id: str,
-    run_no: int | None,
-    deltas: DeltaMemo,
-    record: tuple[int, str, str | None, str, str | None, float, str | None, str | None],
-) -> None:
-    """Insert one record (seq, type, key, payload, value, created_at, key_id, mac), its
-    value kept once as a content-addressed blob when large (insert_event), as a text
-    delta of the run's last large value where it extends it (store/deltas.py)."""
-    seq, type_, key, payload, value, created_at, key_id, mac = record
-    blob = blob_digest(value)
-    if blob is not None and value is not None:
-        deltas.insert(conn, run_id, blob, value)
-        value = None
-    conn.execute(
-        _Q["insert_event"],
-        (
-            row_id(run_id, run_no, seq),
-            run_id,
-            seq,
-            type_,
-            key,
-            payload,
-            value,
-            blob,
-            created_at,
-            key_id,
-            mac,
-        ),
-    )
-
-
-def apply_change(
-    conn: sqlite3.Connection | sqlite3.Cursor, run_id: str, change: Change, *, check: bool
-) -> None:
-    """Apply one record's change to the index of unresolved intents (store/intents.py);
-    ``check``: refuse a new hold another run has (IntentHeld), else install as it is."""
-    if change.what == "end":
-        conn.execute(_Q["release_run_intents"], (run_id,))
-    elif change.what == "release":
-        conn.execute(_Q["release_intent"], (run_id, change.key))
-    else:
-        if check:
-            rows = conn.execute(
-                _Q["intent_holds"], (run_id, change.key, change.digest, change.instance)
-            ).fetchall()
-            refusing = others((IntentHold(*row) for row in rows), run_id, change)
-            if refusing:
-                raise held(run_id, change.key, refusing)
-        conn.execute(
-            _Q["hold_intent"], (run_id, change.key, change.digest, change.instance, change.since)
-        )
-
-
-def row_id(run_id: str, run_no: int | None, seq: int) -> int:
-    """A record's row id (schema.sql: run_no * 2^32 + seq)."""
-    if run_no is None or not 0 <= seq < _RUN_SPAN:
-        raise IntegrityError(
-            f"run {run_id!r}: record {seq} cannot be stored (run number {run_no}; a run "
-            f"holds records 0 to {_RUN_SPAN - 1}); nothing of this write was kept"
-        )
-    return (run_no << 32) + seq
-
-
-def check_rows(run_id: str, rows: Sequence[Sequence[Any]]) -> None:
-    """Refuse loaded rows (load_events) of which one names another run or lacks its blob.
-    (A sealed journal's MACs catch both: this names the cause.)"""
-    for row in rows:
-        if row[9] is not None:
-            raise IntegrityError(
-                f"run {run_id!r} record {row[9]} is stored among this run's records but "
-                "names another run: the ledger file was edited; nothing was executed. "
-                "Restore it from a backup."
-            )
-        if row[8] is not None and row[4] is None:
-            raise IntegrityError(f"run {run_id!r} event {row[0]}: blob {row[8]} is missing")
 
 
 def _utf8(text: str | None) -> str | None:

@@ -35,6 +35,7 @@ from crashproof.runtime.context import Context
 from crashproof.runtime.port import DriveHost
 from crashproof.runtime.replayer.contracts import contract_mapping, explain_contract_change
 from crashproof.runtime.steps.acts import intent_digest
+from crashproof.runtime.steps.arguments import ArgumentDigests
 from crashproof.runtime.workflow import Workflow
 from crashproof.tools.port import Tool
 
@@ -116,6 +117,9 @@ class ReplayContext(Context):
         self, scratch: DriveHost, run_id: str, events: Sequence[Event], map_contracts: bool = False
     ) -> None:
         super().__init__(scratch, run_id, index_journal(events))
+        # The on-demand check proves every list prefix (a drive's replay trusts the
+        # journal for it: steps/arguments.py), so an in-place change on replay is found.
+        self.arguments = ArgumentDigests(trusting=False)
         self._intents = {
             e.key: e for e in events if e.type is EventType.ACT_INTENT and e.key is not None
         }

@@ -14,6 +14,24 @@ list compares containers and string identities, never string bytes: O(messages),
 µs each, instead of O(bytes). A ``cp.Transcript`` is append-only and frozen, so its
 chain is taken as is: O(1).
 
+Replay trusts what the journal proved (#42). That proof, made on every call, is O(T) a
+turn and O(T²) a drive: 10,000 replayed turns compared 10^8 elements (~7 s). A call
+matched against a recorded one is first digested on trust: when its list is at least
+as long as the slot's last one and holds the very same object at the last digested
+position, the prefix is taken as unchanged and only the new elements are digested.
+That digest is accepted only if it equals the recorded digest, which the live drive
+computed with the full proof; anything else (a rebuilt or shortened list, a message
+changed in place that the live drive changed too) falls back to the full proof, so no
+call that matches with the proof fails without it. What trust gives up: an in-place
+The last recorded call of each name is always proven in full, so an in-place change
+of an earlier message made on replay only (new code editing history) is still a
+mismatch there, as the trust-free replay would find it at the first call after it
+(tests/property/test_transcript_digest.py). What trust gives up: such a change that is
+undone again before that last call is not reported (the calls in between return their
+recorded results, which the change could not reach). Live calls always make the full
+proof, so every digest a drive records is exact; and ``cp.replay_check``
+(``ReplayContext``) never trusts, so it reports the undone change too.
+
 A call is digested in the format of the record it is matched against (a run journaled
 before format 2 replays as it was written); a new record takes format 2 when a
 top-level argument is a list or tuple, format 1 otherwise (byte for byte as before).
@@ -23,6 +41,7 @@ differently (``a2:`` prefix).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from crashproof.journal.codec import NO_ARGS_DIGEST, args_digest, spelled_out_args_digest
@@ -37,10 +56,22 @@ from crashproof.journal.transcript import (
     v2_of_parts,
 )
 
-__all__ = ["ArgumentDigests", "written_in_format_1"]
+__all__ = ["ArgumentDigests", "proven_elements", "written_in_format_1"]
 
 _MAX_SLOTS = 64  # argument slots remembered per drive (names made per turn evict)
 _DIGEST_FIELD = '"digest":"'
+_SHORT_TEXT, _MAX_TEXTS = 256, 256
+_LISTS = (list, tuple)  # prebuilt: ``list | tuple`` builds a union at every call
+
+
+# Elements compared against their snapshots in this process (the prefix proofs): the
+# unit of the proof's work, read by the tests that prove a replay is O(new) a call.
+_proven = [0]
+
+
+def proven_elements() -> int:
+    """How many list elements prefix proofs have compared in this process so far."""
+    return _proven[0]
 
 
 class _Exact:
@@ -65,25 +96,37 @@ def _snapshot(value: Any) -> Any:
     if t is str or value is None:
         return value
     if isinstance(value, dict):
-        return {k: _snapshot(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
+        copy = dict(value)  # a message's values are mostly strings: shared as they are
+        for k, v in copy.items():
+            if type(v) is not str and v is not None:
+                copy[k] = _snapshot(v)
+        return copy
+    if isinstance(value, _LISTS):
         return [_snapshot(v) for v in value]
     return _Exact(value)
 
 
 class _Slot:
-    __slots__ = ("snapshots", "states")
+    __slots__ = ("last", "snapshots", "states")
 
     def __init__(self) -> None:
         self.snapshots: list[Any] = []
         self.states: list[bytes] = [LIST_SEED]  # the chain after 0, 1, ... elements
+        self.last: Any = None  # the object last digested (held: its id stays its own)
 
 
 class ArgumentDigests:
-    """The arguments digests of one drive's calls (a Context holds one)."""
+    """The arguments digests of one drive's calls (a Context holds one). ``trusting``:
+    a call matched against a recorded one may skip the prefix proof (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, journal: Sequence[Event] = (), *, trusting: bool = True) -> None:
         self._slots: dict[tuple[str, int | str], _Slot] = {}
+        self.trusting = trusting
+        self._journal = journal  # the drive's recorded calls, in order
+        self._last: dict[str, Event] | None = None  # per name: its last recorded call
+        # The parts of short strings passed beside a list (a model's name): the same
+        # few every call. Bounded: cleared when full.
+        self._texts: dict[str, str] = {}
 
     def of(
         self,
@@ -103,27 +146,64 @@ class ArgumentDigests:
             return digest
         if not _has_list(args, kwargs) or (recorded is not None and written_in_format_1(recorded)):
             return args_digest(args, kwargs, what=what, key=key)
-        parts = [self._part(name, i, a, what, key) for i, a in enumerate(args)]
-        named = {k: self._part(name, k, v, what, key) for k, v in kwargs.items()}
+        if self.trusting and recorded is not None and not self._last_of(name, recorded):
+            wanted = _recorded_digest(recorded)
+            trusted = self._digest(name, args, kwargs, what, key, True)
+            if trusted == wanted:  # what the live drive proved: the prefix is unchanged
+                return trusted
+        return self._digest(name, args, kwargs, what, key, False)
+
+    def _last_of(self, name: str, recorded: Event) -> bool:
+        """Whether ``recorded`` is the last recorded call named ``name`` (proven in full)."""
+        last = self._last
+        if last is None:  # once a drive, on its first trusted call: O(journal)
+            last = self._last = {e.key.partition("#")[0]: e for e in self._journal if e.key}
+        return last.get(name) is recorded
+
+    def _digest(
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        what: str,
+        key: str,
+        trust: bool,
+    ) -> str:
+        parts = [self._part(name, i, a, what, key, trust) for i, a in enumerate(args)]
+        named = {k: self._part(name, k, v, what, key, trust) for k, v in kwargs.items()}
         return v2_of_parts(parts, named)
 
-    def _part(self, name: str, slot: int | str, value: Any, what: str, key: str) -> str:
+    def _part(
+        self, name: str, slot: int | str, value: Any, what: str, key: str, trust: bool
+    ) -> str:
         if not is_list(value):
-            return "j:" + element(value, what, key).hex()
+            if type(value) is not str or len(value) > _SHORT_TEXT:
+                return "j:" + element(value, what, key).hex()
+            part = self._texts.get(value)
+            if part is None:
+                if len(self._texts) >= _MAX_TEXTS:
+                    self._texts.clear()
+                part = self._texts[value] = "j:" + element(value, what, key).hex()
+            return part
         if type(value) is Transcript:
             return "l:" + value.chain_state.hex()
-        return "l:" + self._chain(name, slot, value, what, key).hex()
+        return "l:" + self._chain(name, slot, value, what, key, trust).hex()
 
-    def _chain(self, name: str, slot: int | str, items: Any, what: str, key: str) -> bytes:
+    def _chain(
+        self, name: str, slot: int | str, items: Any, what: str, key: str, trust: bool
+    ) -> bytes:
         cached = self._slots.pop((name, slot), None)
         if cached is None:
             cached = _Slot()
             if len(self._slots) >= _MAX_SLOTS:
                 del self._slots[next(iter(self._slots))]  # the least recently used
         self._slots[(name, slot)] = cached  # most recently used: last
-        items = items if type(items) is list else list(items)
         snapshots, states = cached.snapshots, cached.states
         n = len(snapshots)
+        if trust and n and len(items) >= n and items[n - 1] is cached.last:
+            return self._extend(cached, items, n, what, key)  # O(new): on trust
+        items = items if type(items) is list else list(items)
+        _proven[0] += n
         if len(items) < n or items[:n] != snapshots:  # O(n) pointer work, in C
             n = 0
             for new, old in zip(items, snapshots, strict=False):
@@ -131,16 +211,36 @@ class ArgumentDigests:
                     break
                 n += 1
             del snapshots[n:], states[n + 1 :]
+        return self._extend(cached, items, n, what, key)
+
+    @staticmethod
+    def _extend(cached: _Slot, items: Any, n: int, what: str, key: str) -> bytes:
+        """The chain over ``items`` whose first ``n`` are the slot's: the new elements
+        canonicalised once, snapshot and chained."""
+        snapshots, states = cached.snapshots, cached.states
         state = states[n]
-        for item in items[n:]:  # the new elements: canonicalised once
+        for item in items[n:]:
             state = chain(state, element(item, what, key))
             snapshots.append(_snapshot(item))
             states.append(state)
+        cached.last = items[-1] if len(items) else None
         return state
 
 
 def _has_list(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return any(map(is_list, args)) or any(map(is_list, kwargs.values()))
+
+
+def _recorded_digest(recorded: Event) -> str | None:
+    """A recorded call's arguments digest, read from the stored text where it can be."""
+    text = recorded.payload_json
+    if text is not None:
+        at = text.find(_DIGEST_FIELD)
+        if at >= 0:
+            at += len(_DIGEST_FIELD)
+            return text[at : text.find('"', at)]
+    digest = recorded.payload.get("digest")
+    return digest if isinstance(digest, str) else None
 
 
 def written_in_format_1(recorded: Event) -> bool:

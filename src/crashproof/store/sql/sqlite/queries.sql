@@ -92,6 +92,19 @@ FROM runs AS r
 JOIN events AS e ON e.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
 WHERE r.run_id = ? ORDER BY e.id;
 
+-- name: load_records_from
+-- load_records from the record of seq ?2 on (store/sqlite_journal.py: a verified
+-- journal read again from its end).
+SELECT CASE WHEN e.run_id IS r.run_id THEN e.seq ELSE -1 END, e.type, e.key, e.payload,
+       coalesce(e.value, (SELECT CASE WHEN b.base IS NULL THEN b.data
+                                      ELSE crashproof_text(b.digest, b.data, b.base, b.prefix)
+                                 END
+                          FROM blobs AS b WHERE b.digest = e.blob)),
+       e.created_at, e.key_id, e.mac
+FROM runs AS r
+JOIN events AS e ON e.id BETWEEN (r.run_no << 32) + ?2 AND (r.run_no << 32) + 4294967295
+WHERE r.run_id = ?1 ORDER BY e.id;
+
 -- name: load_events
 -- The run's row-id range, in order. A record there that names another run (only an
 -- edited file has one) reads as seq -1, so its MAC cannot match, and its seq is in the

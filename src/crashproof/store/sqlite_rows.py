@@ -1,0 +1,100 @@
+"""A journal record as rows of a SQLite ledger: its row id, its insert (a large value
+kept once as a blob, or as a text delta of the run's last one), its change to the index
+of unresolved intents, and the check of rows loaded back (store/sqlite_journal.py
+appends and loads; these are the statements it is made of)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from crashproof.errors import IntegrityError
+from crashproof.store.deltas import DeltaMemo
+from crashproof.store.intents import Change, IntentHold, held, others
+from crashproof.store.port import blob_digest
+from crashproof.store.sql import load_queries
+
+__all__ = ["RUN_SPAN", "apply_change", "check_rows", "insert_record", "row_id"]
+
+_Q = load_queries("sqlite")
+RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
+
+
+def insert_record(
+    conn: sqlite3.Connection | sqlite3.Cursor,
+    run_id: str,
+    run_no: int | None,
+    deltas: DeltaMemo,
+    record: tuple[int, str, str | None, str, str | None, float, str | None, str | None],
+) -> None:
+    """Insert one record (seq, type, key, payload, value, created_at, key_id, mac), its
+    value kept once as a content-addressed blob when large (insert_event), as a text
+    delta of the run's last large value where it extends it (store/deltas.py)."""
+    seq, type_, key, payload, value, created_at, key_id, mac = record
+    blob = blob_digest(value)
+    if blob is not None and value is not None:
+        deltas.insert(conn, run_id, blob, value)
+        value = None
+    conn.execute(
+        _Q["insert_event"],
+        (
+            row_id(run_id, run_no, seq),
+            run_id,
+            seq,
+            type_,
+            key,
+            payload,
+            value,
+            blob,
+            created_at,
+            key_id,
+            mac,
+        ),
+    )
+
+
+def apply_change(
+    conn: sqlite3.Connection | sqlite3.Cursor, run_id: str, change: Change, *, check: bool
+) -> None:
+    """Apply one record's change to the index of unresolved intents (store/intents.py);
+    ``check``: refuse a new hold another run has (IntentHeld), else install as it is."""
+    if change.what == "end":
+        conn.execute(_Q["release_run_intents"], (run_id,))
+    elif change.what == "release":
+        conn.execute(_Q["release_intent"], (run_id, change.key))
+    else:
+        if check:
+            rows = conn.execute(
+                _Q["intent_holds"], (run_id, change.key, change.digest, change.instance)
+            ).fetchall()
+            refusing = others((IntentHold(*row) for row in rows), run_id, change)
+            if refusing:
+                raise held(run_id, change.key, refusing)
+        conn.execute(
+            _Q["hold_intent"], (run_id, change.key, change.digest, change.instance, change.since)
+        )
+
+
+def row_id(run_id: str, run_no: int | None, seq: int) -> int:
+    """A record's row id (schema.sql: run_no * 2^32 + seq)."""
+    if run_no is None or not 0 <= seq < RUN_SPAN:
+        raise IntegrityError(
+            f"run {run_id!r}: record {seq} cannot be stored (run number {run_no}; a run "
+            f"holds records 0 to {RUN_SPAN - 1}); nothing of this write was kept"
+        )
+    return (run_no << 32) + seq
+
+
+def check_rows(run_id: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Refuse loaded rows (load_events) of which one names another run or lacks its blob.
+    (A sealed journal's MACs catch both: this names the cause.)"""
+    for row in rows:
+        if row[9] is not None:
+            raise IntegrityError(
+                f"run {run_id!r} record {row[9]} is stored among this run's records but "
+                "names another run: the ledger file was edited; nothing was executed. "
+                "Restore it from a backup."
+            )
+        if row[8] is not None and row[4] is None:
+            raise IntegrityError(f"run {run_id!r} event {row[0]}: blob {row[8]} is missing")
