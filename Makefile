@@ -80,6 +80,10 @@ chaos: $(STAMP)
 	SHELL_KILLS=100 SHELL_SEED=$(CHAOS_SEED) $(BIN)/pytest -q tests/verify/test_shell_chaos.py
 	# The SDK agents (OpenAI sync and async, Anthropic) SIGKILLed at every crash point (#41)
 	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_openai_agent.py -k sigkill
+	# Matrices make test samples: power cuts of the other scenarios, completion evidence
+	# as child processes and power cuts (every point here)
+	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_verify_powercut.py \
+		tests/verify/test_verify_completion.py
 
 chaos-short: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)

@@ -4,6 +4,7 @@ end SAME everywhere; a runtime that skips the sync before an act's execute must 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -52,8 +53,12 @@ def test_a_power_cut_loses_the_unsynced_decisions(patch_report: Report) -> None:
     "scenario", [PATCH_TASK, code_agent.SCENARIO], ids=["builtin-patch", "code-agent"]
 )
 def test_the_other_scenarios_are_same_at_every_crash_point(scenario: object) -> None:
-    report = verify(scenario, mode="powercut", seed=1, recovery_points=0)  # type: ignore[arg-type]
-    assert len(report.of_kind(CaseKind.CRASH)) == len(report.reference.points)
+    """Every point under CRASHPROOF_FULL_MATRIX=1 (make chaos); a seeded 16 in make test
+    (the patch task above runs at every point in both)."""
+    most = None if os.environ.get("CRASHPROOF_FULL_MATRIX") == "1" else 16
+    report = verify(scenario, mode="powercut", seed=1, recovery_points=0, max_points=most)  # type: ignore[arg-type]
+    points = len(report.reference.points)
+    assert len(report.of_kind(CaseKind.CRASH)) == (points if most is None else min(most, points))
     assert_all_same(report)
 
 
