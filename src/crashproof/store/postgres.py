@@ -82,7 +82,8 @@ class PostgresStore(PostgresAppend):
     ``url``: ``postgresql://user:password@host:port/dbname`` (or ``postgres://``), with
     any libpq parameters, plus an optional ``schema=NAME`` (default ``crashproof``) and
     ``pool_size=N``: the connections concurrent runs share (default 4; a worker with a
-    higher ``--concurrency`` may want as many).
+    higher ``--concurrency`` may want as many); ``witness_url=URL``, for the Ledger: where
+    its generation witness lives (runtime/driving/urls.py, ``default_witness``).
     ``durability``: "output" (the default) waits for the server's disk only for
     ``append(durable=True)`` and ``sync()``, which cover every earlier commit too
     (concurrent ones share the server's WAL flush: its own group commit); "full" waits
@@ -105,7 +106,7 @@ class PostgresStore(PostgresAppend):
             raise ValueError(
                 f"durability must be one of {sorted(_SYNCHRONOUS)}, not {durability!r}"
             )
-        conninfo, url_schema, self.display, url_pool_size = parse_url(url)
+        conninfo, url_schema, self.display, url_pool_size, _witness = parse_url(url)
         if pool_size is None:  # the argument wins over the URL's
             pool_size = url_pool_size or 4
         self.schema = schema or url_schema or "crashproof"
