@@ -115,3 +115,30 @@ def test_a_run_failing_again_after_its_back_off_waits_twice_as_long() -> None:
         second = worker._back_off("r", worker.retry_first, worker.retry_max)  # ... and failed
         third = worker._back_off("r", worker.retry_first, worker.retry_max)
         assert (first, second, third) == (0.1, 0.2, 0.3)  # at most retry_max
+
+
+def test_an_enqueued_run_survives_a_postgres_crash_right_after(server: Any) -> None:
+    """``enqueue`` returned, then the server crashed: the run is there for a worker. Its
+    record was committed unsynced (``output`` durability), and a crash before the WAL
+    writer flushed it lost it: the run was gone, a worker had nothing to claim and a
+    chaos trial waited for it until its limit (#38). The WAL writer is slowed here, so
+    that without the sync the loss is certain rather than a matter of milliseconds."""
+    url = server.create_database()
+    server.query(url, "ALTER SYSTEM SET wal_writer_delay = '10s'")
+    server.query(url, "SELECT pg_reload_conf()")
+
+    @cp.workflow("queued")
+    def queued(ctx: cp.Context, n: int) -> int:
+        return n
+
+    with cp.Ledger(url, key="42" * 32) as ledger:
+        ledger.register(queued)
+        for k in range(5):
+            ledger.enqueue(queued, run_id=f"q{k}", n=k)
+        server.crash()
+    server.restart()
+    with cp.Ledger(url, key="42" * 32) as ledger:
+        ledger.register(queued)
+        assert sorted(ledger.leases()) == [f"q{k}" for k in range(5)]
+        Worker(ledger, poll=0.02, log=io.StringIO(), until_idle=True).serve()
+        assert [ledger.get_run(f"q{k}").result for k in range(5)] == list(range(5))

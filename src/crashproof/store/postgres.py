@@ -509,8 +509,12 @@ class PostgresStore(PostgresAppend):
         if self.durability != "output":
             return  # "full" waited for every commit already; "normal" never forces
         with self._transaction(durable=True) as cur:
-            # A transaction id makes the commit write (and, synchronous, flush) a record.
-            cur.execute("SELECT txid_current()")
+            # The commit flushes the WAL only if the transaction wrote some: a transaction
+            # id alone (txid_current(), as before) writes none, so its synchronous commit
+            # flushed nothing and a crash then lost every commit this was to cover (#38:
+            # an enqueued run gone). A transactional logical message is WAL of its own,
+            # allowed to any role, at any wal_level, and read by no one but a decoder.
+            cur.execute("SELECT pg_logical_emit_message(true, 'crashproof.sync', '')")
 
     def _wanted_synchronous(self, durable: bool) -> str:
         """The ``synchronous_commit`` a transaction needs ("on" for an output point in
