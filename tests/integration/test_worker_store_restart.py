@@ -142,3 +142,31 @@ def test_an_enqueued_run_survives_a_postgres_crash_right_after(server: Any) -> N
         assert sorted(ledger.leases()) == [f"q{k}" for k in range(5)]
         Worker(ledger, poll=0.02, log=io.StringIO(), until_idle=True).serve()
         assert [ledger.get_run(f"q{k}").result for k in range(5)] == list(range(5))
+
+
+def test_a_claim_survives_a_postgres_crash_right_after(server: Any) -> None:
+    """A claim is durable when it returns: a crash that lost it would hand the same
+    fencing token to the next claimant while the first drive still held it (a chaos
+    trial: "fencing token 1 is superseded by 0", then a decision asked twice)."""
+    url = server.create_database()
+    server.query(url, "ALTER SYSTEM SET wal_writer_delay = '10s'")
+    server.query(url, "SELECT pg_reload_conf()")
+
+    @cp.workflow("claimed")
+    def claimed(ctx: cp.Context, n: int) -> int:
+        return n
+
+    with cp.Ledger(url, key="42" * 32) as ledger:
+        ledger.register(claimed)
+        ledger.enqueue(claimed, run_id="c", n=1)
+        ledger.enqueue(claimed, run_id="d", n=2)
+        queue = ledger.store
+        got = queue.claim_next("w1", 30.0, [f"claimed{chr(31)}{claimed.version}"])
+        lease = queue.claim("d", "w1", 30.0)
+        server.crash()
+    server.restart()
+    with cp.Ledger(url, key="42" * 32) as ledger:
+        tokens = {run_id: info.token for run_id, info in ledger.leases().items()}
+    assert got is not None
+    assert got.run_id == "c"
+    assert tokens == {"c": got.lease.token, "d": lease.token}

@@ -319,7 +319,10 @@ class PostgresStore(PostgresAppend):
             "owners": [owner for _, (owner, _ttl, _take) in calls],
             "ttls": [ttl for _, (_owner, ttl, _take) in calls],
             "take_overs": [take for _, (_owner, _ttl, take) in calls],
-            "synchronous": self._wanted_synchronous(False),
+            # Durable (in "output" durability too): a claim a crash lost would hand its
+            # fencing token out again, to the next claimant, while the first one's drive
+            # goes on holding it (#38: "token 1 is superseded by 0" after a restart).
+            "synchronous": self._wanted_synchronous(True),
         }
         with self._read() as cur:  # autocommit: the statement is its own transaction
             rows = cur.execute(self._q["claim_leases"], params, prepare=True).fetchall()
@@ -451,7 +454,9 @@ class PostgresStore(PostgresAppend):
             "runnable": list(runnable),
             "exclude": list(exclude),
         }
-        with self._transaction() as cur:  # SELECT ... FOR UPDATE SKIP LOCKED, then claim
+        # SELECT ... FOR UPDATE SKIP LOCKED, then claim; durable as ``claim`` (a poll that
+        # claims nothing writes nothing, so its commit waits for no disk).
+        with self._transaction(durable=True) as cur:
             found = cur.execute(self._q["claim_next"], params).fetchone()
         if found is None:
             return None
