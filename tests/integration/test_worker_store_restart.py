@@ -117,12 +117,15 @@ def test_a_run_failing_again_after_its_back_off_waits_twice_as_long() -> None:
         assert (first, second, third) == (0.1, 0.2, 0.3)  # at most retry_max
 
 
-def test_an_enqueued_run_survives_a_postgres_crash_right_after(server: Any) -> None:
-    """``enqueue`` returned, then the server crashed: the run is there for a worker. Its
-    record was committed unsynced (``output`` durability), and a crash before the WAL
-    writer flushed it lost it: the run was gone, a worker had nothing to claim and a
-    chaos trial waited for it until its limit (#38). The WAL writer is slowed here, so
-    that without the sync the loss is certain rather than a matter of milliseconds."""
+def test_enqueues_and_claims_survive_a_postgres_crash_right_after(server: Any) -> None:
+    """``enqueue`` and a claim returned, then the server crashed: both are there after.
+    Both were committed unsynced (``output`` durability) and ``sync()`` flushed nothing,
+    so a crash before the WAL writer's next flush lost them: an enqueued run was gone (a
+    worker had nothing to claim, a chaos trial waited for it until its limit), and a
+    lost claim handed the same fencing token to the next claimant while the first drive
+    still held it ("fencing token 1 is superseded by 0", then a decision asked twice)
+    (#38). The WAL writer is slowed here, so that without the syncs the loss is certain
+    rather than a matter of milliseconds."""
     url = server.create_database()
     server.query(url, "ALTER SYSTEM SET wal_writer_delay = '10s'")
     server.query(url, "SELECT pg_reload_conf()")
@@ -135,38 +138,17 @@ def test_an_enqueued_run_survives_a_postgres_crash_right_after(server: Any) -> N
         ledger.register(queued)
         for k in range(5):
             ledger.enqueue(queued, run_id=f"q{k}", n=k)
+        store = ledger.store
+        got = store.claim_next("w1", 30.0, [f"queued{chr(31)}{queued.version}"])
+        lease = store.claim("q4", "w1", 30.0)
         server.crash()
     server.restart()
     with cp.Ledger(url, key="42" * 32) as ledger:
         ledger.register(queued)
-        assert sorted(ledger.leases()) == [f"q{k}" for k in range(5)]
-        Worker(ledger, poll=0.02, log=io.StringIO(), until_idle=True).serve()
-        assert [ledger.get_run(f"q{k}").result for k in range(5)] == list(range(5))
-
-
-def test_a_claim_survives_a_postgres_crash_right_after(server: Any) -> None:
-    """A claim is durable when it returns: a crash that lost it would hand the same
-    fencing token to the next claimant while the first drive still held it (a chaos
-    trial: "fencing token 1 is superseded by 0", then a decision asked twice)."""
-    url = server.create_database()
-    server.query(url, "ALTER SYSTEM SET wal_writer_delay = '10s'")
-    server.query(url, "SELECT pg_reload_conf()")
-
-    @cp.workflow("claimed")
-    def claimed(ctx: cp.Context, n: int) -> int:
-        return n
-
-    with cp.Ledger(url, key="42" * 32) as ledger:
-        ledger.register(claimed)
-        ledger.enqueue(claimed, run_id="c", n=1)
-        ledger.enqueue(claimed, run_id="d", n=2)
-        queue = ledger.store
-        got = queue.claim_next("w1", 30.0, [f"claimed{chr(31)}{claimed.version}"])
-        lease = queue.claim("d", "w1", 30.0)
-        server.crash()
-    server.restart()
-    with cp.Ledger(url, key="42" * 32) as ledger:
         tokens = {run_id: info.token for run_id, info in ledger.leases().items()}
-    assert got is not None
-    assert got.run_id == "c"
-    assert tokens == {"c": got.lease.token, "d": lease.token}
+        assert got is not None
+        assert got.run_id == "q0"
+        assert tokens == {"q0": got.lease.token, "q1": 0, "q2": 0, "q3": 0, "q4": lease.token}
+        Worker(ledger, poll=0.02, log=io.StringIO(), until_idle=True).serve()
+        # q0 and q4 wait for w1's leases (30 s): the others are driven
+        assert [ledger.get_run(f"q{k}").result for k in range(1, 4)] == [1, 2, 3]
