@@ -136,7 +136,7 @@ def test_power_cuts_at_random_times_leave_no_run_refused() -> None:
     assert report.repro().endswith("--trials 8 --faults powercut")
 
 
-# Store-restart trials: `make test` runs 4 (seed 5, ~20 s); `make chaos` 32
+# Store-restart trials: `make test` runs 4 (seed 5, ~30 s here); `make chaos` 32
 # (CRASHPROOF_CHAOS_RESTARTS). Each trial takes a few seconds (a PostgreSQL restart, a
 # worker's retry): the test's time limit grows with the count (a fixed 300 s cut 32
 # trials off on a loaded machine, which looked like a hang: #38).
