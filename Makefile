@@ -69,7 +69,7 @@ chaos: $(STAMP)
 	POWERCUT_TRIALS=24 $(BIN)/python -O -m pytest -q tests/crash/test_powercut_image.py
 	$(BIN)/crashproof verify examples.patch_task:SCENARIO --mode chaos --trials 200 --seed $(CHAOS_SEED) --faults worker,outage,powercut
 	# PostgreSQL restarted while a worker drives the run (verify --faults restart, #38)
-	CRASHPROOF_CHAOS_RESTARTS=16 $(BIN)/pytest -q tests/verify/test_verify_chaos.py -k store_restarts
+	CRASHPROOF_CHAOS_RESTARTS=32 $(BIN)/pytest -q tests/verify/test_verify_chaos.py -k store_restarts
 	# a kill at every event of each framework's stream (make test: a seeded sample) (#41)
 	STREAM_KILLS=1000 $(BIN)/python -O -m pytest -q tests/crash/test_sigkill_streams.py tests/crash/test_sigkill_langgraph_prebuilt.py
 	FLEET_SEED=$(CHAOS_SEED) FLEET_RUNS=$(FLEET_RUNS) FLEET_KILLS=$(FLEET_KILLS) FLEET_BUDGET=1800 \

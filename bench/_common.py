@@ -105,20 +105,22 @@ def context_switches() -> int:
 def concurrent_acts(ledger: cp.Ledger, n: int, runs: int, tag: str) -> tuple[float, float, float]:
     """``runs`` runs of ``n`` acts each (a no-op tool), driven at once in threads on
     ``ledger``: acts/s, this process's CPU per act in microseconds (user + system, all
-    threads) and its context switches per act. The caller closes the ledger."""
+    threads) and its context switches per act. The caller closes the ledger. Each run's
+    acts have params of their own (``run=k``): acts of the same tool with the same params
+    are one intent across runs, and a second run would wait on the first's (IntentHeld)."""
     tool = NoOp()
 
     @ledger.workflow("bench-acts", version="1")
-    def flow(ctx: cp.Context, n: int) -> int:
+    def flow(ctx: cp.Context, n: int, k: int) -> int:
         for i in range(n):
-            ctx.act("act", tool, i=i)
+            ctx.act("act", tool, run=k, i=i)
         return n
 
     failures: list[BaseException] = []
 
     def drive(k: int) -> None:
         try:
-            if ledger.run(flow, run_id=f"bench:{tag}:{k}", n=n) != n:
+            if ledger.run(flow, run_id=f"bench:{tag}:{k}", n=n, k=k) != n:
                 raise SystemExit("a benchmark run returned the wrong result")
         except BaseException as exc:
             failures.append(exc)

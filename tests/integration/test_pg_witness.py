@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -104,6 +105,42 @@ def test_witness_schema_follows_the_ledger_schema(pg_url: str, tmp_path: Path) -
     assert sql(pg_url, "SELECT run_id FROM team_a_witness.witness") == [("r",)]
     schemas = {row[0] for row in sql(pg_url, "SELECT nspname FROM pg_namespace")}
     assert "crashproof_witness" not in schemas
+
+
+def test_witness_url_puts_the_witness_in_another_database(
+    pg_server: Any,
+    pg_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``?witness_url=`` (percent-encoded): the witness schema lives in that database, not
+    the ledger's; every opener of the URL (a second Ledger, the CLI) checks against it, so
+    a restore of the ledger's whole database (witness schema included) is still caught."""
+    from crashproof.cli import main
+
+    elsewhere = pg_server.create_database()
+    url = f"{pg_url}?witness_url={quote(elsewhere, safe='')}"
+    target = Target(tmp_path / "t.json")
+    crash_before_act(url, target)
+    sql(pg_url, "CREATE TABLE public.events_backup AS SELECT * FROM crashproof.events")
+    with open_ledger(url) as ledger:
+        ledger.run(make(target), run_id="r")
+    journal = sql(pg_url, "SELECT count(*) FROM crashproof.events WHERE run_id = 'r'")[0][0]
+    assert sql(elsewhere, "SELECT generation FROM crashproof_witness.witness") == [(journal,)]
+    schemas = {row[0] for row in sql(pg_url, "SELECT nspname FROM pg_namespace")}
+    assert "crashproof_witness" not in schemas
+    sql(pg_url, "DELETE FROM crashproof.events WHERE run_id = 'r'")  # the database restored
+    sql(pg_url, "INSERT INTO crashproof.events SELECT * FROM public.events_backup")
+    with open_ledger(url) as ledger, pytest.raises(cp.JournalRolledBack):
+        ledger.get_run("r")
+    monkeypatch.setenv("CRASHPROOF_KEY", KEY)
+    assert main(["check", "--db", url]) == 5
+    shown = capsys.readouterr()
+    assert "rolled back" in (shown.out + shown.err).lower()
+    assert "test-pw" not in shown.out + shown.err
+    with pytest.raises(ValueError, match="witness_url must be a postgresql:// URL"):
+        open_ledger(f"{pg_url}?witness_url=sqlite%3A%2F%2F%2Fw.db")
 
 
 def test_bad_witness_settings_are_refused(pg_url: str) -> None:

@@ -3,6 +3,8 @@ libpq's; libpq never sees ours, and a bad pool size is refused before anything o
 
 from __future__ import annotations
 
+from urllib.parse import quote, unquote
+
 import pytest
 
 from crashproof.store.pg_connection import parse_url
@@ -28,3 +30,22 @@ def test_a_bad_pool_size_is_refused_with_the_url_but_not_its_password(bad: str) 
         parse_url(f"postgresql://bob:s3cret@db/x?pool_size={bad}")
     assert "s3cret" not in str(caught.value)
     assert "postgresql://bob:***@db/x" in str(caught.value)
+
+
+def test_a_witness_url_is_ours_and_its_password_never_shown() -> None:
+    """``witness_url=`` (percent-encoded) names the witness's server: taken out of what
+    libpq gets, and masked in messages as the ledger's own password is."""
+    from crashproof.runtime.driving.urls import without_password
+
+    witness = quote("postgresql://wit:hidden@db2/w?password=alsohidden", safe="")
+    url = f"postgresql://bob:s3cret@db/x?schema=team&witness_url={witness}"
+    parsed = parse_url(url)
+    assert parsed.witness_url == "postgresql://wit:hidden@db2/w?password=alsohidden"
+    assert parsed.conninfo == "postgresql://bob:s3cret@db/x"
+    shown = without_password(url)
+    assert "s3cret" not in shown
+    assert "hidden" not in unquote(shown)
+    assert "wit" in unquote(shown)
+    with pytest.raises(ValueError, match="witness_url must be a postgresql:// URL") as caught:
+        parse_url("postgresql://bob:s3cret@db/x?witness_url=sqlite%3A%2F%2F%2Fw.db")
+    assert "s3cret" not in str(caught.value)

@@ -3,8 +3,11 @@
 A restore of the ledger's schema (``pg_restore`` of an older dump, a point-in-time
 recovery of one schema, a careless ``UPDATE``) must not also restore the witness, so it
 lives apart: by default in the schema ``<ledger schema>_witness`` of the same database,
-or anywhere else through ``witness_url`` (another database or host — the stronger
-choice, since a whole-database restore would roll both back together).
+or anywhere else through the ledger URL's ``witness_url=URL`` parameter (percent-encoded:
+``postgresql://u@db1/app?witness_url=postgresql%3A%2F%2Fu%40db2%2Fwitness``), or a
+``PostgresWitness`` passed as ``Ledger(..., witness=)``: another database or host, the
+stronger choice, since a whole-database restore would roll both back together. The URL
+parameter is the one every process that opens the ledger (workers, the CLI) follows.
 
 Same contract as the SQLite witness (crashproof.integrity.witness): one row per run,
 generations only go up except through the operator's ``reset`` (re-anchor, import).

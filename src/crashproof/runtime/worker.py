@@ -17,10 +17,11 @@ Nothing waits for a person that a later attempt can clear:
   attempt stops again stores the next attempt time in the run index
   (``retry_first * 2**n`` seconds after the n-th automatic attempt, at most
   ``retry_max``), so every worker honours it and ``crashproof runs`` shows it;
-- a drive that fails for a reason of the store (an outage, a lost connection) leaves the
-  run ``running`` and released (or its lease runs out): any worker claims it once the
-  store answers again; this worker leaves it alone for a while (``BACKOFF_FIRST``,
-  doubling);
+- a drive that fails for a reason of the store (an outage, a restart, a lost connection)
+  leaves the run ``running`` and released (or its lease runs out): any worker claims it
+  once the store answers again; this worker leaves it alone as long as a retryable stop
+  (``retry_first``, doubling up to ``retry_max``: event ``error`` with ``store`` and
+  ``retry_in``);
 - pending outbox messages of runs nobody drives are delivered every ``outbox_every``.
 
 A run frozen for a person (``needs_review``: drift, a receipt conflict, non-determinism,
@@ -53,10 +54,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from crashproof.errors import (
     LeaseHeld,
+    LedgerError,
+    NotALedger,
     PolicyMismatch,
     RunFailed,
     RunFrozen,
     RunStopped,
+    SchemaTooNew,
     StaleLeaseError,
 )
 from crashproof.runtime.async_context import off_loop
@@ -73,9 +77,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Worker"]
 
-# A run whose drive failed for a reason of this worker's (a ledger error, a workflow
-# version it cannot replay, a bug) is left alone for a while, doubling up to a limit, so
-# that one bad run does not spin a worker while other runs wait.
+# A run whose drive failed for a reason of this worker's (a workflow version it cannot
+# replay, a bug; a store out is a retryable cause instead: retry_first) is left alone
+# for a while, doubling up to a limit, so that one bad run does not spin a worker while
+# other runs wait.
 BACKOFF_FIRST = 5.0
 BACKOFF_MAX = 300.0
 # A run stopped for a retryable cause: the default delays before its automatic attempts.
@@ -102,7 +107,8 @@ class Worker:
     acts in ended and frozen runs it looks up every so many seconds, journaling each
     finding, at most ``reconcile_limit`` acts a pass (runtime/operations/reconciling.py).
     ``retry_first``, ``retry_max``: the backoff of runs stopped for a retryable cause
-    (seconds before the next automatic attempt, doubling from the first, at most the max).
+    (seconds before the next automatic attempt, doubling from the first, at most the max),
+    and of runs whose drive the store failed (an outage, a restart).
     """
 
     def __init__(
@@ -283,11 +289,14 @@ class Worker:
     def _claim(self, runnable: list[str]) -> Claimed | None:
         now = time.monotonic()
         with self._changed:
-            for run_id, (until, _) in list(self._backoff.items()):
-                if until <= now:
+            # A backoff is remembered one more delay past its end, so that the next
+            # failure of the run doubles it (forgotten at its end, it never doubled).
+            for run_id, (until, delay) in list(self._backoff.items()):
+                if until + delay <= now:
                     del self._backoff[run_id]
+            waiting = {run_id for run_id, (until, _) in self._backoff.items() if until > now}
             # Never claim a run this worker drives already: the claim would fence it out.
-            exclude = sorted({*self._in_flight, *self._backoff})
+            exclude = sorted({*self._in_flight, *waiting})
         try:
             return self._queue.claim_next(
                 self.worker_id, self.ledger.lease_seconds, runnable, exclude=exclude
@@ -350,6 +359,10 @@ class Worker:
                 self.emit("lease_held", run_id, owner=error.owner, until=error.expires_at)
             elif isinstance(error, PolicyMismatch | LimitsMismatch):  # bound to others
                 self.emit("refused", run_id, error=str(error), retry_in=self._back_off(run_id))
+            elif _store_out(error):  # a retryable cause: retried as a stop for one is
+                message = f"{type(error).__name__}: {error}"
+                again = self._back_off(run_id, self.retry_first, self.retry_max)
+                self.emit("error", run_id, error=message, retry_in=again, store=True)
             else:
                 message = f"{type(error).__name__}: {error}"
                 self.emit("error", run_id, error=message, retry_in=self._back_off(run_id))
@@ -373,10 +386,12 @@ class Worker:
             at = None
         return {"retryable": True, "next_attempt_at": at, "retries": claimed.retry}
 
-    def _back_off(self, run_id: str) -> float:
+    def _back_off(
+        self, run_id: str, first: float = BACKOFF_FIRST, most: float = BACKOFF_MAX
+    ) -> float:
         """Leave the run alone for a while (doubling each time, up to a limit)."""
         with self._changed:
-            delay = min(BACKOFF_MAX, 2 * self._backoff.get(run_id, (0.0, BACKOFF_FIRST / 2))[1])
+            delay = min(most, 2 * self._backoff.get(run_id, (0.0, first / 2))[1])
             self._backoff[run_id] = (time.monotonic() + delay, delay)
         return delay
 
@@ -390,6 +405,13 @@ class Worker:
         with self._changed:
             while self._in_flight:
                 self._changed.wait(self.poll)
+
+
+def _store_out(error: Exception) -> bool:
+    """Whether a drive failed because the store could not be reached or failed mid-write
+    (an outage, a restart, a lost connection): not a ledger that is no ledger or one too
+    new for this version, which no later attempt mends."""
+    return isinstance(error, LedgerError) and not isinstance(error, NotALedger | SchemaTooNew)
 
 
 def _bound_to(options: RunOptions | None) -> dict[str, Any]:

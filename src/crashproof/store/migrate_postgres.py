@@ -31,7 +31,7 @@ def _target(url: str) -> tuple[str, str, str, dict[str, str]]:
     """conninfo, schema, where (for messages) and the named queries of ``url``'s ledger."""
     from crashproof.store.pg_connection import parse_url
 
-    conninfo, schema, display, _pool_size = parse_url(url)
+    conninfo, schema, display, _pool_size, _witness = parse_url(url)
     schema = schema or "crashproof"
     if not _SCHEMA_NAME.match(schema):
         raise ValueError(f"schema must be a lower-case identifier, not {schema!r}")

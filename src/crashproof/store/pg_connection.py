@@ -85,17 +85,21 @@ class PgUrl(NamedTuple):
     """A PostgreSQL ledger URL taken apart: what libpq gets, and crashproof's own
     parameters, which libpq would refuse."""
 
-    conninfo: str  # without schema= and pool_size=
+    conninfo: str  # without schema=, pool_size= and witness_url=
     schema: str | None  # ?schema=NAME
     display: str  # the URL without its password and query, for messages
     pool_size: int | None  # ?pool_size=N: the store's connections (default 4)
+    # ?witness_url=URL (percent-encoded): the server of the ledger's generation witness,
+    # when not the ledger's own (runtime/driving/urls.py, default_witness)
+    witness_url: str | None = None
 
 
-_OURS = ("schema", "pool_size")
+_OURS = ("schema", "pool_size", "witness_url")
 
 
 def parse_url(url: str) -> PgUrl:
-    """Take a ``postgresql://`` URL apart (PgUrl); a bad ``pool_size`` is refused."""
+    """Take a ``postgresql://`` URL apart (PgUrl); a bad ``pool_size`` or a
+    ``witness_url`` that is not a PostgreSQL URL is refused."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
         raise ValueError(f"not a PostgreSQL URL: {parts.scheme}://...")
@@ -115,7 +119,14 @@ def parse_url(url: str) -> PgUrl:
                 f"1000, not {pool!r}; nothing was opened"
             )
         pool_size = int(pool)
-    return PgUrl(urlunsplit((*parts[:3], rest, parts.fragment)), schema, display, pool_size)
+    witness_url = next((v for k, v in query if k == "witness_url"), None)
+    if witness_url is not None and not witness_url.startswith(("postgresql://", "postgres://")):
+        raise ValueError(
+            f"{display}: witness_url must be a postgresql:// URL (percent-encoded in the "
+            f"ledger URL), not {witness_url.split('://', 1)[0]!r}...; nothing was opened"
+        )
+    conninfo = urlunsplit((*parts[:3], rest, parts.fragment))
+    return PgUrl(conninfo, schema, display, pool_size, witness_url)
 
 
 def first_line(exc: BaseException) -> str:

@@ -82,7 +82,8 @@ class PostgresStore(PostgresAppend):
     ``url``: ``postgresql://user:password@host:port/dbname`` (or ``postgres://``), with
     any libpq parameters, plus an optional ``schema=NAME`` (default ``crashproof``) and
     ``pool_size=N``: the connections concurrent runs share (default 4; a worker with a
-    higher ``--concurrency`` may want as many).
+    higher ``--concurrency`` may want as many); ``witness_url=URL``, for the Ledger: where
+    its generation witness lives (runtime/driving/urls.py, ``default_witness``).
     ``durability``: "output" (the default) waits for the server's disk only for
     ``append(durable=True)`` and ``sync()``, which cover every earlier commit too
     (concurrent ones share the server's WAL flush: its own group commit); "full" waits
@@ -105,7 +106,7 @@ class PostgresStore(PostgresAppend):
             raise ValueError(
                 f"durability must be one of {sorted(_SYNCHRONOUS)}, not {durability!r}"
             )
-        conninfo, url_schema, self.display, url_pool_size = parse_url(url)
+        conninfo, url_schema, self.display, url_pool_size, _witness = parse_url(url)
         if pool_size is None:  # the argument wins over the URL's
             pool_size = url_pool_size or 4
         self.schema = schema or url_schema or "crashproof"
@@ -318,7 +319,10 @@ class PostgresStore(PostgresAppend):
             "owners": [owner for _, (owner, _ttl, _take) in calls],
             "ttls": [ttl for _, (_owner, ttl, _take) in calls],
             "take_overs": [take for _, (_owner, _ttl, take) in calls],
-            "synchronous": self._wanted_synchronous(False),
+            # Durable (in "output" durability too): a claim a crash lost would hand its
+            # fencing token out again, to the next claimant, while the first one's drive
+            # goes on holding it (#38: "token 1 is superseded by 0" after a restart).
+            "synchronous": self._wanted_synchronous(True),
         }
         with self._read() as cur:  # autocommit: the statement is its own transaction
             rows = cur.execute(self._q["claim_leases"], params, prepare=True).fetchall()
@@ -450,7 +454,9 @@ class PostgresStore(PostgresAppend):
             "runnable": list(runnable),
             "exclude": list(exclude),
         }
-        with self._transaction() as cur:  # SELECT ... FOR UPDATE SKIP LOCKED, then claim
+        # SELECT ... FOR UPDATE SKIP LOCKED, then claim; durable as ``claim`` (a poll that
+        # claims nothing writes nothing, so its commit waits for no disk).
+        with self._transaction(durable=True) as cur:
             found = cur.execute(self._q["claim_next"], params).fetchone()
         if found is None:
             return None
@@ -508,8 +514,12 @@ class PostgresStore(PostgresAppend):
         if self.durability != "output":
             return  # "full" waited for every commit already; "normal" never forces
         with self._transaction(durable=True) as cur:
-            # A transaction id makes the commit write (and, synchronous, flush) a record.
-            cur.execute("SELECT txid_current()")
+            # The commit flushes the WAL only if the transaction wrote some: a transaction
+            # id alone (txid_current(), as before) writes none, so its synchronous commit
+            # flushed nothing and a crash then lost every commit this was to cover (#38:
+            # an enqueued run gone). A transactional logical message is WAL of its own,
+            # allowed to any role, at any wal_level, and read by no one but a decoder.
+            cur.execute("SELECT pg_logical_emit_message(true, 'crashproof.sync', '')")
 
     def _wanted_synchronous(self, durable: bool) -> str:
         """The ``synchronous_commit`` a transaction needs ("on" for an output point in

@@ -33,8 +33,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from crashproof._faults import CrashPoints
 from crashproof.errors import LeaseHeld, LedgerError, RunFrozen, StaleLeaseError
@@ -57,6 +58,8 @@ from crashproof.verify.trial_kit import (
 )
 
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 _PAUSE_LIMIT = 120.0  # seconds a paused child waits for GO before it gives up
 WORKER_LEASE = 1.0  # seconds: a killed worker's run is free again soon after
@@ -125,14 +128,23 @@ def main(argv: list[str]) -> int:
 
 def _open(directory: Path, points: CrashPoints | None, as_worker: bool) -> Ledger:
     """The trial's ledger. A worker that cannot reach it (the store restarting as it
-    starts) tries again, as the supervisor a worker runs under would start it again
-    (docs/reliability.md); anything else fails at once."""
+    starts) tries again (``_again``); anything else fails at once."""
+    url = ledger_url(directory)
+    if not as_worker:
+        return Ledger(url, durability=DURABILITY, crash_points=points)
+    return _again(lambda: Ledger(url, durability=DURABILITY, crash_points=points))
+
+
+def _again(step: Callable[[], T]) -> T:
+    """``step``, tried again while the store cannot be reached (a LedgerError: the store
+    restarting as a worker starts), as the supervisor a worker runs under would start it
+    again (docs/reliability.md), for at most ``_PAUSE_LIMIT`` seconds."""
     deadline = time.monotonic() + _PAUSE_LIMIT
     while True:
         try:
-            return Ledger(ledger_url(directory), durability=DURABILITY, crash_points=points)
+            return step()
         except LedgerError as exc:
-            if not as_worker or time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 raise
             sys.stderr.write(f"worker: the ledger is unreachable, trying again: {exc}\n")
             time.sleep(0.2)
@@ -145,10 +157,12 @@ def serve_run(scenario: Scenario[Any], ledger: Ledger, env: Any) -> int:
     run_id = scenario.resolved_run_id
     ledger.lease_seconds = WORKER_LEASE
     ledger.register(workflow)
-    ledger.enqueue(workflow, run_id=run_id, **scenario.inputs)  # a no-op once recorded
+    # A no-op once recorded; the store may be restarting right now (as the watcher's
+    # reads below, these would otherwise end the worker: exit 1, a DIVERGED trial).
+    _again(lambda: ledger.enqueue(workflow, run_id=run_id, **scenario.inputs))
     first, longest = WORKER_RETRY
     worker = Worker(ledger, poll=0.02, log=sys.stderr, retry_first=first, retry_max=longest)
-    status = ledger.get_run(run_id).status
+    status = RunStatus.RUNNING  # until the watcher saw it end or wait for a person
 
     def watch() -> None:
         nonlocal status

@@ -57,7 +57,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -98,8 +98,7 @@ _SPREAD = 1.1  # delays reach a little past a whole run: some trials finish firs
 def calibrate(target: str, directory: Path) -> float:
     """Seconds a child process takes from opening the ledger to the end of the run."""
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / "child.log", "ab") as log:
-        child = _start(target, directory, log)
+    with _started(target, directory) as child:
         running = _wait_running(child, directory)
         child.wait(timeout=CHILD_TIMEOUT)
     if child.returncode != 0 or running is None:
@@ -283,8 +282,7 @@ def _while_a_worker_drives(
     """One worker drives the run; ``fault`` runs ``delay`` seconds after it opens the
     ledger, unless the worker ended first. Returns (it ended first, why the worker did
     not finish the run by itself, or None)."""
-    with open(directory / "child.log", "ab") as log:
-        child = _start(target, directory, log, worker=True)
+    with _started(target, directory, worker=True) as child:
         running = _wait_running(child, directory)
         early = False
         try:
@@ -295,22 +293,17 @@ def _while_a_worker_drives(
             fault()
         try:
             code = child.wait(timeout=CHILD_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+        except subprocess.TimeoutExpired:  # killed on the way out (_started)
             return early, f"the worker did not finish the run in {CHILD_TIMEOUT:.0f} s"
     return early, _unfinished(code)
 
 
 def _last_worker(target: str, directory: Path) -> str | None:
     """A worker, not killed, after the killed ones: it must finish the run by itself."""
-    with open(directory / "child.log", "ab") as log:
-        child = _start(target, directory, log, worker=True)
+    with _started(target, directory, worker=True) as child:
         try:
             code = child.wait(timeout=CHILD_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+        except subprocess.TimeoutExpired:  # killed on the way out (_started)
             return f"the last worker did not finish the run in {CHILD_TIMEOUT:.0f} s"
     return _unfinished(code)
 
@@ -374,6 +367,24 @@ def _start(
     )
 
 
+@contextlib.contextmanager
+def _started(
+    target: str, directory: Path, worker: bool = False, powercut: bool = False
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``_start`` with its log, and the child's process group SIGKILLed if it is still
+    there when the block ends: a verifier interrupted mid-trial (Ctrl-C, a test's time
+    limit) leaves no worker serving on, against a store nobody restarts any more."""
+    with open(directory / "child.log", "ab") as log:
+        child = _start(target, directory, log, worker, powercut)
+        try:
+            yield child
+        finally:
+            if child.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+
+
 def _wait_running(child: subprocess.Popen[bytes], directory: Path) -> float | None:
     """The monotonic time the child signalled it opens the ledger; None if it ended first."""
     deadline = time.monotonic() + CHILD_TIMEOUT
@@ -391,8 +402,7 @@ def _run_and_kill(
     keeping the ledger's durable state) in a new process group; SIGKILL the group
     ``delay`` seconds after it starts opening the ledger. Returns (killed, whether a
     process the child started was running then)."""
-    with open(directory / "child.log", "ab") as log:
-        child = _start(target, directory, log, worker, powercut)
+    with _started(target, directory, worker, powercut) as child:
         running = _wait_running(child, directory)
         try:
             left = delay if running is None else delay - (time.monotonic() - running)

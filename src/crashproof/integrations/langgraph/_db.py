@@ -168,7 +168,9 @@ def open_database(url: str, *, synchronous: str = "FULL") -> Database:
         parts = urlsplit(url)
         query = parse_qsl(parts.query)
         schema = next((v for k, v in query if k == "schema"), "crashproof")
-        rest = urlencode([(k, v) for k, v in query if k not in ("schema", "pool_size")])
+        rest = urlencode(
+            [(k, v) for k, v in query if k not in ("schema", "pool_size", "witness_url")]
+        )
         conninfo = urlunsplit((*parts[:3], rest, parts.fragment))
         return _Postgres(conninfo, f"{schema}_langgraph")
     raise ValueError(

@@ -68,8 +68,12 @@ class LedgerQueue(LedgerResume):
         """Record the run ``run_id`` for a worker (``crashproof worker``) to drive, without
         driving it here. Same rules as ``run``: the same run id with the same input is
         a no-op (the run keeps its state, ended or not); with another input it raises
-        RunConflict and records nothing."""
+        RunConflict and records nothing. Durable when it returns (in ``output``
+        durability too: a sync): the return tells the caller a worker will drive the run,
+        and a store crash that then lost the record would leave nothing to drive (#38:
+        a PostgreSQL restart just after an enqueue lost the run)."""
         self._record(wf, run_id, options, input)
+        self._store.sync()
 
     def leases(self) -> dict[str, LeaseInfo]:
         """Who holds each run (owner, lease expiry, fencing token), by run id."""

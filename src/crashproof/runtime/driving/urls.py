@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 from crashproof.errors import LedgerError
 from crashproof.integrity.witness import MemoryWitness, SQLiteWitness, Witness
@@ -61,8 +62,15 @@ def open_store(
 _QUERY_SECRET = re.compile(r"((?:ssl)?password=)[^&]*", re.IGNORECASE)
 
 
+_WITNESS_URL = re.compile(r"(witness_url=)([^&#]*)", re.IGNORECASE)
+
+
 def without_password(url: str) -> str:
-    """The URL with any password replaced by ***: errors and logs must not leak it."""
+    """The URL with any password replaced by ***: errors and logs must not leak it (nor
+    the password of a ``witness_url=`` parameter's own URL)."""
+    url = _WITNESS_URL.sub(
+        lambda m: m.group(1) + quote(without_password(unquote(m.group(2))), safe="*"), url
+    )
     url = _QUERY_SECRET.sub(r"\1***", url)  # libpq also takes ?password=...
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -97,7 +105,11 @@ def default_witness(url: str, store: Store, namespace: str | None = None) -> Wit
     beside a PostgreSQL one (``crashproof_witness``). An in-memory ledger has nothing
     that could be rolled back, so it has no witness. ``namespace``: the witness of an
     integration's own sealed state (``Ledger.sealed_state``): ``runs.db.NS.witness``,
-    schema ``crashproof_NS_witness``, and one in memory for ``memory://``."""
+    schema ``crashproof_NS_witness``, and one in memory for ``memory://``. A PostgreSQL
+    URL's ``witness_url=URL`` (percent-encoded) puts the witness schema on that server
+    instead (another database or host: a restore of the ledger's whole database then
+    cannot roll the witness back with it); every process opening the ledger by this URL,
+    the CLI's too, finds the same witness."""
     infix = "" if namespace is None else f".{namespace}"
     path = sqlite_file(url)
     if path is not None:
@@ -105,8 +117,10 @@ def default_witness(url: str, store: Store, namespace: str | None = None) -> Wit
     schema = getattr(store, "schema", None)
     if isinstance(schema, str) and url.startswith(("postgresql://", "postgres://")):
         from crashproof.integrity.pg_witness import PostgresWitness  # needs psycopg
+        from crashproof.store.pg_connection import parse_url
 
-        return PostgresWitness(url, schema=f"{schema}{infix.replace('.', '_')}_witness")
+        where = parse_url(url).witness_url or url
+        return PostgresWitness(where, schema=f"{schema}{infix.replace('.', '_')}_witness")
     if namespace is not None and url == "memory://":
         return MemoryWitness()
     return None
