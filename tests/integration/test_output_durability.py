@@ -349,14 +349,25 @@ def test_many_async_runs_on_one_loop_share_forced_syncs(tmp_path: Path) -> None:
     runs whose acts arrive spread over many turns (a little work of their own before
     each) pass far fewer forced syncs and witness writes than output points, and each
     tool still executes only once the witness holds its intent, which the witness
-    reaches only after the sync that made the intent durable."""
+    reaches only after the sync that made the intent durable, and only once the intent
+    is in the ledger as of a forced sync (a power cut's view: verify/powercut.py)."""
     path = tmp_path / "l.db"
+    snapshots = DurableSnapshots(path, tmp_path / "durable")
     runs, acts = 64, 4
     unwitnessed: list[str] = []
     executed: list[str] = []
+    durable: set[tuple[str, str]] = set()  # act intents in the latest sync's snapshot
+
+    def read_snapshot(_database: Path) -> None:
+        # Called right after the snapshot is taken, before the fdatasync it stands for.
+        with contextlib.closing(sqlite3.connect(snapshots.directory / "l.db")) as conn:
+            rows = conn.execute("SELECT run_id, key FROM events WHERE type = 'act_intent'")
+            durable.update((run_id, key) for run_id, key in rows)
 
     class Checked(Noop):
         async def execute(self, call: Call) -> Receipt:  # type: ignore[override]
+            if (call.run_id, call.step) not in durable:
+                unwitnessed.append(f"{call.operation_id}: executed before its intent's sync")
             with contextlib.closing(sqlite3.connect(f"{path}.witness")) as conn:
                 row = conn.execute(
                     "SELECT generation FROM witness WHERE run_id = ?", (call.run_id,)
@@ -385,6 +396,8 @@ def test_many_async_runs_on_one_loop_share_forced_syncs(tmp_path: Path) -> None:
 
     with cp.Ledger(f"sqlite:///{path}", key=KEY) as ledger:
         syncs = counting(ledger._store)
+        snapshots.attach(ledger._store)  # type: ignore[arg-type]
+        ledger._store.on_sync.append(read_snapshot)  # type: ignore[attr-defined]
         writes: list[str] = []
         witness_conn = ledger._witness._conn  # type: ignore[union-attr]
         witness_conn.set_trace_callback(lambda sql: writes.append(sql.split()[0].upper()))
@@ -403,5 +416,7 @@ def test_many_async_runs_on_one_loop_share_forced_syncs(tmp_path: Path) -> None:
         witness_writes = _witness_transactions(writes)
         print(f"{outputs} output points, {len(syncs)} syncs, {witness_writes} witness writes")
         assert len(syncs) * 8 <= outputs, f"{len(syncs)} syncs for {outputs} output points"
-        # One witness write with each sync (and one for the runs' starts).
-        assert witness_writes <= len(syncs) + 1, f"{witness_writes} writes, {len(syncs)} syncs"
+        # About one witness write with each sync, by its leader (plus the runs' starts, and
+        # a waiter that reached the sync after its leader had looked): two each before.
+        bound = 1.25 * len(syncs) + 2
+        assert witness_writes <= bound, f"{witness_writes} writes, {len(syncs)} syncs"
