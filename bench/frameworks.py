@@ -4,7 +4,8 @@ that waits ``--model-ms`` per request, ``--turns`` requests each calling one fun
 tool, then an answer), SQLite on one disk.
 
     .venv/bin/python bench/frameworks.py [--turns 10] [--model-ms 5] [--repeats 5]
-        [--concurrency 32,256] [--tools step|effect] [--no-single] [--dir D] [--keep]
+        [--concurrency 32,256] [--tools step|effect] [--no-single] [--only normal,output]
+        [--dir D] [--keep]
 
 Reported: milliseconds per agent run one at a time (median), the ratio to no durability,
 and the overhead per journaled call (model request or tool call) over no durability;
@@ -218,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tools", choices=("step", "effect"), default="step")
     parser.add_argument("--no-single", action="store_true", help="skip one run at a time")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated contestants (no durability always runs): passthrough, "
+        "normal, output, full, dbos",
+    )
     parser.add_argument("--dir", default=None, help="parent of the temp dir")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = parser.parse_args(argv)
@@ -229,17 +236,23 @@ def main(argv: list[str] | None = None) -> int:
     with bench_dir(args.dir, keep=args.keep, prefix="crashproof-frameworks-") as directory:
         print_facts(machine_facts(directory))
         try:
+            only = {name.strip() for name in args.only.split(",") if name.strip()}
             contestants: dict[str, tuple[Run, Batch] | str] = {
-                "no durability": plain(args.turns, args.model_ms, directory),
-                "passthrough capability": plain(
-                    args.turns, args.model_ms, directory, [Passthrough()]
-                ),
+                "no durability": plain(args.turns, args.model_ms, directory)
             }
-            for durability in ("normal", "output", "full"):
-                contestants[f"crashproof ({durability})"] = crashproof(
-                    args.turns, args.model_ms, directory, durability, args.tools, closers
+            if not only or "passthrough" in only:
+                contestants["passthrough capability"] = plain(
+                    args.turns, args.model_ms, directory, [Passthrough()]
                 )
-            contestants["pydantic-ai + DBOS"] = dbos(args.turns, args.model_ms, directory, closers)
+            for durability in ("normal", "output", "full"):
+                if not only or durability in only:
+                    contestants[f"crashproof ({durability})"] = crashproof(
+                        args.turns, args.model_ms, directory, durability, args.tools, closers
+                    )
+            if not only or "dbos" in only:
+                contestants["pydantic-ai + DBOS"] = dbos(
+                    args.turns, args.model_ms, directory, closers
+                )
             pairs = {k: v for k, v in contestants.items() if not isinstance(v, str)}
             print(
                 f"\n{args.turns + 1} model requests ({args.model_ms:g} ms each) and "
