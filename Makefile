@@ -72,6 +72,7 @@ chaos: $(STAMP)
 	CRASHPROOF_CHAOS_RESTARTS=32 $(BIN)/pytest -q tests/verify/test_verify_chaos.py -k store_restarts
 	# a kill at every event of each framework's stream (make test: a seeded sample) (#41)
 	STREAM_KILLS=1000 $(BIN)/python -O -m pytest -q tests/crash/test_sigkill_streams.py tests/crash/test_sigkill_langgraph_prebuilt.py
+	GROUP_KILLS=4 $(BIN)/python -O -m pytest -q tests/crash/test_sigkill_group.py
 	FLEET_SEED=$(CHAOS_SEED) FLEET_RUNS=$(FLEET_RUNS) FLEET_KILLS=$(FLEET_KILLS) FLEET_BUDGET=1800 \
 		$(BIN)/pytest -q -s tests/integration/test_fleet.py
 	# a migration SIGKILLed at random moments, SQLite and PostgreSQL (#44)

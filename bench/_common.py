@@ -3,9 +3,13 @@ workload, and a small table printer. Imported by ``steps.py`` and ``peers.py``."
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import logging
 import os
 import platform
+import shutil
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -13,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,9 +61,60 @@ def make_workflow(ledger: cp.Ledger) -> cp.Workflow[int]:
     return steps
 
 
-def make_tempdir(parent: str | None) -> Path:
-    """A fresh directory for every database of one benchmark run."""
-    return Path(tempfile.mkdtemp(prefix="crashproof-bench-", dir=parent)).resolve()
+class LostLeases(logging.Handler):
+    """Counts the "lease lost" warnings of this process's drives (attach it to the
+    ``crashproof`` logger): a lease lost by a live process is a benchmark's failure."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage() == "lease lost"
+
+
+def make_tempdir(parent: str | None, prefix: str = "crashproof-bench-") -> Path:
+    """A fresh directory for every database of one benchmark run (``bench_dir`` removes
+    it at the end; a caller of this alone removes it itself)."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent)).resolve()
+
+
+@contextlib.contextmanager
+def bench_dir(
+    parent: str | None = None, *, keep: bool = False, prefix: str = "crashproof-bench-"
+) -> Iterator[Path]:
+    """``make_tempdir``, removed with everything in it when the block ends: normally, on
+    an error, on Ctrl-C and on SIGTERM (turned into SystemExit while the block runs, so
+    that every ``finally`` of the script runs too: servers stopped, children ended).
+    ``keep``: leave it, and say where."""
+    directory = make_tempdir(parent, prefix)
+    with exit_on_sigterm():
+        try:
+            yield directory
+        finally:
+            if keep:
+                print(f"\nkept {directory}")
+            else:
+                shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """While the block runs, SIGTERM raises SystemExit(143) in the main thread instead of
+    ending the process at once: the ``finally`` blocks that stop servers and remove
+    directories run (a timeout's kill, a CI job's cancel)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def raw_commits(directory: Path, n: int, synchronous: str, tag: str) -> float:

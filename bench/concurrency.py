@@ -39,7 +39,14 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, TypedDict
 
-from _common import load_average, machine_facts, make_tempdir, print_facts
+from _common import (
+    LostLeases,
+    exit_on_sigterm,
+    load_average,
+    machine_facts,
+    make_tempdir,
+    print_facts,
+)
 
 import crashproof as cp
 
@@ -239,20 +246,9 @@ def _missing(name: str) -> str | None:
     return None
 
 
-class _LostLeases(logging.Handler):
-    """Counts the "lease lost" warnings of this process's drives."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.count += record.getMessage() == "lease lost"
-
-
 def child(name: str, runs: int, directory: Path, url: str | None) -> dict[str, Any]:
     """One measurement in this (child) process: wall time, peak RSS, leases lost."""
-    lost = _LostLeases()
+    lost = LostLeases()
     logging.getLogger("crashproof").addHandler(lost)
     if name == "crashproof async":
         wall = crashproof_async(url or f"sqlite:///{directory / 'cp.db'}", runs)
@@ -359,4 +355,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with exit_on_sigterm():  # a SIGTERM still runs the finally blocks (servers, temp dirs)
+        raise SystemExit(main())

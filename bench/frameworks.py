@@ -1,20 +1,26 @@
 """A pydantic-ai agent with no durability, with ``CrashproofDurability`` and with
 pydantic-ai's own ``DBOSDurability``, side by side: the same agent (a ``FunctionModel``
-that waits ``--model-ms`` per request, ``--turns`` requests each calling one plain
-function tool, then an answer), one run at a time, SQLite on one disk.
+that waits ``--model-ms`` per request, ``--turns`` requests each calling one function
+tool, then an answer), SQLite on one disk.
 
     .venv/bin/python bench/frameworks.py [--turns 10] [--model-ms 5] [--repeats 5]
+        [--concurrency 32,256] [--tools step|effect] [--no-single] [--only normal,output]
+        [--dir D] [--keep]
 
-Reported: milliseconds per agent run (median), the ratio to no durability, and the
-overhead per journaled call (model request or tool call) over no durability; then the
-throughput of ``--concurrency`` runs at once on one event loop (runs per second, the
-median of the batches), where the model's wait overlaps and what is left is the
-framework's and the journal's own work. DBOS is
-skipped with a message when ``dbos`` is not installed (``pip install --group bench``).
-DBOS journals the model requests only (its function tools are not steps), so it does
-less work per run than crashproof, which journals the tool calls too. "passthrough
+Reported: milliseconds per agent run one at a time (median), the ratio to no durability,
+and the overhead per journaled call (model request or tool call) over no durability;
+then, for each ``--concurrency`` R, the throughput of R runs at once on one event loop
+(runs per second, the median of the rounds), where the model's waits overlap and what is
+left is the framework's and the journal's own work. Each round runs every contestant
+once (interleaved) and prints its load average; ``x plain`` is the median of the rounds'
+own ratios to no durability. A lease lost by this live process, or a run that did not
+succeed, is counted and fails the run (exit 1). ``--tools effect`` marks the tool an
+effect (``functions="effect"``: an act, its intent an output point synced before the
+tool runs); ``step`` (the capability's default) journals it as a step. DBOS is skipped
+with a message when ``dbos`` is not installed (``pip install --group bench``); it
+journals the model requests only (its function tools are not steps). "passthrough
 capability" wraps the same two hooks and journals nothing: the floor of a durability
-capability's cost.
+capability's cost. The temporary directory is removed at the end (``--keep`` keeps it).
 """
 
 from __future__ import annotations
@@ -26,7 +32,6 @@ import logging
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +39,7 @@ from typing import Any
 
 os.environ.setdefault("CRASHPROOF_KEY", "42" * 32)
 
+from _common import LostLeases, bench_dir, load_average, machine_facts, print_facts
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
@@ -43,21 +49,25 @@ import crashproof as cp
 from crashproof.integrations.pydantic_ai import CrashproofDurability, durable
 
 Run = Callable[[int], float]  # run number -> seconds
-Batch = Callable[[int, int], float]  # batch number, runs at once -> seconds
+Batch = Callable[[int, int], tuple[float, int]]  # round, runs at once -> seconds, failed runs
 
 
 def make_agent(turns: int, model_ms: float, capabilities: list[Any]) -> Agent[None, str]:
+    """The agent; its tool calls name the run's prompt, so that no two runs ask the same
+    effect (an act's intent is held across runs: ``IntentHeld``)."""
+
     async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         await asyncio.sleep(model_ms / 1000)
         turn = sum(1 for m in messages if m.kind == "response")
+        prompt = str(getattr(messages[0].parts[-1], "content", ""))
         if turn < turns:
-            return ModelResponse(parts=[ToolCallPart("add", {"x": turn})])
+            return ModelResponse(parts=[ToolCallPart("add", {"x": turn, "run": prompt})])
         return ModelResponse(parts=[TextPart("done")])
 
     agent = Agent(FunctionModel(model), name="bench", capabilities=capabilities)
 
     @agent.tool_plain
-    def add(x: int) -> int:
+    def add(x: int, run: str) -> int:
         return x + 1
 
     return agent
@@ -85,48 +95,73 @@ def plain(
 
     def run(i: int) -> float:
         start = time.perf_counter()
-        asyncio.run(agent.run("go"))
+        asyncio.run(agent.run(f"run-{i}"))
         return time.perf_counter() - start
 
-    async def many(n: int) -> None:
-        await asyncio.gather(*(agent.run("go") for _ in range(n)))
+    async def many(i: int, n: int) -> list[Any]:
+        return await asyncio.gather(
+            *(agent.run(f"batch-{i}-{k}") for k in range(n)), return_exceptions=True
+        )
 
-    def batch(i: int, n: int) -> float:
+    def batch(i: int, n: int) -> tuple[float, int]:
         start = time.perf_counter()
-        asyncio.run(many(n))
-        return time.perf_counter() - start
+        results = asyncio.run(many(i, n))
+        return time.perf_counter() - start, _failed(results)
 
     return run, batch
 
 
-def crashproof(turns: int, model_ms: float, directory: Path, durability: str) -> tuple[Run, Batch]:
-    agent = make_agent(turns, model_ms, [CrashproofDurability()])
+def crashproof(
+    turns: int,
+    model_ms: float,
+    directory: Path,
+    durability: str,
+    tools: str,
+    closers: list[Callable[[], Any]],
+) -> tuple[Run, Batch]:
+    functions = "effect" if tools == "effect" else "step"
+    agent = make_agent(turns, model_ms, [CrashproofDurability(functions=functions)])
     ledger = cp.Ledger(f"sqlite:///{directory}/crashproof-{durability}.db", durability=durability)
+    closers.append(ledger.close)
 
     @ledger.workflow("bench", version="1")
-    async def flow(ctx: cp.AsyncContext, i: int) -> str:
+    async def flow(ctx: cp.AsyncContext, prompt: str) -> str:
         with durable(ctx):
-            return (await agent.run("go")).output
+            return (await agent.run(prompt)).output
 
     def run(i: int) -> float:
         start = time.perf_counter()
-        asyncio.run(ledger.run_async(flow, run_id=f"run-{i}", i=i))
+        asyncio.run(ledger.run_async(flow, run_id=f"run-{i}", prompt=f"run-{i}"))
         return time.perf_counter() - start
 
-    async def many(i: int, n: int) -> None:
-        await asyncio.gather(
-            *(ledger.run_async(flow, run_id=f"batch-{i}-{k}", i=k) for k in range(n))
+    async def many(i: int, n: int) -> list[Any]:
+        return await asyncio.gather(
+            *(
+                ledger.run_async(flow, run_id=f"batch-{n}-{i}-{k}", prompt=f"batch-{n}-{i}-{k}")
+                for k in range(n)
+            ),
+            return_exceptions=True,
         )
 
-    def batch(i: int, n: int) -> float:
+    def batch(i: int, n: int) -> tuple[float, int]:
         start = time.perf_counter()
-        asyncio.run(many(i, n))
-        return time.perf_counter() - start
+        results = asyncio.run(many(i, n))
+        return time.perf_counter() - start, _failed(results)
 
     return run, batch
 
 
-def dbos(turns: int, model_ms: float, directory: Path) -> tuple[Run, Batch] | str:
+def _failed(results: list[Any]) -> int:
+    """How many runs of a batch raised (each printed once, briefly)."""
+    errors = [r for r in results if isinstance(r, BaseException)]
+    for error in errors[:1]:
+        print(f"  a run failed: {type(error).__name__}: {error}", file=sys.stderr)
+    return len(errors)
+
+
+def dbos(
+    turns: int, model_ms: float, directory: Path, closers: list[Callable[[], Any]]
+) -> tuple[Run, Batch] | str:
     try:
         version = importlib.metadata.version("dbos")
     except importlib.metadata.PackageNotFoundError:
@@ -145,29 +180,31 @@ def dbos(turns: int, model_ms: float, directory: Path) -> tuple[Run, Batch] | st
     agent = make_agent(turns, model_ms, [DBOSDurability()])
 
     @DBOS.workflow(name="bench_agent")
-    async def flow(i: int) -> str:
-        return (await agent.run("go")).output
+    async def flow(prompt: str) -> str:
+        return (await agent.run(prompt)).output
 
     DBOS.launch()
+    closers.append(DBOS.destroy)
     loop = asyncio.new_event_loop()
+    closers.append(loop.close)
 
     def run(i: int) -> float:
         start = time.perf_counter()
         with SetWorkflowID(f"run-{i}"):
-            loop.run_until_complete(flow(i))
+            loop.run_until_complete(flow(f"run-{i}"))
         return time.perf_counter() - start
 
-    async def one(i: int, k: int) -> str:
-        with SetWorkflowID(f"batch-{i}-{k}"):  # the task's own context: its own id
-            return await flow(k)
+    async def one(i: int, n: int, k: int) -> str:
+        with SetWorkflowID(f"batch-{n}-{i}-{k}"):  # the task's own context: its own id
+            return await flow(f"batch-{n}-{i}-{k}")
 
-    async def many(i: int, n: int) -> None:
-        await asyncio.gather(*(one(i, k) for k in range(n)))
+    async def many(i: int, n: int) -> list[Any]:
+        return await asyncio.gather(*(one(i, n, k) for k in range(n)), return_exceptions=True)
 
-    def batch(i: int, n: int) -> float:
+    def batch(i: int, n: int) -> tuple[float, int]:
         start = time.perf_counter()
-        loop.run_until_complete(many(i, n))
-        return time.perf_counter() - start
+        results = loop.run_until_complete(many(i, n))
+        return time.perf_counter() - start, _failed(results)
 
     return run, batch
 
@@ -176,61 +213,114 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--model-ms", type=float, default=5.0)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--concurrency", type=int, default=32, help="runs at once (0: skip)")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds, median kept (5)")
+    parser.add_argument(
+        "--concurrency", default="32", help="runs at once, comma-separated (0 or '': skip)"
+    )
+    parser.add_argument("--tools", choices=("step", "effect"), default="step")
+    parser.add_argument("--no-single", action="store_true", help="skip one run at a time")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated contestants (no durability always runs): passthrough, "
+        "normal, output, full, dbos",
+    )
+    parser.add_argument("--dir", default=None, help="parent of the temp dir")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = parser.parse_args(argv)
     logging.getLogger("dbos").setLevel(logging.WARNING)
-    directory = Path(tempfile.mkdtemp(prefix="crashproof-frameworks-"))
-    contestants: dict[str, tuple[Run, Batch] | str] = {
-        "no durability": plain(args.turns, args.model_ms, directory),
-        "passthrough capability": plain(args.turns, args.model_ms, directory, [Passthrough()]),
-        "crashproof (normal)": crashproof(args.turns, args.model_ms, directory, "normal"),
-        "crashproof (output)": crashproof(args.turns, args.model_ms, directory, "output"),
-        "crashproof (full)": crashproof(args.turns, args.model_ms, directory, "full"),
-        "pydantic-ai + DBOS": dbos(args.turns, args.model_ms, directory),
-    }
-    pairs = {k: v for k, v in contestants.items() if not isinstance(v, str)}
+    lost = LostLeases()
+    logging.getLogger("crashproof").addHandler(lost)
+    closers: list[Callable[[], Any]] = []  # ledgers, DBOS
+    failed = 0
+    with bench_dir(args.dir, keep=args.keep, prefix="crashproof-frameworks-") as directory:
+        print_facts(machine_facts(directory))
+        try:
+            only = {name.strip() for name in args.only.split(",") if name.strip()}
+            contestants: dict[str, tuple[Run, Batch] | str] = {
+                "no durability": plain(args.turns, args.model_ms, directory)
+            }
+            if not only or "passthrough" in only:
+                contestants["passthrough capability"] = plain(
+                    args.turns, args.model_ms, directory, [Passthrough()]
+                )
+            for durability in ("normal", "output", "full"):
+                if not only or durability in only:
+                    contestants[f"crashproof ({durability})"] = crashproof(
+                        args.turns, args.model_ms, directory, durability, args.tools, closers
+                    )
+            if not only or "dbos" in only:
+                contestants["pydantic-ai + DBOS"] = dbos(
+                    args.turns, args.model_ms, directory, closers
+                )
+            pairs = {k: v for k, v in contestants.items() if not isinstance(v, str)}
+            print(
+                f"\n{args.turns + 1} model requests ({args.model_ms:g} ms each) and "
+                f"{args.turns} tool calls per run (tools as {args.tools}s); "
+                f"Python {sys.version.split()[0]}"
+            )
+            for name, reason in contestants.items():
+                if isinstance(reason, str):
+                    print(f"{name}: skipped ({reason})")
+            if not args.no_single:
+                single(pairs, args.turns, args.repeats)
+            for n in (int(c) for c in args.concurrency.split(",") if c.strip()):
+                if n > 0:
+                    failed += throughput(pairs, n, args.repeats)
+        finally:
+            for close in closers:
+                close()
+    print(f"\nleases lost: {lost.count}; runs failed: {failed}")
+    return 1 if lost.count or failed else 0
+
+
+def single(pairs: dict[str, tuple[Run, Batch]], turns: int, repeats: int) -> None:
+    """Milliseconds per run, one at a time, contestants interleaved."""
     runs = {k: v[0] for k, v in pairs.items()}
     times: dict[str, list[float]] = {k: [] for k in runs}
-    for name, run in runs.items():
+    for run in runs.values():
         run(-1)  # warm up: imports, first connection
-        del name
-    for i in range(args.repeats):  # interleaved
+    for i in range(repeats):  # interleaved
         for name, run in runs.items():
             times[name].append(run(i))
-    calls = 2 * args.turns + 1  # model requests + tool calls
+    calls = 2 * turns + 1  # model requests + tool calls
     base = statistics.median(times["no durability"])
-    print(
-        f"{args.turns + 1} model requests ({args.model_ms:g} ms each) and {args.turns} "
-        f"tool calls per run; median of {args.repeats}; Python {sys.version.split()[0]}"
-    )
+    print(f"\none run at a time; median of {repeats}; load avg at end {load_average()}")
     print(f"{'':24} {'ms/run':>8} {'x plain':>8} {'ms/call':>8}")
     for name in runs:
         median = statistics.median(times[name])
         extra = (median - base) * 1000 / calls
         print(f"{name:24} {median * 1000:8.1f} {median / base:8.2f} {extra:8.2f}")
-    for name, reason in contestants.items():
-        if isinstance(reason, str):
-            print(f"{name}: skipped ({reason})")
-    if args.concurrency > 0:
-        throughput(pairs, args.concurrency, args.repeats)
-    return 0
 
 
-def throughput(pairs: dict[str, tuple[Run, Batch]], n: int, repeats: int) -> None:
-    """Runs per second with ``n`` runs at once, side by side, batches interleaved."""
+def throughput(pairs: dict[str, tuple[Run, Batch]], n: int, repeats: int) -> int:
+    """Runs per second with ``n`` runs at once, side by side, contestants interleaved
+    in each round; returns how many runs failed."""
     walls: dict[str, list[float]] = {name: [] for name in pairs}
+    failed: dict[str, int] = dict.fromkeys(pairs, 0)
+    print(f"\n{n} runs at once on one event loop; {repeats} rounds")
     for i in range(repeats):
+        load = load_average()
         for name, (_, batch) in pairs.items():
-            walls[name].append(batch(i, n))
+            wall, bad = batch(i, n)
+            walls[name].append(wall)
+            failed[name] += bad
+        ratios = "  ".join(
+            f"{name.removeprefix('crashproof ')} {walls['no durability'][i] / w[i]:.2f}"
+            for name, w in walls.items()
+            if name != "no durability"
+        )
+        print(f"  round {i + 1}: load {load}; x plain: {ratios}")
     rates = {name: n / statistics.median(w) for name, w in walls.items()}
     dbos_rate = rates.get("pydantic-ai + DBOS")
-    print(f"\n{n} runs at once on one event loop; median of {repeats} batches")
-    print(f"{'':24} {'runs/s':>8} {'x plain':>8} {'x DBOS':>8}")
-    base = rates["no durability"]
+    print(f"{'':24} {'runs/s':>8} {'x plain':>8} {'x DBOS':>8} {'failed':>7}")
+    base = walls["no durability"]
     for name, rate in rates.items():
+        ratio = statistics.median(b / w for b, w in zip(base, walls[name], strict=True))
         vs_dbos = f"{rate / dbos_rate:8.2f}" if dbos_rate else f"{'-':>8}"
-        print(f"{name:24} {rate:8.1f} {rate / base:8.2f} {vs_dbos}")
+        print(f"{name:24} {rate:8.1f} {ratio:8.2f} {vs_dbos} {failed[name]:7}")
+    print(f"load avg at end: {load_average()}")
+    return sum(failed.values())
 
 
 if __name__ == "__main__":

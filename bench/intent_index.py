@@ -97,24 +97,24 @@ def main() -> None:
     parser.add_argument("--refusals", type=int, default=200, help="refused runs (200)")
     parser.add_argument("--dir", default=None, help="parent of the temp dir")
     args = parser.parse_args()
-    directory = common.make_tempdir(args.dir)
-    common.print_facts(common.machine_facts(directory))
-    results = [
-        acts_per_run(directory, args.acts, args.durability, str(i)) for i in range(args.repeats)
-    ]
-    live = statistics.median(r[0] for r in results)
-    replay = statistics.median(r[1] for r in results)
-    refused = refusals(directory, args.refusals, args.durability)
-    print(f"\n{args.acts:,} acts x {args.repeats}, durability {args.durability}\n")
-    refused_text = "n/a" if refused is None else f"{refused:.0f}"
-    common.print_table(
-        ["per act", "median us", "runs"],
-        [
-            ["live", f"{live:.0f}", " / ".join(f"{r[0]:.0f}" for r in results)],
-            ["replay", f"{replay:.1f}", " / ".join(f"{r[1]:.1f}" for r in results)],
-            ["refused (a new run meets a hold)", refused_text, "median"],
-        ],
-    )
+    with common.bench_dir(args.dir) as directory:
+        common.print_facts(common.machine_facts(directory))
+        results = [
+            acts_per_run(directory, args.acts, args.durability, str(i)) for i in range(args.repeats)
+        ]
+        live = statistics.median(r[0] for r in results)
+        replay = statistics.median(r[1] for r in results)
+        refused = refusals(directory, args.refusals, args.durability)
+        print(f"\n{args.acts:,} acts x {args.repeats}, durability {args.durability}\n")
+        refused_text = "n/a" if refused is None else f"{refused:.0f}"
+        common.print_table(
+            ["per act", "median us", "runs"],
+            [
+                ["live", f"{live:.0f}", " / ".join(f"{r[0]:.0f}" for r in results)],
+                ["replay", f"{replay:.1f}", " / ".join(f"{r[1]:.1f}" for r in results)],
+                ["refused (a new run meets a hold)", refused_text, "median"],
+            ],
+        )
     print(f"\nload avg at end: {common.load_average()}")
 
 

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import sqlite3
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -156,22 +155,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="cp-bench-langgraph-"))
     print(f"LangGraph checkpointers, {args.turns} turns ({2 * args.turns} messages at the end)")
-    _common.print_facts(_common.machine_facts(root))
-    runs = Contestants(root, args.turns)
-    ms = _common.interleaved(
-        args.repeats,
-        {
-            "SqliteSaver": runs.sqlite,
-            "CrashproofSaver": runs.crashproof,
-            "AsyncSqliteSaver": runs.async_sqlite,
-            "CrashproofSaver async": runs.async_crashproof,
-        },
-    )
-    for path in root.iterdir():
-        path.unlink()
-    root.rmdir()
+    with _common.bench_dir(prefix="cp-bench-langgraph-") as root:
+        _common.print_facts(_common.machine_facts(root))
+        runs = Contestants(root, args.turns)
+        ms = _common.interleaved(
+            args.repeats,
+            {
+                "SqliteSaver": runs.sqlite,
+                "CrashproofSaver": runs.crashproof,
+                "AsyncSqliteSaver": runs.async_sqlite,
+                "CrashproofSaver async": runs.async_crashproof,
+            },
+        )
     print(f"  load avg  {_common.load_average()} (at the end)\n")
     rows = [
         [name, f"{runs.bytes[name]:,.0f}", f"{_common.median(v):.2f}", _fmt(v)]

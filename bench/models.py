@@ -35,6 +35,7 @@ from typing import Any
 
 import openai
 from _common import (
+    exit_on_sigterm,
     interleaved,
     machine_facts,
     make_tempdir,
@@ -235,4 +236,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_sigterm():  # a SIGTERM still runs the finally blocks (servers, temp dirs)
+        raise SystemExit(main())

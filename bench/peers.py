@@ -24,7 +24,6 @@ import logging
 import operator
 import shutil
 import sqlite3
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any, TypedDict
 
 from _common import (
     crashproof_steps,
+    exit_on_sigterm,
     fmt_rate,
     fmt_runs,
     load_average,
@@ -251,4 +251,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with exit_on_sigterm():  # a SIGTERM still runs the finally blocks (servers, temp dirs)
+        raise SystemExit(main())

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from _common import concurrent_acts, fmt_rate, machine_facts, median, print_facts
+from _common import concurrent_acts, exit_on_sigterm, fmt_rate, machine_facts, median, print_facts
 
 import crashproof as cp
 
@@ -81,4 +81,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with exit_on_sigterm():  # a SIGTERM still runs the finally blocks (servers, temp dirs)
+        raise SystemExit(main())

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
-from _common import machine_facts, print_facts
+from _common import exit_on_sigterm, machine_facts, print_facts
 
 import crashproof as cp
 import crashproof.integrity.pg_witness as pg_witness
@@ -94,4 +94,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with exit_on_sigterm():  # a SIGTERM still runs the finally blocks (servers, temp dirs)
+        raise SystemExit(main())

@@ -21,12 +21,12 @@ import cProfile
 import io
 import pstats
 import shutil
-import sys
 import time
 from pathlib import Path
 
 from _common import (
     crashproof_steps,
+    exit_on_sigterm,
     fmt_rate,
     fmt_runs,
     interleaved,
@@ -197,4 +197,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with exit_on_sigterm():  # a SIGTERM still runs the finally blocks (servers, temp dirs)
+        raise SystemExit(main())

@@ -32,7 +32,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import RAW_PAYLOAD, fmt_rate, load_average, machine_facts, median, print_facts
+from _common import (
+    RAW_PAYLOAD,
+    exit_on_sigterm,
+    fmt_rate,
+    load_average,
+    machine_facts,
+    median,
+    print_facts,
+)
 
 import crashproof as cp
 
@@ -128,7 +136,11 @@ def worker_throughput(
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         for proc in procs:
-            proc.wait(60)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:  # never left behind
+                proc.kill()
+                proc.wait()
     claims = [_epoch(e["ts"]) for log in logs for e in _events(log, "claimed")]
     ends = [_epoch(e["ts"]) for log in logs for e in _events(log, "succeeded")]
     if len(ends) != runs:
@@ -220,4 +232,5 @@ def _print_ab(raw: list[float], steps: list[float]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_sigterm():  # a SIGTERM still runs the finally blocks (servers, temp dirs)
+        raise SystemExit(main())

@@ -3,6 +3,7 @@ how concurrent runs share those syncs, and that what a sync covers is really the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import sqlite3
@@ -341,3 +342,81 @@ def test_after_a_power_cut_an_older_journal_copy_is_still_refused(tmp_path: Path
     with cp.Ledger(f"sqlite:///{path}", key=KEY) as again, pytest.raises(cp.JournalRolledBack):
         again.run(two_acts, run_id="r")
     assert executed == ["act0", "act1"]
+
+
+def test_many_async_runs_on_one_loop_share_forced_syncs(tmp_path: Path) -> None:
+    """Group commit across the runs of one loop (runtime/driving/batching.py): 64 async
+    runs whose acts arrive spread over many turns (a little work of their own before
+    each) pass far fewer forced syncs and witness writes than output points, and each
+    tool still executes only once the witness holds its intent, which the witness
+    reaches only after the sync that made the intent durable, and only once the intent
+    is in the ledger as of a forced sync (a power cut's view: verify/powercut.py)."""
+    path = tmp_path / "l.db"
+    snapshots = DurableSnapshots(path, tmp_path / "durable")
+    runs, acts = 64, 4
+    unwitnessed: list[str] = []
+    executed: list[str] = []
+    durable: set[tuple[str, str]] = set()  # act intents in the latest sync's snapshot
+
+    def read_snapshot(_database: Path) -> None:
+        # Called right after the snapshot is taken, before the fdatasync it stands for.
+        with contextlib.closing(sqlite3.connect(snapshots.directory / "l.db")) as conn:
+            rows = conn.execute("SELECT run_id, key FROM events WHERE type = 'act_intent'")
+            durable.update((run_id, key) for run_id, key in rows)
+
+    class Checked(Noop):
+        async def execute(self, call: Call) -> Receipt:  # type: ignore[override]
+            if (call.run_id, call.step) not in durable:
+                unwitnessed.append(f"{call.operation_id}: executed before its intent's sync")
+            with contextlib.closing(sqlite3.connect(f"{path}.witness")) as conn:
+                row = conn.execute(
+                    "SELECT generation FROM witness WHERE run_id = ?", (call.run_id,)
+                ).fetchone()
+            with contextlib.closing(sqlite3.connect(path)) as conn:
+                (intent_seq,) = conn.execute(
+                    "SELECT seq FROM events WHERE run_id = ? AND key = ? AND type = 'act_intent'",
+                    (call.run_id, call.step),
+                ).fetchone()
+            if row is None or row[0] < intent_seq + 1:
+                unwitnessed.append(f"{call.operation_id}: witness {row}, intent {intent_seq}")
+            executed.append(call.operation_id)
+            return Receipt(call.operation_id, {"ok": True}, call.intent_digest)
+
+    async def think(n: int, k: int) -> int:
+        await asyncio.sleep((n * 7 + k * 3) % 11 / 1000)  # the runs drift apart
+        return k
+
+    @cp.workflow("fanned", version="1")
+    async def fanned(ctx: cp.AsyncContext, n: int) -> int:
+        for k in range(acts):
+            await ctx.step(f"think{k}", think, n, k)
+            # Each run's own intent: the same intent in two runs at once is held.
+            await ctx.act(f"act{k}", Checked(), run=ctx.run_id)
+        return acts
+
+    with cp.Ledger(f"sqlite:///{path}", key=KEY) as ledger:
+        syncs = counting(ledger._store)
+        snapshots.attach(ledger._store)  # type: ignore[arg-type]
+        ledger._store.on_sync.append(read_snapshot)  # type: ignore[attr-defined]
+        writes: list[str] = []
+        witness_conn = ledger._witness._conn  # type: ignore[union-attr]
+        witness_conn.set_trace_callback(lambda sql: writes.append(sql.split()[0].upper()))
+
+        async def all_runs() -> list[Any]:
+            return await asyncio.gather(
+                *(ledger.run_async(fanned, run_id=f"r{n}", n=n) for n in range(runs))
+            )
+
+        results = asyncio.run(all_runs())
+        witness_conn.set_trace_callback(None)
+        assert results == [acts] * runs
+        assert len(executed) == runs * acts
+        assert unwitnessed == []
+        outputs = runs * (acts + 1)  # each act's intent, each run's outcome
+        witness_writes = _witness_transactions(writes)
+        print(f"{outputs} output points, {len(syncs)} syncs, {witness_writes} witness writes")
+        assert len(syncs) * 8 <= outputs, f"{len(syncs)} syncs for {outputs} output points"
+        # About one witness write with each sync, by its leader (plus the runs' starts, and
+        # a waiter that reached the sync after its leader had looked): two each before.
+        bound = 1.25 * len(syncs) + 2
+        assert witness_writes <= bound, f"{witness_writes} writes, {len(syncs)} syncs"

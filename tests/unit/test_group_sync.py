@@ -187,7 +187,7 @@ def test_the_leader_reports_what_its_flush_covered_before_waking_anyone() -> Non
     group.after = after
 
     def wait(run: str, ticket: int, generation: int) -> None:
-        group.wait(ticket, (run, generation))
+        group.wait(ticket, {run: generation})
         returned.append(run)
 
     leader = threading.Thread(target=wait, args=("a", 1, 5))
@@ -218,7 +218,7 @@ def test_a_failing_after_hook_fails_no_waiter() -> None:
         raise OSError("witness unavailable")
 
     group.after = after
-    group.wait(1, ("a", 3))
+    group.wait(1, {"a": 3})
     assert group.flushes == 1
 
 
@@ -248,14 +248,14 @@ def test_an_interrupted_after_hook_still_hands_over() -> None:
 
     def lead() -> None:
         try:
-            group.wait(1, ("a", 1))
+            group.wait(1, {"a": 1})
         except Halt:
             outcome.append("leader interrupted")
 
     leader = threading.Thread(target=lead, daemon=True)
     leader.start()
     assert in_flight.wait(10)
-    follower = threading.Thread(target=group.wait, args=(1, ("b", 2)), daemon=True)
+    follower = threading.Thread(target=group.wait, args=(1, {"b": 2}), daemon=True)
     follower.start()
     time.sleep(0.05)
     release.set()

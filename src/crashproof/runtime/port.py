@@ -270,8 +270,9 @@ class DriveHost(Protocol):
         """``commit_batch``'s transaction alone; then ``wait_durable`` for the groups
         that wait, and ``conclude_batch`` (``runtime/driving/commits.py``)."""
 
-    def wait_durable(self, written: WrittenBatch) -> None:
-        """Returns once the output points ``written`` kept are on disk."""
+    def wait_durable(self, batches: Sequence[WrittenBatch]) -> None:
+        """Returns once the output points the ``batches`` kept (written in this order) are
+        on disk and witnessed: one sync and one witness write for all of them."""
 
     def conclude_batch(self, written: WrittenBatch, groups: Iterable[int]) -> None:
         """The ``groups``' crash points after their commit, the witness, the observers."""

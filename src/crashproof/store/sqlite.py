@@ -65,7 +65,7 @@ _META_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cras
 # export/import only.
 RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
 # What a batch's wait for the disk waits for (write_batch): the store's commit count after
-# it, and the last output point it kept (GroupSync.wait's ticket and note).
+# it, and the output points it kept, by run (GroupSync.wait's ticket and note).
 SyncTicket = tuple[int, Note]
 
 
@@ -414,7 +414,7 @@ class SQLiteStore(SQLiteJournal):
         run_id = events[0].run_id
         self._append(events, status, fencing_token, run_id)
         if durable and self.durability == "output":
-            self._group.wait(self._commits, (run_id, events[-1].seq + 1))
+            self._group.wait(self._commits, {run_id: events[-1].seq + 1})
 
     def append_batch(
         self, groups: Sequence[Sequence[RecordAppend]]
@@ -439,10 +439,19 @@ class SQLiteStore(SQLiteJournal):
             return results, None
         return results, (self._commits, note)
 
-    def wait_durable(self, ticket: SyncTicket) -> None:
-        """Returns once the commits up to ``ticket`` (``write_batch``) are durable: one
-        fdatasync, shared with whoever needs one at the same time (GroupSync)."""
-        self._group.wait(*ticket)
+    def wait_durable(self, *tickets: SyncTicket) -> None:
+        """Returns once the commits up to the latest of ``tickets`` (``write_batch``'s) are
+        durable, and ``on_durable`` was told of every output point they kept: one
+        fdatasync and one witness write for all of them, shared with whoever needs one at
+        the same time (GroupSync)."""
+        if not tickets:
+            return
+        notes: dict[str, int] = {}
+        for _commits, note in tickets:
+            for run_id, generation in note.items():
+                if notes.get(run_id, -1) < generation:
+                    notes[run_id] = generation
+        self._group.wait(max(commits for commits, _note in tickets), notes)
 
     def sync(self) -> None:
         # "full" synced every commit already, "normal" never forces one.

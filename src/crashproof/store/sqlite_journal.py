@@ -283,25 +283,25 @@ class SQLiteJournal:
 
     def _append_batch(
         self, groups: Sequence[Sequence[RecordAppend]], defer_checkpoint: bool = False
-    ) -> tuple[list[tuple[int, Exception] | None], tuple[str, int] | None]:
+    ) -> tuple[list[tuple[int, Exception] | None], dict[str, int] | None]:
         """Commit the records of several runs in one transaction: a refused record (its
         fencing token, its seq, an intent held) keeps nothing of itself and skips the
         rest of its run's group, and the other runs' records commit anyway. Per group:
         None, or (index, error) of the first record not kept. An error of the
         transaction itself (disk full, busy) is raised for all. One commit for many
         runs' records is what lets a thousand async drives on a loop commit without one
-        transaction each (docs/benchmarks.md). Also returns the (run id, next seq) of
-        the last output point kept, if any: the caller waits for the disk then
+        transaction each (docs/benchmarks.md). Also returns, by run id, the next seq
+        after the last output point kept, if any: the caller waits for the disk then
         (SQLiteStore.append_batch). ``defer_checkpoint``: SQLite's automatic checkpoint
         runs in the checkpointer's thread, not in this commit (store/checkpointing.py:
         an async loop's commits)."""
         results: list[tuple[int, Exception] | None] = [None] * len(groups)
-        note: tuple[str, int] | None = None
+        notes: dict[str, int] = {}
         conn = self._conn
 
         def write(cur: sqlite3.Cursor, careful: bool) -> None:
-            nonlocal note
-            results[:], note = [None] * len(groups), None  # (again after a _Partial)
+            results[:] = [None] * len(groups)
+            notes.clear()  # (again after a _Partial)
             # Constant for the transaction: it holds the write lock, no one else commits.
             version = cur.execute("PRAGMA data_version").fetchone()[0]
             for g, group in enumerate(groups):
@@ -331,7 +331,7 @@ class SQLiteJournal:
                     if saved:
                         cur.execute("RELEASE record")
                     if durable:
-                        note = (run_id, events[-1].seq + 1)
+                        notes[run_id] = events[-1].seq + 1
 
         def commit(careful: bool) -> None:
             if not defer_checkpoint:
@@ -345,7 +345,7 @@ class SQLiteJournal:
                 commit(careful=False)
             except _Partial:
                 commit(careful=True)
-        return results, note
+        return results, notes or None
 
     def _immediate_deferred(self, write: Callable[[sqlite3.Cursor], None], records: int) -> None:
         """``_immediate``, SQLite's automatic checkpoint left to the checkpointer's thread

@@ -23,14 +23,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 __all__ = ["GroupSync", "Note", "WalSyncer", "sync_directory"]
 
 log = logging.getLogger(__name__)
 
-Note = tuple[str, int]  # (run id, generation): what a durable append made durable
+# Run id -> generation: the output points a durable append (or a batch) made durable.
+Note = Mapping[str, int]
 
 # fdatasync syncs the data and the metadata needed to read it back (the size): what a
 # durable WAL needs, without the timestamp updates fsync also waits for. (macOS has none.)
@@ -165,10 +166,10 @@ class GroupSync:
         notes: dict[str, int] = {}
         with self._mutex:
             for ticket, _gate, note in self._parked:
-                if note is not None and ticket <= covered and notes.get(note[0], -1) < note[1]:
-                    notes[note[0]] = note[1]
-        if own is not None and notes.get(own[0], -1) < own[1]:
-            notes[own[0]] = own[1]
+                if note is not None and ticket <= covered:
+                    _merge(notes, note)
+        if own is not None:
+            _merge(notes, own)
         if not notes or self.after is None:
             return
         try:
@@ -204,3 +205,10 @@ class GroupSync:
             elif self._parked and not self._leading:
                 # It was woken to lead: pass that on.
                 self._parked.pop(0)[1].release()
+
+
+def _merge(notes: dict[str, int], note: Note) -> None:
+    """Each run's highest generation of ``notes`` and ``note``, in ``notes``."""
+    for run_id, generation in note.items():
+        if notes.get(run_id, -1) < generation:
+            notes[run_id] = generation

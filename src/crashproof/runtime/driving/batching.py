@@ -4,8 +4,11 @@
 A thousand drives on one loop each reach a commit ten times a second. One transaction
 apiece, on the loop or handed to a thread one by one, is what bounded them
 (docs/benchmarks.md: ~160 µs a commit on the loop). So the drives that reach a commit in
-the same turn of the loop are committed together: one transaction, one thread hop, and
-one sync for the output points among them, while the loop goes on with the others. A
+the same turn of the loop are committed together: one transaction, one thread hop, while
+the loop goes on with the others. Their output points (an act's intent, a run's outcome)
+share a forced sync with those of every other turn written before it began: one sync in
+flight per loop, and one witness write with it, so hundreds of runs in flight pay one
+sync a round, not one a run; each still goes on only once its own records are on disk. A
 drive alone commits as before: inline when its commit waits for no disk, else in a
 thread. Each record keeps its crash points and durability (``commits.py``); the drives
 never wait on each other's refusals (a savepoint per record). A batch that fails as a
@@ -57,6 +60,8 @@ class Drive(Protocol):
 
 Result = tuple[int, Exception] | None
 _Waiting = tuple[list[PendingRecord], bool, "asyncio.Future[Result]"]
+# A quick batch, what it wrote, and the indexes of its groups that wait for the disk.
+_Unsynced = tuple[list[_Waiting], WrittenBatch, list[int]]
 
 
 class CommitBatcher:
@@ -68,7 +73,8 @@ class CommitBatcher:
     back while the loop is busy with a thousand drives, and the thread waits for it every
     time (a convoy: ~30 µs a record, against ~10 on the loop). Only the waits leave the
     loop: a drive whose records hold an output point goes on once a commit thread's
-    fsync made them durable (the others of the batch go on at once), and SQLite's
+    fsync made them durable (the others of the batch go on at once; one sync at a time
+    covers every batch written before it began: ``_sync``), and SQLite's
     checkpoints run in a thread of their own (store/checkpointing.py). The other
     commits (a database round trip, "full" durability) go to a commit thread, one batch
     at a time; the drives that arrive meanwhile form the next. The two lanes never hold
@@ -81,6 +87,9 @@ class CommitBatcher:
         self._waiting: list[_Waiting] = []
         self._due = False  # the quick lane is written after this turn
         self._busy = False  # a batch is being written in a thread, or is due this turn
+        # Quick batches whose output points wait for the next forced sync (``_sync``).
+        self._unsynced: list[_Unsynced] = []
+        self._syncing = False  # a forced sync of quick batches is in flight
 
     async def commit(self, drive: Drive, quick: bool) -> None:
         """Commit ``drive``'s pending records; ``quick``: on the loop's thread (a local
@@ -130,21 +139,33 @@ class CommitBatcher:
         waiting = [i for i, wait in enumerate(waits) if wait]
         self._conclude(batch, written, [i for i, wait in enumerate(waits) if not wait])
         if waiting:  # their output points: on disk before they go on, the loop free meanwhile
-            synced = self._loop.run_in_executor(_COMMITS, host.wait_durable, written)
-            synced.add_done_callback(lambda done: self._synced(batch, written, waiting, done))
+            self._unsynced.append((batch, written, waiting))
+            if not self._syncing:
+                self._sync()
 
-    def _synced(
-        self,
-        batch: list[_Waiting],
-        written: WrittenBatch,
-        waiting: list[int],
-        done: asyncio.Future[None],
-    ) -> None:
+    def _sync(self) -> None:
+        """One forced sync (and one witness write) in a commit thread for every batch
+        written since the last one began: the output points of all the runs of this
+        loop share it, one sync in flight at a time. A batch written while it is in
+        flight waits for the next, which starts as soon as this one ends."""
+        unsynced, self._unsynced = self._unsynced, []
+        self._syncing = bool(unsynced)
+        if not unsynced:
+            return
+        writtens = [written for _batch, written, _waiting in unsynced]
+        synced = self._loop.run_in_executor(_COMMITS, self._host.wait_durable, writtens)
+        synced.add_done_callback(lambda done: self._synced(unsynced, done))
+
+    def _synced(self, unsynced: list[_Unsynced], done: asyncio.Future[None]) -> None:
         error = asyncio.CancelledError() if done.cancelled() else done.exception()
-        if error is not None:
-            self._resolve([batch[i] for i in waiting], None, error)
-        else:
-            self._conclude(batch, written, waiting)
+        try:
+            for batch, written, waiting in unsynced:
+                if error is not None:
+                    self._resolve([batch[i] for i in waiting], None, error)
+                else:
+                    self._conclude(batch, written, waiting)
+        finally:
+            self._sync()  # the batches written meanwhile
 
     def _conclude(self, batch: list[_Waiting], written: WrittenBatch, groups: list[int]) -> None:
         """The groups' crash points, witness and observers (``conclude_batch``), then

@@ -191,7 +191,7 @@ class JournalCommits:
             return [self._commit_group(group) for group in groups]
         written = self.write_batch(groups)
         if written.ticket is not None:
-            self.wait_durable(written)
+            self.wait_durable([written])
         self.conclude_batch(written, range(len(groups)))
         return written.results
 
@@ -244,18 +244,28 @@ class JournalCommits:
             written.landed.append(records[: None if result is None else result[0]])
         return written
 
-    def wait_durable(self, written: WrittenBatch) -> None:
-        """Returns once the output points ``written`` kept are on disk (a thread's wait),
-        and the witness holds them: its write, a sync of its own, is made here rather
-        than by ``conclude_batch`` on the loop's thread (which then finds them made)."""
+    def wait_durable(self, batches: Sequence[WrittenBatch]) -> None:
+        """Returns once the output points the ``batches`` kept are on disk (a thread's
+        wait), and the witness holds them: one forced sync for all (the store's group
+        sync shares it further, with the sync shell's drives), and one witness write for
+        every run among them (by the sync's leader: ``share_witness_writes``; else here),
+        rather than by ``conclude_batch`` on the loop's thread (which finds them made)."""
+        waiting = [written for written in batches if written.ticket is not None]
+        if not waiting:
+            return
+        landed = [records for written in waiting for records in written.landed]
         try:
-            self._store.wait_durable(written.ticket)  # type: ignore[attr-defined]
+            self._store.wait_durable(*(w.ticket for w in waiting))  # type: ignore[attr-defined]
             many = getattr(self._witness, "advance_many", None)
             if many is not None:
-                landed = [record for records in written.landed for record in records]
-                many({e[0].run_id: e[-1].seq + 1 for e, _s, _t, durable in landed if durable})
+                advances: dict[str, int] = {}
+                for records in landed:
+                    for events, _status, _token, durable in records:
+                        if durable:
+                            advances[events[0].run_id] = events[-1].seq + 1
+                many(advances)
         except Exception as exc:  # kept, but not known durable: the runs go no further
-            self._break(written.landed, exc)
+            self._break(landed, exc)
             raise
 
     def _break(self, groups: Iterable[Sequence[RecordAppend]], exc: BaseException) -> None:

@@ -133,7 +133,7 @@ class _ReadOnly:
         self.append_records(groups[0][0][0], None)
         return WrittenBatch([], [], None)
 
-    def wait_durable(self, written: WrittenBatch) -> None:
+    def wait_durable(self, batches: Sequence[WrittenBatch]) -> None:
         return None
 
     def conclude_batch(self, written: WrittenBatch, groups: Iterable[int]) -> None:
