@@ -65,8 +65,10 @@ chaos: $(STAMP)
 	STREAM_KILLS=1000 $(BIN)/python -O -m pytest -q tests/crash/test_sigkill_streams.py tests/crash/test_sigkill_langgraph_prebuilt.py
 	FLEET_SEED=$(CHAOS_SEED) FLEET_RUNS=$(FLEET_RUNS) FLEET_KILLS=$(FLEET_KILLS) FLEET_BUDGET=1800 \
 		$(BIN)/pytest -q -s tests/integration/test_fleet.py
-	# The SDK agents (OpenAI sync and async, Anthropic) SIGKILLed at every crash point (#41)
+	# The SDK agents (OpenAI sync and async, Anthropic) and the framework agents (pydantic-ai,
+	# the Agents SDK, LangGraph) SIGKILLed at every crash point (#41)
 	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_openai_agent.py -k sigkill
+	LANGGRAPH_AGENT_KILLS=all $(BIN)/pytest -q tests/crash/test_sigkill_langgraph_agent.py
 
 chaos-short: $(STAMP)
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)

@@ -17,6 +17,9 @@ and ``anthropic`` clients talk to it over a real socket.
   Messages), in the JSON file ``log``, replaced atomically before the
   answer leaves: a client killed after reading it still finds the call counted.
   ``calls()`` reads it back (the verifier's ``model_calls``).
+- ``key``: the decision key's stem when a framework names its decisions
+  (``coder:model_request`` for pydantic-ai, ``coder:model`` for the Agents SDK), in
+  place of ``chat`` / ``message``.
 - ``delay`` (seconds): how long each answer takes (the benchmark's 1 ms and 50 ms).
 """
 
@@ -46,8 +49,11 @@ def turn_key(k: int, name: str = "chat") -> str:
 class ModelServer:
     """See the module docstring. ``start()`` / ``stop()``."""
 
-    def __init__(self, script: list[Turn], log: Path | None = None, delay: float = 0.0) -> None:
+    def __init__(
+        self, script: list[Turn], log: Path | None = None, delay: float = 0.0, key: str = ""
+    ) -> None:
         self.script = script
+        self.key = key
         self.log = log
         self.delay = delay
         self._lock = threading.Lock()
@@ -101,7 +107,7 @@ class ModelServer:
 
     def _turn(self, body: dict[str, Any], name: str) -> int:
         turn = sum(1 for m in body.get("messages", ()) if m.get("role") == "assistant")
-        self._count(turn_key(turn, name))
+        self._count(turn_key(turn, self.key or name))
         if self.delay:
             time.sleep(self.delay)
         return turn
