@@ -11,12 +11,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import crashproof as cp
-
-if TYPE_CHECKING:
-    from crashproof.models import FunctionTool
+from crashproof.models import FunctionTool, ctx_calls
 
 __all__ = ["ctx_call", "function_tool_call"]
 
@@ -54,9 +52,9 @@ async def function_tool_call(
     arguments: Any,
 ) -> tuple[str, bool]:
     """A ``cp.models.tool`` function called by a framework's model, journaled under
-    ``step``: its text for the model and whether it is an error (``FunctionTool.ctx_calls``
+    ``step``: its text for the model and whether it is an error (``ctx_calls``
     says what each ctx call is)."""
-    calls = tool.ctx_calls(step, call_id, arguments)
+    calls = ctx_calls(tool, step, call_id, arguments)
     value: Any = None
     while True:
         try:

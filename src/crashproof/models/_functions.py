@@ -40,7 +40,7 @@ import inspect
 import json
 import re
 import typing
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, overload
 
@@ -120,23 +120,6 @@ class FunctionTool:
                 f"params ({shape}), not {params!r:.80}"
             )
         return list(many)
-
-    def ctx_calls(
-        self, step: str, call_id: str, arguments: Any
-    ) -> Generator[tuple[str, str, Any, dict[str, Any]], Any, tuple[str, bool]]:
-        """One call of this tool by a framework's agent (pydantic-ai, the Agents SDK,
-        LangGraph: their integrations take ``cp.models.tool`` functions as the agent's
-        tools), as the ctx calls to make, sans I/O: yields ``(method, name, work,
-        kwargs)`` (``"step"`` with a function, or ``"act"`` with a ``cp.Tool``, under the
-        step name ``step`` or ``step/<j>`` for the j-th of several acts); the caller makes
-        each (``getattr(ctx, method)(name, work, **kwargs)``, sync or awaited) and sends
-        back its value, or the ``cp.ActFailed`` it raised. Returns the text the model
-        reads and whether it reports an error: arguments that do not fit the schema, the
-        function's own exception and an act's failure are recorded as such text (under
-        ``errors="message"``); crashproof's own errors propagate."""
-        from crashproof.models._tools import function_calls
-
-        return function_calls(self, step, call_id, arguments)
 
     def _failed(self, exc: Exception) -> dict[str, Any]:
         if self.errors == "raise" or isinstance(exc, cp.CrashproofError):

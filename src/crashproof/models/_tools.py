@@ -25,7 +25,7 @@ __all__ = [
     "Planned",
     "act_outcome",
     "as_text",
-    "function_calls",
+    "ctx_calls",
     "function_step",
     "handlers",
     "plan",
@@ -210,16 +210,20 @@ def act_outcome(handler: Any, call_id: str, value: Any) -> Any:
 CtxCall = tuple[str, str, Any, dict[str, Any]]
 
 
-def function_calls(
+def ctx_calls(
     tool: FunctionTool, step: str, call_id: str, arguments: Any
 ) -> Generator[CtxCall, Any, tuple[str, bool]]:
-    """One model call of ``tool`` under the step name ``step``, sans I/O, for an
-    integration whose framework has already picked the tool and named the call: yields
-    the ctx calls to make (``("step" | "act", name, fn or cp.Tool, kwargs)``; the caller
-    makes each, sync or awaited, and sends back its value or the ``cp.ActFailed`` it
-    raised) and returns the text the model reads and whether it is an error. Arguments
-    that do not fit, a tool's own error and an act's failure are recorded as that text
-    (under ``errors="message"``), as ``run_tools`` records them."""
+    """One call of a ``cp.models.tool`` function by a framework's agent (pydantic-ai, the
+    Agents SDK, LangGraph: their integrations take such functions as the agent's
+    tools), as the ctx calls to make, sans I/O: yields ``(method, name, work, kwargs)``
+    (``"step"`` with a function, or ``"act"`` with a ``cp.Tool``, under the step name
+    ``step``, or ``step/<j>`` for the j-th of several acts); the caller makes each
+    (``getattr(ctx, method)(name, work, **kwargs)``, sync or awaited) and sends back its
+    value, or the ``cp.ActFailed`` it raised. Returns the text the model reads and
+    whether it reports an error: arguments that do not fit the schema, the function's
+    own exception and an act's failure are recorded as such text (under
+    ``errors="message"``), as ``run_tools`` records them; crashproof's own errors
+    propagate."""
     call = ToolCall(index=0, id=call_id, name=tool.name, arguments=arguments)
     params, error = _check(call, tool, None)
     acts: tuple[tuple[str, cp.Tool, dict[str, Any]], ...] = ()

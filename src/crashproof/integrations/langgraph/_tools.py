@@ -50,6 +50,7 @@ from pydantic import BaseModel
 import crashproof as cp
 from crashproof.integrations.langgraph._calls import NodeCalls
 from crashproof.models import FunctionTool as ModelTool
+from crashproof.models import ctx_calls
 
 __all__ = ["durable_tools"]
 
@@ -213,7 +214,7 @@ class _DurableTool(BaseTool):
 class _ModelTool(BaseTool):
     """A ``cp.models.tool`` function called by ``ToolNode`` (see the module docstring)."""
 
-    function: Any  # cp.models.FunctionTool (not a pydantic type)
+    function: Any  # ModelTool (not a pydantic type)
     calls: Any  # NodeCalls
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - invoke overrides
@@ -228,7 +229,7 @@ class _ModelTool(BaseTool):
         calls: NodeCalls = self.calls
         conf: Mapping[str, Any] = config or {}
         call_id = str(input["id"])
-        steps = self.function.ctx_calls(call_id, call_id, dict(input.get("args") or {}))
+        steps = ctx_calls(self.function, call_id, call_id, dict(input.get("args") or {}))
         value: Any = None
         while True:
             try:
