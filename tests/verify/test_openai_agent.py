@@ -159,6 +159,7 @@ def _lost(point: str, name: str) -> bool:
     )[1].rstrip("]").replace(name, "", 1)
 
 
+@pytest.mark.timeout(1800)  # every point (make chaos) of an agent on a loaded machine
 @pytest.mark.parametrize("agent", list(AGENTS))
 def test_sigkill_matrix(agent: str, references: dict[str, Reference], tmp_path: Path) -> None:
     module, _, name = AGENTS[agent]
