@@ -79,8 +79,10 @@ chaos: $(STAMP)
 	SQL_KILLS=60 $(BIN)/python -O -m pytest -q -s tests/crash/test_sigkill_sql.py -k random
 	# cp.Shell: a codemod, pip install --target and git commit+gc SIGKILLed at random (#44)
 	SHELL_KILLS=100 SHELL_SEED=$(CHAOS_SEED) $(BIN)/pytest -q tests/verify/test_shell_chaos.py
-	# The SDK agents (OpenAI sync and async, Anthropic) SIGKILLed at every crash point (#41)
+	# The SDK agents (OpenAI sync and async, Anthropic) and the framework agents (pydantic-ai,
+	# the Agents SDK, LangGraph) SIGKILLed at every crash point (#41)
 	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_openai_agent.py -k sigkill
+	LANGGRAPH_AGENT_KILLS=all $(BIN)/pytest -q tests/crash/test_sigkill_langgraph_agent.py
 	# Matrices make test samples: power cuts of the other scenarios, completion evidence
 	# as child processes and power cuts (every point here)
 	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_verify_powercut.py \

@@ -1,14 +1,19 @@
-"""Lines of code of the SDK agents with and without crashproof.
+"""Lines of code of the agents with and without crashproof.
 
     .venv/bin/python bench/loc.py
 
 Counts the non-blank, non-comment lines (docstrings left out, decorators counted) of
-three agents, each against its plain twin: on ``openai.OpenAI``
+the code agent on six stacks, each against its plain twin: on ``openai.OpenAI``
 (``examples/openai_agent.py`` / ``openai_agent_plain.py``), on ``openai.AsyncOpenAI``
 (``openai_agent_async.py`` / ``openai_agent_async_plain.py``) and on
-``anthropic.Anthropic`` (``anthropic_agent.py`` / ``anthropic_agent_plain.py``):
+``anthropic.Anthropic`` (``anthropic_agent.py`` / ``anthropic_agent_plain.py``), and
+the same agent on three frameworks: pydantic-ai (``pydantic_ai_agent.py``), the OpenAI
+Agents SDK (``openai_agents_agent.py``) and LangGraph's prebuilt ``create_react_agent``
+(``langgraph_agent.py``), each against its ``_plain`` twin:
 
-- the workflow: the decorated loop against the plain ``agent`` function;
+- the workflow: the decorated loop against the plain ``agent`` function (for a
+  framework: the agent built and run, model and workflow included, against the plain
+  function that builds and runs it);
 - the agent: the workflow with its tools and their schemas (``make_workflow`` and
   ``agent_tools``, whose schemas ``cp.models.tool`` derives, against ``agent``, the
   ``Tools`` class and the hand-written ``TOOLS`` schemas of the plain twin). What both
@@ -83,6 +88,23 @@ AGENTS: dict[str, tuple[Parts, Parts, Parts]] = {
         (("anthropic_agent.py", ("anthropic_agent",)),),
         (("anthropic_agent_plain.py", ("agent", "TOOLS")),),
         (("anthropic_agent.py", ("make_workflow",)),),
+    ),
+    # The frameworks: the agent built and run (the model, the agent with its tools, the
+    # workflow or the thread's start and resume) against the plain agent function.
+    "pydantic-ai": (
+        (("pydantic_ai_agent.py", ("make_workflow",)),),
+        (("pydantic_ai_agent_plain.py", ("agent", "_tool")),),
+        (("pydantic_ai_agent.py", ("make_workflow",)),),
+    ),
+    "agents sdk": (
+        (("openai_agents_agent.py", ("make_workflow",)),),
+        (("openai_agents_agent_plain.py", ("agent",)),),
+        (("openai_agents_agent.py", ("make_workflow",)),),
+    ),
+    "langgraph": (
+        (("langgraph_agent.py", ("make_agent", "coder")),),
+        (("langgraph_agent_plain.py", ("agent",)),),
+        (("langgraph_agent.py", ("make_agent", "coder")),),
     ),
 }
 

@@ -17,6 +17,9 @@ and ``anthropic`` clients talk to it over a real socket.
   Messages), in the JSON file ``log``, replaced atomically before the
   answer leaves: a client killed after reading it still finds the call counted.
   ``calls()`` reads it back (the verifier's ``model_calls``).
+- ``key``: the decision key's stem when a framework names its decisions
+  (``coder:model_request`` for pydantic-ai, ``coder:model`` for the Agents SDK), in
+  place of ``chat`` / ``message``.
 - ``delay`` (seconds): how long each answer takes (the benchmark's 1 ms and 50 ms).
 """
 
@@ -47,10 +50,16 @@ class ModelServer:
     """See the module docstring. ``start()`` / ``stop()``."""
 
     def __init__(
-        self, script: list[Turn], log: Path | None = None, delay: float = 0.0, port: int = 0
+        self,
+        script: list[Turn],
+        log: Path | None = None,
+        delay: float = 0.0,
+        port: int = 0,
+        key: str = "",
     ) -> None:
         self.script = script
         self.port = port  # 0: any free port
+        self.key = key
         self.log = log
         self.delay = delay
         self._lock = threading.Lock()
@@ -104,7 +113,7 @@ class ModelServer:
 
     def _turn(self, body: dict[str, Any], name: str) -> int:
         turn = sum(1 for m in body.get("messages", ()) if m.get("role") == "assistant")
-        self._count(turn_key(turn, name))
+        self._count(turn_key(turn, self.key or name))
         if self.delay:
             time.sleep(self.delay)
         return turn

@@ -161,9 +161,12 @@ def run_tests_in(root: Path) -> str:
     return "\n".join([*failed, f"{passed} passed, {len(failed)} failed"])
 
 
-def make_env(directory: Path, client: Callable[[ModelServer], Any] | None = None) -> Env:
+def make_env(
+    directory: Path, client: Callable[[ModelServer], Any] | None = None, key: str = ""
+) -> Env:
     """A git repository, the model server and the forge; after a crash, the ones left.
-    ``client``: the SDK client for the model server (default: ``openai.OpenAI``)."""
+    ``client``: the SDK client for the model server (default: ``openai.OpenAI``);
+    ``key``: the stem of the decision keys, if a framework names them."""
     repo = directory / "repo"
     if not repo.exists():
         repo.mkdir(parents=True)
@@ -172,7 +175,7 @@ def make_env(directory: Path, client: Callable[[ModelServer], Any] | None = None
         _git(repo, "init", "-q", "-b", "main")
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", "Initial commit")
-    model = ModelServer(SCRIPT, log=directory / "model.json").start()
+    model = ModelServer(SCRIPT, log=directory / "model.json", key=key).start()
     forge = Forge(directory / "forge.json").start()
     forge.ensure_repository("greeter", head=_git(repo, "rev-parse", "main"))
     http = httpx.Client(verify=False, timeout=10.0)

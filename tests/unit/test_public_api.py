@@ -128,3 +128,30 @@ def test_design_section_12_names_are_exported() -> None:
         "PermanentError", "ActFailed", "workflow", "Tool", "Call", "Receipt", "Workspace",
     }  # fmt: skip
     assert promised <= set(cp.__all__)
+
+
+def test_import_crashproof_leaves_the_runtime_for_first_use() -> None:
+    """``import crashproof`` loads the errors, ``Tool``, the options and the records; the
+    runtime, the stores, the integrity kit (and ``cryptography``) load when a name that
+    needs them is first used (an integration's import does not pay for them)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, crashproof as cp\n"
+        "heavy = ('crashproof.runtime.ledger', 'crashproof.runtime.context', "
+        "'crashproof.store.sql', 'crashproof.integrity.signing', 'cryptography')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "ledger = cp.Ledger\n"
+        "print('crashproof.runtime.ledger' in sys.modules, cp.Ledger is ledger)\n"
+        "from crashproof import AsyncContext, workflow\n"
+        "print(AsyncContext.__module__, workflow.__module__, 'Ledger' in dir(cp))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == [
+        "[]",
+        "True True",
+        "crashproof.runtime.async_context crashproof.runtime.workflow True",
+    ]

@@ -1,15 +1,20 @@
-"""The code agent on the model SDKs, each with its plain twin: ``examples/openai_agent.py``
-(``openai.OpenAI``), ``openai_agent_async.py`` (``AsyncOpenAI``) and
-``anthropic_agent.py`` (``anthropic.Anthropic``), all with the agent's own tools
-(``cp.models.tool``). What an uninterrupted run does against the plain twin (the same
-artifacts, the same tool schemas, no more lines), and a SIGKILL matrix per agent: a
+"""The code agent on the model SDKs and two frameworks, each with its plain twin:
+``examples/openai_agent.py`` (``openai.OpenAI``), ``openai_agent_async.py``
+(``AsyncOpenAI``), ``anthropic_agent.py`` (``anthropic.Anthropic``),
+``pydantic_ai_agent.py`` (pydantic-ai) and ``openai_agents_agent.py`` (the OpenAI
+Agents SDK), all with the agent's own tools (``cp.models.tool``; the plain twins' tools
+are the same functions with their schemas written by hand or derived by the framework;
+the LangGraph agent's matrix is ``tests/crash/test_sigkill_langgraph_agent.py``). What an
+uninterrupted run does against the plain twin (the same artifacts, the same tool
+schemas, no more lines), and a SIGKILL matrix per agent: a
 real child (``crashproof.verify._child``) killed at crash points, resumed by another
 process: effects once, no recorded decision asked again.
 
 CI kills each agent at ``KILLS`` (every kind of commit that matters: a decision lost and
 one recorded, an effect made without its receipt, a multi-act tool between its acts,
 the outbox between delivery and its record) and at ``SAMPLE`` more points drawn with a
-fixed seed (about 40 s in all on a loaded 2-core machine). Every point::
+fixed seed (about 40 s in all on a loaded 2-core machine); the framework agents at one
+point (the pull request made, its receipt lost). Every point::
 
     CRASHPROOF_FULL_MATRIX=1 pytest tests/verify/test_openai_agent.py
     crashproof verify examples.openai_agent:SCENARIO --mode subprocess   # and the others
@@ -33,6 +38,10 @@ from examples import (
     openai_agent_async,
     openai_agent_async_plain,
     openai_agent_plain,
+    openai_agents_agent,
+    openai_agents_agent_plain,
+    pydantic_ai_agent,
+    pydantic_ai_agent_plain,
 )
 from examples._model_server import turn_key
 
@@ -45,7 +54,15 @@ AGENTS: dict[str, tuple[ModuleType, ModuleType, str]] = {
     "openai": (openai_agent, openai_agent_plain, "chat"),
     "openai_async": (openai_agent_async, openai_agent_async_plain, "chat"),
     "anthropic": (anthropic_agent, anthropic_agent_plain, "message"),
+    # the frameworks name their decisions: the agent's name, then the hook's
+    "pydantic_ai": (pydantic_ai_agent, pydantic_ai_agent_plain, pydantic_ai_agent.DECISIONS),
+    "openai_agents": (
+        openai_agents_agent,
+        openai_agents_agent_plain,
+        openai_agents_agent.DECISIONS,
+    ),
 }
+FRAMEWORKS = {"pydantic_ai", "openai_agents"}  # fewer points in CI: the kinds, no sample
 SEED, SAMPLE = 41, 2
 
 
@@ -117,12 +134,15 @@ def test_each_crashproof_agent_is_no_longer_than_its_plain_twin() -> None:
     loc: Any = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loc)
     counts = loc.counts()
-    assert len(counts) == 2 * len(AGENTS)
+    assert len(counts) == 2 * len(loc.AGENTS)
+    assert {"pydantic-ai agent", "agents sdk agent", "langgraph agent"} <= set(counts)
     for what, (ours, plain) in counts.items():
         assert ours <= plain, f"{what}: {ours} lines with crashproof, {plain} without"
 
 
-def _kills(name: str) -> tuple[str, ...]:
+def _kills(name: str, framework: bool = False) -> tuple[str, ...]:
+    if framework:  # the PR made, its receipt lost, every decision before it recorded
+        return (f"inside[act:{name}.5/0:create_pull_request/1:responded]",)
     return (
         f"before_commit[step_done:{name}#3]",  # a decision lost: asked again, once
         f"after_commit[step_done:{name}#2]",  # a decision recorded: never asked again
@@ -139,18 +159,20 @@ def _lost(point: str, name: str) -> bool:
     )[1].rstrip("]").replace(name, "", 1)
 
 
+@pytest.mark.timeout(1800)  # every point (make chaos) of an agent on a loaded machine
 @pytest.mark.parametrize("agent", list(AGENTS))
 def test_sigkill_matrix(agent: str, references: dict[str, Reference], tmp_path: Path) -> None:
     module, _, name = AGENTS[agent]
     reference = references[agent]
     points = reference.points
-    kills = set(_kills(name))
+    kills = set(_kills(name, agent in FRAMEWORKS))
     assert kills <= set(points)
     if os.environ.get("CRASHPROOF_FULL_MATRIX") == "1":
         chosen = set(points)
     else:
         others = sorted(set(points) - kills)
-        chosen = kills | set(random.Random(f"{SEED}:{agent}").sample(others, SAMPLE))
+        sample = 0 if agent in FRAMEWORKS else SAMPLE
+        chosen = kills | set(random.Random(f"{SEED}:{agent}").sample(others, sample))
     target = f"{module.__name__}:SCENARIO"
     for n, point in enumerate(points, start=1):
         if point not in chosen:

@@ -9,12 +9,14 @@ and the work is handed back to the loop from there."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import crashproof as cp
+from crashproof.models import FunctionTool, ctx_calls
 
-__all__ = ["ctx_call"]
+__all__ = ["ctx_call", "function_tool_call"]
 
 
 async def ctx_call(
@@ -31,7 +33,7 @@ async def ctx_call(
         return await getattr(ctx, method)(name, work, **kwargs)
     loop = asyncio.get_running_loop()
     target: Any = work
-    if not isinstance(work, cp.Tool):
+    if not isinstance(work, cp.Tool) and inspect.iscoroutinefunction(work):
         coroutine_fn = work
 
         def on_loop(*args: Any, **kw: Any) -> Any:
@@ -40,3 +42,27 @@ async def ctx_call(
 
         target = on_loop
     return await asyncio.to_thread(getattr(ctx, method), name, target, **kwargs)
+
+
+async def function_tool_call(
+    ctx: cp.Context | cp.AsyncContext,
+    tool: FunctionTool,
+    step: str,
+    call_id: str,
+    arguments: Any,
+) -> tuple[str, bool]:
+    """A ``cp.models.tool`` function called by a framework's model, journaled under
+    ``step``: its text for the model and whether it is an error (``ctx_calls``
+    says what each ctx call is)."""
+    calls = ctx_calls(tool, step, call_id, arguments)
+    value: Any = None
+    while True:
+        try:
+            method, name, work, kwargs = calls.send(value)
+        except StopIteration as stop:
+            result: tuple[str, bool] = stop.value
+            return result
+        try:
+            value = await ctx_call(ctx, method, name, work, **kwargs)
+        except cp.ActFailed as exc:  # recorded, raised again on replay: ctx_calls decides
+            value = exc

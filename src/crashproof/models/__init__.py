@@ -43,6 +43,9 @@ Anthropic Messages; sync and async; streamed or not. Extras: ``crashproof[openai
   recorded error message; crashproof's own errors propagate. What an unknown outcome of
   an act means is the tool's ``on_unknown`` (``cp.OnUnknown``); one settled as not done
   comes back to the model as ``not done: ...``.
+- ``ctx_calls(tool, step, call_id, arguments)``: one call of such a function made by a
+  framework's agent, as the ctx calls to make (what the pydantic-ai, Agents SDK and
+  LangGraph integrations run when they are given ``cp.models.tool`` functions).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from crashproof.models._functions import FunctionTool, tool
 from crashproof.models._openai import CHAT, RESPONSES
 from crashproof.models._pricing import Price
 from crashproof.models._recorder import RETRY, AsyncModelCall, ModelCall
+from crashproof.models._tools import ctx_calls
 
 if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic
@@ -73,6 +77,7 @@ __all__ = [
     "ModelCall",
     "Price",
     "anthropic_messages",
+    "ctx_calls",
     "openai_chat",
     "openai_responses",
     "tool",

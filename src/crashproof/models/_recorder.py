@@ -26,6 +26,7 @@ from crashproof.models._pricing import Price, cost_of
 from crashproof.models._tools import (
     Handler,
     Planned,
+    act_outcome,
     as_text,
     function_step,
     handlers,
@@ -167,7 +168,7 @@ class _Core(Generic[R]):
                 value = yield "step", (planned.step, tool_error, call_id, planned.error), {}
             elif planned.acts:
                 for key, tool, params in planned.acts:
-                    value = _act_outcome(handler, call_id, (yield "act", (key, tool), params))
+                    value = act_outcome(handler, call_id, (yield "act", (key, tool), params))
                     if isinstance(value, dict) and value.get("is_error"):
                         break  # a later act of the same call depends on this one
             elif handler is not None and not isinstance(handler, cp.Tool):
@@ -186,20 +187,6 @@ class _Core(Generic[R]):
             else:  # an act's receipt result
                 out.append((planned.call, as_text(value), False))
         return self._api.tool_results(out)
-
-
-def _act_outcome(handler: Any, call_id: str, value: Any) -> Any:
-    """An act's value as a tool result: its receipt's, or the model told what failed."""
-    if isinstance(value, cp.ActNotDone):  # its on_unknown said so: tell the model
-        return tool_error(call_id, f"not done: {value}")
-    if isinstance(value, cp.ActFailed):
-        refused = isinstance(value, cp.PolicyViolation)  # crashproof's own: the run's
-        if refused or (isinstance(handler, FunctionTool) and handler.errors == "raise"):
-            raise value
-        return tool_error(call_id, f"error: {value}")
-    if isinstance(handler, FunctionTool) and handler.kind == "effect":  # FunctionEffect's record
-        return {"tool_call_id": call_id, **value}
-    return value
 
 
 class ModelCall(_Core[R]):

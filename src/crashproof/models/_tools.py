@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,17 @@ import crashproof as cp
 from crashproof.models._api import ToolCall
 from crashproof.models._functions import FunctionEffect, FunctionTool, output_text
 
-__all__ = ["Handler", "Planned", "as_text", "function_step", "handlers", "plan", "tool_error"]
+__all__ = [
+    "Handler",
+    "Planned",
+    "act_outcome",
+    "as_text",
+    "ctx_calls",
+    "function_step",
+    "handlers",
+    "plan",
+    "tool_error",
+]
 
 Handler = FunctionTool | cp.Tool | Callable[..., Any]
 
@@ -180,3 +190,56 @@ def function_step(handler: Callable[..., Any]) -> Callable[[str, dict[str, Any]]
         return {"tool_call_id": call_id, **function.run(params)}
 
     return run
+
+
+def act_outcome(handler: Any, call_id: str, value: Any) -> Any:
+    """An act's value as a tool result: its receipt's, or the model told what failed."""
+    if isinstance(value, cp.ActNotDone):  # its on_unknown said so: tell the model
+        return tool_error(call_id, f"not done: {value}")
+    if isinstance(value, cp.ActFailed):
+        refused = isinstance(value, cp.PolicyViolation)  # crashproof's own: the run's
+        if refused or (isinstance(handler, FunctionTool) and handler.errors == "raise"):
+            raise value
+        return tool_error(call_id, f"error: {value}")
+    if isinstance(handler, FunctionTool) and handler.kind == "effect":  # FunctionEffect's record
+        return {"tool_call_id": call_id, **value}
+    return value
+
+
+# One ctx call of a framework's tool call: (method, step name, work, keyword arguments).
+CtxCall = tuple[str, str, Any, dict[str, Any]]
+
+
+def ctx_calls(
+    tool: FunctionTool, step: str, call_id: str, arguments: Any
+) -> Generator[CtxCall, Any, tuple[str, bool]]:
+    """One call of a ``cp.models.tool`` function by a framework's agent (pydantic-ai, the
+    Agents SDK, LangGraph: their integrations take such functions as the agent's
+    tools), as the ctx calls to make, sans I/O: yields ``(method, name, work, kwargs)``
+    (``"step"`` with a function, or ``"act"`` with a ``cp.Tool``, under the step name
+    ``step``, or ``step/<j>`` for the j-th of several acts); the caller makes each
+    (``getattr(ctx, method)(name, work, **kwargs)``, sync or awaited) and sends back its
+    value, or the ``cp.ActFailed`` it raised. Returns the text the model reads and
+    whether it reports an error: arguments that do not fit the schema, the function's
+    own exception and an act's failure are recorded as such text (under
+    ``errors="message"``), as ``run_tools`` records them; crashproof's own errors
+    propagate."""
+    call = ToolCall(index=0, id=call_id, name=tool.name, arguments=arguments)
+    params, error = _check(call, tool, None)
+    acts: tuple[tuple[str, cp.Tool, dict[str, Any]], ...] = ()
+    if error is None:
+        acts, error = _acts(step, tool, params)
+    value: Any
+    if error is not None:
+        value = yield "step", step, tool_error, {"call_id": call_id, "message": error}
+    elif acts:
+        for key, target, act_params in acts:
+            value = act_outcome(tool, call_id, (yield "act", key, target, act_params))
+            if isinstance(value, dict) and value.get("is_error"):
+                break  # a later act of the same call depends on this one
+    else:
+        run = function_step(tool)
+        value = yield "step", step, run, {"call_id": call_id, "params": params}
+    if isinstance(value, dict) and "tool_call_id" in value:  # a step's record
+        return str(value["output"]), bool(value.get("is_error"))
+    return as_text(value), False

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random as _random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crashproof.errors import PermanentError
 from crashproof.journal.records import Limits
-from crashproof.runtime.guards.policy import Policy
+
+if TYPE_CHECKING:  # imported when checked: ``import crashproof`` does not load the guards
+    from crashproof.runtime.guards.policy import Policy
 
 __all__ = ["Decision", "RetryPolicy", "RunOptions", "StepOptions"]
 
@@ -92,5 +94,7 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.limits is not None and not isinstance(self.limits, Limits):
             raise TypeError(f"RunOptions.limits must be a cp.Limits, not {self.limits!r}")
+        from crashproof.runtime.guards.policy import Policy
+
         if self.policy is not None and not isinstance(self.policy, Policy):
             raise TypeError(f"RunOptions.policy must be a cp.Policy, not {self.policy!r}")

@@ -14,11 +14,14 @@
   node was (``unfinished`` says whether there is one; ``state.next`` alone does not).
 
 Only ``crashproof``'s public names are used here; ``import crashproof`` never imports
-LangGraph.
+LangGraph. The prebuilt parts (``durable_tools``, ``durable_model``) load LangChain's
+tools and chat models on first use of their names: a graph built by hand does not pay
+for them.
 """
 
+from typing import TYPE_CHECKING
+
 from crashproof.integrations.langgraph._calls import FunctionTool, NodeCalls, call_run_id
-from crashproof.integrations.langgraph._model import DurableChatModel, durable_model
 from crashproof.integrations.langgraph._resume import (
     aresume,
     aresume_stream,
@@ -29,7 +32,16 @@ from crashproof.integrations.langgraph._resume import (
 )
 from crashproof.integrations.langgraph._saver import CrashproofSaver
 from crashproof.integrations.langgraph._serde import JsonSerde, StoredError
-from crashproof.integrations.langgraph._tools import durable_tools
+
+if TYPE_CHECKING:
+    from crashproof.integrations.langgraph._model import DurableChatModel, durable_model
+    from crashproof.integrations.langgraph._tools import durable_tools
+
+_LAZY = {
+    "DurableChatModel": "crashproof.integrations.langgraph._model",
+    "durable_model": "crashproof.integrations.langgraph._model",
+    "durable_tools": "crashproof.integrations.langgraph._tools",
+}
 
 __all__ = [
     "CrashproofSaver",
@@ -48,3 +60,14 @@ __all__ = [
     "start_or_resume",
     "unfinished",
 ]
+
+
+def __getattr__(name: str) -> object:
+    import importlib
+
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -27,6 +27,12 @@ default) gives it to the model as a ``ToolMessage`` with ``status="error"``,
 ``errors="raise"`` raises ``ToolException`` into ``ToolNode``, whose
 ``handle_tool_errors`` decides. Arguments that do not fit the tool's schema are refused
 before anything is journaled (``ToolNode`` turns that into a message to the model).
+
+A ``cp.models.tool`` function in ``tools`` becomes a tool with its name, description
+and schema, each call run as it declares (a step: a recorded read; its ``act=`` tools;
+an ``effect=``), through ``NodeCalls`` under the tool-call id (``<id>/<j>`` for the j-th
+of several acts); arguments that do not fit, its own error and an act's failure reach
+the model as a ``ToolMessage`` with ``status="error"``.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ from pydantic import BaseModel
 
 import crashproof as cp
 from crashproof.integrations.langgraph._calls import NodeCalls
+from crashproof.models import FunctionTool as ModelTool
+from crashproof.models import ctx_calls
 
 __all__ = ["durable_tools"]
 
@@ -203,6 +211,47 @@ class _DurableTool(BaseTool):
         return ToolMessage(content, name=self.name, tool_call_id=call_id)
 
 
+class _ModelTool(BaseTool):
+    """A ``cp.models.tool`` function called by ``ToolNode`` (see the module docstring)."""
+
+    function: Any  # ModelTool (not a pydantic type)
+    calls: Any  # NodeCalls
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - invoke overrides
+        raise NotImplementedError("a durable tool is called through invoke/ainvoke")
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if not (isinstance(input, dict) and input.get("type") == "tool_call" and input.get("id")):
+            raise ValueError(
+                f"durable tool {self.name!r} runs a model's tool call (ToolNode passes one, "
+                "with its id); it was called with plain arguments, so nothing was journaled"
+            )
+        calls: NodeCalls = self.calls
+        conf: Mapping[str, Any] = config or {}
+        call_id = str(input["id"])
+        steps = ctx_calls(self.function, call_id, call_id, dict(input.get("args") or {}))
+        value: Any = None
+        while True:
+            try:
+                method, name, work, params = steps.send(value)
+            except StopIteration as stop:
+                text, failed = stop.value
+                break
+            try:
+                if method == "act":
+                    value = calls.act(conf, name, work, **params)
+                else:  # a step: a recorded read, named after the tool
+                    read = _named(lambda kwargs, run=work: run(**kwargs), f"read.{self.name}")
+                    value = calls.decide(conf, name, read, args=params)
+            except cp.ActFailed as exc:  # recorded with the call's run: raised again on replay
+                value = exc
+        status: Literal["success", "error"] = "error" if failed else "success"
+        return ToolMessage(text, name=self.name, tool_call_id=call_id, status=status)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.invoke, input, config)
+
+
 def _output(name: str, out: Any) -> dict[str, Any]:
     """What a tool invoked with a tool call returned, as JSON to record."""
     if isinstance(out, ToolMessage):
@@ -236,7 +285,7 @@ def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
 def durable_tools(
     calls: NodeCalls,
-    tools: Sequence[BaseTool | Callable[..., Any]],
+    tools: Sequence[BaseTool | ModelTool | Callable[..., Any]],
     *,
     acts: Mapping[str, cp.Tool] | None = None,
     params: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
@@ -244,7 +293,8 @@ def durable_tools(
     on_unknown: Mapping[str, cp.OnUnknown | str] | None = None,
     errors: Literal["message", "raise"] = "message",
 ) -> list[BaseTool]:
-    """``tools`` (LangChain tools or plain typed functions), each call journaled in
+    """``tools`` (LangChain tools, plain typed functions or ``cp.models.tool`` functions,
+    which run as they declare, the options below aside), each call journaled in
     ``calls``' ledger; hand the result to ``ToolNode`` or ``create_react_agent``::
 
         agent = create_react_agent(durable_model(calls, model),
@@ -264,6 +314,20 @@ def durable_tools(
     out: list[BaseTool] = []
     names: set[str] = set()
     for given in tools:
+        if isinstance(given, ModelTool):
+            if given.name in names:
+                raise ValueError(f"durable_tools: two tools are named {given.name!r}")
+            names.add(given.name)
+            out.append(
+                _ModelTool(
+                    name=given.name,
+                    description=given.description,
+                    args_schema=given.schema,
+                    function=given,
+                    calls=calls,
+                )
+            )
+            continue
         inner = given if isinstance(given, BaseTool) else as_tool(given)
         name = inner.name
         if name in names:

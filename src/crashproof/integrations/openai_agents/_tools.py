@@ -18,10 +18,12 @@ from agents.tool import FunctionTool
 from agents.tool_context import ToolContext
 
 import crashproof as cp
+from crashproof.integrations._calls_from_loop import function_tool_call
 from crashproof.integrations.openai_agents._bridge import Session, bound, ctx_call
 from crashproof.integrations.openai_agents._model import to_json
+from crashproof.models import FunctionTool as ModelTool
 
-__all__ = ["journaled"]
+__all__ = ["journaled", "model_tool"]
 
 Invoke = Callable[[ToolContext[Any], str], Awaitable[Any]]
 
@@ -89,3 +91,27 @@ def journaled(
         return record["output"]
 
     return dataclasses.replace(tool, on_invoke_tool=on_invoke)
+
+
+def model_tool(function: ModelTool) -> FunctionTool:
+    """A ``cp.models.tool`` function as the SDK's function tool: its name, description
+    and schema (``cp.models.tool``'s, pydantic's, as the SDK derives its own; not made
+    strict, so a parameter with a default stays optional), each call run as it declares
+    (a step, its ``act=`` tools, an ``effect=``) under ``<model call key>/<index>:<tool>``;
+    a wrong call or a tool's error is the tool's output, a message to the model."""
+
+    async def on_invoke(context: ToolContext[Any], input_json: str) -> str:
+        session = bound(f"tool {function.name!r}")
+        async with session.lock:  # the call's acts, together, in the SDK's order
+            text, _ = await function_tool_call(
+                session.ctx, function, _key(session, context), context.tool_call_id, input_json
+            )
+        return text
+
+    return FunctionTool(
+        name=function.name,
+        description=function.description,
+        params_json_schema=function.schema,
+        on_invoke_tool=on_invoke,
+        strict_json_schema=False,
+    )

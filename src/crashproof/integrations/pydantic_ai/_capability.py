@@ -46,7 +46,7 @@ Hooks (pydantic-ai's ``AbstractCapability``):
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -73,11 +73,13 @@ from pydantic_ai.tools import (
     DeferredToolRequests,
     DeferredToolResults,
     RunContext,
+    Tool,
     ToolDefinition,
 )
-from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 import crashproof as cp
+from crashproof.integrations._calls_from_loop import function_tool_call
 from crashproof.integrations.pydantic_ai._approvals import approval_tool, to_the_gate
 from crashproof.integrations.pydantic_ai._bridge import bound, ctx_call
 from crashproof.integrations.pydantic_ai._codec import (
@@ -89,6 +91,7 @@ from crashproof.integrations.pydantic_ai._codec import (
 )
 from crashproof.integrations.pydantic_ai._effects import FunctionEffect
 from crashproof.integrations.pydantic_ai._mcp import journal_mcp
+from crashproof.models import FunctionTool
 
 __all__ = ["EFFECT", "MODEL_RETRY", "STEP", "CrashproofDurability", "effect"]
 
@@ -152,7 +155,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
     """
 
     name: str | None
-    tools: Mapping[str, cp.Tool]
+    tools: Mapping[str, cp.Tool | FunctionTool]
     options: cp.StepOptions
     functions: Literal["step", "effect"]
     approvals: Literal["crashproof", "pydantic_ai"]
@@ -168,7 +171,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         self,
         *,
         name: str | None = None,
-        tools: Mapping[str, cp.Tool] | None = None,
+        tools: Mapping[str, cp.Tool] | Sequence[FunctionTool] | None = None,
         options: cp.StepOptions | None = None,
         functions: Literal["step", "effect"] = "step",
         approvals: Literal["crashproof", "pydantic_ai"] = "crashproof",
@@ -176,7 +179,10 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
     ) -> None:
         """``name``: the agent's name if it has none; ``tools``: pydantic-ai tool name ->
         the ``cp.Tool`` that performs it as an act (the tool's function only declares
-        its parameters); ``options``: for each model request (default: ``MODEL_RETRY``,
+        its parameters), or a list of ``cp.models.tool`` functions: the agent's tools
+        (added to it, their schemas from their signatures), each run as it declares
+        (a step, its ``act=`` tools, an ``effect=``), a wrong call or a tool's error a
+        message to the model; ``options``: for each model request (default: ``MODEL_RETRY``,
         one try);
         ``functions``: what an unmarked function tool is: a ``"step"`` (run again if a
         crash lands between its effect and its record) or an ``"effect"`` (an act
@@ -194,11 +200,8 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
             )
         if name is not None and (not name or "#" in name):
             raise ValueError(f"CrashproofDurability: name {name!r} must be non-empty, no '#'")
-        for key, tool in (tools or {}).items():
-            if not isinstance(tool, cp.Tool):
-                raise TypeError(f"CrashproofDurability: tools[{key!r}] is not a cp.Tool")
         self.name = name
-        self.tools = dict(tools or {})
+        self.tools = _tools(tools)
         self.options = options if options is not None else cp.StepOptions(retry=MODEL_RETRY)
         retry = self.options.retry
         if retry is not None and retry.attempts > 1:
@@ -258,6 +261,12 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
     ) -> AgentRunResult[Any]:
         self._ctx()  # refuse before anything is sent
         return await handler()
+
+    def get_toolset(self) -> AbstractToolset[AgentDepsT] | None:
+        functions = [t for t in self.tools.values() if isinstance(t, FunctionTool)]
+        if not functions:
+            return None
+        return FunctionToolset([_as_pydantic_tool(f) for f in functions], id="crashproof")
 
     def get_wrapper_toolset(
         self, toolset: AbstractToolset[AgentDepsT]
@@ -339,6 +348,9 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         run_ctx = self._ctx()
         step = self._tool_step(call)
         tool = self.tools.get(call.tool_name)
+        if isinstance(tool, FunctionTool):
+            text, _ = await function_tool_call(run_ctx, tool, step, call.tool_call_id, args)
+            return text
         metadata = tool_def.metadata or {}
         marked = metadata.get("crashproof", self.functions)
         if self.approvals == "crashproof" and ctx.tool_call_approved:
@@ -368,6 +380,45 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
             run_ctx, "step", step, run, call_id=call.tool_call_id, params=to_json(args)
         )
         return _replayed(record)
+
+
+def _tools(
+    tools: Mapping[str, cp.Tool] | Sequence[FunctionTool] | None,
+) -> dict[str, cp.Tool | FunctionTool]:
+    """``tools=`` by tool name: a mapping as given (each a ``cp.Tool``), a list of
+    ``cp.models.tool`` functions by their names."""
+    if isinstance(tools, Mapping):
+        for key, tool in tools.items():
+            if not isinstance(tool, cp.Tool):
+                raise TypeError(f"CrashproofDurability: tools[{key!r}] is not a cp.Tool")
+        return dict(tools)
+    out: dict[str, cp.Tool | FunctionTool] = {}
+    for item in tools or ():
+        if not isinstance(item, FunctionTool):
+            raise TypeError(
+                f"CrashproofDurability: a list of tools holds cp.models.tool functions, not "
+                f"{item!r}; map a tool's name to a cp.Tool in a dict instead"
+            )
+        if item.name in out:
+            raise ValueError(f"CrashproofDurability: two tools are named {item.name!r}")
+        out[item.name] = item
+    return out
+
+
+def _as_pydantic_tool(function: FunctionTool) -> Tool[Any]:
+    """``function`` as pydantic-ai's tool, with the schema ``cp.models.tool`` derived
+    (pydantic's, as pydantic-ai derives its own). Its body is never called under the
+    capability (``wrap_tool_execute`` runs the call); arguments are checked there."""
+
+    def refuse(**arguments: Any) -> Any:
+        raise UserError(
+            f"tool {function.name!r} is a cp.models.tool function: it runs only inside "
+            "`with durable(ctx):`, under CrashproofDurability"
+        )
+
+    return Tool.from_schema(
+        refuse, function.name, function.description, function.schema, sequential=True
+    )
 
 
 async def _drained(ctx: RunContext[Any], request: ModelRequestContext) -> ModelResponse:
