@@ -81,8 +81,10 @@ def test_the_grouped_syncs_cover_several_runs(tmp_path: Path) -> None:
         ledger._store.on_durable = durable  # type: ignore[attr-defined]
         got = asyncio.run(child_group.drive_all(ledger, child_group.make(tmp_path)))
     assert got == EXPECTED
-    outputs = child_group.RUNS * (child_group.ACTS + 1)
-    assert len(widths) < outputs / 2, widths
+    # How many syncs there are depends on how fast the disk answers (a quiet machine's
+    # fsync can end before the next run's output point arrives); that some sync covers
+    # several runs does not. The count is pinned where it is deterministic:
+    # tests/integration/test_output_durability.py (64 runs, syncs <= output points / 8).
     assert max(widths) > 1, widths
 
 
