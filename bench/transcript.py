@@ -84,6 +84,7 @@ def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict
     # crashproof.store.sqlite is imported by the first SQLite ledger: kept out of the
     # timed resume, as the peers' modules are.
     import crashproof as cp
+    import crashproof.runtime.ledger
     import crashproof.store.sqlite
 
     url = f"sqlite:///{directory / 'ledger.db'}"

@@ -587,6 +587,20 @@ def test_claim_after_expiry_succeeds_and_fences_the_old_owner(backend: Backend) 
     assert len(backend.store.load_events("r")) == 1
 
 
+def test_a_take_over_from_a_gone_holder_lets_one_claimant_in(backend: Backend) -> None:
+    # Two workers find the holder w1 gone and both take over from it: the first gets the
+    # run, the second meets the first's live lease (it must not fence the winner out).
+    start(backend.store, "r")
+    gone = backend.store.claim("r", "w1", 30.0)
+    won = backend.store.claim("r", "w2", 30.0, take_over="w1")
+    assert (won.owner, won.token) == ("w2", gone.token + 1)
+    with pytest.raises(LeaseHeld) as held:
+        backend.store.claim("r", "w3", 30.0, take_over="w1")
+    assert held.value.owner == "w2"
+    backend.store.renew("r", won)  # still the current lease
+    backend.store.append([event("r", 1)], fencing_token=won.token)
+
+
 def test_take_over_claims_a_held_run_and_bumps_the_token(backend: Backend) -> None:
     start(backend.store, "r")
     old = backend.store.claim("r", "w1", 30.0)

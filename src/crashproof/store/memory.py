@@ -193,7 +193,7 @@ class MemoryStore:
         return holds
 
     def claim(
-        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
+        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool | str = False
     ) -> Lease:
         with self._lock:
             if run_id not in self._runs:

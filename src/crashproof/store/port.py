@@ -107,16 +107,19 @@ def check_claimable(
     expires_at: float | None,
     now: float,
     owner: str,
-    take_over: bool,
+    take_over: bool | str,
 ) -> None:
     """The claim rule every store applies: a run with no owner, an expired lease, the
-    same owner again, or an explicit take-over may be claimed; else LeaseHeld."""
+    same owner again, or a take-over may be claimed; else LeaseHeld. ``take_over``: True
+    fences out whoever holds the lease; an owner id fences out only that holder (one
+    found gone), so of two claimants taking over from a dead holder one wins."""
     if (
         held_by is not None
         and expires_at is not None
         and expires_at > now
         and held_by != owner
-        and not take_over
+        and take_over is not True
+        and held_by != take_over
     ):
         raise lease_held(run_id, held_by, expires_at)
 
@@ -364,13 +367,13 @@ class Store(Protocol):
         ...
 
     def claim(
-        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
+        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool | str = False
     ) -> Lease:
         """Take the run's lease: a compare-and-set that succeeds when the run has no
-        owner, its owner's lease expired, ``owner`` already holds it, or ``take_over``;
-        sets owner and expiry and increments the run's fencing token. Otherwise raises
-        LeaseHeld (owner, until when); RunNotFound for an unknown run. Not a journal
-        record."""
+        owner, its owner's lease expired, ``owner`` already holds it, or ``take_over``
+        is True or names the current holder; sets owner and expiry and increments the
+        run's fencing token. Otherwise raises LeaseHeld (owner, until when); RunNotFound
+        for an unknown run. Not a journal record."""
         ...
 
     def renew(self, run_id: str, lease: Lease) -> Lease:

@@ -295,7 +295,7 @@ class PostgresStore(PostgresAppend):
             raise unreadable(run_id, stored) from None
 
     def claim(
-        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
+        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool | str = False
     ) -> Lease:
         # One statement, one round trip, shared by concurrent claims (queries.sql,
         # claim_leases): the transaction of BEGIN, SET LOCAL, lock-and-read, update and
@@ -313,12 +313,16 @@ class PostgresStore(PostgresAppend):
         live = lease_was_live(held_by, expires_at, now, owner)
         return Lease(owner, int(token), float(until), ttl_seconds, held_by, live)
 
-    def _claim_many(self, calls: list[tuple[str, tuple[str, float, bool]]]) -> dict[str, Any]:
+    def _claim_many(self, calls: list[tuple[str, tuple[str, float, bool | str]]]) -> dict[str, Any]:
         params = {
             "run_ids": [run_id for run_id, _ in calls],
             "owners": [owner for _, (owner, _ttl, _take) in calls],
             "ttls": [ttl for _, (_owner, ttl, _take) in calls],
-            "take_overs": [take for _, (_owner, _ttl, take) in calls],
+            "take_overs": [take is True for _, (_owner, _ttl, take) in calls],
+            # A take-over from one holder (found gone): taken only while it still holds.
+            "take_froms": [
+                take if isinstance(take, str) else None for _, (_owner, _ttl, take) in calls
+            ],
             # Durable (in "output" durability too): a claim a crash lost would hand its
             # fencing token out again, to the next claimant, while the first one's drive
             # goes on holding it (#38: "token 1 is superseded by 0" after a restart).

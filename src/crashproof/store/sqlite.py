@@ -278,7 +278,7 @@ class SQLiteStore(SQLiteJournal):
         return [IntentHold(*r) for r in rows if run_id is None or r[0] == run_id]
 
     def claim(
-        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool = False
+        self, run_id: str, owner: str, ttl_seconds: float, *, take_over: bool | str = False
     ) -> Lease:
         with self._transaction(run_id) as conn:
             found = conn.execute(_Q["get_lease"], (run_id,)).fetchone()

@@ -390,7 +390,10 @@ def _claim_once(store: Store, run_id: str, owner: str, ttl: float, take_over: bo
         if held.owner is None or not abandoned(held.owner, run_id):
             raise
         log.info("taking over an abandoned lease", extra={"run_id": run_id, "owner": held.owner})
-        return Grant(store.claim(run_id, owner, ttl, take_over=True), _gone(held.owner))
+        # From that holder only: of two claimants finding it gone, one takes the run and
+        # the other meets the winner's lease (one model call, not two, then a fence).
+        taken = store.claim(run_id, owner, ttl, take_over=held.owner)
+        return Grant(taken, _gone(held.owner))
 
 
 def release(store: Store, run_id: str, lease: Lease) -> None:

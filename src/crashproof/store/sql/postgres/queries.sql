@@ -76,14 +76,14 @@ FROM {schema}.runs AS r WHERE r.run_id = %s FOR UPDATE;
 -- transaction; concurrent claims combined: store/combining.py): each run's row locked (in
 -- run id order), its lease taken when the claim rule (store/port.py, check_claimable)
 -- lets the owner in: no owner, an expired lease (the server's clock), the same owner
--- again, or take_over. Per run asked: whether it exists, its owner and expiry as found,
+-- again, take_over, or take_from naming the owner found. Per run asked: whether it exists, its owner and expiry as found,
 -- the server's clock, and the new token and expiry (NULL: not taken, nothing written;
 -- the caller raises LeaseHeld from what was found).
 WITH asked AS (
     SELECT *
     FROM unnest(%(run_ids)b::text[], %(owners)b::text[], %(ttls)b::float8[],
-                %(take_overs)b::boolean[])
-         AS a (run_id, owner, ttl, take_over)
+                %(take_overs)b::boolean[], %(take_froms)b::text[])
+         AS a (run_id, owner, ttl, take_over, take_from)
 ), found AS (
     SELECT r.run_id, r.owner, r.lease_expires_at,
            extract(epoch FROM clock_timestamp())::float8 AS now
@@ -97,7 +97,7 @@ WITH asked AS (
         fencing_token = r.fencing_token + 1
     FROM found JOIN asked ON asked.run_id = found.run_id
     WHERE r.run_id = found.run_id
-      AND (asked.take_over OR found.owner IS NULL OR found.lease_expires_at IS NULL
+      AND (asked.take_over OR found.owner = asked.take_from OR found.owner IS NULL OR found.lease_expires_at IS NULL
            OR found.lease_expires_at <= found.now OR found.owner = asked.owner)
       AND set_config('synchronous_commit', %(synchronous)s::text, true) IS NOT NULL
     RETURNING r.run_id, r.fencing_token, r.lease_expires_at
