@@ -141,3 +141,25 @@ def test_a_hostile_run_id_is_quoted_in_the_hint(cli: Cli, project: Path) -> None
     refused = cli("reject", hostile, "--db", f"sqlite:///{project / 'runs.db'}")
     assert refused.code == ExitCode.USAGE
     assert "crashproof reject 'q$(touch x)' --reason" in refused.err
+
+
+def test_approve_without_a_key_signs_as_the_operator_as_reject_does(
+    cli: Cli, project: Path, flows: Any
+) -> None:
+    # Approve and reject sign alike: with the operator identity unless --key is given
+    # (approve used to read ./approver.pem, and failed where reject worked).
+    db = f"sqlite:///{project / 'runs.db'}"
+    _frozen(db, flows, flows.careful, "r3")
+    assert cli("operator", "init", "--name", "alice", "--db", db).code == ExitCode.OK
+    done = cli("approve", "r3", "drop", "--db", db)
+    assert done.code == ExitCode.OK, done.err
+    assert "as alice" in done.err
+    with cp.Ledger(db) as ledger:
+        events = ledger.journal("r3")
+        (approved,) = [e for e in events if e.type is EventType.APPROVAL_GRANTED]
+        document = approved.payload["approval"]
+        pem = ledger.approvers()["alice"].public_key
+        assert verify_statement(pem, document["statement"], document["signature"])
+    resumed = cli("resume", "r3", "--app", "rejectflows", "--db", db)
+    assert resumed.code == ExitCode.OK, resumed.err
+    assert not (project / "ws" / "old.txt").exists()  # executed, once approved

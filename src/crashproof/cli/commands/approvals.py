@@ -31,7 +31,6 @@ from crashproof.runtime.guards.approvals import MAX_TTL
 
 __all__ = [
     "ByOption",
-    "KeyOption",
     "add_approver",
     "approve",
     "init_operator",
@@ -41,15 +40,6 @@ __all__ = [
     "reject",
 ]
 
-KeyOption = Annotated[
-    Path,
-    typer.Option(
-        "--key",
-        metavar="PEM",
-        show_default=False,
-        help="Your Ed25519 private key (PEM), registered with `crashproof approvers add`.",
-    ),
-]
 ByOption = Annotated[
     str | None,
     typer.Option(
@@ -145,7 +135,15 @@ def approve(
         str | None,
         typer.Argument(metavar="[STEP]", show_default=False, help="The pending act's step key."),
     ] = None,
-    key: KeyOption = Path("approver.pem"),
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            metavar="PEM",
+            show_default=False,
+            help="Sign with this registered Ed25519 key instead of your operator identity.",
+        ),
+    ] = None,
     ttl: Annotated[
         str, typer.Option("--ttl", metavar="DURATION", help="How long it stays valid (15m, 2h).")
     ] = "15m",
@@ -156,11 +154,15 @@ def approve(
 ) -> int:
     """Sign an approval of the act a run waits on, and journal it. It binds the run, step,
     operation id, intent digest, generation, policy, an expiry and a one-time nonce;
-    `crashproof resume RUN_ID --app MODULE` then executes exactly that act, once."""
+    `crashproof resume RUN_ID --app MODULE` then executes exactly that act, once.
+    Signed with your operator identity (`crashproof operator init`) unless --key is
+    given, as `reject` and `review decide` sign."""
     settings = command_settings(ctx, db, as_json, verbose)
     seconds = parse_ttl(ttl)
     with open_ledger(settings, create=False) as ledger:
-        document = ledger.approve(run_id, step, key=key, ttl=seconds, by=by)
+        ledger.pending_act(run_id, step)  # refused before any key is made or used
+        signer = key if key is not None else trusted_operator(ledger, by).key
+        document = ledger.approve(run_id, step, key=signer, ttl=seconds, by=by)
     statement = document["statement"]
     if settings.json:
         emit_json(document)
