@@ -110,14 +110,14 @@ def test_the_workers_periodic_pass_journals_findings_bounded_in_lookups(
         poll=0.05,
         log=io.StringIO(),
         reconcile=[tool],
-        reconcile_every=0.2,
+        reconcile_every=1.5,  # long enough that a loaded machine's first pass is not due again
         reconcile_limit=4,  # two runs a pass
     )
     first = worker.reconciling.tick()
     assert sum(first.values()) == 4
     assert gets() - looked == 4  # the bound: 4 lookups, not 6
     assert worker.reconciling.tick() == {}  # not due yet
-    time.sleep(0.25)
+    time.sleep(1.55)
     second = worker.reconciling.tick()  # goes on with the run the first pass left
     assert sum(second.values()) >= 2
     infos = {i.run_id: i for i in ledger.runs()}
