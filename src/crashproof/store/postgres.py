@@ -8,7 +8,8 @@ application. Opening never writes before the schema has been recognised as absen
 empty, or a crashproof ledger this version can read; migrations run in one transaction
 under an advisory lock, so processes opening a new ledger at once do not race.
 
-Journal appends (one round trip each in the common case) are in store/pg_append.py.
+Journal appends (one round trip each in the common case) are in store/pg_append.py,
+the run index and lease listings in store/pg_index.py.
 A run's start and lease are one statement each (create_runs, claim_leases,
 release_leases), shared by the runs that start, claim or release at the same time
 (store/combining.py): an event loop of async drives starts hundreds at once.
@@ -35,15 +36,14 @@ from crashproof.errors import (
     SchemaTooNew,
     StaleLeaseError,
 )
-from crashproof.journal.codec import decode
 from crashproof.journal.records import Event, RunRow, RunStatus
 from crashproof.store.combining import Combiner
-from crashproof.store.index import IndexQuery
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, split_statements
 from crashproof.store.migrate_postgres import lock_key
 from crashproof.store.pg_append import PostgresAppend, apply_change, as_columns, reason_in
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
+from crashproof.store.pg_index import PostgresIndex, run_row
 from crashproof.store.port import (
     GENESIS,
     VERSION_FRESH,
@@ -56,7 +56,7 @@ from crashproof.store.port import (
     unreadable,
     without_result,
 )
-from crashproof.store.queue import Claimed, LeaseInfo
+from crashproof.store.queue import Claimed
 from crashproof.store.sql import load_migrations, load_queries, load_schema
 
 __all__ = ["PostgresStore"]
@@ -76,7 +76,7 @@ Cursor = psycopg.Cursor[tuple[Any, ...]]
 RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
 
 
-class PostgresStore(PostgresAppend):
+class PostgresStore(PostgresAppend, PostgresIndex):
     """A ledger in one schema of a PostgreSQL database. Thread-safe (a connection pool).
 
     ``url``: ``postgresql://user:password@host:port/dbname`` (or ``postgres://``), with
@@ -246,7 +246,7 @@ class PostgresStore(PostgresAppend):
             self._remember(row.run_id, first.seq + 1, mac)
             return None
         if found[1] is not None:
-            return _row(found[1:])
+            return run_row(found[1:])
         # Created by another transaction after this statement's snapshot: read it now.
         existing = self.get_run(row.run_id)
         if existing is None:
@@ -262,7 +262,7 @@ class PostgresStore(PostgresAppend):
 
     def get_run(self, run_id: str) -> RunRow | None:
         found = self._getting(run_id, None)  # shared with concurrent reads (get_runs)
-        return None if found is None else _row(found)
+        return None if found is None else run_row(found)
 
     def _get_many(self, calls: list[tuple[str, None]]) -> dict[str, Any]:
         with self._read() as cur:
@@ -277,7 +277,7 @@ class PostgresStore(PostgresAppend):
                 rows = cur.execute(self._q["list_runs"]).fetchall()
             else:
                 rows = cur.execute(self._q["list_runs_by_status"], (status.value,)).fetchall()
-        return [_row(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
         stored = self.raw_events(run_id)
@@ -474,44 +474,6 @@ class PostgresStore(PostgresAppend):
             found = cur.execute(self._q["schedule_retry"], params).fetchone()
         return None if found is None else float(found[0])
 
-    # -- the run index (crashproof.store.index) ------------------------------
-
-    def index_page(self, query: IndexQuery, offset: int, limit: int) -> tuple[list[RunRow], int]:
-        params = {**query.params(), "offset": max(0, offset), "limit": limit}
-        with self._read() as cur:
-            rows = cur.execute(self._q["index_page"], params).fetchall()
-            found = cur.execute(self._q["index_count"], query.params()).fetchone()
-        return [_row(r) for r in rows], 0 if found is None else int(found[0])
-
-    def index_summary(self) -> tuple[dict[str, int], list[str]]:
-        with self._read() as cur:
-            rows = cur.execute(self._q["index_summary"]).fetchall()
-        counts: dict[str, int] = {}
-        for status, _, n in rows:
-            counts[status] = counts.get(status, 0) + int(n)
-        return counts, sorted({workflow for _, workflow, _ in rows})
-
-    def index_marks(self) -> list[tuple[str, str, float]]:
-        with self._read() as cur:
-            rows = cur.execute(self._q["index_marks"]).fetchall()
-        return [(run_id, status, float(updated)) for run_id, status, updated in rows]
-
-    def index_outbox_runs(self) -> set[str]:
-        with self._read() as cur:
-            return {r[0] for r in cur.execute(self._q["index_outbox_runs"]).fetchall()}
-
-    def index_reconciled_runs(self) -> set[str]:
-        with self._read() as cur:
-            return {r[0] for r in cur.execute(self._q["index_reconciled_runs"]).fetchall()}
-
-    def leases(self) -> dict[str, LeaseInfo]:
-        with self._read() as cur:
-            rows = cur.execute(self._q["leases"]).fetchall()
-        return {
-            run_id: LeaseInfo(owner, expires, int(token), retry_at, int(retries))
-            for run_id, owner, expires, token, retry_at, retries in rows
-        }
-
     # -- internals ---------------------------------------------------------
 
     def sync(self) -> None:
@@ -587,17 +549,3 @@ def _held(lease: Lease | None) -> tuple[str | None, float | None, int]:
     if lease is None:
         return None, None, 0
     return lease.owner, float(lease.ttl_seconds), lease.token
-
-
-def _row(found: Any) -> RunRow:
-    run_id, workflow, version, status, reason, input_digest, created_at, updated_at = found
-    return RunRow(
-        run_id=run_id,
-        workflow=workflow,
-        version=version,
-        status=RunStatus(status),
-        reason=None if reason is None else decode(reason),
-        input_digest=input_digest,
-        created_at=created_at,
-        updated_at=updated_at,
-    )
