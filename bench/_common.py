@@ -32,7 +32,9 @@ RAW_PAYLOAD = "x" * 200
 
 
 class NoOp(cp.Tool):
-    """A tool whose effect is free: what is left is the protocol's own cost."""
+    """A tool whose effect is free: what is left is the protocol's own cost. Its lookup
+    finds every effect (a resume re-reads completed acts' receipts: a lookup that finds
+    nothing would freeze the run for review)."""
 
     name: ClassVar[str] = "noop"
     version: ClassVar[str] = "1"
@@ -41,7 +43,7 @@ class NoOp(cp.Tool):
         return cp.Receipt(call.operation_id, {"ok": True}, call.intent_digest)
 
     def lookup(self, call: cp.Call) -> cp.Receipt | None:
-        return None
+        return cp.Receipt(call.operation_id, {"ok": True}, call.intent_digest)
 
 
 def work(i: int) -> dict[str, Any]:

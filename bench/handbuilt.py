@@ -18,15 +18,15 @@ run:
     ``--loops`` iterations (gc enabled, as in a run) -> ns per call;
 (c) the share: (alternative - hand-built) / whole-run wall time per call;
 (d) a whole-run A/B: the same run with the site replaced, in this process only (src/ is
-    not touched), by what the code would be without it: the lines of ``Context._run_live``
-    / ``Context._call`` rewritten from their own source (the bench refuses to run if the
+    not touched), by what the code would be without it: the lines of ``Context.record_done``
+    / ``Context.begin_call`` rewritten from their own source (the bench refuses to run if the
     line it replaces is not found exactly once), the module-level functions swapped.
     Printed as the median over rounds of (variant time / base time - 1).
 
 The sites:
-  1 runtime/context.py ``_run_live``: a successful step's payload text as an f-string
+  1 runtime/context.py ``record_done``: a successful step's payload text as an f-string
     (alternative: ``encode({"kind", "digest", "status", "attempt", "took_us"})``);
-  2 runtime/context.py ``_call``: replay's ``text.startswith(prefix + digest + ...)`` on
+  2 runtime/context.py ``begin_call``: replay's ``text.startswith(prefix + digest + ...)`` on
     the stored text (alternative: ``_replay``, which decodes the payload and compares);
   5 runtime/steps/acts.py ``_flat_intent`` (alternative: ``canonical_digest`` of the
     intent);
@@ -66,6 +66,7 @@ from crashproof.journal.codec import args_digest, canonical_digest, decode, enco
 from crashproof.journal.records import Event, StepKind, StepStatus
 from crashproof.runtime import context as context_mod
 from crashproof.runtime.context import Context
+from crashproof.runtime.steps import arguments as arguments_mod
 from crashproof.runtime.steps.acts import intent_digest
 from crashproof.tools.port import Tool
 
@@ -112,14 +113,14 @@ def _rewritten(method: Callable[..., Any], old: str, new: str) -> Callable[..., 
     return function
 
 
-_RUN_LIVE_ENCODED = _rewritten(
-    Context._run_live,
-    """text = f'{_DONE_PREFIX[kind]}{digest}{_DONE_STATUS}{attempt},"took_us":{took}}}'""",
+_RECORD_DONE_ENCODED = _rewritten(
+    Context.record_done,
+    """text = f'{_DONE_PREFIX[kind]}{digest}{_DONE_STATUS}{attempt},"took_us":{took_us}}}'""",
     'text = encode({"kind": kind._value_, "digest": digest, "status": _SUCCEEDED, '
-    '"attempt": attempt, "took_us": took}, what="a journal record", key=key)',
+    '"attempt": attempt, "took_us": took_us}, what="a journal record", key=key)',
 )
 _CALL_DECODED = _rewritten(
-    Context._call,
+    Context.begin_call,
     'text.startswith(f"{_DONE_PREFIX[kind]}{digest}{_REPLAYS}")',
     "False",
 )
@@ -140,10 +141,10 @@ def patched(changes: list[tuple[Any, str, Any]]) -> Iterator[None]:
 
 # What each variant replaces (the base run replaces nothing).
 VARIANTS: dict[str, list[tuple[Any, str, Any]]] = {
-    "1": [(Context, "_run_live", _RUN_LIVE_ENCODED)],
-    "2": [(Context, "_call", _CALL_DECODED)],
+    "1": [(Context, "record_done", _RECORD_DONE_ENCODED)],
+    "2": [(Context, "begin_call", _CALL_DECODED)],
     "5": [(context_mod, "intent_digest", intent_digest_canonical)],
-    "6": [(context_mod, "args_digest", args_digest_canonical)],
+    "6": [(arguments_mod, "args_digest", args_digest_canonical)],
 }
 
 
@@ -424,7 +425,7 @@ def loop_ns(statement: str, inputs: dict[str, Any], loops: int) -> float:
 
 # (site, what it is, the whole run it is measured against, the loop rows, the A/B measure)
 SITES: list[tuple[str, str, str, list[str], str]] = [
-    ("1", "step payload f-string (_run_live)", "step", ["1"], "step-1"),
+    ("1", "step payload f-string (record_done)", "step", ["1"], "step-1"),
     ("1", "  the same, in a decision's text", "decide", ["1"], ""),
     ("2", "replay startswith fast path (_call)", "replay", ["2"], "replay-2"),
     ("5", "act _flat_intent digest text", "act", ["5"], "act-5"),
