@@ -120,7 +120,8 @@ def test_a_request_that_does_not_match_its_digest_is_refused(tmp_path: Path) -> 
     request = done.payload["request"].replace("hello", "HELLO")
     altered = Event("r", done.seq, done.type, done.key, {**done.payload, "request": request}, 0.0)
     refused = model_requests([altered], ["turn"])["turn"].refused
-    assert refused is not None and "does not match the recorded arguments digest" in refused
+    assert refused is not None
+    assert "does not match the recorded arguments digest" in refused
     missing = {k: v for k, v in done.payload.items() if k != "request"}
     bare = Event("r", done.seq, done.type, done.key, missing, 0.0)
     assert model_requests([bare], ["turn"])["turn"].refused == NOT_STORED
