@@ -1,8 +1,9 @@
 """A model call's request on its run's page and in `crashproof show RUN --step KEY`
-(#40): through each SDK's real client and the local model server, the system and user
-messages the agent passed, the tool calls of its history with their arguments, the
-reply; everything escaped, a policy's secret field redacted; with
-``Ledger(store_requests=False)`` the request is not stored and the page says so."""
+(#40), with ``Ledger(store_requests=True)``: through each SDK's real client and the local
+model server, the system and user messages the agent passed, the tool calls of its
+history with their arguments, the reply; everything escaped, a policy's secret field
+redacted; with ``store_requests=False`` (the default) the request is not stored and the
+page says so."""
 
 from __future__ import annotations
 

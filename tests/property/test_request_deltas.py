@@ -60,7 +60,7 @@ def test_folding_the_deltas_gives_back_each_request(
     use_transcript: bool,
 ) -> None:
     root = tmp_path_factory.mktemp("deltas")
-    ledger = cp.Ledger(f"sqlite:///{root / 'runs.db'}")
+    ledger = cp.Ledger(f"sqlite:///{root / 'runs.db'}", store_requests=True)
     asked: dict[str, Any] = {}  # key -> the request as the call saw it (live only)
     down = {"on": stop_at is not None}
 
@@ -107,7 +107,7 @@ def test_folding_the_deltas_gives_back_each_request(
 
 
 def test_a_request_that_does_not_match_its_digest_is_refused(tmp_path: Path) -> None:
-    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'runs.db'}")
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'runs.db'}", store_requests=True)
 
     @ledger.workflow("agent", version="1")
     def agent(ctx: cp.Context) -> int:
@@ -128,8 +128,9 @@ def test_a_request_that_does_not_match_its_digest_is_refused(tmp_path: Path) -> 
     ledger.close()
 
 
-def test_store_requests_false_stores_none(tmp_path: Path) -> None:
-    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'runs.db'}", store_requests=False)
+@pytest.mark.parametrize("options", [{"store_requests": False}, {}])  # {}: the default
+def test_store_requests_false_stores_none(tmp_path: Path, options: dict[str, bool]) -> None:
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'runs.db'}", **options)
 
     @ledger.workflow("agent", version="1")
     def agent(ctx: cp.Context) -> int:

@@ -96,7 +96,7 @@ class Context(DriveCommits):
         self.policy: Policy | None = None
         self.world = WorldCheck(replay)  # re-observed before the first live call
         self.arguments = ArgumentDigests(self._done)  # growing lists digested incrementally
-        # A decision's request is stored with it, as a delta (runtime/operations/requests.py).
+        # A decision's request stored with it, as a delta (runtime/operations/requests.py).
         self.keeps = StepKind.DECIDE if host.store_requests else None
         self.reread = ResumeReread(replay)  # receipts looked up again, then too
         self.session: dict[str, Any] | None = None  # put in this drive's first record

@@ -10,7 +10,7 @@ shape (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, as
 ``crashproof.models`` records the SDK's own JSON), and a Workspace diff is rebuilt from
 what the intent journaled (the op's text, the prepared result, the earlier acts' results
 on the same path). What is not recorded is said to be missing, never guessed: a request
-not stored (``Ledger(store_requests=False)``) or not matching its digest is refused with
+not stored (``Ledger(store_requests=True)`` stores it) or not matching its digest is refused with
 the reason. What the run's policy marks secret is redacted
 (``crashproof.runtime.operations.redaction``).
 """

@@ -12,8 +12,10 @@ whole history. Replay never reads the field (it reads the start of the record's 
 Folding the records in order gives each call's request back, and each is shown only when
 its digest is the recorded arguments digest (format 2: the list chains extended with the
 new elements, O(new) a call; format 1: from scratch). Anything else is a marked refusal,
-never a guess: a request not stored (``Ledger(store_requests=False)``, a journal older
-than this), a base whose earlier part is missing, or one that does not match its digest.
+never a guess: a request not stored (``Ledger(store_requests=False)``, the default for
+now: its bytes would be read and verified with the journal on every resume, #42), or a
+journal older than this; a base whose earlier part is missing; or one that does not
+match its digest.
 """
 
 from __future__ import annotations
