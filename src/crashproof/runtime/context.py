@@ -291,8 +291,10 @@ class Context(DriveCommits):
         cursor = self._cursor
         recorded = self._done[cursor] if cursor < len(self._done) else None
         # In the recorded call's format; growing lists incrementally (steps/arguments.py).
-        what, keep = _ARGUMENTS_OF[kind], kind is self.keeps
-        digest = self.arguments.of(name, args, kwargs, what, key, recorded, keep)
+        if kind is self.keeps:  # its request stored: built live, its base kept on replay
+            digest = self.arguments.keeping(name, args, kwargs, _ARGUMENTS_OF[kind], key, recorded)
+        else:
+            digest = self.arguments.of(name, args, kwargs, _ARGUMENTS_OF[kind], key, recorded)
         if recorded is not None:
             # The usual replay: an exact match that succeeded, read from the start of the
             # stored text without decoding it (every payload the runtime writes begins

@@ -154,7 +154,7 @@ class ArgumentDigests:
         self._keeping = False
         self._said: dict[str, str] = {}  # the same short texts' JSON (a stored request's)
 
-    def of(
+    def keeping(
         self,
         name: str,
         args: tuple[Any, ...],
@@ -162,21 +162,15 @@ class ArgumentDigests:
         what: str,
         key: str,
         recorded: Event | None,
-        keep: bool = False,
     ) -> str:
-        """The digest of a call named ``name`` with these arguments, in the format of
-        ``recorded`` (the record it is matched against; None: the current format).
-        ``keep``: a decision whose request is stored: a live one's is built (``request``,
-        taken by ``take_request``), a replayed one's lists are the next one's base."""
-        if not keep:
-            digest = self._of(name, args, kwargs, what, key, recorded)
-            if self._touched:
-                self._touched = []
-            return digest
+        """``of`` for a decision whose request is stored: a live one's is built
+        (``request``, taken by ``take_request``), a replayed one's lists are the next
+        one's base. (A separate method: ``of``, the path of every call when requests
+        are not stored, does none of this.)"""
         self._touched, self._keeping = [], True
         self._capture = [] if recorded is None else None
         try:
-            digest = self._of(name, args, kwargs, what, key, recorded)
+            digest = self.of(name, args, kwargs, what, key, recorded)
             parts = self._capture
         finally:
             self._capture, self._keeping = None, False
@@ -204,7 +198,7 @@ class ArgumentDigests:
             slot.stored = True
         self._touched = []
 
-    def _of(
+    def of(
         self,
         name: str,
         args: tuple[Any, ...],
@@ -213,6 +207,8 @@ class ArgumentDigests:
         key: str,
         recorded: Event | None,
     ) -> str:
+        """The digest of a call named ``name`` with these arguments, in the format of
+        ``recorded`` (the record it is matched against; None: the current format)."""
         if not args and not kwargs:
             return NO_ARGS_DIGEST
         digest = spelled_out_args_digest(args, kwargs)  # scalars only: no list, format 1
@@ -327,8 +323,10 @@ class ArgumentDigests:
         sink: list[Any] | None = None,
     ) -> bytes:
         cached = self._slot(name, slot)
-        stored, cached.stored = cached.stored, False
-        self._touched.append(cached)
+        stored = cached.stored
+        if self._keeping:
+            cached.stored = False
+            self._touched.append(cached)
         snapshots, states = cached.snapshots, cached.states
         n = len(snapshots)
         if trust and n and len(items) >= n and items[n - 1] is cached.last:
