@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.text import Text
 
 from crashproof.journal.controls import safe
-from crashproof.runtime.operations.contents import StepContent
+from crashproof.runtime.operations.contents import Prompt, StepContent
+from crashproof.runtime.operations.requests import NOT_STORED
 
 __all__ = ["content_json", "print_content"]
 
@@ -27,9 +28,32 @@ def _block(out: Console, title: str, body: Any, style: str = "bold") -> None:
     out.print(Text(safe(text)), soft_wrap=True)
 
 
+def _prompt(out: Console, prompt: Prompt) -> None:
+    """The request, message by message (or why it is not shown)."""
+    if prompt.refused is not None:
+        out.print(Text(safe(f"request not shown: {prompt.refused}"), style="bold red"))
+        return
+    out.print(Text("request", style="bold underline"))
+    for message in prompt.messages:
+        role = str(message.get("role"))
+        answers = f" (answers {message['answers']})" if message.get("answers") else ""
+        if message.get("text"):
+            _block(out, f"{role}{answers}", str(message["text"]))
+        elif not message.get("tool_calls"):
+            out.print(Text(safe(f"{role}{answers} (no text)"), style="bold"))
+        for call in message.get("tool_calls", ()):
+            _block(out, f"{role} calls {call.get('name')}", call.get("arguments"))
+    if prompt.other:
+        _block(out, "request arguments", prompt.other, "dim")
+
+
 def print_content(out: Console, run_id: str, c: StepContent) -> None:
     """Every part of ``c`` the journal holds, each under its own heading."""
     out.print(Text(safe(f"step {c.key} of {run_id}: {c.kind}, {c.status}"), style="bold"))
+    stored = c.prompt is not None and not (c.prompt.refused or "").startswith(NOT_STORED)
+    if c.prompt is not None and stored:
+        _prompt(out, c.prompt)
+        out.print(Text("reply" if c.reply else "value", style="bold underline"))
     if c.reply is not None:
         r = c.reply
         facts = [r.api, r.model or "", f"finish: {r.finish}" if r.finish else ""]
@@ -45,9 +69,13 @@ def print_content(out: Console, run_id: str, c: StepContent) -> None:
                 _block(out, f"{message.get('role', 'assistant')} said", str(message["text"]))
             for call in message.get("tool_calls", ()):
                 _block(out, f"calls {call.get('name')}", call.get("arguments"))
-        out.print(
-            Text("(the request's messages are bound by their digest only, not stored)", style="dim")
-        )
+        if not stored:
+            out.print(
+                Text(
+                    "(the request's messages are bound by their digest only, not stored)",
+                    style="dim",
+                )
+            )
     if c.params is not None:
         _block(out, f"params{f' of {c.tool}' if c.tool else ''}", c.params)
     if c.diff:

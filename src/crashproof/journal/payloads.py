@@ -280,6 +280,8 @@ class StepDone(DriveRecord):
     model: NotRequired[str | None]
     usage: NotRequired[dict[str, int] | None]
     cost: NotRequired[float | None]
+    # A decision's request (JSON text): what it adds to the last (runtime/operations/requests.py)
+    request: NotRequired[str]
     operation_id: NotRequired[str]  # acts
     intent_digest: NotRequired[str]  # acts (the same as digest)
     # An act's receipt: tool, tool_version, receipt_id, result_digest, reconciled, intent_bound.

@@ -37,6 +37,7 @@ __all__ = [
     "chain",
     "digest_v2",
     "element",
+    "element_and_bytes",
     "is_list",
     "v2_of_parts",
 ]
@@ -63,6 +64,13 @@ def element(value: Any, what: str, key: str | None = None) -> bytes:
     data = canonical_bytes(value, what=what, key=key)
     _work[0] += len(data)
     return _sha256(data).digest()
+
+
+def element_and_bytes(value: Any, what: str, key: str | None = None) -> tuple[bytes, bytes]:
+    """``element`` and the RFC 8785 bytes it hashed (a stored request keeps them)."""
+    data = canonical_bytes(value, what=what, key=key)
+    _work[0] += len(data)
+    return _sha256(data).digest(), data
 
 
 def chain(state: bytes, element_digest: bytes) -> bytes:

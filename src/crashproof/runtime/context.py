@@ -96,6 +96,8 @@ class Context(DriveCommits):
         self.policy: Policy | None = None
         self.world = WorldCheck(replay)  # re-observed before the first live call
         self.arguments = ArgumentDigests(self._done)  # growing lists digested incrementally
+        # A decision's request stored with it, as a delta (runtime/operations/requests.py).
+        self.keeps = StepKind.DECIDE if host.store_requests else None
         self.reread = ResumeReread(replay)  # receipts looked up again, then too
         self.session: dict[str, Any] | None = None  # put in this drive's first record
         self.versions: dict[str, str | None] = {}  # workflow and policy: set by the ledger
@@ -289,7 +291,10 @@ class Context(DriveCommits):
         cursor = self._cursor
         recorded = self._done[cursor] if cursor < len(self._done) else None
         # In the recorded call's format; growing lists incrementally (steps/arguments.py).
-        digest = self.arguments.of(name, args, kwargs, _ARGUMENTS_OF[kind], key, recorded)
+        if kind is self.keeps:  # its request stored: built live, its base kept on replay
+            digest = self.arguments.keeping(name, args, kwargs, _ARGUMENTS_OF[kind], key, recorded)
+        else:
+            digest = self.arguments.of(name, args, kwargs, _ARGUMENTS_OF[kind], key, recorded)
         if recorded is not None:
             # The usual replay: an exact match that succeeded, read from the start of the
             # stored text without decoding it (every payload the runtime writes begins
@@ -389,6 +394,9 @@ class Context(DriveCommits):
             # decision, 1.2 % (bench/handbuilt.py, 2026-12-01).
             extra = encode(spent, what="model/usage/cost of decision", key=key)
             text = f"{text[:-1]},{extra[1:]}"
+        request = self.arguments.take_request(key) if kind is self.keeps else None
+        if request is not None:  # last: replay reads the start of the text only
+            text = f"{text[:-1]},{encode({'request': request}, what='request')[1:]}"
         if self.session is None and not self.meter.active:
             # The usual live step: its payload dict is never needed (the record keeps the
             # text; anything that reads the payload decodes it), and a step's or a
@@ -410,6 +418,8 @@ class Context(DriveCommits):
         }
         if spent is not None:  # a Decision's model, usage and cost, in this order
             done.update({"model": spent["model"], "usage": spent["usage"], "cost": spent["cost"]})
+        if request is not None:
+            done["request"] = request
         payload = payloads.as_dict(done)
         if self.session is not None:  # the drive's first record: append_event adds it
             self.append_event(EventType.STEP_DONE, key, payload, value_json)

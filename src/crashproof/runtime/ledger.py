@@ -110,13 +110,15 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         witness: Witness | None = None,
         lease_seconds: float = 15.0,
         clock: Callable[[], float] | None = None,
+        store_requests: bool = False,
     ) -> None:
         """``durability``: "output" (default: a commit is forced to disk only before
         something leaves the process; driving/durability.py), "full" or "normal". ``key``:
         else integrity/keys.py's order (no key: ``KeyUnusable``). ``witness``: where
         generations are mirrored (a file beside a SQLite ledger by default). ``lease_seconds``:
         a lease's life unrenewed (renewed every third of it). ``clock``: this host's clock,
-        a testing hook (Store.now reads it on SQLite)."""
+        a testing hook (Store.now reads it on SQLite). ``store_requests=True``: a model
+        call's request is stored for people to read; else bound by its digest only."""
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, not {lease_seconds!r}")
         self.lease_seconds = float(lease_seconds)
@@ -129,9 +131,8 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
         self._claimed = {}  # driving/queue.py: claimed from the queue, not yet driven
         # Set by a worker that stops: every run this Ledger drives stops at its next step.
         self.draining = False
-        self.url = url
+        self.url, self.durability = url, durability
         self.shown_url = without_password(url)  # what messages and logs may show
-        self.durability = durability
         self._key = key  # resolved again by sealed_state (never kept in a field we print)
         if store is None:
             durable = url.startswith(("sqlite:///", "postgresql://", "postgres://"))
@@ -143,13 +144,12 @@ class Ledger(Registry, JournalCommits, LedgerCare, LedgerHumans, LedgerCancel, L
                 store.close()
                 raise
         store.clock.clock = clock or store.clock.clock
-        self._store = store
-        self._witness = witness
+        self._store, self._witness = store, witness
         share_witness_writes(store, witness)  # one witness write per group sync
         self._workflows: dict[str, Workflow[Any]] = {}
         self._policies: dict[str, Policy] = {}  # by version: runs find theirs on resume
-        self.crash_points = crash_points
-        self.act_settings = act_settings or ActSettings()
+        self.crash_points, self.act_settings = crash_points, act_settings or ActSettings()
+        self.store_requests = store_requests  # runtime/operations/requests.py
 
     # -- running (the sync entry points; the async ones follow) -----------
 

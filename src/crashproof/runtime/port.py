@@ -230,6 +230,7 @@ class DriveHost(Protocol):
     lease_seconds: float
     durability: str
     act_settings: ActSettings
+    store_requests: bool  # a decision's request is stored (a delta) for people to read
     crash_points: CrashPoints | None
     draining: bool  # set by a worker that stops: its runs stop at their next step
     call_scopes: tuple[Any, ...]  # entered around each live call (steps/scopes.py)

@@ -1,16 +1,17 @@
 """What a run's steps hold, read for a person (the console's run page, ``crashproof show
 RUN --step KEY``): each step's recorded value, an act's params and receipt, a failure's
 error with its traceback, a model call's reply as messages and tool calls with their
-arguments, and a ``Workspace`` act as a diff.
+arguments, with the request that led to it (``runtime/operations/requests.py``), and a
+``Workspace`` act as a diff.
 
 Read-only, over a journal already verified by the caller (``Folds``). Nothing here
 decides anything: a value is shown as it was recorded, a reply is recognised by its
 shape (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, as
 ``crashproof.models`` records the SDK's own JSON), and a Workspace diff is rebuilt from
 what the intent journaled (the op's text, the prepared result, the earlier acts' results
-on the same path). What is not recorded is said to be missing, never guessed: a model
-call's request messages are bound by their digest only, so a reply is shown without
-the prompt that led to it. What the run's policy marks secret is redacted
+on the same path). What is not recorded is said to be missing, never guessed: a request
+not stored (``Ledger(store_requests=True)`` stores it) or not matching its digest is refused with
+the reason. What the run's policy marks secret is redacted
 (``crashproof.runtime.operations.redaction``).
 """
 
@@ -26,8 +27,18 @@ from typing import Any
 from crashproof.journal import payloads
 from crashproof.journal.records import Event, EventType
 from crashproof.runtime.operations.redaction import REDACTED, Redaction
+from crashproof.runtime.operations.requests import ModelRequest, conversation, model_requests
 
-__all__ = ["ModelReply", "StepContent", "step_contents"]
+__all__ = ["ModelReply", "ModelRequest", "Prompt", "StepContent", "step_contents"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prompt:
+    """A model call's request as a conversation, or why it is not shown."""
+
+    messages: tuple[dict[str, Any], ...] = ()  # role, text, tool_calls ({id, name, arguments})
+    other: dict[str, Any] | None = None  # the request's other arguments: model, tools, ...
+    refused: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +73,7 @@ class StepContent:
     usage: dict[str, int] | None = None
     cost: float | None = None
     latency: float | None = None  # seconds, when the record holds its duration
+    prompt: Prompt | None = None  # a decision's request
 
 
 def step_contents(events: Sequence[Event], keys: Iterable[str]) -> dict[str, StepContent]:
@@ -96,10 +108,28 @@ def step_contents(events: Sequence[Event], keys: Iterable[str]) -> dict[str, Ste
         elif key in wanted and event.type is EventType.STEP_DONE:
             found.setdefault(key, {})["done"] = event
     redaction = Redaction.of(events)
-    return {key: _content(key, entry, redaction) for key, entry in found.items() if "done" in entry}
+    requests = model_requests(events, found)
+    return {
+        key: _content(key, entry, redaction, requests.get(key))
+        for key, entry in found.items()
+        if "done" in entry
+    }
 
 
-def _content(key: str, entry: dict[str, Any], redaction: Redaction) -> StepContent:
+def _prompt(request: ModelRequest | None, redaction: Redaction, key: str) -> Prompt | None:
+    if request is None:
+        return None
+    if request.refused is not None:
+        return Prompt(refused=request.refused)
+    if redaction.secret_step(key):
+        return Prompt(refused="the step is secret under the run's policy: its request is redacted")
+    messages, other = conversation(request)
+    return Prompt(messages=tuple(redaction.value(messages)), other=redaction.value(other) or None)
+
+
+def _content(
+    key: str, entry: dict[str, Any], redaction: Redaction, request: ModelRequest | None
+) -> StepContent:
     event: Event = entry["done"]
     done = payloads.step_done(event)
     kind = str(done.get("kind"))
@@ -130,6 +160,7 @@ def _content(key: str, entry: dict[str, Any], redaction: Redaction) -> StepConte
         usage=done.get("usage"),
         cost=done.get("cost"),
         latency=latency,
+        prompt=_prompt(request, redaction, key) if kind == "decide" else None,
     )
 
 

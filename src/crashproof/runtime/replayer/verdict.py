@@ -94,7 +94,7 @@ class _ReadOnly:
         self._host = host
         self.url, self.shown_url, self.worker_id = host.url, host.shown_url, host.worker_id
         self.lease_seconds, self.durability = host.lease_seconds, host.durability
-        self.act_settings = host.act_settings
+        self.act_settings, self.store_requests = host.act_settings, host.store_requests
         self.crash_points: CrashPoints | None = None
         self.draining = False
         self.call_scopes: tuple[Any, ...] = ()  # a replay check runs no call live

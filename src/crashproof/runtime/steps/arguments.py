@@ -32,6 +32,12 @@ recorded results, which the change could not reach). Live calls always make the 
 proof, so every digest a drive records is exact; and ``cp.replay_check``
 (``ReplayContext``) never trusts, so it reports the undone change too.
 
+A live decision's request is kept for a person to read (``runtime/operations/requests.py``):
+while its lists are chained, the RFC 8785 bytes of their new elements are what it stores,
+beside the count of elements it shares with the same slot's last stored request. The
+prefix proof above is what makes that count safe; nothing old is canonicalised again
+(except after a call whose request was not stored: then the whole list is stored).
+
 A call is digested in the format of the record it is matched against (a run journaled
 before format 2 replays as it was written); a new record takes format 2 when a
 top-level argument is a list or tuple, format 1 otherwise (byte for byte as before).
@@ -44,7 +50,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from crashproof.journal.codec import NO_ARGS_DIGEST, args_digest, spelled_out_args_digest
+from crashproof.journal.codec import (
+    NO_ARGS_DIGEST,
+    args_digest,
+    canonical_bytes,
+    spelled_out_args_digest,
+)
 from crashproof.journal.records import Event
 from crashproof.journal.transcript import (
     LIST_SEED,
@@ -52,6 +63,7 @@ from crashproof.journal.transcript import (
     Transcript,
     chain,
     element,
+    element_and_bytes,
     is_list,
     v2_of_parts,
 )
@@ -61,6 +73,9 @@ __all__ = ["ArgumentDigests", "proven_elements", "written_in_format_1"]
 _MAX_SLOTS = 64  # argument slots remembered per drive (names made per turn evict)
 _DIGEST_FIELD = '"digest":"'
 _SHORT_TEXT, _MAX_TEXTS = 256, 256
+# How a record that stores its request ends: the request is its last field, a JSON text
+# ending in "}" (no other field of a decision's record ends so): O(1), never decoded.
+_STORED_END = '}"}'
 _LISTS = (list, tuple)  # prebuilt: ``list | tuple`` builds a union at every call
 
 
@@ -107,12 +122,16 @@ def _snapshot(value: Any) -> Any:
 
 
 class _Slot:
-    __slots__ = ("last", "snapshots", "states")
+    __slots__ = ("last", "size", "snapshots", "states", "stored")
 
     def __init__(self) -> None:
         self.snapshots: list[Any] = []
         self.states: list[bytes] = [LIST_SEED]  # the chain after 0, 1, ... elements
         self.last: Any = None  # the object last digested (held: its id stays its own)
+        # The list last digested is a stored request's (recorded with it, or replayed):
+        # the next stored request may hold only what it adds.
+        self.stored = False
+        self.size = 0  # a Transcript's length when last digested (its chain is its own)
 
 
 class ArgumentDigests:
@@ -127,6 +146,57 @@ class ArgumentDigests:
         # The parts of short strings passed beside a list (a model's name): the same
         # few every call. Bounded: cleared when full.
         self._texts: dict[str, str] = {}
+        # A kept call's parts of its request (live), the slots it digested, and the
+        # request of the latest live kept call: (key, text), taken by its record.
+        self._capture: list[str] | None = None
+        self._touched: list[_Slot] = []
+        self.request: tuple[str, str] | None = None
+        self._keeping = False
+        self._said: dict[str, str] = {}  # the same short texts' JSON (a stored request's)
+
+    def keeping(
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        what: str,
+        key: str,
+        recorded: Event | None,
+    ) -> str:
+        """``of`` for a decision whose request is stored: a live one's is built
+        (``request``, taken by ``take_request``), a replayed one's lists are the next
+        one's base. (A separate method: ``of``, the path of every call when requests
+        are not stored, does none of this.)"""
+        self._touched, self._keeping = [], True
+        self._capture = [] if recorded is None else None
+        try:
+            digest = self.of(name, args, kwargs, what, key, recorded)
+            parts = self._capture
+        finally:
+            self._capture, self._keeping = None, False
+        if parts is None:  # replayed: its lists are the next one's base if it stored them
+            text = recorded.payload_json if recorded is not None else None
+            if text is not None and text.endswith(_STORED_END):
+                self._kept()
+            else:
+                self._touched = []
+        else:
+            self.request = (key, _request_text(digest, parts, args, kwargs, what, key))
+        return digest
+
+    def take_request(self, key: str) -> str | None:
+        """The request of the live call ``key``, as its record stores it; its lists are
+        then the base of the next stored requests."""
+        request, self.request = self.request, None
+        if request is None or request[0] != key:
+            return None
+        self._kept()
+        return request[1]
+
+    def _kept(self) -> None:
+        for slot in self._touched:
+            slot.stored = True
+        self._touched = []
 
     def of(
         self,
@@ -176,28 +246,87 @@ class ArgumentDigests:
     def _part(
         self, name: str, slot: int | str, value: Any, what: str, key: str, trust: bool
     ) -> str:
+        capture = self._capture
+        if capture is not None:  # a kept live call: its parts' bytes are its request
+            return self._captured(name, slot, value, what, key, capture)
         if not is_list(value):
             if type(value) is not str or len(value) > _SHORT_TEXT:
                 return "j:" + element(value, what, key).hex()
-            part = self._texts.get(value)
-            if part is None:
-                if len(self._texts) >= _MAX_TEXTS:
-                    self._texts.clear()
-                part = self._texts[value] = "j:" + element(value, what, key).hex()
-            return part
+            return self._texts.get(value) or self._short(value, what, key)
         if type(value) is Transcript:
+            if self._keeping:  # a replayed kept call: the next stored request's base
+                self._transcript(name, slot, value)
             return "l:" + value.chain_state.hex()
         return "l:" + self._chain(name, slot, value, what, key, trust).hex()
 
-    def _chain(
-        self, name: str, slot: int | str, items: Any, what: str, key: str, trust: bool
-    ) -> bytes:
+    def _short(self, value: str, what: str, key: str) -> str:
+        """A short text's part, and its JSON for a stored request: canonicalised once."""
+        if len(self._texts) >= _MAX_TEXTS:
+            self._texts.clear()
+            self._said.clear()
+        digest, data = element_and_bytes(value, what, key)
+        self._said[value] = data.decode()
+        part = self._texts[value] = "j:" + digest.hex()
+        return part
+
+    def _captured(
+        self, name: str, slot: int | str, value: Any, what: str, key: str, capture: list[str]
+    ) -> str:
+        """``_part`` of a kept live call, its part of the request added to ``capture``."""
+        if not is_list(value):
+            if type(value) is str and len(value) <= _SHORT_TEXT:  # a model's name
+                part = self._texts.get(value) or self._short(value, what, key)
+                capture.append(f'{{"v":{self._said[value]}}}')
+                return part
+            digest, data = element_and_bytes(value, what, key)
+            capture.append(f'{{"v":{data.decode()}}}')
+            return "j:" + digest.hex()
+        if type(value) is Transcript:  # its chain is its own: stored whole (its slot below)
+            cached = self._slot(name, slot)
+            base = cached.size if cached.stored and cached.last is value else 0
+            self._transcript(name, slot, value)
+            new = [canonical_bytes(v, what=what, key=key) for v in value[base:]]
+            capture.append(_list_part(base, new))
+            return "l:" + value.chain_state.hex()
+        sink: list[bytes] = []
+        state = self._chain(name, slot, value, what, key, False, sink)
+        capture.append(_list_part(sink.pop(), sink))  # type: ignore[arg-type]
+        return "l:" + state.hex()
+
+    def _transcript(self, name: str, slot: int | str, value: Transcript) -> None:
+        """A kept call's Transcript in ``slot``: the next stored request's base is its
+        length (a plain list there next is stored whole: its snapshot is dropped)."""
+        cached = self._slot(name, slot)
+        cached.last, cached.size, cached.stored = value, len(value), False
+        if cached.snapshots:
+            cached.snapshots.clear()
+            del cached.states[1:]
+        self._touched.append(cached)
+
+    def _slot(self, name: str, slot: int | str) -> _Slot:
         cached = self._slots.pop((name, slot), None)
         if cached is None:
             cached = _Slot()
             if len(self._slots) >= _MAX_SLOTS:
                 del self._slots[next(iter(self._slots))]  # the least recently used
         self._slots[(name, slot)] = cached  # most recently used: last
+        return cached
+
+    def _chain(
+        self,
+        name: str,
+        slot: int | str,
+        items: Any,
+        what: str,
+        key: str,
+        trust: bool,
+        sink: list[Any] | None = None,
+    ) -> bytes:
+        cached = self._slot(name, slot)
+        stored = cached.stored
+        if self._keeping:
+            cached.stored = False
+            self._touched.append(cached)
         snapshots, states = cached.snapshots, cached.states
         n = len(snapshots)
         if trust and n and len(items) >= n and items[n - 1] is cached.last:
@@ -211,7 +340,22 @@ class ArgumentDigests:
                     break
                 n += 1
             del snapshots[n:], states[n + 1 :]
-        return self._extend(cached, items, n, what, key)
+        if sink is None:
+            return self._extend(cached, items, n, what, key)
+        # A kept call: the new elements' bytes, after the stored base's (the base's own
+        # bytes canonicalised again only when the slot's last list was not stored).
+        base = n if stored else 0
+        sink.extend(canonical_bytes(v, what=what, key=key) for v in items[base:n])
+        state = states[n]
+        for item in items[n:]:
+            digest, data = element_and_bytes(item, what, key)
+            state = chain(state, digest)
+            sink.append(data)
+            snapshots.append(_snapshot(item))
+            states.append(state)
+        cached.last = items[-1] if len(items) else None
+        sink.append(base)  # last: the base (popped by _captured)
+        return state
 
     @staticmethod
     def _extend(cached: _Slot, items: Any, n: int, what: str, key: str) -> bytes:
@@ -225,6 +369,34 @@ class ArgumentDigests:
             states.append(state)
         cached.last = items[-1] if len(items) else None
         return state
+
+
+def _list_part(base: int, new: list[bytes]) -> str:
+    return f'{{"base":{base},"new":[{b",".join(new).decode()}]}}'
+
+
+def _request_text(
+    digest: str,
+    parts: list[str],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    what: str,
+    key: str,
+) -> str:
+    """A kept call's request as stored (``runtime/operations/requests.py`` reads it): format
+    2, the parts captured while digesting; format 1 (no list), the arguments whole."""
+    if not digest.startswith(V2):
+        parts = [f'{{"v":{canonical_bytes(v, what=what, key=key).decode()}}}' for v in args]
+        parts += [
+            f'{{"v":{canonical_bytes(v, what=what, key=key).decode()}}}' for v in kwargs.values()
+        ]
+    n = len(args)
+    named = ",".join(
+        f"{canonical_bytes(k, what=what, key=key).decode()}:{p}"
+        for k, p in zip(kwargs, parts[n:], strict=True)
+    )
+    form = 2 if digest.startswith(V2) else 1
+    return f'{{"f":{form},"args":[{",".join(parts[:n])}],"kwargs":{{{named}}}}}'
 
 
 def _has_list(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
