@@ -16,13 +16,14 @@ from pydantic_ai.messages import (
     ModelResponse,
     RequestUsage,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
 )
 
 import crashproof as cp
-from crashproof.integrations.pydantic_ai._codec import Projection, _strip
+from crashproof.integrations.pydantic_ai._codec import Projection, _strip, decision_value, revive
 
 
 def whole(messages: list[ModelMessage]) -> Any:
@@ -117,3 +118,58 @@ def test_a_stamp_the_projection_leaves_out_keeps_the_prefix() -> None:
     first = projection.messages(messages)
     messages[1].run_id = "another run"  # pydantic-ai stamps a response after the hook
     assert projection.messages(messages) is first
+
+
+RESPONSES = [
+    ModelResponse(parts=[ToolCallPart("add", {"x": 1, "tags": ["a"]}, tool_call_id="c1")]),
+    ModelResponse(parts=[ToolCallPart("add", '{"x": 1}', tool_call_id="c2")]),
+    ModelResponse(
+        parts=[ThinkingPart("hmm", signature="s"), TextPart("done")],
+        usage=RequestUsage(input_tokens=7, output_tokens=2, details={"reasoning_tokens": 1}),
+        model_name="function:m",
+        provider_name="p",
+        provider_details={"finish": "stop"},
+        provider_response_id="r1",
+        finish_reason="stop",
+    ),
+]
+
+
+@pytest.mark.parametrize("response", RESPONSES)
+def test_an_answer_is_projected_from_its_recorded_value(response: ModelResponse) -> None:
+    # The value is what the journal holds: the answer revived from it dumps as it again,
+    # so projecting the value is projecting the message pydantic-ai sends next.
+    value = decision_value(response)
+    revived = revive(value)
+    assert _strip(decision_value(revived)) == _strip(value)
+    projection = Projection()
+    messages = history(2)
+    projection.messages(messages)
+    projection.answered(len(messages), revived, value)
+    revived.run_id = "stamped after the hook"  # left out: the projection is kept
+    messages = [*messages, revived, ModelRequest(parts=[UserPromptPart("next")])]
+    assert projection.messages(messages) == whole(messages)
+
+
+def test_an_answer_changed_before_it_is_sent_is_dumped_anew() -> None:
+    projection = Projection()
+    messages = history(1)
+    projection.messages(messages)
+    value = decision_value(RESPONSES[0])
+    revived = revive(value)
+    projection.answered(len(messages), revived, value)
+    revived.parts = [TextPart("another answer")]
+    messages = [*messages, revived]
+    assert projection.messages(messages) == whole(messages)
+    other = revive(value)  # not the object answered: dumped anew
+    assert projection.messages([*messages[:-1], other]) == whole([*messages[:-1], other])
+
+
+def test_an_answer_to_other_messages_is_not_kept() -> None:
+    projection = Projection()
+    messages = history(1)
+    projection.messages(messages)
+    value = decision_value(RESPONSES[1])
+    projection.answered(len(messages) - 1, revive(value), value)  # not what was projected
+    messages = [*messages, revive(value)]
+    assert projection.messages(messages) == whole(messages)

@@ -313,6 +313,7 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         if not isinstance(key, str):
             raise cp.CrashproofError("the model request's decision left no step key")
         response = revive(value)
+        self._projection.answered(len(request_context.messages), response, value)
         self._base = key.replace("#", ".")
         self._index = {
             part.tool_call_id: i

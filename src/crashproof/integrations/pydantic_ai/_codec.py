@@ -154,6 +154,18 @@ class Projection:
         self._transcript = transcript
         return transcript
 
+    def answered(self, sent: int, response: ModelResponse, value: Any) -> None:
+        """``response``, revived from its recorded JSON ``value``, answered the request of
+        the first ``sent`` messages: it is the next message pydantic-ai sends, so it is
+        projected from ``value`` now instead of dumped again then (~40 % of a request's
+        projection). The dump of a revived response is ``value`` again (pydantic-ai's
+        adapter both ways; tests/integrations/pydantic_ai/test_projection.py); the next
+        request reuses it only if it sends this very object, unchanged."""
+        if len(self._sent) != sent:  # not the messages just projected: nothing to add to
+            return
+        self._transcript.append(_strip(value))
+        self._sent.append((response, _clone(response)))
+
 
 def request_args(
     agent: str, request_context: ModelRequestContext, projection: Projection
