@@ -103,6 +103,43 @@ def test_a_declared_path_is_snapshotted_whole(ws: Path) -> None:
     assert sorted(p.name for p in (ws / "build").iterdir()) == ["lib.so"]
 
 
+def test_an_unchanged_workspace_is_snapshotted_with_one_git_process(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tree of an index whose entries ``git add -A`` left as they were is the one
+    noted when it was last written: no ``write-tree`` (the bench's goal, #44). A changed
+    entry writes the tree again, the same a store without notes writes."""
+    calls = tmp_path / "git.calls"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    (shim / "git").write_text(
+        f'#!/bin/sh\nfor a; do case "$a" in -c) ;; *=*) ;; *) echo "$a" >> {calls}; break;; '
+        f'esac; done\nexec {real.stdout.strip()} "$@"\n'
+    )
+    (shim / "git").chmod(0o755)
+    store = SnapshotStore(ws, ws / ".git" / "crashproof-shell")
+    first = store.snapshot(["build"])
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+
+    def commands(snapshot: Any) -> list[str]:
+        calls.unlink(missing_ok=True)
+        snapshot()
+        return calls.read_text().split() if calls.exists() else []
+
+    assert commands(lambda: store.snapshot(["build"])) == ["add"]
+    assert store.snapshot(["build"]) == first
+    (ws / "src" / "a.py").write_text("a = 2\n")
+    assert commands(lambda: store.snapshot(["build"])) == ["add", "write-tree"]
+    changed = store.snapshot(["build"])
+    fresh = SnapshotStore(ws, tmp_path / "fresh-store").snapshot(["build"])
+    assert changed == fresh != first
+    # a restore leaves its tree noted: the next snapshot of it is one process again
+    store.restore(first, ["build"])
+    assert commands(lambda: store.snapshot(["build"])) == ["add"]
+    assert store.snapshot(["build"]) == first
+
+
 def test_the_result_is_recorded_a_non_zero_exit_too(ws: Path, tmp_path: Path) -> None:
     shell = cp.Shell(ws, keep=16)
     script = "printf '\\377\\376binary'; head -c 100000 /dev/zero | tr '\\0' x; echo err >&2; "

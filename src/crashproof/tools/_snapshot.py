@@ -14,7 +14,9 @@ with one entry per area:
   everything under it, ignore rules not applied; absent when the path did not exist.
 
 Each area keeps a persistent index in the store (``indexes/<area>``), so a snapshot hashes
-only the files whose stat data changed since the last one, as ``git status`` does.
+only the files whose stat data changed since the last one, as ``git status`` does;
+beside it a note of the tree that index was last written as: a snapshot that changed
+no entry (the usual one before a command) is one git process, ``git add -A``.
 Restoring an area reads its tree into that index, refreshes it, checks out the entries
 that differ and deletes the files that are not in the tree (then the directories that
 emptied); a declared path absent from the snapshot is removed. Restore converges: a
@@ -32,6 +34,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -206,13 +209,19 @@ class SnapshotStore:
         else:
             inner = [":(exclude)" + _STORE_DIRNAME] if self._inside(where) else []
             self._git(where, index, "add", "-A", "-f", "--", ".", *inner)
-        return self._git(where, index, "write-tree").strip()
+        known = _known_tree(index)
+        if known is not None and self._loose(known):
+            return known  # the index is the one that tree was written from: no git process
+        tree = self._git(where, index, "write-tree").strip()
+        _remember_tree(index, tree)
+        return tree
 
     def _restore_area(self, name: str, where: Path, tree: str, excluded: Sequence[str]) -> int:
         index = self._index(name)
-        current = self._run(where, index, "write-tree")
-        if current.returncode != 0 or current.stdout.strip() != tree:
-            self._git(where, index, "read-tree", tree)
+        if _known_tree(index) != tree:
+            current = self._run(where, index, "write-tree")
+            if current.returncode != 0 or current.stdout.strip() != tree:
+                self._git(where, index, "read-tree", tree)
         self._run(where, index, "update-index", "-q", "--refresh")
         differ = _z(self._git(where, index, "diff-files", "--name-only", "-z"))
         ignores = [p for p in differ if p.rsplit("/", 1)[-1] == ".gitignore"]
@@ -230,6 +239,7 @@ class SnapshotStore:
         if differ:
             self._checkout(where, index, differ)
         self._run(where, index, "update-index", "-q", "--refresh")
+        _remember_tree(index, tree)  # the index holds that tree (a refresh changes no entry)
         return len(differ) + len(extra)
 
     def _checkout(self, where: Path, index: Path, paths: list[str]) -> None:
@@ -299,6 +309,10 @@ class SnapshotStore:
             meta, _, name = line.partition("\t")
             areas[name] = meta.split(" ")[2]
         return areas
+
+    def _loose(self, object_id: str) -> bool:
+        """The object is in the store (as a loose object: the store is never packed)."""
+        return (self.store / "objects" / object_id[:2] / object_id[2:]).is_file()
 
     def _inside(self, where: Path) -> bool:
         try:
@@ -390,6 +404,63 @@ def _repo_exclude(root: Path) -> str | None:
         return None
     exclude = store.parent / "info" / "exclude"
     return str(exclude) if exclude.is_file() else None
+
+
+# The tree an area's index was last written as, keyed by a digest of what the index's
+# entries say of the tree (mode, object id, flags, path: not the stat data): a snapshot
+# whose ``git add -A`` left those as they were skips ``write-tree``, the second git
+# process of every snapshot. Not the file's checksum: an add that re-hashes a racily
+# clean file, or a refresh, rewrites the stat data and drops the cache tree, the tree
+# unchanged. A stale or torn note never matches; an index of another format is not noted.
+def _entries_digest(index: Path) -> str | None:
+    try:
+        data = index.read_bytes()
+    except OSError:
+        return None
+    if len(data) < 32 or data[:4] != b"DIRC":
+        return None
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3):  # 4 compresses paths; the store writes 2 (3 with flags)
+        return None
+    view = memoryview(data)
+    digest = hashlib.sha1(view[:12])
+    offset = 12
+    for _ in range(count):  # git's index-format: 62 bytes (64 extended), path, padding
+        if offset + 62 > len(data):
+            return None
+        flags = int.from_bytes(view[offset + 60 : offset + 62], "big")
+        head = 64 if flags & 0x4000 else 62
+        length = flags & 0xFFF
+        if length == 0xFFF:
+            length = data.find(b"\0", offset + head) - offset - head
+            if length < 0:
+                return None
+        digest.update(view[offset + 24 : offset + 28])  # mode
+        digest.update(view[offset + 40 : offset + head + length])  # id, flags, path
+        offset += (head + length + 8) & ~7
+    return digest.hexdigest() if offset <= len(data) - 20 else None
+
+
+def _known_tree(index: Path) -> str | None:
+    digest = _entries_digest(index)
+    try:
+        note = index.with_name(index.name + ".tree").read_text().split()
+    except OSError:
+        return None
+    if digest is None or len(note) != 2 or note[0] != digest:
+        return None
+    return note[1]
+
+
+def _remember_tree(index: Path, tree: str) -> None:
+    digest = _entries_digest(index)
+    note = index.with_name(index.name + ".tree")
+    if digest is None:
+        note.unlink(missing_ok=True)
+        return
+    temp = note.with_name(note.name + ".tmp")
+    temp.write_text(f"{digest} {tree}\n")
+    os.replace(temp, note)
 
 
 def _z(text: str) -> list[str]:
