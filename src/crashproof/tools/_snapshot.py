@@ -20,8 +20,9 @@ no entry (the usual one before a command) is one git process, ``git add -A``.
 Restoring an area reads its tree into that index, refreshes it, checks out the entries
 that differ and deletes the files that are not in the tree (then the directories that
 emptied); a declared path absent from the snapshot is removed. Restore converges: a
-crash in the middle of one is finished by the next. Objects and indexes are written
-with git's ``core.fsync`` (batch): a snapshot an intent names survives a power cut.
+crash in the middle of one is finished by the next. Objects and indexes are not
+fsynced (``core.fsync=none``): after a power cut a snapshot may be gone, and the act
+then freezes for review instead of restoring (docs/how-to/shell.md, Limits).
 
 Not covered: a nested git repository inside the scope is recorded as a link (git's
 gitlink), not its files; an empty directory is not a file and is not restored.
