@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,12 @@ from typing import Any
 from crashproof.journal import payloads
 from crashproof.journal.records import Event, EventType
 from crashproof.runtime.operations.redaction import REDACTED, Redaction
-from crashproof.runtime.operations.requests import ModelRequest, conversation, model_requests
+from crashproof.runtime.operations.requests import (
+    ModelRequest,
+    conversation,
+    model_requests,
+    parsed_arguments,
+)
 
 __all__ = ["ModelReply", "ModelRequest", "Prompt", "StepContent", "step_contents"]
 
@@ -189,7 +193,7 @@ def _chat(value: dict[str, Any]) -> ModelReply:
             {
                 "id": call.get("id"),
                 "name": (call.get("function") or {}).get("name"),
-                "arguments": _arguments((call.get("function") or {}).get("arguments")),
+                "arguments": parsed_arguments((call.get("function") or {}).get("arguments")),
             }
             for call in message.get("tool_calls") or ()
             if isinstance(call, dict)
@@ -227,7 +231,7 @@ def _responses(value: dict[str, Any]) -> ModelReply:
                 {
                     "id": item.get("call_id"),
                     "name": item.get("name"),
-                    "arguments": _arguments(item.get("arguments")),
+                    "arguments": parsed_arguments(item.get("arguments")),
                 }
             )
     message = {"role": "assistant", "text": "\n".join(texts) or None, "tool_calls": calls}
@@ -264,17 +268,6 @@ def _anthropic(value: dict[str, Any]) -> ModelReply:
         finish=value.get("stop_reason"),
         response_id=value.get("id"),
     )
-
-
-def _arguments(text: Any) -> Any:
-    """A tool call's arguments: the JSON the model wrote, parsed when it parses (shown
-    as the model wrote it otherwise: a call the model got wrong is evidence too)."""
-    if not isinstance(text, str):
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def _workspace_diff(value: dict[str, Any], files: dict[str, str | None]) -> str | None:

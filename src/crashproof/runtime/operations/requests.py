@@ -31,7 +31,7 @@ from crashproof.journal.codec import args_digest, canonical_bytes
 from crashproof.journal.records import Event, EventType
 from crashproof.journal.transcript import LIST_SEED, chain, v2_of_parts
 
-__all__ = ["NOT_STORED", "ModelRequest", "conversation", "model_requests"]
+__all__ = ["NOT_STORED", "ModelRequest", "conversation", "model_requests", "parsed_arguments"]
 
 NOT_STORED = "the request was not stored (bound by its digest only)"
 
@@ -195,7 +195,7 @@ def _message(m: Any) -> dict[str, Any]:
                 {
                     "id": call.get("id"),
                     "name": function.get("name"),
-                    "arguments": _parsed(function.get("arguments")),
+                    "arguments": parsed_arguments(function.get("arguments")),
                 }
             )
     if kind == "function_call":
@@ -203,7 +203,7 @@ def _message(m: Any) -> dict[str, Any]:
             {
                 "id": m.get("call_id"),
                 "name": m.get("name"),
-                "arguments": _parsed(m.get("arguments")),
+                "arguments": parsed_arguments(m.get("arguments")),
             }
         )
     message = {"role": role, "text": "\n".join(texts) or None, "tool_calls": calls}
@@ -212,8 +212,10 @@ def _message(m: Any) -> dict[str, Any]:
     return message
 
 
-def _parsed(text: Any) -> Any:
-    """A tool call's arguments as the model wrote them: parsed when they parse."""
+def parsed_arguments(text: Any) -> Any:
+    """A tool call's arguments: the JSON the model wrote, parsed when it parses (shown
+    as the model wrote it otherwise: a call the model got wrong is evidence too). The
+    request's calls and the reply's (contents.py) alike."""
     if not isinstance(text, str):
         return text
     try:
