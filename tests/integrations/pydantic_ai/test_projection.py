@@ -3,6 +3,7 @@ it always equals the dump of the whole history, whatever was changed in place.""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -88,6 +89,25 @@ def test_a_message_changed_after_it_was_sent_is_dumped_again(change: Any) -> Non
     messages = history(3)
     before = projection.messages(messages)
     change(messages)
+    after = projection.messages(messages)
+    assert after == whole(messages)
+    assert after != before
+
+
+def test_a_part_replaced_by_an_equal_one_is_watched_in_its_place() -> None:
+    # The equal copy leaves the projection as it was; a change made to it later, in
+    # place, is seen: the proof watches the objects sent, not the ones they replaced.
+    projection = Projection()
+    messages = history(2)
+    before = projection.messages(messages)
+    response = messages[1]
+    assert isinstance(response, ModelResponse)
+    response.parts[0] = copy.deepcopy(response.parts[0])
+    assert projection.messages(messages) == before == whole(messages)
+    part = response.parts[0]
+    assert isinstance(part, ToolCallPart)
+    assert isinstance(part.args, dict)
+    part.args["x"] = 99
     after = projection.messages(messages)
     assert after == whole(messages)
     assert after != before

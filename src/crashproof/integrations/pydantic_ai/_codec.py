@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from datetime import datetime
+from datetime import date, datetime, time, timedelta
+from operator import getitem, is_
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -43,14 +44,7 @@ __all__ = [
 VOLATILE = frozenset({"timestamp", "run_id", "conversation_id", "model_id"})
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
-
-
-def _strip(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [_strip(v) for v in value]
-    return value
+_MAX_SAFE = 2**53 - 1  # RFC 8785: integers exact as IEEE doubles
 
 
 def to_json(value: Any) -> Any:
@@ -72,44 +66,129 @@ def model_identity(model: Model) -> str:
     return f"{system}:{name}"
 
 
-_ATOMS = frozenset({str, int, float, bool, type(None), bytes, datetime})
+_ATOMS = frozenset({str, int, float, bool, type(None), bytes, datetime, date, time, timedelta})
 
 
-def _clone(value: Any) -> Any:
-    """A copy of a message to compare it with later: dataclasses and containers copied,
-    immutable values shared (cheaper than ``copy.deepcopy`` by ~4x); other objects deep
-    copied."""
+def _strip(value: Any) -> Any:
+    """The dump without the keys pydantic-ai fills from the clock or an id, at any depth;
+    a whole float as an int (RFC 8785 writes ``0.0`` as ``0``: the same bytes, and the
+    canonical form need not rebuild the message to write it so)."""
     t = type(value)
-    if t in _ATOMS:
-        return value
-    if t is list:
-        return [_clone(v) for v in value]
     if t is dict:
-        return {k: _clone(v) for k, v in value.items()}
-    if t is tuple:
-        return tuple([_clone(v) for v in value])
-    fields = getattr(value, "__dict__", None)
-    if fields is not None and dataclasses.is_dataclass(value):
-        copied = object.__new__(t)
-        copied.__dict__.update({k: _clone(v) for k, v in fields.items()})
-        return copied
-    return copy.deepcopy(value)
+        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
+    if t is list:
+        return [_strip(v) for v in value]
+    if t is float and value.is_integer() and -_MAX_SAFE <= value <= _MAX_SAFE:
+        return int(value)
+    return value
 
 
-def _unchanged(kept: Any, message: Any) -> bool:
-    """``message`` still equals ``kept``, its copy, but for the fields the projection
-    leaves out (pydantic-ai stamps a response's ``run_id`` after a hook returned it:
-    the copy takes the stamp, so the next request's comparison is one ``==`` again)."""
-    if kept == message:
-        return True
-    if type(kept) is not type(message):
-        return False
-    was, now = kept.__dict__, message.__dict__
-    if was.keys() != now.keys() or any(k not in VOLATILE and was[k] != v for k, v in now.items()):
-        return False
-    for k in VOLATILE.intersection(now):
-        was[k] = now[k]
-    return True
+class _Watched:
+    """What proves the messages sent so far unchanged: every mutable object in them (a
+    dataclass's ``__dict__``, a list, a dict; any other object whole) beside a shallow
+    copy of it, and every edge from a container to a mutable object in it.
+
+    The proof is three C-level comparisons over flat lists, no Python call per message:
+    the live containers equal their copies (a child that is the same object compares by
+    identity at once; a changed or added field, element or key does not), each edge
+    still leads to the same object (a child replaced by an equal one is caught here,
+    since the copies would no longer watch it), and each dataclass still has the same
+    ``__dict__``. ~0.1 µs an object, against ~3 µs a message for dataclass ``==``.
+    Numbers compare as ``==`` does (``1 == True``), as dataclass ``==`` did."""
+
+    __slots__ = ("copies", "dicts", "ends", "keys", "kids", "loose", "objects", "parents", "views")
+
+    def __init__(self) -> None:
+        self.views: list[Any] = []
+        self.copies: list[Any] = []
+        self.parents: list[Any] = []
+        self.keys: list[Any] = []
+        self.kids: list[Any] = []
+        self.objects: list[Any] = []
+        self.dicts: list[dict[str, Any]] = []
+        self.ends: list[tuple[int, int, int]] = []  # per message: where its entries end
+        # The containers whose keys are their dump's keys (dicts, pydantic-ai's own
+        # dataclasses): a change under a key the projection leaves out is no change.
+        self.loose: set[int] = set()
+
+    def add(self, message: Any) -> None:
+        if type(message) not in _ATOMS:
+            self._walk(message)
+        self.ends.append((len(self.views), len(self.kids), len(self.objects)))
+
+    def _walk(self, value: Any) -> None:
+        t = type(value)
+        if t is tuple:  # cannot change: only what it holds can
+            for v in value:
+                if type(v) not in _ATOMS:
+                    self._walk(v)
+            return
+        views = self.views
+        if t is list:
+            views.append(value)
+            self.copies.append(list(value))
+            items: Any = enumerate(value)
+            loose = False
+        elif t is dict or (dataclasses.is_dataclass(value) and hasattr(value, "__dict__")):
+            loose = t is dict or t.__module__.startswith("pydantic_ai.")
+            if t is not dict:
+                self.objects.append(value)
+                value = value.__dict__
+                self.dicts.append(value)
+            if loose:
+                self.loose.add(len(views))
+            views.append(value)
+            self.copies.append(dict(value))
+            items = value.items()
+        else:  # any other object: compared whole, by its own ==
+            views.append(value)
+            self.copies.append(copy.deepcopy(value))
+            return
+        for k, v in items:
+            if type(v) in _ATOMS or (loose and k in VOLATILE):
+                continue  # nothing to watch inside (or left out of the projection)
+            self.parents.append(value)
+            self.keys.append(k)
+            self.kids.append(v)
+            self._walk(v)
+
+    def same(self, upto: int) -> bool:
+        """The first ``upto`` messages are as they were added (C-level: see the class)."""
+        if not upto:
+            return True
+        v, e, o = self.ends[upto - 1]
+        return (
+            self.views[:v] == self.copies[:v]
+            and all(map(is_, map(getitem, self.parents[:e], self.keys[:e]), self.kids[:e]))
+            and all(map(is_, map(vars, self.objects[:o]), self.dicts[:o]))
+        )
+
+    def settle(self, index: int) -> bool:
+        """Message ``index`` is as it was added but for keys the projection leaves out (a
+        stamp pydantic-ai made after it was added): those are taken into its copies."""
+        v0, e0, o0 = self.ends[index - 1] if index else (0, 0, 0)
+        v1, e1, o1 = self.ends[index]
+        views, copies = self.views, self.copies
+        for i in range(v0, v1):
+            now, was = views[i], copies[i]
+            if now == was:
+                continue
+            if i not in self.loose or now.keys() != was.keys():
+                return False
+            changed = [k for k in now if now[k] is not was[k] and now[k] != was[k]]
+            if not VOLATILE.issuperset(changed):
+                return False
+            for k in changed:
+                was[k] = now[k]
+        return all(
+            map(is_, map(getitem, self.parents[e0:e1], self.keys[e0:e1]), self.kids[e0:e1])
+        ) and all(map(is_, map(vars, self.objects[o0:o1]), self.dicts[o0:o1]))
+
+    def truncate(self, upto: int) -> None:
+        v, e, o = self.ends[upto - 1] if upto else (0, 0, 0)
+        del self.views[v:], self.copies[v:], self.parents[e:], self.keys[e:], self.kids[e:]
+        del self.objects[o:], self.dicts[o:], self.ends[upto:]
+        self.loose = {i for i in self.loose if i < v}
 
 
 class Projection:
@@ -119,40 +198,47 @@ class Projection:
     An agent sends its whole history with every request. Dumping all of it each time
     was most of the projection's cost (~25 µs a message, per request), and a plain list
     made the arguments digest compare every earlier message again. Here each message is
-    dumped once, kept beside a copy of itself, and appended to a Transcript, whose
-    digest is the same as a plain list's with the same JSON and costs the new messages
-    only. A later request reuses the prefix of messages that are the same objects and
-    still equal their copies (dataclass ``==``, field by field: ~2 µs); from the first
-    one changed since (by pydantic-ai, or in place by anyone) the Transcript is built
-    again, so the digest binds every message as it is sent. (``==`` holds ``1 == True``:
-    a tool argument changed in place from one to the other after it was sent would go
-    unseen.)
+    dumped once and appended to a Transcript, whose digest is the same as a plain
+    list's with the same JSON and costs the new messages only. A later request reuses
+    the prefix of messages that are the same objects and still as they were when added
+    (``_Watched``: three C-level comparisons over the whole prefix, ~0.1 µs an object,
+    no Python call per message); from the first one changed since (by pydantic-ai, or
+    in place by anyone) the Transcript is built again, so the digest binds every
+    message as it is sent. A change under a key the projection leaves out (a stamp
+    pydantic-ai makes after the request hook returned) is taken in, not rebuilt.
     """
 
-    __slots__ = ("_sent", "_transcript")
+    __slots__ = ("_answered", "_sent", "_transcript", "_watched")
 
     def __init__(self) -> None:
-        self._sent: list[tuple[ModelMessage, ModelMessage]] = []  # (message, its copy)
+        self._sent: list[ModelMessage] = []
+        self._watched = _Watched()
         self._transcript = cp.Transcript()
+        self._answered: int | None = None  # the answer added last, not yet sent back
 
     def messages(self, messages: list[ModelMessage]) -> cp.Transcript:
-        sent, transcript = self._sent, self._transcript
-        same = 0
-        for message, (was, kept) in zip(messages, sent, strict=False):
-            if message is not was or not _unchanged(kept, message):
-                break
-            same += 1
+        sent, watched = self._sent, self._watched
+        same = min(len(sent), len(messages))
+        if not all(map(is_, messages[:same], sent[:same])):
+            same = next(i for i in range(same) if messages[i] is not sent[i])
+        answered, self._answered = self._answered, None
+        if answered is not None and answered < same and not watched.settle(answered):
+            same = answered  # pydantic-ai stamps an answer after the hook: taken in first
+        if not watched.same(same):  # changed in place: from the first one changed
+            same = next((i for i in range(same) if not watched.settle(i)), same)
         if same < len(sent):  # a message changed or left: its chain from there again
-            transcript = cp.Transcript(transcript[:same])
+            self._transcript = cp.Transcript(self._transcript[:same])
             del sent[same:]
+            watched.truncate(same)
         new = messages[same:]
         if new:
+            transcript = self._transcript
             dumps = ModelMessagesTypeAdapter.dump_python(new, mode="json")
             for message, dumped in zip(new, dumps, strict=True):
                 transcript.append(_strip(dumped))
-                sent.append((message, _clone(message)))
-        self._transcript = transcript
-        return transcript
+                sent.append(message)
+                watched.add(message)
+        return self._transcript
 
     def answered(self, sent: int, response: ModelResponse, value: Any) -> None:
         """``response``, revived from its recorded JSON ``value``, answered the request of
@@ -164,7 +250,9 @@ class Projection:
         if len(self._sent) != sent:  # not the messages just projected: nothing to add to
             return
         self._transcript.append(_strip(value))
-        self._sent.append((response, _clone(response)))
+        self._sent.append(response)
+        self._watched.add(response)
+        self._answered = sent
 
 
 def request_args(
