@@ -174,7 +174,27 @@ def record_starts(
     for i, row in existing.items():
         if row.input_digest != starts[i].row.input_digest:
             out[i] = RunConflict(starts[i].row.run_id, row.input_digest, starts[i].row.input_digest)
+    _rolled_past_starts(host, out)
     return out
+
+
+def _rolled_past_starts(host: DriveHost, out: list[Started | Exception | None]) -> None:
+    """A drive that created its run and holds its first lease reads no journal back (the
+    start record is all of it) and rolls the witness past that record as
+    ``journal(owner=True)`` would (``Ledger._open``): one synced witness write per run,
+    on the loop's thread for an async batch. Several such runs are rolled here in one
+    write, which their openings then find made."""
+    witness = host.witness
+    many = getattr(witness, "advance_many", None)
+    if many is None or host.durability == "output":
+        return
+    held = {
+        found[0].run_id: 1
+        for found in out
+        if isinstance(found, tuple) and found[1] is not None and found[1].token == 1
+    }
+    if len(held) > 1:
+        many(held)
 
 
 def _found(
