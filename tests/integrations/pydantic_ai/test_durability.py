@@ -157,6 +157,39 @@ def test_test_model_runs_every_tool_once_and_replays(tmp_path: Path) -> None:
     assert seen == [0]
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_the_tool_calls_of_one_response_run_one_at_a_time_in_its_order(
+    mode: str, tmp_path: Path
+) -> None:
+    # pydantic-ai runs a response's tool calls at once; the journal's order must be the
+    # model's on every drive, so under the capability they never overlap.
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[ToolCallPart("slow", {"n": n}, tool_call_id=f"c{n}") for n in (3, 1, 2)]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model), name="waiter", capabilities=[CrashproofDurability()])
+    seen: list[str] = []
+
+    @agent.tool_plain
+    async def slow(n: int) -> int:
+        seen.append(f"start {n}")
+        await asyncio.sleep(0.01 * n)
+        seen.append(f"end {n}")
+        return n
+
+    with cp.Ledger(f"sqlite:///{tmp_path}/runs.db") as ledger:
+        assert _drive(ledger, workflow(ledger, agent, mode), mode, prompt="go") == "done"
+        keys = [s.key for s in ledger.get_run("r").steps]
+    assert seen == ["start 3", "end 3", "start 1", "end 1", "start 2", "end 2"]
+    assert keys[1:4] == [f"waiter:model_request/{i}:slow" for i in range(3)]
+
+
 # -- bad input: a clear error, and nothing sent ---------------------------------------
 
 

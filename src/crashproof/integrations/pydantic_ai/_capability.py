@@ -5,12 +5,13 @@ Hooks (pydantic-ai's ``AbstractCapability``):
 
 - ``for_agent``: the agent must be named (``Agent(..., name=...)``), or a
   ``name=`` given here: the name is part of every step name and every digest.
-- ``wrap_run``: a run outside ``durable(ctx)`` is refused, never silently not durable.
+- ``wrap_run``: a run outside ``durable(ctx)`` is refused, never silently not durable;
+  inside, the run's tool calls run one at a time in the model's order (pydantic-ai's
+  ``parallel_execution_mode("sequential")``, which the run body inherits), so the
+  journal's order is the model's order on every drive.
 - ``get_wrapper_toolset``: each MCP server (``MCPToolset``, with an ``id``) has its tool
   listing journaled as ``<agent>:mcp/<id>:list_tools`` and is entered only when asked
   live (see ``_mcp.py``); its calls are tool calls like any other.
-- ``prepare_tools``: every function tool runs ``sequential``, so the journal's order is
-  the model's order on every drive.
 - ``wrap_model_request``: one ``ctx.decide("<agent>:model_request", ...)``; the value is
   the ``ModelResponse``'s JSON, revived on the first run and on replay (the model is
   not called again, so no span of it is emitted again); model name and tokens go to
@@ -47,7 +48,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic_ai.capabilities import AbstractCapability, Instrumentation
@@ -68,6 +69,7 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.tools import (
     AgentDepsT,
     DeferredToolRequests,
@@ -260,7 +262,10 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler
     ) -> AgentRunResult[Any]:
         self._ctx()  # refuse before anything is sent
-        return await handler()
+        # One call at a time, in the model's order: a per-run mode (a context var the run
+        # body inherits), not each tool's definition replaced per request (prepare_tools).
+        with ToolManager.parallel_execution_mode("sequential"):
+            return await handler()
 
     def get_toolset(self) -> AbstractToolset[AgentDepsT] | None:
         functions = [t for t in self.tools.values() if isinstance(t, FunctionTool)]
@@ -272,11 +277,6 @@ class CrashproofDurability(AbstractCapability[AgentDepsT]):
         self, toolset: AbstractToolset[AgentDepsT]
     ) -> AbstractToolset[AgentDepsT] | None:
         return journal_mcp(str(self._agent), toolset)
-
-    async def prepare_tools(
-        self, ctx: RunContext[AgentDepsT], tool_defs: list[ToolDefinition]
-    ) -> list[ToolDefinition]:
-        return [t if t.sequential else replace(t, sequential=True) for t in tool_defs]
 
     async def wrap_model_request(
         self,
