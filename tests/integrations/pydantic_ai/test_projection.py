@@ -160,6 +160,7 @@ def test_an_answer_is_projected_from_its_recorded_value(response: ModelResponse)
     # The value is what the journal holds: the answer revived from it dumps as it again,
     # so projecting the value is projecting the message pydantic-ai sends next.
     value = decision_value(response)
+    assert value == ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
     revived = revive(value)
     assert _strip(decision_value(revived)) == _strip(value)
     projection = Projection()

@@ -9,9 +9,10 @@ SIGKILL matrix found ``model_id``). Every
 other byte the model receives is bound by the digest: a prompt, a tool's schema or a
 model changed under a live run freezes it (``cp.NonDeterminismError``).
 
-The recorded value is the ``ModelResponse`` dumped by pydantic-ai's own
-``ModelMessagesTypeAdapter``, and revived by it on the first run and on replay alike,
-so both see the same object.
+The recorded value is the ``ModelResponse`` dumped by pydantic (its own adapter: the
+JSON of pydantic-ai's ``ModelMessagesTypeAdapter``), and revived by
+``ModelMessagesTypeAdapter`` on the first run and on replay alike, so both see the same
+object.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ __all__ = [
 VOLATILE = frozenset({"timestamp", "run_id", "conversation_id", "model_id"})
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
+# A response dumped by its own adapter: the same JSON as ModelMessagesTypeAdapter's item
+# (its tagged union serializes a response with this very schema), without the list and
+# the union's dispatch (~10 µs a response against ~16).
+_RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 _MAX_SAFE = 2**53 - 1  # RFC 8785: integers exact as IEEE doubles
 
 
@@ -279,7 +284,7 @@ def request_args(
 
 def decision_value(response: ModelResponse) -> Any:
     """The response's JSON, as recorded."""
-    return ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
+    return _RESPONSE.dump_python(response, mode="json")
 
 
 def revive(value: Any) -> ModelResponse:
