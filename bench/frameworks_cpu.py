@@ -1,16 +1,18 @@
 """CPU per agent run, pydantic-ai with no durability beside ``CrashproofDurability``:
 ``bench/frameworks.py``'s agent, ``--concurrency`` runs at once on one event loop, the
-process's CPU time (``time.process_time``) per batch divided by its runs. Contestants
-are interleaved in each round; the minimum and the median of the rounds are printed.
+process's CPU time (``os.times``: user and kernel, every thread's) per batch divided
+by its runs. Contestants are interleaved in each round; the minimum and the median of
+the rounds are printed, and the medians of user and kernel time.
 
     .venv/bin/python bench/frameworks_cpu.py [--concurrency 64] [--rounds 7]
         [--model-ms 50] [--turns 10] [--only passthrough,normal] [--profile FILE]
 
 At 32 runs and more every contestant is CPU-bound in one process, so the wall ratio of
-``bench/frameworks.py`` is about the ratio of these CPU times; unlike a wall time, CPU
-time hardly moves when other processes share the cores (the load average is printed
-with each round all the same). ``--profile FILE`` writes a cProfile of the last
-crashproof contestant's batches (pstats format) after the rounds.
+``bench/frameworks.py`` is about the ratio of these CPU times. CPU time moves less than
+wall time when other processes share the cores, but it still moves (by 10-20 % between
+rounds on a shared 2-core VM): the load average is printed with each round.
+``--profile FILE`` writes a cProfile of the last crashproof contestant's batches
+(pstats format) after the rounds.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import logging
+import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,13 +32,15 @@ from frameworks import Passthrough, crashproof, plain
 Batch = Callable[[int, int], tuple[float, int]]
 
 
-def cpu_per_run(batch: Batch, i: int, n: int) -> float:
-    """Milliseconds of this process's CPU per run for one batch of ``n`` runs."""
-    start = time.process_time()
+def cpu_per_run(batch: Batch, i: int, n: int) -> tuple[float, float]:
+    """Milliseconds of this process's CPU per run for one batch of ``n`` runs: in user
+    space and in the kernel (SQLite's writes and syncs), every thread's."""
+    before = os.times()
     _, failed = batch(i, n)
     if failed:
         raise SystemExit(f"{failed} runs failed")
-    return (time.process_time() - start) * 1000 / n
+    after = os.times()
+    return (after.user - before.user) * 1000 / n, (after.system - before.system) * 1000 / n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,20 +71,27 @@ def main(argv: list[str] | None = None) -> int:
             for batch in batches.values():
                 batch(-1, n)  # warm up
             cpu: dict[str, list[float]] = {name: [] for name in batches}
+            user: dict[str, list[float]] = {name: [] for name in batches}
+            system: dict[str, list[float]] = {name: [] for name in batches}
             for i in range(args.rounds):
                 load = load_average()
                 for name, batch in batches.items():
-                    cpu[name].append(cpu_per_run(batch, i, n))
+                    u, k = cpu_per_run(batch, i, n)
+                    user[name].append(u)
+                    system[name].append(k)
+                    cpu[name].append(u + k)
                 row = "  ".join(f"{name} {values[-1]:6.2f}" for name, values in cpu.items())
                 print(f"round {i + 1}: load {load}; ms CPU/run: {row}", flush=True)
             base = min(cpu["plain"])
-            print(f"\n{n} runs at once, {args.turns} turns, {args.model_ms:g} ms model")
-            print(f"{'':12} {'min':>7} {'median':>7} {'+min':>7} {'ratio':>7}")
+            print(f"\n{n} runs at once, {args.turns} turns, {args.model_ms:g} ms model; ms CPU/run")
+            heads = ("min", "median", "+min", "ratio", "user", "kernel")
+            print(f"{'':12} " + " ".join(f"{h:>7}" for h in heads))
             for name, values in cpu.items():
                 low = min(values)
                 print(
                     f"{name:12} {low:7.2f} {statistics.median(values):7.2f} "
-                    f"{low - base:7.2f} {base / low:7.2f}"
+                    f"{low - base:7.2f} {base / low:7.2f} {statistics.median(user[name]):7.2f} "
+                    f"{statistics.median(system[name]):7.2f}"
                 )
             print(f"load avg at end: {load_average()}; leases lost: {lost.count}")
             if args.profile:
