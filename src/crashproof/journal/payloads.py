@@ -185,7 +185,7 @@ class RunSucceeded(DriveRecord):
 
 
 class RunFailed(DriveRecord):
-    """``run_failed``: runtime/ledger.py; runtime/guards/review.py for a reviewer's abort."""
+    """``run_failed``: runtime/drive.py; runtime/guards/review.py for a reviewer's abort."""
 
     error: ErrorRecord
     review: NotRequired[dict[str, Any]]  # an abort: the review_consumed payload
