@@ -72,6 +72,8 @@ def test_code_agent_every_crash_point(agent_report: Report) -> None:
     assert 30 <= len(points) < 100
     for inside in ("edit:greet.py:renamed", "commit:committed", "branch:created"):
         assert f"inside[act:{inside}]" in points
+    for key, _ in code_agent.commands():  # cp.Shell: ran, and recorded
+        assert {f"inside[act:{key}:exited]", f"inside[act:{key}:recorded]"} <= set(points)
     assert "inside[act:open-pr:responded]" in points
     assert len(agent_report.of_kind(CaseKind.CRASH)) == len(points)
     assert len(agent_report.of_kind(CaseKind.STALE_CHECKPOINT)) == DEFAULT_CONTENTION_POINTS
@@ -81,6 +83,21 @@ def test_code_agent_every_crash_point(agent_report: Report) -> None:
         f"{code_agent.RUN_ID}/{key}" for key in ("commit", "branch", "open-pr", "notify")
     } | {f"{code_agent.RUN_ID}/migrate:{name}" for name in code_agent.MIGRATIONS}
     assert agent_report.reference.model_calls == {"plan": 1, "commit-message": 1}
+
+
+def test_the_code_agent_installs_formats_and_tests_through_the_shell(tmp_path: Path) -> None:
+    """The install from the local wheel, the formatter and the tests ran as commands, and
+    what they did is the artifact: the vendored package, the reformatted file (committed
+    so), their outcome in the pull request."""
+    run_reference(code_agent.SCENARIO, tmp_path)
+    repo = tmp_path / "env" / "repo"
+    assert (repo / "vendor" / "greetlib.py").read_text() == code_agent.WHEEL_FILES["greetlib.py"]
+    committed = code_agent._git(repo, "show", "agent/greet-by-name:test_greet.py")
+    assert committed == (repo / "test_greet.py").read_text().strip()
+    assert 'greet("Ada")' in committed  # the seed's single quotes, formatted
+    edited = code_agent._git(repo, "show", "agent/greet-by-name:greet.py")
+    assert edited == 'def greet(name: str) -> str:\n    return f"Hello, {name}!"'  # the agent's too
+    assert "Tests pass; 2 file(s) reformatted" in (tmp_path / "env" / "forge.json").read_text()
 
 
 @pytest.mark.parametrize("point", ["inside[act:commit:committed]", "inside[act:open-pr:responded]"])
