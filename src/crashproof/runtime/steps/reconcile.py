@@ -14,7 +14,7 @@ State-addressed tools (the workspace) describe *what* an act changes through
 world, so earlier ones are reported confirmed and superseded rather than drifted. An act
 of another tool that overwrote the target is the last on it as well
 (``Tool.overwrites``: a ``cp.Shell`` command whose recorded delta names a file a
-workspace act wrote, or, in flight, whose snapshot it will put back).
+workspace act wrote, or, in flight, whose snapshot holds it as that act wrote it).
 
 Two callers: ``crashproof reconcile`` (``Ledger.reconcile``, read-only, every act of a
 run against the tools given), and every resume (:func:`reread_receipts`): before its
@@ -178,17 +178,17 @@ def _last_on_target(
     An act of another tool that overwrote a target (``Tool.overwrites``: a command that
     rewrote a file a workspace act wrote) is the last on it too."""
     last: dict[tuple[str, str], str] = {}
-    owners: dict[tuple[str, str], Tool] = {}  # the tool of each target, for overwrites
+    owners: dict[tuple[str, str], tuple[Tool, Call]] = {}  # its last act's, for overwrites
 
     def record(key: str, tool: Tool, call: Call, result: Any) -> None:
         target = tool.target_of(call)
         if target is not None:
             last[(tool.name, target)] = key
-            owners[(tool.name, target)] = tool
+            owners[(tool.name, target)] = (tool, call)
         if type(tool).overwrites is not Tool.overwrites:
-            for (name, other), owner in owners.items():
-                if owner is not tool and tool.overwrites(call, result, owner, other):
-                    last[(name, other)] = key
+            for target_key, (owner, earlier) in owners.items():
+                if owner is not tool and tool.overwrites(call, result, owner, earlier):
+                    last[target_key] = key
 
     for event, call, tool in acts:
         if tool is not None and call is not None:
