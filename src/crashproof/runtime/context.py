@@ -348,6 +348,8 @@ class Context(DriveCommits):
             if self.world.pending:
                 yield from self.world.check(self, key, tool)
             if self.reread.pending:
+                if tool is not None:  # an act in flight may have overwritten earlier ones
+                    self.reread.seen(key, tool)
                 yield from self.reread.check(self)
         self._check_open_acts(key)
 
