@@ -111,6 +111,7 @@ class PostgresAppend:
             known is not None
             and known[0] == events[0].seq
             and not any(touches(e) for e in events)  # an act's intent or end: the index too
+            and not any(e.request_text is not None for e in events)  # a request's row too
             and self._append_one_trip(events, status, fencing_token, durable, known[1])
         ):
             return
@@ -223,8 +224,8 @@ class PostgresAppend:
                 if any(e.run_id != run_id or e.seq != next_seq + i for i, e in enumerate(events)):
                     break
                 change = _index_change(events)
-                if change is False:
-                    break  # several records that touch the index: the checked path
+                if change is False or any(e.request_text is not None for e in events):
+                    break  # several records that touch the index, a request: the checked path
                 query: str | None
                 query, params, mac = self._one_trip_params(events, status, token, "", prev_mac)
                 lock = None
@@ -418,6 +419,9 @@ class PostgresAppend:
                     cur.execute(query, params[0])
                 elif params:
                     cur.executemany(query, params)
+            requests = [(e.run_id, e.seq, t) for e in events if (t := e.request_text) is not None]
+            if requests:  # beside their records, in the same transaction
+                cur.executemany(self._q["insert_request"], requests)
         except psycopg.errors.UniqueViolation:
             raise seq_taken(events[0]) from None
         return mac

@@ -387,6 +387,10 @@ class PostgresStore(PostgresAppend, PostgresIndex):
     def sealer(self) -> RecordSealer | None:
         return self._sealer
 
+    def load_requests(self, run_id: str) -> dict[int, str]:
+        with self._read() as cur:
+            return dict(cur.execute(self._q["load_requests"], (run_id,)).fetchall())
+
     def raw_events(self, run_id: str) -> list[RawRecord]:
         """The run's records exactly as stored (not verified: the caller verifies)."""
         with self._read() as cur:

@@ -87,6 +87,10 @@ class SQLiteJournal:
             if collecting:
                 gc.enable()
 
+    def load_requests(self, run_id: str) -> dict[int, str]:
+        with self._reading() as conn:
+            return dict(conn.execute(_Q["load_requests"], (run_id,)).fetchall())
+
     def _load_events(self, run_id: str, make: Callable[..., Event]) -> list[Event]:
         """The run's records, verified. A whole load is kept and reused by the next load,
         once: a drive reads its run's journal for the verdict, then again under its lease,
@@ -212,6 +216,7 @@ class SQLiteJournal:
                     and (value is None or len(value) < BLOB_THRESHOLD)  # else kept apart
                     and not self._conn.in_transaction
                     and not touches(event)  # the index too: +70-150 us an act (benchmarks.md)
+                    and event.request_text is None  # its request too: a second row
                 ):
                     payload = event.payload_json
                     if payload is None:
@@ -432,6 +437,7 @@ class SQLiteJournal:
                         key_id,
                         mac,
                     ),
+                    event.request_text,
                 )
         except sqlite3.IntegrityError:
             raise seq_taken(events[0]) from None
@@ -507,6 +513,7 @@ def _one_statement(events: Sequence[Event]) -> bool:
         len(events) == 1
         and change_of(events[0]) is None
         and blob_digest(events[0].value_json) is None
+        and events[0].request_text is None
     )
 
 

@@ -27,11 +27,15 @@ def insert_record(
     run_no: int | None,
     deltas: DeltaMemo,
     record: tuple[int, str, str | None, str, str | None, float, str | None, str | None],
+    request: str | None = None,
 ) -> None:
     """Insert one record (seq, type, key, payload, value, created_at, key_id, mac), its
     value kept once as a content-addressed blob when large (insert_event), as a text
-    delta of the run's last large value where it extends it (store/deltas.py)."""
+    delta of the run's last large value where it extends it (store/deltas.py), and the
+    request text kept beside it (``request``, a ``KeptRequest``'s; insert_request)."""
     seq, type_, key, payload, value, created_at, key_id, mac = record
+    if request is not None:  # beside the record, keyed by its row id (schema 9)
+        conn.execute(_Q["insert_request"], (row_id(run_id, run_no, seq), request))
     blob = blob_digest(value)
     if blob is not None and value is not None:
         deltas.insert(conn, run_id, blob, value)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from crashproof.journal import payloads
 from crashproof.journal.codec import args_digest, canonical_bytes
-from crashproof.journal.records import Event, EventType
+from crashproof.journal.records import Event, EventType, request_sha256
 from crashproof.journal.transcript import LIST_SEED, chain, v2_of_parts
 
 __all__ = ["NOT_STORED", "ModelRequest", "conversation", "model_requests", "parsed_arguments"]
@@ -58,6 +58,8 @@ class _Fold:
     def request(self, key: str, digest: Any, text: Any) -> ModelRequest:
         name = key.partition("#")[0]
         held = self.slots.pop(name, {})
+        if isinstance(text, ModelRequest):  # refused before it was read (_text)
+            return text
         if not isinstance(text, str):
             return ModelRequest(refused=NOT_STORED)  # the next stored one is whole
         try:
@@ -115,15 +117,40 @@ class _Fold:
         return list(items), "l:" + state.hex()
 
 
+def _text(text: str | None, sha: Any) -> str | ModelRequest:
+    """A request text kept beside its record, once it proved to be the one the record's
+    digest names (before anything parses it); else the refusal."""
+    if text is None:
+        return ModelRequest(
+            refused="the stored request is missing: its record names one, the ledger has none "
+            "(removed, or the run was copied without it)"
+        )
+    if not isinstance(sha, str) or request_sha256(text) != sha:
+        return ModelRequest(
+            refused="the stored request does not match the digest its record holds: it is "
+            "not shown (the ledger's request was altered)"
+        )
+    return text
+
+
 def _element(value: Any) -> bytes:
     return hashlib.sha256(canonical_bytes(value, what="request")).digest()
 
 
-def model_requests(events: Sequence[Event], keys: Iterable[str]) -> dict[str, ModelRequest]:
+def model_requests(
+    events: Sequence[Event],
+    keys: Iterable[str],
+    kept: Callable[[], Mapping[int, str]] = dict,
+) -> dict[str, ModelRequest]:
     """The requests of the decisions ``keys`` of the verified journal ``events``, folded
-    from the first decision on (each stores what it adds to the one before)."""
+    from the first decision on (each stores what it adds to the one before). ``kept``:
+    the run's request texts kept beside its records (``Store.load_requests``), read
+    once, when a record names one, and only when a decision is wanted."""
     wanted, fold = set(keys), _Fold()
     found: dict[str, ModelRequest] = {}
+    texts: Mapping[int, str] | None = None
+    if not wanted:
+        return found
     for event in events:
         key = event.key
         if key is None or event.type is not EventType.STEP_DONE:
@@ -134,7 +161,13 @@ def model_requests(events: Sequence[Event], keys: Iterable[str]) -> dict[str, Mo
         done = payloads.step_done(event)
         if done.get("kind") != "decide":
             continue
-        request = fold.request(key, done.get("digest"), done.get("request"))
+        stored: Any = done.get("request")  # inline: a journal before schema 9 (6 on PostgreSQL)
+        sha = done.get("request_sha256")
+        if sha is not None:
+            if texts is None:
+                texts = kept()
+            stored = _text(texts.get(event.seq), sha)
+        request = fold.request(key, done.get("digest"), stored)
         if key in wanted:
             found[key] = request
     return found

@@ -52,6 +52,13 @@ INSERT INTO {schema}.events
     (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
+-- name: insert_request
+-- (run_id, seq, text): a decision's request beside its record (schema 6).
+INSERT INTO {schema}.requests (run_id, seq, text) VALUES (%s, %s, %s);
+
+-- name: load_requests
+SELECT seq, text FROM {schema}.requests WHERE run_id = %s ORDER BY seq;
+
 -- name: insert_blob
 INSERT INTO {schema}.blobs (digest, data) VALUES (%s, %s) ON CONFLICT (digest) DO NOTHING;
 

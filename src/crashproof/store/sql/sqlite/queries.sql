@@ -64,6 +64,17 @@ VALUES (?1,
         ?3, ?4, ?5, ?6, ?7, NULL, ?8, ?9, ?10);
 
 
+-- name: insert_request
+-- (row id, text): a decision's request beside its record (events.id), schema 9.
+INSERT INTO requests (id, text) VALUES (?, ?);
+
+-- name: load_requests
+-- A run's requests by record seq (the low half of the row id).
+SELECT q.id - (r.run_no << 32), q.text
+FROM runs AS r JOIN requests AS q ON q.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
+WHERE r.run_id = ?
+ORDER BY q.id;
+
 -- name: insert_blob
 -- (digest, data, base, prefix): base and prefix NULL for a whole value (store/deltas.py).
 INSERT INTO blobs (digest, data, base, prefix) VALUES (?, ?, ?, ?)
