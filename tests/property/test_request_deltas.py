@@ -147,9 +147,8 @@ def test_a_request_that_does_not_match_its_digest_is_refused(tmp_path: Path) -> 
     ledger.close()
 
 
-@pytest.mark.parametrize("options", [{"store_requests": False}, {}])  # {}: the default
-def test_store_requests_false_stores_none(tmp_path: Path, options: dict[str, bool]) -> None:
-    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'runs.db'}", **options)
+def test_store_requests_false_stores_none(tmp_path: Path) -> None:
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'runs.db'}", store_requests=False)
 
     @ledger.workflow("agent", version="1")
     def agent(ctx: cp.Context) -> int:
@@ -162,6 +161,25 @@ def test_store_requests_false_stores_none(tmp_path: Path, options: dict[str, boo
     ledger.run(agent, run_id="r")
     events = ledger.journal("r")
     assert not any("secret prompt" in (e.payload_json or str(e.payload)) for e in events)
-    folded = model_requests(events, ["turn", "turn#2", "turn#3"])
+    folded = model_requests(
+        events, ["turn", "turn#2", "turn#3"], lambda: ledger.store.load_requests("r")
+    )
     assert {r.refused for r in folded.values()} == {NOT_STORED}
+    assert ledger.store.load_requests("r") == {}
+    ledger.close()
+
+
+def test_requests_are_stored_by_default_beside_their_records(tmp_path: Path) -> None:
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'runs.db'}")
+
+    @ledger.workflow("agent", version="1")
+    def agent(ctx: cp.Context) -> int:
+        history = [{"role": "user", "content": "a prompt"}]
+        return int(ctx.decide("turn", lambda messages: len(messages), messages=history))
+
+    ledger.run(agent, run_id="r")
+    events = ledger.journal("r")
+    assert not any("a prompt" in (e.payload_json or str(e.payload)) for e in events)
+    folded = model_requests(events, ["turn"], lambda: ledger.store.load_requests("r"))
+    assert folded["turn"].kwargs == {"messages": [{"role": "user", "content": "a prompt"}]}
     ledger.close()

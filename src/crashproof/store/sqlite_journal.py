@@ -88,8 +88,11 @@ class SQLiteJournal:
                 gc.enable()
 
     def load_requests(self, run_id: str) -> dict[int, str]:
+        parts: dict[int, list[str]] = {}
         with self._reading() as conn:
-            return dict(conn.execute(_Q["load_requests"], (run_id,)).fetchall())
+            for seq, part in conn.execute(_Q["load_requests"], (run_id,)):
+                parts.setdefault(seq, []).append(part)
+        return {seq: "".join(texts) for seq, texts in parts.items()}
 
     def _load_events(self, run_id: str, make: Callable[..., Event]) -> list[Event]:
         """The run's records, verified. A whole load is kept and reused by the next load,

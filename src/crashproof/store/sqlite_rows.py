@@ -19,6 +19,7 @@ __all__ = ["RUN_SPAN", "apply_change", "check_rows", "insert_record", "row_id"]
 
 _Q = load_queries("sqlite")
 RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
+REQUEST_PART = 1000  # characters of a request per row: four rows to a 4 KB page (0009)
 
 
 def insert_record(
@@ -34,8 +35,10 @@ def insert_record(
     delta of the run's last large value where it extends it (store/deltas.py), and the
     request text kept beside it (``request``, a ``KeptRequest``'s; insert_request)."""
     seq, type_, key, payload, value, created_at, key_id, mac = record
-    if request is not None:  # beside the record, keyed by its row id (schema 9)
-        conn.execute(_Q["insert_request"], (row_id(run_id, run_no, seq), request))
+    if request is not None:  # beside the record, under its row id, in parts (schema 9)
+        at = row_id(run_id, run_no, seq)
+        for start in range(0, len(request), REQUEST_PART):
+            conn.execute(_Q["insert_request"], (at, request[start : start + REQUEST_PART]))
     blob = blob_digest(value)
     if blob is not None and value is not None:
         deltas.insert(conn, run_id, blob, value)

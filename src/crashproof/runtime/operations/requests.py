@@ -1,21 +1,28 @@
 """A model call's request, rebuilt from the journal for a person to read (the console's
-run page, ``crashproof show RUN --step KEY``), and proven against its digest.
+run page, ``crashproof show RUN --step KEY``), and proven against its digests.
 
-A live decision stores its request in its ``step_done`` record, as the last field
-(``request``, JSON text; ``runtime/steps/arguments.py`` builds it while digesting):
+A live decision stores its request (``Ledger(store_requests=True)``, the default) beside
+its ``step_done`` record, in the same transaction (``KeptRequest``; the store's
+``requests`` table, ``Store.load_requests``), and the record holds the SHA-256 of the
+text as its last field, ``request_sha256``, under its MAC. So a resume never reads or
+verifies the request's bytes: the journal stays the size it is without them (#42). The
+text (``runtime/steps/arguments.py`` builds it while digesting) is JSON:
 ``{"f": 1|2, "args": [part, ...], "kwargs": {name: part}}``, a part being ``{"v": value}``
 or, for a list argument, ``{"base": n, "new": [element, ...]}``: the list is the first
 ``n`` elements of the same slot's (step name and position or keyword) previous stored
 request, then ``new``. An agent loop's turn thus stores the messages it adds, not its
-whole history. Replay never reads the field (it reads the start of the record's text).
+whole history. Journals written before schema 9 (PostgreSQL 6) hold the same text inline,
+as the record's last field ``request``: still read and shown.
 
-Folding the records in order gives each call's request back, and each is shown only when
-its digest is the recorded arguments digest (format 2: the list chains extended with the
-new elements, O(new) a call; format 1: from scratch). Anything else is a marked refusal,
-never a guess: a request not stored (``Ledger(store_requests=False)``, the default for
-now: its bytes would be read and verified with the journal on every resume, #42), or a
-journal older than this; a base whose earlier part is missing; or one that does not
-match its digest.
+The texts are read only when a decision is to be shown, once per page, and each is
+checked against its record's ``request_sha256`` before it is parsed. Folding them in
+order gives each call's request back, and each is shown only when its digest is the
+recorded arguments digest (format 2: the list chains extended with the new elements,
+O(new) a call; format 1: from scratch). Anything else is a marked refusal, never a
+guess: a request not stored (``Ledger(store_requests=False)``: prompts a team must not
+keep), or a journal older than stored requests; a text missing or not the one its
+record names (altered in the ledger); a base whose earlier part is missing; or one that
+does not match the arguments digest.
 """
 
 from __future__ import annotations

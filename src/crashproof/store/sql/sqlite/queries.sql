@@ -65,15 +65,16 @@ VALUES (?1,
 
 
 -- name: insert_request
--- (row id, text): a decision's request beside its record (events.id), schema 9.
-INSERT INTO requests (id, text) VALUES (?, ?);
+-- (record's row id, a part of the text): a decision's request beside its record, schema 9.
+INSERT INTO requests (record, text) VALUES (?, ?);
 
 -- name: load_requests
--- A run's requests by record seq (the low half of the row id).
-SELECT q.id - (r.run_no << 32), q.text
-FROM runs AS r JOIN requests AS q ON q.id BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
+-- A run's requests by record seq (the low half of the row id), each in its parts.
+SELECT q.record - (r.run_no << 32), q.text
+FROM runs AS r
+JOIN requests AS q ON q.record BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
 WHERE r.run_id = ?
-ORDER BY q.id;
+ORDER BY q.record, q.rowid;
 
 -- name: insert_blob
 -- (digest, data, base, prefix): base and prefix NULL for a whole value (store/deltas.py).
