@@ -40,7 +40,13 @@ from crashproof.store.port import (
     without_result,
 )
 from crashproof.store.sql import load_queries
-from crashproof.store.sqlite_rows import RUN_SPAN, apply_change, check_rows, insert_record
+from crashproof.store.sqlite_rows import (
+    RUN_SPAN,
+    apply_change,
+    check_rows,
+    insert_record,
+    insert_request,
+)
 
 __all__ = ["JournalEnd", "SQLiteJournal"]
 
@@ -219,7 +225,6 @@ class SQLiteJournal:
                     and (value is None or len(value) < BLOB_THRESHOLD)  # else kept apart
                     and not self._conn.in_transaction
                     and not touches(event)  # the index too: +70-150 us an act (benchmarks.md)
-                    and event.request_text is None  # its request too: a second row
                 ):
                     payload = event.payload_json
                     if payload is None:
@@ -240,8 +245,12 @@ class SQLiteJournal:
                             created_at,
                             end[1] or GENESIS,
                         )
+                    request = event.request_text
+                    cursor = self._cursor
                     try:
-                        self._cursor.execute(
+                        if request is not None:  # its parts in the same transaction
+                            cursor.execute("BEGIN IMMEDIATE")
+                        cursor.execute(
                             _INSERT_ALONE,
                             (
                                 (end[3] << 32) + seq,  # row_id: the run's run_no is known
@@ -257,8 +266,16 @@ class SQLiteJournal:
                                 fencing_token,
                             ),
                         )
+                        if request is not None:
+                            insert_request(cursor, (end[3] << 32) + seq, request)
+                            cursor.execute("COMMIT")
                     except sqlite3.DatabaseError:  # its check refused, a taken seq, busy...
-                        del self._ends[run_id]
+                        if request is not None:
+                            self._rollback(cursor)
+                        self._ends.pop(run_id, None)
+                    except BaseException:  # a request SQLite cannot encode: nothing kept
+                        self._rollback(cursor)
+                        raise
                     else:
                         self._commits += 1
                         # The token as the statement saw it.

@@ -15,7 +15,15 @@ from crashproof.store.intents import Change, IntentHold, held, others
 from crashproof.store.port import blob_digest
 from crashproof.store.sql import load_queries
 
-__all__ = ["RUN_SPAN", "apply_change", "check_rows", "insert_record", "row_id"]
+__all__ = [
+    "REQUEST_PART",
+    "RUN_SPAN",
+    "apply_change",
+    "check_rows",
+    "insert_record",
+    "insert_request",
+    "row_id",
+]
 
 _Q = load_queries("sqlite")
 RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
@@ -35,10 +43,8 @@ def insert_record(
     delta of the run's last large value where it extends it (store/deltas.py), and the
     request text kept beside it (``request``, a ``KeptRequest``'s; insert_request)."""
     seq, type_, key, payload, value, created_at, key_id, mac = record
-    if request is not None:  # beside the record, under its row id, in parts (schema 9)
-        at = row_id(run_id, run_no, seq)
-        for start in range(0, len(request), REQUEST_PART):
-            conn.execute(_Q["insert_request"], (at, request[start : start + REQUEST_PART]))
+    if request is not None:
+        insert_request(conn, row_id(run_id, run_no, seq), request)
     blob = blob_digest(value)
     if blob is not None and value is not None:
         deltas.insert(conn, run_id, blob, value)
@@ -59,6 +65,12 @@ def insert_record(
             mac,
         ),
     )
+
+
+def insert_request(conn: sqlite3.Connection | sqlite3.Cursor, at: int, request: str) -> None:
+    """Insert a request beside the record whose row id is ``at``, in parts (schema 9)."""
+    for start in range(0, len(request), REQUEST_PART):
+        conn.execute(_Q["insert_request"], (at, request[start : start + REQUEST_PART]))
 
 
 def apply_change(
