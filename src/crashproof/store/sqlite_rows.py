@@ -27,7 +27,7 @@ __all__ = [
 
 _Q = load_queries("sqlite")
 RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
-REQUEST_PART = 1000  # characters of a request per row: four rows to a 4 KB page (0009)
+REQUEST_PART = 1000  # characters of a request per row (insert_request): four to a 4 KB page
 
 
 def insert_record(
@@ -68,9 +68,9 @@ def insert_record(
 
 
 def insert_request(conn: sqlite3.Connection | sqlite3.Cursor, at: int, request: str) -> None:
-    """Insert a request beside the record whose row id is ``at``, in parts (schema 9)."""
-    for start in range(0, len(request), REQUEST_PART):
-        conn.execute(_Q["insert_request"], (at, request[start : start + REQUEST_PART]))
+    """Insert a request beside the record whose row id is ``at``, in parts of
+    ``REQUEST_PART`` characters (schema 9; insert_request cuts them: one statement)."""
+    conn.execute(_Q["insert_request"], (at, request))
 
 
 def apply_change(

@@ -65,8 +65,14 @@ VALUES (?1,
 
 
 -- name: insert_request
--- (record's row id, a part of the text): a decision's request beside its record, schema 9.
-INSERT INTO requests (record, text) VALUES (?, ?);
+-- (record's row id, text): a decision's request beside its record, schema 9, in parts of
+-- 1,000 characters (substr counts characters), in order: one statement for all its parts.
+WITH RECURSIVE part (at) AS (
+    SELECT 0
+    UNION ALL
+    SELECT at + 1000 FROM part WHERE at + 1000 < length(?2)
+)
+INSERT INTO requests (record, text) SELECT ?1, substr(?2, at + 1, 1000) FROM part ORDER BY at;
 
 -- name: load_requests
 -- A run's requests by record seq (the low half of the row id), each in its parts.
