@@ -1,7 +1,8 @@
 """A run's model requests, kept beside its records, travel with its checkpoint (format
 5) and show in the ledger it is imported into; a request altered in the document is
 refused on import (each is checked against the digest its record holds); a run without
-requests still exports as format 4, which older crashproofs import."""
+requests still exports as format 4, which older crashproofs import. A fork carries its
+prefix's requests too."""
 
 from __future__ import annotations
 
@@ -77,3 +78,17 @@ def test_a_run_without_requests_exports_as_format_4(tmp_path: Path) -> None:
     assert document["schema_version"] == 4
     assert "requests" not in document
     a.close()
+
+
+def test_a_fork_carries_its_prefix_requests(tmp_path: Path) -> None:
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'a.db'}", key=KEY)
+    _agent(ledger)
+    ledger.run("agent", run_id="r")
+    ledger.fork("r", from_step="turn#2", new_run_id="f", by="test")
+    events = ledger.journal("f")
+    contents = step_contents(events, ["turn#2"], lambda: ledger.store.load_requests("f"))
+    prompt = contents["turn#2"].prompt
+    assert prompt is not None
+    assert prompt.refused is None
+    assert prompt == _prompt(ledger, "turn#2")
+    ledger.close()
