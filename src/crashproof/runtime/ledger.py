@@ -71,15 +71,17 @@ class Ledger(Registry, LedgerDrive, LedgerCare, LedgerHumans, LedgerCancel, Ledg
         witness: Witness | None = None,
         lease_seconds: float = 15.0,
         clock: Callable[[], float] | None = None,
-        store_requests: bool = False,
+        store_requests: bool = True,
     ) -> None:
         """``durability``: "output" (default: a commit is forced to disk only before
         something leaves the process; driving/durability.py), "full" or "normal". ``key``:
         else integrity/keys.py's order (no key: ``KeyUnusable``). ``witness``: where
         generations are mirrored (a file beside a SQLite ledger by default). ``lease_seconds``:
         a lease's life unrenewed (renewed every third of it). ``clock``: this host's clock,
-        a testing hook (Store.now reads it on SQLite). ``store_requests=True``: a model
-        call's request is stored for people to read; else bound by its digest only."""
+        a testing hook (Store.now reads it on SQLite). ``store_requests`` (default True): a
+        model call's request is kept for people to read (the console, ``show --step``),
+        beside its record, which holds its digest: a resume never reads it. False: the
+        request is bound by its arguments digest only (prompts a team must not keep)."""
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive, not {lease_seconds!r}")
         self.lease_seconds = float(lease_seconds)
