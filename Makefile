@@ -94,6 +94,9 @@ chaos: bytecode
 	# as child processes and power cuts (every point here)
 	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_verify_powercut.py \
 		tests/verify/test_verify_completion.py
+	# The async code agent at every crash point (make test: a seeded 12 and inside each
+	# of its cp.Shell commands; the sync agent runs every point there) (#44)
+	CRASHPROOF_FULL_MATRIX=1 $(BIN)/pytest -q tests/verify/test_verify_examples.py -k async_code_agent_at
 
 chaos-short: bytecode
 	$(BIN)/crashproof verify examples.code_agent:SCENARIO --mode chaos --trials 20 --seed $(CHAOS_SEED)

@@ -17,7 +17,9 @@ turn adds: (size after T turns - size after 2 turns) / (T - 2), the same run of 
 measured once per contestant; that base (the empty database's tables and indexes, the
 run's own records) is printed beside it, as it does not grow with T.
 
-Contestants: crashproof with a plain list and with ``cp.Transcript``; ``--before SRC``:
+Contestants: crashproof with a plain list and with ``cp.Transcript`` (each storing its
+requests for people to read, the default), "list-off" a plain list with
+``store_requests=False``; ``--before SRC``:
 crashproof at another checkout's ``src`` (e.g. main before #22, whose digest is O(T) per
 turn: capped at T = 1,000 there, as its run is O(T²)); LangGraph (messages in state,
 ``add`` reducer, ``SqliteSaver``, ``durability="sync"``), which checkpoints the whole
@@ -79,8 +81,11 @@ def _disk(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
 
 
-def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict[str, Any]:
-    """One phase (``live``: T turns, crashed before the last commit; ``resume``)."""
+def child_crashproof(
+    kind: str, turns: int, directory: Path, phase: str, requests: bool = True
+) -> dict[str, Any]:
+    """One phase (``live``: T turns, crashed before the last commit; ``resume``).
+    ``requests``: ``Ledger(store_requests=...)`` (the "list-off" contestant: False)."""
     # crashproof.store.sqlite is imported by the first SQLite ledger: kept out of the
     # timed resume, as the peers' modules are.
     import crashproof as cp
@@ -115,13 +120,13 @@ def child_crashproof(kind: str, turns: int, directory: Path, phase: str) -> dict
             return len(history)
 
     if phase == "live":
-        ledger = cp.Ledger(url, durability="normal")
+        ledger = cp.Ledger(url, durability="normal", store_requests=requests)
         register(ledger)
         started = time.perf_counter()
         ledger.run("agent", run_id="r", turns=turns)
         raise SystemExit("crashproof: the live run was not killed")
     started = time.perf_counter()
-    with cp.Ledger(url, durability="normal") as ledger:
+    with cp.Ledger(url, durability="normal", store_requests=requests) as ledger:
         register(ledger)
         result = ledger.resume("r")
         # Timed to the resume's end, before the ledger closes (its WAL checkpoint), as
@@ -352,7 +357,9 @@ def main() -> None:
                 "whole": "whole",
                 "whole-before": "whole",
             }
-            result = child_crashproof(kind.get(who, "list"), int(turns), Path(directory), phase)
+            result = child_crashproof(
+                kind.get(who, "list"), int(turns), Path(directory), phase, who != "list-off"
+            )
         print(json.dumps(result))
         return
 
@@ -367,7 +374,7 @@ def main() -> None:
     print_facts(machine_facts(Path(args.dir or tempfile.gettempdir())))
     new_text = len(json.dumps(_user(0))) + len(json.dumps(_reply(1)))
     print(f"new text per turn: ~{new_text} bytes (user message + reply, JSON)")
-    contestants = ["list", "transcript"]
+    contestants = ["list", "list-off", "transcript"]
     if args.before:
         contestants.insert(0, "before")
     if args.whole:
@@ -387,7 +394,7 @@ def main() -> None:
     if args.rounds:  # "before" (a plain list) and "before-transcript": at --before's src
         if args.before:
             contestants.insert(1, "before-transcript")
-        rounds_of = ("before", "before-transcript", "list", "transcript", "langgraph")
+        rounds_of = ("before", "before-transcript", "list", "list-off", "transcript", "langgraph")
         contestants = [c for c in contestants if c in rounds_of]
         print(f"resume to the first new step, median of {args.rounds} rounds (range)")
         for turns in [int(t) for t in args.turns.split(",")]:
@@ -412,6 +419,7 @@ def main() -> None:
             name = {
                 "before": "crashproof before #22",
                 "list": "crashproof, list",
+                "list-off": "list, requests off",
                 "transcript": "crashproof, Transcript",
                 "dbos": "DBOS Transact",
                 "whole": "crashproof, whole",

@@ -1,7 +1,7 @@
 """The code agent of ``code_agent.py``, written async: ``async def`` workflow, an async
-model, ``await ctx.act`` on ``AsyncHttpTool`` (the forge) and on the sync ``Workspace``
-and ``GitTool`` (run in worker threads). Same workflow name, version, tools and journal:
-a run of either may be resumed by the other.
+model, ``await ctx.act`` on ``AsyncHttpTool`` (the forge) and on the sync ``Workspace``,
+``cp.Shell`` (its commands) and ``GitTool`` (run in worker threads). Same workflow name,
+version, tools and journal: a run of either may be resumed by the other.
 
     crashproof verify examples.async_agent:SCENARIO
     crashproof verify examples.async_agent:SCENARIO --mode subprocess --max-points 20
@@ -21,7 +21,17 @@ from crashproof.tools.migrations import Migrations
 from crashproof.verify import Scenario
 
 from . import code_agent
-from .code_agent import RUN_ID, TASK, Env, check, effects, fingerprint
+from .code_agent import (
+    RUN_ID,
+    TASK,
+    Env,
+    check,
+    commands,
+    effects,
+    fingerprint,
+    report,
+    touched,
+)
 
 
 @dataclass
@@ -54,6 +64,8 @@ def make_workflow(env: AsyncEnv) -> cp.Workflow[dict[str, Any]]:
         for edit in plan["edits"]:
             await ctx.act(f"edit:{edit['path']}", env.workspace, **edit)
         await ctx.step("check", check, str(env.workspace.root), paths)
+        done = {key: await ctx.act(key, env.shell, **params) for key, params in commands()}
+        checks = report(done)
         # The schema migrations (as code_agent.migrate); the acts run in worker threads.
         conn = sqlite3.connect(env.database, check_same_thread=False)
         try:
@@ -63,12 +75,13 @@ def make_workflow(env: AsyncEnv) -> cp.Workflow[dict[str, Any]]:
         finally:
             conn.close()
         message = await ctx.decide("commit-message", model, "commit-message", plan["title"])
-        await ctx.act("commit", env.git, op="commit", message=message, paths=paths)
+        commit = touched(paths, done)
+        await ctx.act("commit", env.git, op="commit", message=message, paths=commit)
         await ctx.act("branch", env.git, op="branch", name=plan["branch"])
         pr = await ctx.act(
             "open-pr",
             env.apulls,
-            body={"title": plan["title"], "head": plan["branch"], "base": "main"},
+            body={"title": plan["title"], "head": plan["branch"], "base": "main", "body": checks},
         )
         note = await ctx.act(
             "notify",

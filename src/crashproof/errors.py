@@ -503,3 +503,10 @@ class SimulatedCrash(BaseException):
     def __init__(self, point: str) -> None:
         self.point = point
         super().__init__(f"simulated crash at {point}")
+
+
+# CrashproofErrors a workflow may legitimately end with (a tool's permanent failure).
+# Any other CrashproofError escaping the workflow (a corrupt ledger, a non-JSON value,
+# a lost lease) is never recorded as the run's failure: the run stays resumable once
+# the cause is fixed (runtime/drive.py), and a replay check stops there (replayer).
+WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)

@@ -1,14 +1,17 @@
 """A model call's request on its run's page and in `crashproof show RUN --step KEY`
-(#40), with ``Ledger(store_requests=True)``: through each SDK's real client and the local
+(#40), stored by default beside its record: through each SDK's real client and the local
 model server, the system and user messages the agent passed, the tool calls of its
 history with their arguments, the reply; everything escaped, a policy's secret field
-redacted; with ``store_requests=False`` (the default) the request is not stored and the
-page says so."""
+redacted; with ``store_requests=False`` the request is not stored and the page says so;
+a request text altered or removed beside its record is refused, on the page and in
+``show``, never shown nor a server error."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +185,32 @@ def test_store_requests_false_keeps_the_prompt_out(
     assert "bound by their digest only, not stored" in out
     assert "fix tests/test_x.py" not in out
     ledger.close()
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        ("UPDATE requests SET text = replace(text, 'fix tests', 'FIX tests')", "does not match"),
+        ("DELETE FROM requests", "is missing"),
+    ],
+)
+def test_an_altered_or_missing_request_is_refused(
+    world: tuple[cp.Ledger, str], capsys: pytest.CaptureFixture[str], edit: str, reason: str
+) -> None:
+    ledger, run_id = world
+    path = ledger.url.removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute(edit)
+        conn.commit()
+    app = create_app(ConsoleConfig(ledger=ledger))
+    with TestClient(app, base_url="http://127.0.0.1:8765") as client:
+        page = client.get(f"/run?id={run_id}")
+    assert page.status_code == 200
+    turn = _contents(page.text, "model")
+    assert reason in turn
+    assert "FIX tests" not in page.text
+    capsys.readouterr()
+    assert main(["show", run_id, "--step", "model", "--db", ledger.url]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert reason in " ".join(out.split())
+    assert "FIX tests" not in out

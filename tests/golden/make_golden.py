@@ -40,6 +40,11 @@ key of tests/conftest.py (never a real key).
   step returning the whole history, golden_deltas.py): run d-done (10 turns) and
   d-inflight (crashed after its seventh turn). Written alone by ``make_golden.py
   deltas7``; tests/golden/test_golden_deltas.py checks, replays and resumes it.
+- requests8.db (+ .witness): SQLite schema 8, each decision's request stored inline in
+  its record (``store_requests=True`` before requests were kept beside their records;
+  golden_requests.py, built at commit 46696e9): run q-done (3 turns) and q-inflight
+  (crashed after its second turn). No longer written here (this code keeps requests
+  beside their records); tests/golden/test_golden_requests.py shows and resumes it.
 """
 
 from __future__ import annotations

@@ -116,6 +116,7 @@ def as_version_1(document: dict[str, Any]) -> dict[str, Any]:
     """The same run as crashproof wrote format 1: no derived header fields."""
     old = copy.deepcopy({k: v for k, v in document.items() if k != "_cases"})
     old["schema_version"] = 1
+    old.pop("requests", None)  # (format 5's: the requests kept beside the records)
     for name in checkpoint.DERIVED:
         del old["run"][name]
     return resign(old)
@@ -135,7 +136,9 @@ def test_export_writes_format_2_with_fields_derived_from_the_records(
     rich: dict[str, Any],
 ) -> None:
     run = rich["run"]
-    assert rich["schema_version"] == checkpoint.SCHEMA_VERSION == 4
+    assert (
+        rich["schema_version"] == checkpoint.SCHEMA_VERSION == 5
+    )  # its decision's request: format 5
     assert run["status"] == "needs_review"
     assert run["policy"] == POLICY.record()
     assert run["policy"]["identity"] == "bot@example.com"
@@ -277,7 +280,7 @@ def test_a_version_1_checkpoint_is_migrated_on_import(tmp_path: Path, rich: dict
         assert target.runs() == []  # the preview wrote nothing
         assert target.import_run(old, by="alice") == RUN
         again = target.export_run(RUN, copy=True)  # exported again: current format, same records
-        assert again["schema_version"] == checkpoint.SCHEMA_VERSION
+        assert again["schema_version"] == checkpoint.WITHOUT_REQUESTS
         n = len(rich["records"])
         assert again["records"][:n] == rich["records"]
         # A format-1 document knew no moves: a copy, frozen on arrival until a decision.

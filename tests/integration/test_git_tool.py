@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -363,6 +364,34 @@ def test_files_changed_after_the_intent_is_drift(setup: Setup) -> None:
         setup.ledger().run(edit, run_id="edit")
     assert isinstance(frozen.value.cause, cp.DriftError)
     assert setup.count() == 1
+
+
+def test_a_same_second_rewrite_in_place_is_committed(setup: Setup) -> None:
+    """Racy git: a file rewritten in place (its inode), at the same size, in the second its
+    index entry was stamped, as a formatter swapping quotes does. git re-reads it because
+    the index is of that second too; the tool's scratch copy of the index must be dated
+    so as well, or it stages the old blob and the commit freezes as drift. (Made certain:
+    the dates set back 100 s, ctime not trusted: git compares whole seconds.)"""
+    git(setup.repo, "config", "core.trustctime", "false")
+    code, index = setup.repo / "code.py", setup.repo / ".git" / "index"
+    past = (time.time_ns() // 10**9 - 100) * 10**9
+    code.write_text("x = 'a'\n")
+    os.utime(code, ns=(past, past))
+    git(setup.repo, "add", "code.py")
+    git(setup.repo, "commit", "-q", "-m", "code")
+    with code.open("r+") as f:
+        f.write('x = "a"\n')
+    os.utime(code, ns=(past, past))
+    os.utime(index, ns=(past, past))
+    tool = GitTool(setup.repo)
+
+    @cp.workflow("git-racy", version="1")
+    def racy(ctx: cp.Context) -> Any:
+        return ctx.act("commit", tool, op="commit", message="format", paths=["code.py"])
+
+    result = setup.ledger().run(racy, run_id="racy")
+    assert git(setup.repo, "show", f"{result['sha']}:code.py") == 'x = "a"'
+    assert git(setup.repo, "status", "--porcelain") == ""
 
 
 def test_refusals_are_permanent_and_change_nothing(setup: Setup) -> None:

@@ -89,7 +89,7 @@ def test_replay_reads_a_postgresql_ledger(pg_url: str) -> None:
 def downgraded(pg_url: str, schema: str) -> str:
     """A ledger of the current code with a run crashed mid-way, taken back to schema 1
     (as a schema-1 crashproof left it): the lease columns, the index of unresolved
-    intents, the retry schedule and migrations 2 on removed."""
+    intents, the retry schedule, the requests table and migrations 2 on removed."""
     import crashproof as cp
 
     url = f"{pg_url}?schema={schema}"
@@ -105,6 +105,7 @@ def downgraded(pg_url: str, schema: str) -> str:
         for column in ("owner", "lease_expires_at", "fencing_token", "retry_at", "retries"):
             conn.execute(f"ALTER TABLE runs DROP COLUMN {column}".encode())
         conn.execute("DROP TABLE unresolved_intents")
+        conn.execute("DROP TABLE requests")
         conn.execute("DELETE FROM crashproof_migrations WHERE version >= 2")
         conn.execute("UPDATE crashproof_meta SET value = '1' WHERE key = 'schema_version'")
     return url
@@ -237,6 +238,7 @@ def test_the_intent_index_is_filled_on_open_from_the_journals(pg_url: str) -> No
         conn.execute("DROP TABLE unresolved_intents")
         conn.execute("ALTER TABLE runs DROP COLUMN retry_at")  # and schema 5's
         conn.execute("ALTER TABLE runs DROP COLUMN retries")
+        conn.execute("DROP TABLE requests")  # and schema 6's
         conn.execute("DELETE FROM crashproof_migrations WHERE version >= 4")
         conn.execute("UPDATE crashproof_meta SET value = '3' WHERE key = 'schema_version'")
     store = PostgresStore(url)

@@ -362,3 +362,66 @@ def test_a_workspace_outside_git_needs_a_store_outside_it(tmp_path: Path) -> Non
     shell.snapshots.restore(snap, [])
     assert sorted(p.name for p in plain.iterdir()) == ["a.txt"]
     assert (plain / "a.txt").read_text() == "a\n"
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "after_commit[step_done:fmt]",  # the command recorded: its delta names the file
+        "inside[act:fmt:exited]",  # it ran, no record: its snapshot is put back
+        "inside[act:fmt:recorded]",  # its completion record, no receipt yet
+    ],
+)
+def test_a_command_that_rewrote_a_file_a_workspace_act_wrote_supersedes_it(
+    ws: Path, tmp_path: Path, point: str
+) -> None:
+    """A formatter rewriting the file an edit wrote: on resume the edit's receipt (the
+    file holds its result) is superseded by the command, not drifted (which froze it)."""
+    workspace = cp.Workspace(ws)
+    shell = cp.Shell(workspace)
+
+    @cp.workflow("formatted")
+    def flow(ctx: cp.Context) -> Any:
+        ctx.act("edit", workspace, op="write", path="src/a.py", content="a = 'x'\n")
+        ctx.act("fmt", shell, argv=["sed", "-i", "s/'/\"/g", "src/a.py"])
+        return ctx.act("after", workspace, op="write", path="src/z.py", content="z\n")
+
+    crashing = ledger(tmp_path, flow, crash_points=cp.CrashPoints(match=point))
+    with pytest.raises(cp.SimulatedCrash):
+        crashing.run(flow, run_id="r")
+    crashing.close()
+    led = ledger(tmp_path, flow)
+    led.run(flow, run_id="r")
+    assert (ws / "src" / "a.py").read_text() == 'a = "x"\n'
+    assert (ws / "src" / "z.py").read_text() == "z\n"
+    checks = {c.step: c for c in led.reconcile("r", [workspace, shell])}
+    assert checks["edit"].status == "confirmed"
+    assert "superseded by 'fmt' on src/a.py" in checks["edit"].detail
+    led.close()
+
+
+def test_a_file_changed_after_the_command_that_superseded_its_edit_still_freezes(
+    ws: Path, tmp_path: Path
+) -> None:
+    """Superseded is not unchecked: a change made to that file while the run was down is
+    seen by the resume's observation of the workspace."""
+    workspace = cp.Workspace(ws)
+    shell = cp.Shell(workspace)
+
+    @cp.workflow("formatted")
+    def flow(ctx: cp.Context) -> Any:
+        ctx.act("edit", workspace, op="write", path="src/a.py", content="a = 'x'\n")
+        ctx.act("fmt", shell, argv=["sed", "-i", "s/'/\"/g", "src/a.py"])
+        return ctx.act("after", workspace, op="write", path="src/z.py", content="z\n")
+
+    crash = cp.CrashPoints(match="after_commit[step_done:fmt]")
+    crashing = ledger(tmp_path, flow, crash_points=crash)
+    with pytest.raises(cp.SimulatedCrash):
+        crashing.run(flow, run_id="r")
+    crashing.close()
+    (ws / "src" / "a.py").write_text("a = 'someone else'\n")
+    led = ledger(tmp_path, flow)
+    with pytest.raises(cp.RunFrozen):
+        led.run(flow, run_id="r")
+    assert not (ws / "src" / "z.py").exists()
+    led.close()

@@ -6,6 +6,7 @@ stop and a resume; a request that does not match its digest is refused, never sh
 from __future__ import annotations
 
 import copy
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ def test_folding_the_deltas_gives_back_each_request(
         ledger.resume("r")
     events = ledger.journal("r")
     keys = [e.key for e in events if e.type is EventType.STEP_DONE and e.key]
-    folded = model_requests(events, keys)
+    folded = model_requests(events, keys, lambda: ledger.store.load_requests("r"))
     for key, messages in asked.items():
         got = folded[key]
         assert got.refused is None, (key, got.refused)
@@ -117,20 +118,37 @@ def test_a_request_that_does_not_match_its_digest_is_refused(tmp_path: Path) -> 
     ledger.run(agent, run_id="r")
     events = ledger.journal("r")
     done = next(e for e in events if e.key == "turn")
-    request = done.payload["request"].replace("hello", "HELLO")
-    altered = Event("r", done.seq, done.type, done.key, {**done.payload, "request": request}, 0.0)
-    refused = model_requests([altered], ["turn"])["turn"].refused
+    texts = ledger.store.load_requests("r")
+    text = texts[done.seq]  # kept beside the record, which holds only its digest
+    assert "request" not in done.payload
+    assert "hello" not in (done.payload_json or "")
+    assert done.payload["request_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    shown = model_requests(events, ["turn"], lambda: texts)["turn"]
+    assert shown.kwargs == {"messages": [{"role": "user", "content": "hello"}]}
+    # Altered beside its record: refused by the record's digest, before it is read.
+    altered = {done.seq: text.replace("hello", "HELLO")}
+    refused = model_requests(events, ["turn"], lambda: altered)["turn"].refused
+    assert refused is not None
+    assert "does not match the digest its record holds" in refused
+    gone = model_requests(events, ["turn"], dict)["turn"].refused
+    assert gone is not None
+    assert "missing" in gone
+    # A journal before schema 9 held its request inline: still shown, still proven.
+    older = {k: v for k, v in done.payload.items() if k != "request_sha256"}
+    inline = Event("r", done.seq, done.type, done.key, {**older, "request": text}, 0.0)
+    assert model_requests([inline], ["turn"])["turn"].kwargs == shown.kwargs
+    request = text.replace("hello", "HELLO")
+    altered_inline = Event("r", done.seq, done.type, done.key, {**older, "request": request}, 0.0)
+    refused = model_requests([altered_inline], ["turn"])["turn"].refused
     assert refused is not None
     assert "does not match the recorded arguments digest" in refused
-    missing = {k: v for k, v in done.payload.items() if k != "request"}
-    bare = Event("r", done.seq, done.type, done.key, missing, 0.0)
+    bare = Event("r", done.seq, done.type, done.key, older, 0.0)
     assert model_requests([bare], ["turn"])["turn"].refused == NOT_STORED
     ledger.close()
 
 
-@pytest.mark.parametrize("options", [{"store_requests": False}, {}])  # {}: the default
-def test_store_requests_false_stores_none(tmp_path: Path, options: dict[str, bool]) -> None:
-    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'runs.db'}", **options)
+def test_store_requests_false_stores_none(tmp_path: Path) -> None:
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'runs.db'}", store_requests=False)
 
     @ledger.workflow("agent", version="1")
     def agent(ctx: cp.Context) -> int:
@@ -143,6 +161,25 @@ def test_store_requests_false_stores_none(tmp_path: Path, options: dict[str, boo
     ledger.run(agent, run_id="r")
     events = ledger.journal("r")
     assert not any("secret prompt" in (e.payload_json or str(e.payload)) for e in events)
-    folded = model_requests(events, ["turn", "turn#2", "turn#3"])
+    folded = model_requests(
+        events, ["turn", "turn#2", "turn#3"], lambda: ledger.store.load_requests("r")
+    )
     assert {r.refused for r in folded.values()} == {NOT_STORED}
+    assert ledger.store.load_requests("r") == {}
+    ledger.close()
+
+
+def test_requests_are_stored_by_default_beside_their_records(tmp_path: Path) -> None:
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'runs.db'}")
+
+    @ledger.workflow("agent", version="1")
+    def agent(ctx: cp.Context) -> int:
+        history = [{"role": "user", "content": "a prompt"}]
+        return int(ctx.decide("turn", lambda messages: len(messages), messages=history))
+
+    ledger.run(agent, run_id="r")
+    events = ledger.journal("r")
+    assert not any("a prompt" in (e.payload_json or str(e.payload)) for e in events)
+    folded = model_requests(events, ["turn"], lambda: ledger.store.load_requests("r"))
+    assert folded["turn"].kwargs == {"messages": [{"role": "user", "content": "a prompt"}]}
     ledger.close()

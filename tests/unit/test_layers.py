@@ -8,8 +8,8 @@ The layers, bottom first:
 - ``journal``: pure domain, nothing of ours but ``errors``;
 - ``store``, ``tools``, ``integrity``: never ``runtime``, ``verify``, ``testing`` or ``cli``;
 - ``runtime``: ``port`` (the seams) under the role folders ``steps``, ``guards``,
-  ``driving``, ``operations``, which never import ``context``, ``ledger``, ``worker`` or
-  ``replayer``; ``replayer`` sits above ``context`` and ``ledger`` (a second driver of
+  ``driving``, ``operations``, which never import ``context``, ``drive``, ``ledger``,
+  ``worker`` or ``replayer``; ``replayer`` sits above ``context`` and ``ledger`` (a second driver of
   workflows, like ``worker``);
 - ``verify``, ``testing``: above ``runtime``;
 - ``console`` (``crashproof ui``): above ``runtime``, beside ``verify``; never ``cli``,
@@ -30,7 +30,7 @@ PKG = SRC / "crashproof"
 LEAVES = {"crashproof.errors", "crashproof._version", "crashproof._faults"}
 EDGE = ("crashproof.models", "crashproof.integrations")  # public names only
 ROLE_FOLDERS = ("steps", "guards", "driving", "operations")
-ABOVE_ROLES = ("context", "ledger", "worker", "replayer")
+ABOVE_ROLES = ("context", "drive", "ledger", "worker", "replayer")
 UPPER_PACKAGES = tuple(
     f"crashproof.{p}"
     for p in ("store", "tools", "integrity", "runtime", "verify", "testing", "console", "cli")
@@ -246,8 +246,11 @@ def test_no_private_name_crosses_a_module() -> None:
 
 
 def test_runtime_top_level_stays_small_and_modules_short() -> None:
+    # The drivers and their seams: context and its async shell, ledger (opening, entry
+    # points) and drive (one drive of a run), worker, workflow, options, port; the rest
+    # lives in the role folders.
     top = sorted(p.name for p in (PKG / "runtime").glob("*.py"))
-    assert len(top) <= 8, top
+    assert len(top) <= 9, top
     long = {n: len(p.read_text().splitlines()) for n, p in MODULES.items()}
     assert {n: lines for n, lines in long.items() if lines > 600} == {}
 

@@ -207,6 +207,7 @@ def test_the_intent_index_is_filled_from_the_journals_on_open(tmp_path: Path) ->
         conn.execute("ALTER TABLE blobs DROP COLUMN prefix")
         conn.execute("ALTER TABLE runs DROP COLUMN retry_at")  # and schema 8's
         conn.execute("ALTER TABLE runs DROP COLUMN retries")
+        conn.execute("DROP TABLE requests")  # and schema 9's
         conn.execute("DELETE FROM crashproof_migrations WHERE version >= 6")
         conn.execute("UPDATE crashproof_meta SET value = '5' WHERE key = 'schema_version'")
         conn.commit()
@@ -217,7 +218,7 @@ def test_the_intent_index_is_filled_from_the_journals_on_open(tmp_path: Path) ->
     assert "  fill new table unresolved_intents from existing records" in plan.changes
     with cp.Ledger(f"sqlite:///{path}") as ledger:
         assert ledger.store.unresolved_intents() == expected  # as the live index had it
-    assert rows(path, "SELECT max(version) FROM crashproof_migrations") == [(8,)]
+    assert rows(path, "SELECT max(version) FROM crashproof_migrations") == [(9,)]
 
 
 def test_a_fill_of_a_table_the_migration_does_not_create_is_a_rewrite(tmp_path: Path) -> None:

@@ -1,11 +1,15 @@
-"""Both examples verified at every crash point: all SAME (or REFUSED with a reason)."""
+"""The examples verified at every crash point (the async code agent at a seeded sample
+and inside each of its commands; at every point under CRASHPROOF_FULL_MATRIX=1, as `make
+chaos` runs it): all SAME (or REFUSED with a reason)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from examples import async_agent, code_agent, patch_task
+from examples.code_agent import commands
 
 from crashproof.verify import (
     Case,
@@ -72,6 +76,8 @@ def test_code_agent_every_crash_point(agent_report: Report) -> None:
     assert 30 <= len(points) < 100
     for inside in ("edit:greet.py:renamed", "commit:committed", "branch:created"):
         assert f"inside[act:{inside}]" in points
+    for key, _ in code_agent.commands():  # cp.Shell: ran, and recorded
+        assert {f"inside[act:{key}:exited]", f"inside[act:{key}:recorded]"} <= set(points)
     assert "inside[act:open-pr:responded]" in points
     assert len(agent_report.of_kind(CaseKind.CRASH)) == len(points)
     assert len(agent_report.of_kind(CaseKind.STALE_CHECKPOINT)) == DEFAULT_CONTENTION_POINTS
@@ -81,6 +87,21 @@ def test_code_agent_every_crash_point(agent_report: Report) -> None:
         f"{code_agent.RUN_ID}/{key}" for key in ("commit", "branch", "open-pr", "notify")
     } | {f"{code_agent.RUN_ID}/migrate:{name}" for name in code_agent.MIGRATIONS}
     assert agent_report.reference.model_calls == {"plan": 1, "commit-message": 1}
+
+
+def test_the_code_agent_installs_formats_and_tests_through_the_shell(tmp_path: Path) -> None:
+    """The install from the local wheel, the formatter and the tests ran as commands, and
+    what they did is the artifact: the vendored package, the reformatted file (committed
+    so), their outcome in the pull request."""
+    run_reference(code_agent.SCENARIO, tmp_path)
+    repo = tmp_path / "env" / "repo"
+    assert (repo / "vendor" / "greetlib.py").read_text() == code_agent.WHEEL_FILES["greetlib.py"]
+    committed = code_agent._git(repo, "show", "agent/greet-by-name:test_greet.py")
+    assert committed == (repo / "test_greet.py").read_text().strip()
+    assert 'greet("Ada")' in committed  # the seed's single quotes, formatted
+    edited = code_agent._git(repo, "show", "agent/greet-by-name:greet.py")
+    assert edited == 'def greet(name: str) -> str:\n    return f"Hello, {name}!"'  # the agent's too
+    assert "Tests pass; 2 file(s) reformatted" in (tmp_path / "env" / "forge.json").read_text()
 
 
 @pytest.mark.parametrize("point", ["inside[act:commit:committed]", "inside[act:open-pr:responded]"])
@@ -118,20 +139,36 @@ def test_patch_task_with_real_sigkills() -> None:
     assert not report.refused
 
 
-def test_the_async_code_agent_at_every_crash_point() -> None:
-    """The async agent (async model, AsyncHttpTool, sync tools in threads) at every crash
-    point in process; its reference writes what the sync agent's does."""
-    report = verify(async_agent.SCENARIO, mode="inproc", seed=0, recovery_points=0)
-    assert len(report.of_kind(CaseKind.CRASH)) == len(report.reference.points) >= 30
-    assert "inside[act:open-pr:responded]" in report.reference.points
+# make test: the async agent at a seeded sample of its crash points, and inside each of
+# its commands (the sync agent above runs every point); make chaos: every point.
+ASYNC_POINTS = None if os.environ.get("CRASHPROOF_FULL_MATRIX") == "1" else 12
+
+
+def test_the_async_code_agent_at_its_crash_points(tmp_path: Path) -> None:
+    """The async agent (async model, AsyncHttpTool, sync tools in threads) crashed in
+    process; its reference writes what the sync agent's does."""
+    report = verify(
+        async_agent.SCENARIO, mode="inproc", seed=0, max_points=ASYNC_POINTS, recovery_points=0
+    )
+    points = report.reference.points
+    crashed = {r.case.point for r in report.of_kind(CaseKind.CRASH)}
+    assert len(crashed) == (len(points) if ASYNC_POINTS is None else ASYNC_POINTS)
     assert_equivalent(report)
     assert not report.refused
+    inside = {f"inside[act:{key}:{at}]" for key, _ in commands() for at in ("exited", "recorded")}
+    inside |= {"inside[act:commit:committed]", "inside[act:open-pr:responded]"}
+    for point in sorted(inside - crashed):  # each command cut short, then recorded
+        case = Case(kind=CaseKind.CRASH, at=points.index(point) + 1, point=point)
+        result = run_case(async_agent.SCENARIO, report.reference, case, tmp_path / point)
+        assert result.verdict is Verdict.SAME, f"{point}: {result.reason}"
+        assert result.extra_effects == {}, point
+        assert not result.reasked, point
     assert report.reference.model_calls == {"plan": 1, "commit-message": 1}
-    sync = verify(code_agent.SCENARIO, mode="inproc", max_points=1, contention_points=0)
-    assert report.reference.fingerprint == sync.reference.fingerprint
-    assert report.reference.effects == sync.reference.effects
-    assert report.reference.steps == sync.reference.steps
-    assert report.reference.points == sync.reference.points
+    sync, _ = run_reference(code_agent.SCENARIO, tmp_path / "sync")
+    assert report.reference.fingerprint == sync.fingerprint
+    assert report.reference.effects == sync.effects
+    assert report.reference.steps == sync.steps
+    assert report.reference.points == sync.points
 
 
 @pytest.mark.parametrize("mode", ["subprocess", "powercut"])

@@ -25,6 +25,12 @@ Format 4 (otherwise format 3) is written since records are sealed with MAC forma
 (``"v2:"`` + hex, crashproof.integrity.seal; earlier records keep their v1 MACs): an older
 reader, which knows only v1, refuses it as a newer schema instead of reporting the v2
 records as tampered.
+
+Format 5 (otherwise format 4) adds ``"requests": {"<seq>": text}``: the model calls'
+requests kept beside their records (``Store.load_requests``), each checked on import
+against the ``request_sha256`` its record holds (under the record's MAC). It is written
+only for a run that has such requests; a run without any still exports as format 4, which
+older readers import.
 A checkpoint's identity (``digest``) is the SHA-256 of its canonical bytes without
 ``key_id`` and ``signature``: the same journal gives the same digest whichever key signs.
 The document as a whole is signed with an HMAC over its RFC 8785 canonical bytes
@@ -53,12 +59,13 @@ from crashproof.errors import CheckpointRejected, IntegrityError, JournalTampere
 from crashproof.integrity.keys import Keyring
 from crashproof.integrity.seal import Sealer
 from crashproof.journal import payloads
-from crashproof.journal.records import BUDGET_KINDS, EventType, RunStatus
+from crashproof.journal.records import BUDGET_KINDS, EventType, RunStatus, request_sha256
 
 __all__ = [
     "DERIVED",
     "FORMAT",
     "SCHEMA_VERSION",
+    "WITHOUT_REQUESTS",
     "Checkpoint",
     "Derive",
     "Record",
@@ -72,7 +79,8 @@ __all__ = [
 ]
 
 FORMAT = "crashproof-checkpoint"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+WITHOUT_REQUESTS = 4  # the format written for a run with no request kept beside it
 
 _TOP = ("format", "schema_version", "run", "records", "key_id", "signature")
 _RUN_V1 = ("run_id", "workflow", "version", "input_digest", "status", "generation")
@@ -122,16 +130,26 @@ class Checkpoint(NamedTuple):
     derived: Mapping[str, Any]
     move: bool = False
     digest: str = ""
+    requests: Mapping[int, str] = {}  # format 5: by record seq, each checked
 
 
-def build(run: RunHeader, records: Sequence[Record], derived: Mapping[str, Any]) -> dict[str, Any]:
-    """The unsigned document (format ``SCHEMA_VERSION``)."""
-    return {
+def build(
+    run: RunHeader,
+    records: Sequence[Record],
+    derived: Mapping[str, Any],
+    requests: Mapping[int, str] | None = None,
+) -> dict[str, Any]:
+    """The unsigned document (format ``SCHEMA_VERSION``; 4 when ``requests``, the texts
+    kept beside the records by seq, is empty)."""
+    document: dict[str, Any] = {
         "format": FORMAT,
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION if requests else WITHOUT_REQUESTS,
         "run": {**run._asdict(), **{name: derived[name] for name in DERIVED}},
         "records": [r._asdict() for r in records],
     }
+    if requests:
+        document["requests"] = {str(seq): text for seq, text in sorted(requests.items())}
+    return document
 
 
 def sign(document: Mapping[str, Any], keyring: Keyring) -> dict[str, Any]:
@@ -201,7 +219,7 @@ def verify(document: Mapping[str, Any], sealer: Sealer, derive: Derive) -> Check
         )
     if version < 1:
         raise CheckpointRejected(f"checkpoint schema version {version} is not valid")
-    _fields(document, _TOP, "the checkpoint")
+    _fields(document, (*_TOP, "requests") if version >= 5 else _TOP, "the checkpoint")
     run = _run_header(document["run"], _RUN if version >= 2 else _RUN_V1)
     records = _records(document["records"], run.run_id, sealer)
     _check_first(run, records)
@@ -215,7 +233,34 @@ def verify(document: Mapping[str, Any], sealer: Sealer, derive: Derive) -> Check
     if version >= 2:
         _check_derived(run.run_id, document["run"], derived)
     move = version >= 3 and records[-1].type == EventType.RUN_MOVED.value
-    return Checkpoint(run, records, kid, version, derived, move, digest(document))
+    requests = _requests(document["requests"], records) if version >= 5 else {}
+    return Checkpoint(run, records, kid, version, derived, move, digest(document), requests)
+
+
+def _requests(found: Any, records: Sequence[Record]) -> dict[int, str]:
+    """Format 5's request texts, each the one its record's ``request_sha256`` names."""
+    if not isinstance(found, Mapping):
+        raise CheckpointRejected("the checkpoint's requests are not a JSON object")
+    kept: dict[int, str] = {}
+    for seq_text, text in found.items():
+        seq = int(seq_text) if seq_text.isdigit() else -1
+        payload = records[seq].payload if 0 <= seq < len(records) else ""
+        named = _named_request(payload)
+        if not isinstance(text, str) or named is None or named != request_sha256(text):
+            raise CheckpointRejected(
+                f"the checkpoint's request {seq_text!r} is not the one its record names "
+                "(request_sha256): altered, or no such record; refusing it"
+            )
+        kept[seq] = text
+    return kept
+
+
+def _named_request(payload: str) -> str | None:
+    try:
+        named = json.loads(payload).get("request_sha256")
+    except (ValueError, AttributeError):
+        return None
+    return named if isinstance(named, str) else None
 
 
 # -- internals ---------------------------------------------------------------

@@ -185,7 +185,7 @@ class RunSucceeded(DriveRecord):
 
 
 class RunFailed(DriveRecord):
-    """``run_failed``: runtime/ledger.py; runtime/guards/review.py for a reviewer's abort."""
+    """``run_failed``: runtime/drive.py; runtime/guards/review.py for a reviewer's abort."""
 
     error: ErrorRecord
     review: NotRequired[dict[str, Any]]  # an abort: the review_consumed payload
@@ -280,8 +280,11 @@ class StepDone(DriveRecord):
     model: NotRequired[str | None]
     usage: NotRequired[dict[str, int] | None]
     cost: NotRequired[float | None]
-    # A decision's request (JSON text): what it adds to the last (runtime/operations/requests.py)
+    # A decision's request (JSON text): what it adds to the last (runtime/operations/requests.py).
+    # Stored beside the record since schema 9 (Store.load_requests), the record holding the
+    # SHA-256 of its UTF-8 text, its last field; inline (``request``) in older journals.
     request: NotRequired[str]
+    request_sha256: NotRequired[str]
     operation_id: NotRequired[str]  # acts
     intent_digest: NotRequired[str]  # acts (the same as digest)
     # An act's receipt: tool, tool_version, receipt_id, result_digest, reconciled, intent_bound.

@@ -7,6 +7,7 @@ everything else (a run's status, its steps, its budget) is folded from it.
 from __future__ import annotations
 
 import enum
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,9 @@ __all__ = [
     "EVENT_TYPES",
     "Event",
     "EventType",
+    "KeptRequest",
+    "request_sha256",
+    "with_request",
     "Limits",
     "RunInfo",
     "RunRow",
@@ -144,6 +148,11 @@ class Event:
         "type",
         "value_json",
     )
+
+    # A live decision's request for people to read (runtime/operations/requests.py), kept
+    # beside the record, not in it: the record holds its SHA-256 only, so a resume never
+    # reads it. Set on a KeptRequest only; every other record reads this None.
+    request_text: str | None = None
 
     def __init__(
         self,
@@ -292,6 +301,36 @@ class Event:
             f"key={self.key!r}, payload={self.payload!r}, created_at={self.created_at!r}, "
             f"value_json={self.value_json!r})"
         )
+
+
+class KeptRequest(Event):
+    """A record to be appended with its decision's request text (``request_text``),
+    which a store writes beside it, in the same transaction (``Store.load_requests``)."""
+
+    __slots__ = ("request_text",)  # shadows the class attribute: a slot of its own
+
+
+def with_request(event: Event, request: str | None) -> Event:
+    """``event``, to be appended with the request text ``request`` (None: as it is)."""
+    if request is None:
+        return event
+    kept: KeptRequest = KeptRequest.stored(  # type: ignore[assignment]  # cls.__new__(cls)
+        event.run_id,
+        event.seq,
+        event.type,
+        event.key,
+        event.payload_text,
+        event.created_at,
+        event.value_json,
+        event._payload,
+    )
+    kept.request_text = request
+    return kept
+
+
+def request_sha256(request: str) -> str:
+    """The digest a decision's record holds of its request kept beside it."""
+    return hashlib.sha256(request.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

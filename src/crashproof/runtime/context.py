@@ -18,7 +18,7 @@ from types import GeneratorType
 from typing import Any, NoReturn, TypeVar
 
 from crashproof.errors import ActNotDone, CrashproofError, NonDeterminismError
-from crashproof.journal import payloads
+from crashproof.journal import payloads, records
 from crashproof.journal.codec import decode, encode, error_from_record, error_record
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
@@ -348,6 +348,8 @@ class Context(DriveCommits):
             if self.world.pending:
                 yield from self.world.check(self, key, tool)
             if self.reread.pending:
+                if tool is not None:  # an act in flight may have overwritten earlier ones
+                    self.reread.seen(key, tool)
                 yield from self.reread.check(self)
         self._check_open_acts(key)
 
@@ -395,8 +397,9 @@ class Context(DriveCommits):
             extra = encode(spent, what="model/usage/cost of decision", key=key)
             text = f"{text[:-1]},{extra[1:]}"
         request = self.arguments.take_request(key) if kind is self.keeps else None
-        if request is not None:  # last: replay reads the start of the text only
-            text = f"{text[:-1]},{encode({'request': request}, what='request')[1:]}"
+        sha = None if request is None else records.request_sha256(request)
+        if sha is not None:  # kept beside the record, which holds its digest, last
+            text = f'{text[:-1]},"request_sha256":"{sha}"}}'
         if self.session is None and not self.meter.active:
             # The usual live step: its payload dict is never needed (the record keeps the
             # text; anything that reads the payload decodes it), and a step's or a
@@ -404,7 +407,7 @@ class Context(DriveCommits):
             event = Event.stored(
                 self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json
             )
-            self._commit((event,), None, False)
+            self._commit((records.with_request(event, request),), None, False)
             self._next_seq += 1
             return
         # Budgets count it, or it opens a drive (its session added by append_event): the
@@ -418,15 +421,16 @@ class Context(DriveCommits):
         }
         if spent is not None:  # a Decision's model, usage and cost, in this order
             done.update({"model": spent["model"], "usage": spent["usage"], "cost": spent["cost"]})
-        if request is not None:
-            done["request"] = request
+        if sha is not None:
+            done["request_sha256"] = sha
         payload = payloads.as_dict(done)
         if self.session is not None:  # the drive's first record: append_event adds it
-            self.append_event(EventType.STEP_DONE, key, payload, value_json)
+            self.append_event(EventType.STEP_DONE, key, payload, value_json, request=request)
             return
         event = Event.stored(
             self.run_id, self._next_seq, _STEP_DONE, key, text, ended, value_json, payload
         )
+        event = records.with_request(event, request)
         self._commit((event,), None, False)
         self._next_seq += 1
         self.meter.count(payload)
@@ -571,10 +575,12 @@ class Context(DriveCommits):
         value_json: str | None = None,
         *,
         status: tuple[RunStatus, str | None] | None = None,
+        request: str | None = None,
     ) -> None:
         if self.session is not None:  # the drive's first record names it (operations/audit)
             payload = {**payload, "session": self.session}
         event = Event(self.run_id, self._next_seq, type_, key, payload, self._clock(), value_json)
+        event = records.with_request(event, request)  # a decision's request, kept beside its record
         self._commit((event,), status, None)
         self.session = None  # once it landed: a refused record (IntentHeld) names nothing
         self._next_seq += 1

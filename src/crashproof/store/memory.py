@@ -33,6 +33,7 @@ class MemoryStore:
         self._runs: dict[str, RunRow] = {}
         self._events: dict[str, list[Event]] = {}
         self.blobs: dict[str, str] = {}  # digest -> JSON text, shared by equal values
+        self._requests: dict[str, dict[int, str]] = {}  # run id -> seq -> request text
         # run_id -> (owner, lease expiry by the local clock, fencing token)
         self._leases: dict[str, tuple[str | None, float | None, int]] = {}
         self._retries: dict[str, tuple[float | None, int]] = {}  # run id -> (retry_at, retries)
@@ -110,6 +111,10 @@ class MemoryStore:
     def load_events(self, run_id: str, *, results: bool = True) -> list[Event]:
         with self._lock:  # results: kept either way (they are in memory already)
             return list(self._events.get(run_id, ()))
+
+    def load_requests(self, run_id: str) -> dict[int, str]:
+        with self._lock:
+            return dict(self._requests.get(run_id, {}))
 
     def append(
         self,
@@ -276,6 +281,9 @@ class MemoryStore:
             }
 
     def _keep(self, event: Event) -> Event:
+        request = event.request_text
+        if request is not None:
+            self._requests.setdefault(event.run_id, {})[event.seq] = request
         value = event.value_json
         digest = blob_digest(value)
         if digest is not None and value is not None:

@@ -111,6 +111,7 @@ class PostgresAppend:
             known is not None
             and known[0] == events[0].seq
             and not any(touches(e) for e in events)  # an act's intent or end: the index too
+            and (len(events) == 1 or all(e.request_text is None for e in events))
             and self._append_one_trip(events, status, fencing_token, durable, known[1])
         ):
             return
@@ -139,15 +140,42 @@ class PostgresAppend:
         query, params, mac = self._one_trip_params(
             events, status, fencing_token, self._wanted_synchronous(durable), prev_mac
         )
+        request = events[0].request_text
         with self._errors(), self._pool.connection() as conn:
             try:
-                written = conn.execute(query, params, prepare=True).rowcount
+                if request is None:
+                    written = conn.execute(query, params, prepare=True).rowcount
+                else:
+                    written = self._with_request(conn, query, params, request)
             except psycopg.errors.UniqueViolation:
                 return False  # a taken seq (another writer): the checked path raises it
         if written != len(events):
             return False
         self._remember(run_id, events[-1].seq + 1, mac)
         return True
+
+    def _with_request(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        query: str,
+        params: dict[str, Any],
+        request: str,
+    ) -> int:
+        """The one-record statement and its request's row in one transaction, pipelined
+        (one round trip, as without a request); the row is written only where the
+        statement wrote its record (else the checked path decides). The rows written."""
+        kept = {k: params[k] for k in ("run_id", "seq", "payload", "mac")}
+        try:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                cur = conn.execute(query, params, prepare=True)
+                conn.execute(self._q["insert_request_after"], {**kept, "text": request})
+                conn.execute("COMMIT")
+        finally:  # refused, or a statement failed: never pool an open transaction
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):  # a broken one is discarded
+                    conn.rollback()
+        return cur.rowcount
 
     def append_batch(
         self, groups: Sequence[Sequence[RecordAppend]]
@@ -223,8 +251,8 @@ class PostgresAppend:
                 if any(e.run_id != run_id or e.seq != next_seq + i for i, e in enumerate(events)):
                     break
                 change = _index_change(events)
-                if change is False:
-                    break  # several records that touch the index: the checked path
+                if change is False or any(e.request_text is not None for e in events):
+                    break  # several records that touch the index, a request: the checked path
                 query: str | None
                 query, params, mac = self._one_trip_params(events, status, token, "", prev_mac)
                 lock = None
@@ -418,6 +446,9 @@ class PostgresAppend:
                     cur.execute(query, params[0])
                 elif params:
                     cur.executemany(query, params)
+            requests = [(e.run_id, e.seq, t) for e in events if (t := e.request_text) is not None]
+            if requests:  # beside their records, in the same transaction
+                cur.executemany(self._q["insert_request"], requests)
         except psycopg.errors.UniqueViolation:
             raise seq_taken(events[0]) from None
         return mac

@@ -334,6 +334,12 @@ class Store(Protocol):
         results: the memory of a long run's journal is then its payloads'."""
         ...
 
+    def load_requests(self, run_id: str) -> dict[int, str]:
+        """The request texts kept beside the run's records, by record seq (a
+        ``KeptRequest``'s ``request_text``): for display only, never read by a replay.
+        Each is checked by its reader against the digest its MAC-covered record holds."""
+        ...
+
     def append(
         self,
         events: Sequence[Event],
@@ -343,8 +349,10 @@ class Store(Protocol):
         durable: bool = False,
     ) -> None:
         """Append events of one run (consecutive seqs) and optionally change its status,
-        in one transaction. Raises StaleLeaseError if any seq is already taken:
-        someone else wrote to this run, and nothing of this call is kept.
+        in one transaction. A record's ``request_text`` (a ``KeptRequest``) is written
+        beside it in the same transaction (``load_requests``). Raises StaleLeaseError if
+        any seq is already taken: someone else wrote to this run, and nothing of this
+        call is kept.
         ``fencing_token``: the same transaction checks that it is still the run's
         current token (else StaleLeaseError, nothing kept). ``durable``: in "output"
         durability, return only once this commit and every earlier one would survive a

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -387,6 +387,10 @@ class PostgresStore(PostgresAppend, PostgresIndex):
     def sealer(self) -> RecordSealer | None:
         return self._sealer
 
+    def load_requests(self, run_id: str) -> dict[int, str]:
+        with self._read() as cur:
+            return dict(cur.execute(self._q["load_requests"], (run_id,)).fetchall())
+
     def raw_events(self, run_id: str) -> list[RawRecord]:
         """The run's records exactly as stored (not verified: the caller verifies)."""
         with self._read() as cur:
@@ -400,9 +404,12 @@ class PostgresStore(PostgresAppend, PostgresIndex):
             self._remember(run_id, records[-1][0] + 1, records[-1][7])
         return records
 
-    def install_run(self, row: RunRow, records: Sequence[RawRecord]) -> bool:
-        """Insert ``row`` and its already-sealed records in one transaction, unless the
-        run exists (then nothing is written and False is returned)."""
+    def install_run(
+        self, row: RunRow, records: Sequence[RawRecord], requests: Mapping[int, str]
+    ) -> bool:
+        """Insert ``row`` and its already-sealed records, and the request texts kept
+        beside them (by seq), in one transaction, unless the run exists (then nothing is
+        written and False is returned)."""
         with self._transaction() as cur:
             head = (row.run_id, row.workflow, row.version, row.status.value, reason_in(row.reason))
             tail = (row.input_digest, row.created_at, row.updated_at, *_held(None))
@@ -420,6 +427,9 @@ class PostgresStore(PostgresAppend, PostgresIndex):
             if blobs:
                 cur.executemany(self._q["insert_blob"], blobs)
             cur.executemany(self._q["insert_event"], rows)
+            if requests:
+                kept = [(row.run_id, seq, text) for seq, text in requests.items()]
+                cur.executemany(self._q["insert_request"], kept)
             for _seq, type_, key, payload, _v, created_at, *_ in records:
                 change = raw_change(type_, key, payload, created_at)
                 if change is not None:  # what the run holds unresolved, as it held it

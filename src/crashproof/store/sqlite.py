@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -510,15 +510,19 @@ class SQLiteStore(SQLiteJournal):
         check_rows(run_id, rows)
         return [row[:8] for row in rows]
 
-    def install_run(self, row: RunRow, records: Sequence[RawRecord]) -> bool:
-        """Insert ``row`` and its already-sealed records in one transaction, unless the
-        run exists (then nothing is written and False is returned)."""
+    def install_run(
+        self, row: RunRow, records: Sequence[RawRecord], requests: Mapping[int, str]
+    ) -> bool:
+        """Insert ``row`` and its already-sealed records, and the request texts kept
+        beside them (by seq), in one transaction, unless the run exists (then nothing is
+        written and False is returned)."""
         with self._transaction() as conn:
             run_no = _insert_run_row(conn, row)
             if run_no is None:
                 return False
             for record in records:
-                insert_record(conn, row.run_id, run_no, self._deltas, record)
+                request = requests.get(record[0])
+                insert_record(conn, row.run_id, run_no, self._deltas, record, request)
                 change = raw_change(record[1], record[2], record[3], record[5])
                 if change is not None:  # what the run holds unresolved, as it held it
                     apply_change(conn, row.run_id, change, check=False)

@@ -40,7 +40,13 @@ from crashproof.store.port import (
     without_result,
 )
 from crashproof.store.sql import load_queries
-from crashproof.store.sqlite_rows import RUN_SPAN, apply_change, check_rows, insert_record
+from crashproof.store.sqlite_rows import (
+    RUN_SPAN,
+    apply_change,
+    check_rows,
+    insert_record,
+    insert_request,
+)
 
 __all__ = ["JournalEnd", "SQLiteJournal"]
 
@@ -86,6 +92,13 @@ class SQLiteJournal:
         finally:
             if collecting:
                 gc.enable()
+
+    def load_requests(self, run_id: str) -> dict[int, str]:
+        parts: dict[int, list[str]] = {}
+        with self._reading() as conn:
+            for seq, part in conn.execute(_Q["load_requests"], (run_id,)):
+                parts.setdefault(seq, []).append(part)
+        return {seq: "".join(texts) for seq, texts in parts.items()}
 
     def _load_events(self, run_id: str, make: Callable[..., Event]) -> list[Event]:
         """The run's records, verified. A whole load is kept and reused by the next load,
@@ -232,8 +245,12 @@ class SQLiteJournal:
                             created_at,
                             end[1] or GENESIS,
                         )
+                    request = event.request_text
+                    cursor = self._cursor
                     try:
-                        self._cursor.execute(
+                        if request is not None:  # its parts in the same transaction
+                            cursor.execute("BEGIN IMMEDIATE")
+                        cursor.execute(
                             _INSERT_ALONE,
                             (
                                 (end[3] << 32) + seq,  # row_id: the run's run_no is known
@@ -249,8 +266,16 @@ class SQLiteJournal:
                                 fencing_token,
                             ),
                         )
+                        if request is not None:
+                            insert_request(cursor, (end[3] << 32) + seq, request)
+                            cursor.execute("COMMIT")
                     except sqlite3.DatabaseError:  # its check refused, a taken seq, busy...
-                        del self._ends[run_id]
+                        if request is not None:
+                            self._rollback(cursor)
+                        self._ends.pop(run_id, None)
+                    except BaseException:  # a request SQLite cannot encode: nothing kept
+                        self._rollback(cursor)
+                        raise
                     else:
                         self._commits += 1
                         # The token as the statement saw it.
@@ -432,6 +457,7 @@ class SQLiteJournal:
                         key_id,
                         mac,
                     ),
+                    event.request_text,
                 )
         except sqlite3.IntegrityError:
             raise seq_taken(events[0]) from None
@@ -507,6 +533,7 @@ def _one_statement(events: Sequence[Event]) -> bool:
         len(events) == 1
         and change_of(events[0]) is None
         and blob_digest(events[0].value_json) is None
+        and events[0].request_text is None
     )
 
 

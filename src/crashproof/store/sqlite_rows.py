@@ -15,10 +15,19 @@ from crashproof.store.intents import Change, IntentHold, held, others
 from crashproof.store.port import blob_digest
 from crashproof.store.sql import load_queries
 
-__all__ = ["RUN_SPAN", "apply_change", "check_rows", "insert_record", "row_id"]
+__all__ = [
+    "REQUEST_PART",
+    "RUN_SPAN",
+    "apply_change",
+    "check_rows",
+    "insert_record",
+    "insert_request",
+    "row_id",
+]
 
 _Q = load_queries("sqlite")
 RUN_SPAN = 1 << 32  # records per run: the low half of a record's row id is its seq
+REQUEST_PART = 1000  # characters of a request per row (insert_request): four to a 4 KB page
 
 
 def insert_record(
@@ -27,11 +36,15 @@ def insert_record(
     run_no: int | None,
     deltas: DeltaMemo,
     record: tuple[int, str, str | None, str, str | None, float, str | None, str | None],
+    request: str | None = None,
 ) -> None:
     """Insert one record (seq, type, key, payload, value, created_at, key_id, mac), its
     value kept once as a content-addressed blob when large (insert_event), as a text
-    delta of the run's last large value where it extends it (store/deltas.py)."""
+    delta of the run's last large value where it extends it (store/deltas.py), and the
+    request text kept beside it (``request``, a ``KeptRequest``'s; insert_request)."""
     seq, type_, key, payload, value, created_at, key_id, mac = record
+    if request is not None:
+        insert_request(conn, row_id(run_id, run_no, seq), request)
     blob = blob_digest(value)
     if blob is not None and value is not None:
         deltas.insert(conn, run_id, blob, value)
@@ -52,6 +65,12 @@ def insert_record(
             mac,
         ),
     )
+
+
+def insert_request(conn: sqlite3.Connection | sqlite3.Cursor, at: int, request: str) -> None:
+    """Insert a request beside the record whose row id is ``at``, in parts of
+    ``REQUEST_PART`` characters (schema 9; insert_request cuts them: one statement)."""
+    conn.execute(_Q["insert_request"], (at, request))
 
 
 def apply_change(

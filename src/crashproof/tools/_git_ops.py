@@ -197,7 +197,14 @@ class GitOps(GitCli):
         env = {"GIT_INDEX_FILE": str(scratch)}
         try:
             if index.exists():
+                # With the index's own mtime: git re-reads a file whose stat data dates
+                # from the index's second or later ("racily clean"). A copy dated now
+                # would trust a same-size in-place rewrite made in that second (git
+                # compares whole seconds) and stage the old blob: another tree than the
+                # index's own `git add`. Taken before the read: an older date is safer.
+                stamp = index.stat()
                 scratch.write_bytes(index.read_bytes())
+                os.utime(scratch, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
             elif base is not None:
                 self._run("read-tree", base, env=env)
             self._stage(paths, env)

@@ -168,6 +168,24 @@ class SnapshotStore:
             )
         return {"count": count, "changes": changes, "truncated": count > len(changes)}
 
+    def blob_of(self, snapshot: str, paths: Sequence[str], rel: str) -> str | None:
+        """The blob id of the regular file ``rel`` (relative to the root) in ``snapshot``
+        (taken with the declared ``paths``): a restore puts it back so. None: not held."""
+        area, inner = SCOPE, rel
+        for declared in paths:
+            if rel.startswith(declared.rstrip("/") + "/"):
+                area, inner = area_name(declared), rel[len(declared.rstrip("/")) + 1 :]
+        tree = self._areas(snapshot).get(area)
+        if tree is None:
+            return None
+        listing = self._run(None, None, "ls-tree", "-z", tree, "--", inner)
+        for line in _z(listing.stdout) if listing.returncode == 0 else ():
+            meta, _, name = line.partition("\t")
+            mode, kind, blob = meta.split(" ")
+            if name == inner and kind == "blob" and mode in ("100644", "100755"):
+                return blob
+        return None
+
     def store_blob(self, path: Path) -> str:
         """Write a file into the store as a git blob; its id."""
         self._open()

@@ -190,6 +190,13 @@ class Tool:
         overwrite earlier ones; reconciliation then checks only the last act per target."""
         return None
 
+    def overwrites(self, call: Call, result: Any, tool: Tool, earlier: Call) -> bool:
+        """Optional: whether this act changed the target of ``earlier``, an earlier act of
+        another ``tool`` (what its ``target_of`` names), as this act's own record shows;
+        ``result`` is this act's recorded result, None while it is in flight.
+        Reconciliation then reports the earlier act superseded rather than drifted."""
+        return False
+
     def execute(self, call: Call) -> Receipt:
         """Do the effect once for ``call.operation_id``. Raise ``cp.RetryableError`` or
         ``cp.PermanentError`` only when certain it did not happen; anything else

@@ -69,7 +69,7 @@ from crashproof.tools._snapshot import (
     env_digest,
 )
 from crashproof.tools.port import Call, Observation, OnUnknown, Receipt, Tool
-from crashproof.tools.workspace import Workspace
+from crashproof.tools.workspace import ABSENT, Workspace
 
 __all__ = ["Shell"]
 
@@ -228,10 +228,7 @@ class Shell(Tool):
         p = _prepared(call)
         tag = _tag(call.operation_id)
         spool = self.store / "runs"
-        try:
-            record = json.loads((spool / f"{tag}.done.json").read_text())
-        except FileNotFoundError:
-            record = None
+        record = self._record(tag)
         if record is not None:
             if record.get("operation_id") != call.operation_id:
                 raise PermanentError(f"the completion record {tag} names another operation")
@@ -246,6 +243,27 @@ class Shell(Tool):
         raise NotImplementedError(
             f"external command {p['argv'][0]!r} left no completion record; whether it "
             "reached beyond the workspace cannot be looked up"
+        )
+
+    def overwrites(self, call: Call, result: Any, tool: Tool, earlier: Call) -> bool:
+        """The file of ``earlier``, an act of ``tool``, a ``Workspace`` of this root, that
+        this command changed (its receipt's delta lists it) or, in flight without a
+        completion record, that its snapshot holds as ``earlier`` wrote it: a
+        ``workspace`` command puts that back before it runs again. That act is then
+        superseded, not drifted (the resume's observation of the workspace still
+        compares the files themselves)."""
+        if not isinstance(tool, Workspace) or tool.root != self.root or not call.prepared:
+            return False
+        target = tool.target_of(earlier)
+        if result is None:
+            record = self._record(_tag(call.operation_id))
+            if record is None:
+                return self._held(_prepared(call), target, tool.result_digest(earlier))
+            result = record.get("result")
+        delta = result.get("delta") if isinstance(result, dict) else None
+        changes = delta.get("changes") if isinstance(delta, dict) else None
+        return isinstance(changes, list) and any(
+            isinstance(c, dict) and c.get("path") == target for c in changes
         )
 
     def observe(self) -> Observation:
@@ -268,6 +286,25 @@ class Shell(Tool):
         self._live.kill_all()
 
     # -- internals ---------------------------------------------------------
+
+    def _held(self, p: dict[str, Any], target: str | None, digest: str | None) -> bool:
+        """The snapshot of a ``workspace`` command holds ``target`` with this content."""
+        if p["effect"] != "workspace" or target is None or digest in (None, ABSENT):
+            return False
+        blob = self.snapshots.blob_of(p["snapshot"], p["paths"], target)
+        if blob is None:
+            return False
+        return hashlib.sha256(self.snapshots.read_blob(blob)).hexdigest() == digest
+
+    def _record(self, tag: str) -> dict[str, Any] | None:
+        """The completion record of a command (None: it did not finish recording)."""
+        try:
+            record: dict[str, Any] = json.loads(
+                (self.store / "runs" / f"{tag}.done.json").read_text()
+            )
+        except FileNotFoundError:
+            return None
+        return record
 
     def _environment(self, extra: Mapping[str, str]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRASHPROOF_")}

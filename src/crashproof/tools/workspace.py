@@ -110,6 +110,10 @@ class Workspace(Tool):
     def target_of(self, call: Call) -> str | None:
         return _prepared(call)["path"] if call.prepared else None
 
+    def result_digest(self, call: Call) -> str | None:
+        """The SHA-256 of what act ``call`` leaves in its file (``ABSENT``: deleted)."""
+        return str(_prepared(call)["result"]) if call.prepared else None
+
     def execute(self, call: Call) -> Receipt:
         prepared = _prepared(call)
         target = self.root / prepared["path"]

@@ -484,7 +484,8 @@ def show_run(
 def _show_step(settings: Settings, run_id: str, key: str) -> int:
     with open_ledger(settings, create=False) as ledger:
         ledger.get_run(run_id)  # verified whole first: a refused run is refused here
-        content = step_contents(ledger.journal(run_id), [key]).get(key)
+        kept = lambda: ledger.store.load_requests(run_id)  # noqa: E731  # read only if named
+        content = step_contents(ledger.journal(run_id), [key], kept).get(key)
     if content is None:
         raise CliError(
             ExitCode.USAGE,

@@ -9,5 +9,6 @@
 - ``urls``: opening a ledger's store and witness from its URL, and showing a URL safely.
 
 May import: ``journal``, ``store``, ``integrity``, ``errors``, ``runtime.port``,
-``runtime.options`` and ``runtime.workflow``. Never ``runtime.context`` or ``runtime.ledger``.
+``runtime.options`` and ``runtime.workflow``. Never ``runtime.context``, ``runtime.drive``
+or ``runtime.ledger``.
 """

@@ -8,5 +8,6 @@
   consumed on resume, after the receipt is re-read.
 
 May import: ``journal``, ``tools``, ``integrity``, ``errors``, ``runtime.port``,
-``runtime.options`` and ``runtime.steps``. Never ``runtime.context`` or ``runtime.ledger``.
+``runtime.options`` and ``runtime.steps``. Never ``runtime.context``, ``runtime.drive`` or
+``runtime.ledger``.
 """

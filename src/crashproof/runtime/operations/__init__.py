@@ -7,5 +7,6 @@
 
 May import everything below ``runtime.context``: ``journal``, ``store``, ``tools``,
 ``integrity``, ``runtime.port``, ``runtime.options``, ``runtime.workflow`` and the folders
-``steps``, ``guards`` and ``driving``. Never ``runtime.context`` or ``runtime.ledger``.
+``steps``, ``guards`` and ``driving``. Never ``runtime.context``, ``runtime.drive`` or
+``runtime.ledger``.
 """

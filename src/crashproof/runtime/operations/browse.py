@@ -318,7 +318,7 @@ def steps_page(
         key: dataclasses.replace(act, receipt=hide.held(act.receipt, key))
         for key, act in _acts(events, {s.key for s in steps if s.kind.value == "act"}).items()
     }
-    contents = step_contents(events, wanted)
+    contents = step_contents(events, wanted, lambda: host.store.load_requests(run_id))
     drawn = bars(events, folds.timeline(row.run_id, fold), set(wanted))
     return StepsPage(
         info=hide.info(info),
@@ -348,7 +348,7 @@ def step_page(
     fold = folds.checked(host, row, whole=True)
     if isinstance(fold, RefusedRun):
         return fold
-    return step_contents(fold.events, [key]).get(key)
+    return step_contents(fold.events, [key], lambda: host.store.load_requests(run_id)).get(key)
 
 
 def timeline_page(

@@ -10,8 +10,8 @@ shape (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, as
 ``crashproof.models`` records the SDK's own JSON), and a Workspace diff is rebuilt from
 what the intent journaled (the op's text, the prepared result, the earlier acts' results
 on the same path). What is not recorded is said to be missing, never guessed: a request
-not stored (``Ledger(store_requests=True)`` stores it) or not matching its digest is refused with
-the reason. What the run's policy marks secret is redacted
+not stored (``Ledger(store_requests=False)``), missing, or not matching its digest is refused
+with the reason. What the run's policy marks secret is redacted
 (``crashproof.runtime.operations.redaction``).
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,10 +80,15 @@ class StepContent:
     prompt: Prompt | None = None  # a decision's request
 
 
-def step_contents(events: Sequence[Event], keys: Iterable[str]) -> dict[str, StepContent]:
+def step_contents(
+    events: Sequence[Event],
+    keys: Iterable[str],
+    kept: Callable[[], Mapping[int, str]] = dict,
+) -> dict[str, StepContent]:
     """The contents of the steps ``keys`` of the verified journal ``events``, in one
     pass (a Workspace diff reads the earlier acts on the same path, so the pass runs
-    from the start)."""
+    from the start). ``kept``: the run's request texts (``Store.load_requests``), read
+    only if a wanted decision's request is kept beside its record."""
     wanted = set(keys)
     files: dict[str, str | None] = {}  # Workspace path -> content after the latest act
     found: dict[str, dict[str, Any]] = {}
@@ -112,7 +117,7 @@ def step_contents(events: Sequence[Event], keys: Iterable[str]) -> dict[str, Ste
         elif key in wanted and event.type is EventType.STEP_DONE:
             found.setdefault(key, {})["done"] = event
     redaction = Redaction.of(events)
-    requests = model_requests(events, found)
+    requests = model_requests(events, [k for k, e in found.items() if "done" in e], kept)
     return {
         key: _content(key, entry, redaction, requests.get(key))
         for key, entry in found.items()

@@ -31,7 +31,14 @@ from typing import Any
 from crashproof.errors import ForkRefused, RunNotFound
 from crashproof.journal import payloads
 from crashproof.journal.fold import Replay, index_journal
-from crashproof.journal.records import Event, EventType, RunRow, RunStatus, StepKind
+from crashproof.journal.records import (
+    Event,
+    EventType,
+    RunRow,
+    RunStatus,
+    StepKind,
+    with_request,
+)
 from crashproof.runtime.driving.leases import operator_lease
 from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.guards.budget import operator
@@ -125,7 +132,10 @@ class LedgerFork(DriveHost):
             )
         events = self.journal(run_id)
         cut, prefix, _ = fork_plan(run_id, events, from_step)
-        copied = [_as(new_run_id, e.seq, e) for e in events[: cut + 1]]
+        kept = self.store.load_requests(run_id)  # the prefix's requests go with it
+        copied = [
+            with_request(_as(new_run_id, e.seq, e), kept.get(e.seq)) for e in events[: cut + 1]
+        ]
         pending = set(prefix.undelivered)
         for event in events[cut + 1 :]:  # delivered later: never delivered twice
             if event.type is EventType.OUTBOX_DELIVERED and event.key in pending:

@@ -1,34 +1,41 @@
 """A model call's request, rebuilt from the journal for a person to read (the console's
-run page, ``crashproof show RUN --step KEY``), and proven against its digest.
+run page, ``crashproof show RUN --step KEY``), and proven against its digests.
 
-A live decision stores its request in its ``step_done`` record, as the last field
-(``request``, JSON text; ``runtime/steps/arguments.py`` builds it while digesting):
+A live decision stores its request (``Ledger(store_requests=True)``, the default) beside
+its ``step_done`` record, in the same transaction (``KeptRequest``; the store's
+``requests`` table, ``Store.load_requests``), and the record holds the SHA-256 of the
+text as its last field, ``request_sha256``, under its MAC. So a resume never reads or
+verifies the request's bytes: the journal stays the size it is without them (#42). The
+text (``runtime/steps/arguments.py`` builds it while digesting) is JSON:
 ``{"f": 1|2, "args": [part, ...], "kwargs": {name: part}}``, a part being ``{"v": value}``
 or, for a list argument, ``{"base": n, "new": [element, ...]}``: the list is the first
 ``n`` elements of the same slot's (step name and position or keyword) previous stored
 request, then ``new``. An agent loop's turn thus stores the messages it adds, not its
-whole history. Replay never reads the field (it reads the start of the record's text).
+whole history. Journals written before schema 9 (PostgreSQL 6) hold the same text inline,
+as the record's last field ``request``: still read and shown.
 
-Folding the records in order gives each call's request back, and each is shown only when
-its digest is the recorded arguments digest (format 2: the list chains extended with the
-new elements, O(new) a call; format 1: from scratch). Anything else is a marked refusal,
-never a guess: a request not stored (``Ledger(store_requests=False)``, the default for
-now: its bytes would be read and verified with the journal on every resume, #42), or a
-journal older than this; a base whose earlier part is missing; or one that does not
-match its digest.
+The texts are read only when a decision is to be shown, once per page, and each is
+checked against its record's ``request_sha256`` before it is parsed. Folding them in
+order gives each call's request back, and each is shown only when its digest is the
+recorded arguments digest (format 2: the list chains extended with the new elements,
+O(new) a call; format 1: from scratch). Anything else is a marked refusal, never a
+guess: a request not stored (``Ledger(store_requests=False)``: prompts a team must not
+keep), or a journal older than stored requests; a text missing or not the one its
+record names (altered in the ledger); a base whose earlier part is missing; or one that
+does not match the arguments digest.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from crashproof.journal import payloads
 from crashproof.journal.codec import args_digest, canonical_bytes
-from crashproof.journal.records import Event, EventType
+from crashproof.journal.records import Event, EventType, request_sha256
 from crashproof.journal.transcript import LIST_SEED, chain, v2_of_parts
 
 __all__ = ["NOT_STORED", "ModelRequest", "conversation", "model_requests", "parsed_arguments"]
@@ -58,6 +65,8 @@ class _Fold:
     def request(self, key: str, digest: Any, text: Any) -> ModelRequest:
         name = key.partition("#")[0]
         held = self.slots.pop(name, {})
+        if isinstance(text, ModelRequest):  # refused before it was read (_text)
+            return text
         if not isinstance(text, str):
             return ModelRequest(refused=NOT_STORED)  # the next stored one is whole
         try:
@@ -115,15 +124,40 @@ class _Fold:
         return list(items), "l:" + state.hex()
 
 
+def _text(text: str | None, sha: Any) -> str | ModelRequest:
+    """A request text kept beside its record, once it proved to be the one the record's
+    digest names (before anything parses it); else the refusal."""
+    if text is None:
+        return ModelRequest(
+            refused="the stored request is missing: its record names one, the ledger has none "
+            "(removed, or the run was copied without it)"
+        )
+    if not isinstance(sha, str) or request_sha256(text) != sha:
+        return ModelRequest(
+            refused="the stored request does not match the digest its record holds: it is "
+            "not shown (the ledger's request was altered)"
+        )
+    return text
+
+
 def _element(value: Any) -> bytes:
     return hashlib.sha256(canonical_bytes(value, what="request")).digest()
 
 
-def model_requests(events: Sequence[Event], keys: Iterable[str]) -> dict[str, ModelRequest]:
+def model_requests(
+    events: Sequence[Event],
+    keys: Iterable[str],
+    kept: Callable[[], Mapping[int, str]] = dict,
+) -> dict[str, ModelRequest]:
     """The requests of the decisions ``keys`` of the verified journal ``events``, folded
-    from the first decision on (each stores what it adds to the one before)."""
+    from the first decision on (each stores what it adds to the one before). ``kept``:
+    the run's request texts kept beside its records (``Store.load_requests``), read
+    once, when a record names one, and only when a decision is wanted."""
     wanted, fold = set(keys), _Fold()
     found: dict[str, ModelRequest] = {}
+    texts: Mapping[int, str] | None = None
+    if not wanted:
+        return found
     for event in events:
         key = event.key
         if key is None or event.type is not EventType.STEP_DONE:
@@ -134,7 +168,13 @@ def model_requests(events: Sequence[Event], keys: Iterable[str]) -> dict[str, Mo
         done = payloads.step_done(event)
         if done.get("kind") != "decide":
             continue
-        request = fold.request(key, done.get("digest"), done.get("request"))
+        stored: Any = done.get("request")  # inline: a journal before schema 9 (6 on PostgreSQL)
+        sha = done.get("request_sha256")
+        if sha is not None:
+            if texts is None:
+                texts = kept()
+            stored = _text(texts.get(event.seq), sha)
+        request = fold.request(key, done.get("digest"), stored)
         if key in wanted:
             found[key] = request
     return found

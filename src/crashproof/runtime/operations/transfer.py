@@ -84,7 +84,9 @@ class _Transferable(Protocol):
 
     def raw_events(self, run_id: str) -> list[RawRecord]: ...
 
-    def install_run(self, row: RunRow, records: Sequence[RawRecord]) -> bool: ...
+    def install_run(
+        self, row: RunRow, records: Sequence[RawRecord], requests: Mapping[int, str]
+    ) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +179,7 @@ def _document(store: Store, run_id: str) -> dict[str, Any]:
         status=derived.pop(STATUS),  # folded, as import checks it: never the row's cache
         generation=len(records),
     )
-    return checkpoint.build(header, records, derived)
+    return checkpoint.build(header, records, derived, store.load_requests(run_id))
 
 
 def preview_import(
@@ -350,7 +352,7 @@ def import_run(
         reason=reason,
     )
     sealed = [*records, *_seal(sealer, arrival, records[-1].mac or "")]
-    if not raw_store.install_run(row, sealed):  # created meanwhile by someone else
+    if not raw_store.install_run(row, sealed, found.requests):  # created meanwhile by someone
         _arrived(run.run_id, raw_store.raw_events(run.run_id), found)
         return run.run_id
     if witness is not None:

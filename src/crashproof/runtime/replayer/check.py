@@ -21,11 +21,9 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from crashproof.errors import (
-    ActFailed,
+    WORKFLOW_OUTCOMES,
     CrashproofError,
     NonDeterminismError,
-    PermanentError,
-    RetryableError,
 )
 from crashproof.journal import payloads
 from crashproof.journal.fold import index_journal
@@ -44,8 +42,6 @@ __all__ = ["ReplayContext", "ReplayVerdict", "replay_events", "replay_runs"]
 COMPATIBLE = "compatible"
 NON_DETERMINISTIC = "non_deterministic"
 REFUSED = "refused"  # the code would refuse to resume the run (version, unknown workflow)
-# Errors a workflow may end with (as Ledger._drive_owned): anything else stops a resume.
-_WORKFLOW_OUTCOMES = (ActFailed, PermanentError, RetryableError)
 
 
 class _EndOfJournal(BaseException):
@@ -286,7 +282,7 @@ def replay_events(
         outcome = replay.outcome
         if ctx.mismatch is not None:
             pass
-        elif isinstance(exc, CrashproofError) and not isinstance(exc, _WORKFLOW_OUTCOMES):
+        elif isinstance(exc, CrashproofError) and not isinstance(exc, WORKFLOW_OUTCOMES):
             # A resume would stop on it too (a non-JSON argument, a misused ctx...).
             problem = f"the code now raises {type(exc).__name__}: {exc}"
         elif outcome is not None and outcome.type is EventType.RUN_SUCCEEDED:

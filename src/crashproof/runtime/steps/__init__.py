@@ -13,6 +13,6 @@
   reconcile``, and by every resume before its first live call).
 
 May import: ``journal``, ``tools``, ``errors``, ``runtime.port`` and ``runtime.options``.
-Never ``runtime.context`` or ``runtime.ledger``: a recorder sees a run only through the
-``RunSession`` port, so the sync and async shells drive the same recorders.
+Never ``runtime.context``, ``runtime.drive`` or ``runtime.ledger``: a recorder sees a run
+only through the ``RunSession`` port, so the sync and async shells drive the same recorders.
 """

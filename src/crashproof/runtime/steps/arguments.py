@@ -73,8 +73,10 @@ __all__ = ["ArgumentDigests", "proven_elements", "written_in_format_1"]
 _MAX_SLOTS = 64  # argument slots remembered per drive (names made per turn evict)
 _DIGEST_FIELD = '"digest":"'
 _SHORT_TEXT, _MAX_TEXTS = 256, 256
-# How a record that stores its request ends: the request is its last field, a JSON text
-# ending in "}" (no other field of a decision's record ends so): O(1), never decoded.
+# How a record that stores its request ends, O(1), never decoded: the digest of the
+# request kept beside it is its last field (schema 9); or, in older journals, the request
+# itself, a JSON text ending in "}" (no other field of a decision's record ends so).
+_KEPT_FIELD, _KEPT_TAIL = ',"request_sha256":"', 66  # 64 hex digits and '"}'
 _STORED_END = '}"}'
 _LISTS = (list, tuple)  # prebuilt: ``list | tuple`` builds a union at every call
 
@@ -176,7 +178,10 @@ class ArgumentDigests:
             self._capture, self._keeping = None, False
         if parts is None:  # replayed: its lists are the next one's base if it stored them
             text = recorded.payload_json if recorded is not None else None
-            if text is not None and text.endswith(_STORED_END):
+            if text is not None and (
+                text[-_KEPT_TAIL - len(_KEPT_FIELD) : -_KEPT_TAIL] == _KEPT_FIELD
+                or text.endswith(_STORED_END)
+            ):
                 self._kept()
             else:
                 self._touched = []

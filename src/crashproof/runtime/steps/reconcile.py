@@ -11,7 +11,10 @@ each tool to look up each recorded act and reports it as
 
 State-addressed tools (the workspace) describe *what* an act changes through
 ``Tool.target_of(call)``; only the last act on each target can still be seen in the
-world, so earlier ones are reported confirmed and superseded rather than drifted.
+world, so earlier ones are reported confirmed and superseded rather than drifted. An act
+of another tool that overwrote the target is the last on it as well
+(``Tool.overwrites``: a ``cp.Shell`` command whose recorded delta names a file a
+workspace act wrote, or, in flight, whose snapshot holds it as that act wrote it).
 
 Two callers: ``crashproof reconcile`` (``Ledger.reconcile``, read-only, every act of a
 run against the tools given), and every resume (:func:`reread_receipts`): before its
@@ -68,7 +71,7 @@ def reconcile_events(run_id: str, events: list[Event], tools: Iterable[Tool]) ->
     tool_of = lambda done: by_name.get(_tool_name(done))  # noqa: E731
     acts = _acts(run_id, events, tool_of)
     undelivered = index_journal(events).undelivered
-    last_on_target = _last_on_target(run_id, events, acts, by_name.get)
+    last_on_target = _last_on_target(run_id, events, acts, lambda _key, name: by_name.get(name))
     return run_sync(_checked(run_id, acts, undelivered, last_on_target, 1))
 
 
@@ -80,7 +83,12 @@ def reread_receipts(
     ``workers`` at a time; one check each, in journal order."""
     acts = _acts(run_id, events, lambda done: tools.get(str(done.key)))
     by_name = {tool.name: tool for tool in tools.values()}
-    last_on_target = _last_on_target(run_id, events, acts, by_name.get)
+
+    def tool_of(key: str, name: str) -> Tool | None:  # an act in flight: its own, if seen
+        own = tools.get(key)
+        return own if own is not None and own.name == name else by_name.get(name)
+
+    last_on_target = _last_on_target(run_id, events, acts, tool_of)
     wanted = [
         act
         for act in acts
@@ -107,7 +115,8 @@ class ResumeReread:
         self._tools: dict[str, Tool] = {}
 
     def seen(self, key: str, tool: Tool) -> None:
-        """Replay handed ``tool`` to the recorded act ``key``."""
+        """Replay handed ``tool`` to the recorded act ``key`` (or the drive's first live
+        call is act ``key``, maybe in flight, with ``tool``)."""
         self._tools[key] = tool
 
     def check(self, session: RunSession) -> Work[None]:
@@ -159,24 +168,42 @@ def _acts(run_id: str, events: list[Event], tool_of: Callable[[Event], Tool | No
 
 
 def _last_on_target(
-    run_id: str, events: list[Event], acts: list[_Act], by_name: Callable[[str], Tool | None]
+    run_id: str,
+    events: list[Event],
+    acts: list[_Act],
+    tool_of: Callable[[str, str], Tool | None],
 ) -> dict[tuple[str, str], str]:
     """The last act on each target, completed or still in flight: an act in flight may
-    have applied already (a crash after its write), so it supersedes the earlier ones."""
+    have applied already (a crash after its write), so it supersedes the earlier ones.
+    An act of another tool that overwrote a target (``Tool.overwrites``: a command that
+    rewrote a file a workspace act wrote) is the last on it too."""
     last: dict[tuple[str, str], str] = {}
-    for event, call, tool in acts:
-        target = tool.target_of(call) if tool is not None and call is not None else None
-        if target is not None and tool is not None:
-            last[(tool.name, target)] = str(event.key)
-    for key, intent in _open_intents(events).items():
-        p = payloads.act_intent(intent)
-        tool = by_name(str(p.get("tool")))
-        if tool is None:
-            continue
-        call = _call(run_id, key, intent, p.get("operation_id"), p.get("intent_digest"))
+    owners: dict[tuple[str, str], tuple[Tool, Call]] = {}  # its last act's, for overwrites
+
+    def record(key: str, tool: Tool, call: Call, result: Any) -> None:
         target = tool.target_of(call)
         if target is not None:
             last[(tool.name, target)] = key
+            owners[(tool.name, target)] = (tool, call)
+        if type(tool).overwrites is not Tool.overwrites:
+            for target_key, (owner, earlier) in owners.items():
+                if owner is not tool and tool.overwrites(call, result, owner, earlier):
+                    last[target_key] = key
+
+    for event, call, tool in acts:
+        if tool is not None and call is not None:
+            record(str(event.key), tool, call, event.value)
+    for key, intent in _open_intents(events).items():
+        p = payloads.act_intent(intent)
+        tool = tool_of(key, str(p.get("tool")))
+        if tool is None:
+            continue
+        record(
+            key,
+            tool,
+            _call(run_id, key, intent, p.get("operation_id"), p.get("intent_digest")),
+            None,
+        )
     return last
 
 

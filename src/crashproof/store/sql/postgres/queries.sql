@@ -52,6 +52,24 @@ INSERT INTO {schema}.events
     (run_id, seq, type, key, payload, value, blob, created_at, key_id, mac)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
+-- name: insert_request
+-- (run_id, seq, text): a decision's request beside its record (schema 6).
+INSERT INTO {schema}.requests (run_id, seq, text) VALUES (%s, %s, %s);
+
+-- name: insert_request_after
+-- insert_request in the transaction of a one-record append (pg_append.py), only where
+-- that statement wrote the very record (its payload and MAC): refused, it writes nothing.
+INSERT INTO {schema}.requests (run_id, seq, text)
+SELECT %(run_id)s, %(seq)s, %(text)s
+WHERE EXISTS (
+    SELECT 1 FROM {schema}.events
+    WHERE run_id = %(run_id)s AND seq = %(seq)s AND payload = %(payload)s
+      AND mac IS NOT DISTINCT FROM %(mac)s
+);
+
+-- name: load_requests
+SELECT seq, text FROM {schema}.requests WHERE run_id = %s ORDER BY seq;
+
 -- name: insert_blob
 INSERT INTO {schema}.blobs (digest, data) VALUES (%s, %s) ON CONFLICT (digest) DO NOTHING;
 

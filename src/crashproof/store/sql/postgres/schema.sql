@@ -65,6 +65,15 @@ CREATE TABLE events (
     PRIMARY KEY (run_id, seq)
 );
 
+-- A decision's request, kept beside its record (whose payload holds its SHA-256) and
+-- read only to show it (schema 6).
+CREATE TABLE requests (
+    run_id text NOT NULL,
+    seq    bigint NOT NULL,
+    text   text NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+
 -- The index of unresolved act intents across runs (schema 4, crashproof.store.intents):
 -- one row per act whose intent is journaled and has no final record yet; a cache.
 CREATE TABLE unresolved_intents (

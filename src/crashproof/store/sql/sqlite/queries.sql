@@ -64,6 +64,24 @@ VALUES (?1,
         ?3, ?4, ?5, ?6, ?7, NULL, ?8, ?9, ?10);
 
 
+-- name: insert_request
+-- (record's row id, text): a decision's request beside its record, schema 9, in parts of
+-- 1,000 characters (substr counts characters), in order: one statement for all its parts.
+WITH RECURSIVE part (at) AS (
+    SELECT 0
+    UNION ALL
+    SELECT at + 1000 FROM part WHERE at + 1000 < length(?2)
+)
+INSERT INTO requests (record, text) SELECT ?1, substr(?2, at + 1, 1000) FROM part ORDER BY at;
+
+-- name: load_requests
+-- A run's requests by record seq (the low half of the row id), each in its parts.
+SELECT q.record - (r.run_no << 32), q.text
+FROM runs AS r
+JOIN requests AS q ON q.record BETWEEN r.run_no << 32 AND (r.run_no << 32) + 4294967295
+WHERE r.run_id = ?
+ORDER BY q.record, q.rowid;
+
 -- name: insert_blob
 -- (digest, data, base, prefix): base and prefix NULL for a whole value (store/deltas.py).
 INSERT INTO blobs (digest, data, base, prefix) VALUES (?, ?, ?, ?)

@@ -67,6 +67,15 @@ CREATE TABLE events (
     CHECK (seq >= 0 AND seq < 4294967296 AND id - seq = (id >> 32) << 32)
 ) STRICT;
 
+-- A decision's request, kept beside its record (whose payload holds its SHA-256) and
+-- read only to show it: record is the record's row id (events.id); the text in parts
+-- of at most 1,000 characters, in rowid order (packed four to a page). Schema 9.
+CREATE TABLE requests (
+    record INTEGER NOT NULL,
+    text   TEXT NOT NULL
+) STRICT;
+CREATE INDEX requests_by_record ON requests (record);
+
 -- The index of unresolved act intents across runs (crashproof.store.intents): one row
 -- per act whose intent is journaled and has no final record yet; a cache of the journals.
 CREATE TABLE unresolved_intents (
