@@ -176,6 +176,9 @@ class Transcript(list[Any]):
     def __init__(self, messages: Iterable[Any] = ()) -> None:
         super().__init__()
         self._states = [LIST_SEED]  # the chain after 0, 1, ... messages
+        # Each message's RFC 8785 bytes, as digested: a stored request holds the new ones
+        # (runtime/steps/arguments.py) without canonicalising them a second time.
+        self._bytes: list[bytes] = []
         self.extend(messages)
 
     @property
@@ -185,9 +188,14 @@ class Transcript(list[Any]):
 
     def append(self, message: Any) -> None:
         """Add ``message`` (a JSON value; a frozen copy is kept): O(its size)."""
-        digest = element(message, "a message of a cp.Transcript")
+        digest, data = element_and_bytes(message, "a message of a cp.Transcript")
         super().append(_frozen(message))
         self._states.append(chain(self._states[-1], digest))
+        self._bytes.append(data)
+
+    def canonical(self, start: int = 0) -> list[bytes]:
+        """The RFC 8785 bytes of the messages from ``start`` on, as they were digested."""
+        return self._bytes[start:]
 
     def extend(self, messages: Iterable[Any]) -> None:
         for message in messages:

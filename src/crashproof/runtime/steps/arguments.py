@@ -290,8 +290,7 @@ class ArgumentDigests:
             cached = self._slot(name, slot)
             base = cached.size if cached.stored and cached.last is value else 0
             self._transcript(name, slot, value)
-            new = [canonical_bytes(v, what=what, key=key) for v in value[base:]]
-            capture.append(_list_part(base, new))
+            capture.append(_list_part(base, value.canonical(base)))  # digested bytes
             return "l:" + value.chain_state.hex()
         sink: list[bytes] = []
         state = self._chain(name, slot, value, what, key, False, sink)
