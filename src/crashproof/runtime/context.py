@@ -15,15 +15,15 @@ import random as _random
 import uuid as _uuid
 from collections.abc import Callable, Iterable
 from types import GeneratorType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
-from crashproof.errors import ActNotDone, CrashproofError, NonDeterminismError
+from crashproof.errors import ActNotDone, CrashproofError
 from crashproof.journal import payloads, records
-from crashproof.journal.codec import decode, encode, error_from_record, error_record
+from crashproof.journal.codec import decode, encode, error_from_record
 from crashproof.journal.fold import Replay
-from crashproof.journal.records import Event, EventType, RunStatus, StepKind, StepStatus
+from crashproof.journal.records import Event, EventType, StepKind, StepStatus
 from crashproof.runtime.driving.commits import is_failure
-from crashproof.runtime.driving.drive_commits import DriveCommits
+from crashproof.runtime.driving.drive_records import DriveRecords
 from crashproof.runtime.driving.durability import Pending
 from crashproof.runtime.guards.budget import Meter
 from crashproof.runtime.guards.policy import Policy, admit_act, admit_in_flight
@@ -63,7 +63,7 @@ _DONE_STATUS = f'","status":"{_SUCCEEDED}","attempt":'
 _REPLAYS = f'","status":"{_SUCCEEDED}",'  # what a replayed success's text goes on with
 
 
-class Context(DriveCommits):
+class Context(DriveRecords):
     """Handed to a workflow function as its first argument. Implements the
     ``RunSession`` port (``runtime/port.py``) for the recorders and guards it calls."""
 
@@ -92,7 +92,7 @@ class Context(DriveCommits):
         self._clock = host.store.clock.clock  # this host's clock (a test may skew it)
         self.server_clock = host.store.clock.is_server  # Store.now is a server's clock
         # Budgets and policy: checked before new work only (runtime/guards/budget.py, policy.py).
-        self.meter = Meter(replay)
+        self.meter: Meter = Meter(replay)
         self.policy: Policy | None = None
         self.world = WorldCheck(replay)  # re-observed before the first live call
         self.arguments = ArgumentDigests(self._done)  # growing lists digested incrementally
@@ -443,49 +443,6 @@ class Context(DriveCommits):
         if found is not None:
             self.freeze(*found)
 
-    def freeze(
-        self,
-        reason: str,
-        evidence: dict[str, Any],
-        *,
-        key: str | None = None,
-        retryable: bool = False,
-        error: type[CrashproofError] = NonDeterminismError,
-    ) -> NoReturn:
-        """Stop the run in needs_review with evidence; raise ``error`` into the workflow
-        (frozen even if it catches it). ``retryable``: a later resume may lift the freeze
-        and try again (a lookup was unavailable) instead of waiting for a review."""
-        exc = (
-            NonDeterminismError(reason, evidence) if error is NonDeterminismError else error(reason)
-        )
-        if self.frozen is None:
-            self.append_event(
-                EventType.RUN_FROZEN,
-                key,
-                payloads.as_dict(
-                    payloads.RunFrozen(
-                        status=RunStatus.NEEDS_REVIEW.value,
-                        reason=reason,
-                        evidence=evidence,
-                        retryable=retryable,
-                        error=error_record(exc),
-                    )
-                ),
-                status=(RunStatus.NEEDS_REVIEW, reason),
-            )
-            self.frozen = exc
-            self.frozen_evidence = evidence
-        raise exc
-
-    def thaw(self) -> None:
-        """Lift a retryable freeze so that this resume retries (journaled)."""
-        self.append_event(
-            EventType.RUN_THAWED,
-            None,
-            payloads.as_dict(payloads.RunThawed(status="running")),
-            status=(RunStatus.RUNNING, None),
-        )
-
     def crash_point_for(self, key: str) -> Callable[[str], None]:
         """A crash-point hook for a tool working on act ``key``."""
         points = self._host.crash_points
@@ -514,13 +471,6 @@ class Context(DriveCommits):
             if is_failure(exc):
                 self.store_failed(exc)
             raise
-
-    def halt(self, exc: CrashproofError, evidence: dict[str, Any] | None = None) -> None:
-        """Every later ctx call raises ``exc`` (already journaled), even if the workflow
-        catches it; the ledger raises it when the workflow ends."""
-        self.frozen = exc
-        if evidence is not None:
-            self.frozen_evidence = evidence
 
     def unreplayed(self) -> list[Event]:
         """Recorded steps (and acts in flight) the workflow has not reached: non-empty
@@ -567,34 +517,5 @@ class Context(DriveCommits):
         self._counts[name] = self._counts.get(name, 0) + 1
         return key
 
-    def append_event(
-        self,
-        type_: EventType,
-        key: str | None,
-        payload: dict[str, Any],
-        value_json: str | None = None,
-        *,
-        status: tuple[RunStatus, str | None] | None = None,
-        request: str | None = None,
-    ) -> None:
-        if self.session is not None:  # the drive's first record names it (operations/audit)
-            payload = {**payload, "session": self.session}
-        event = Event(self.run_id, self._next_seq, type_, key, payload, self._clock(), value_json)
-        event = records.with_request(event, request)  # a decision's request, kept beside its record
-        self._commit((event,), status, None)
-        self.session = None  # once it landed: a refused record (IntentHeld) names nothing
-        self._next_seq += 1
-        if type_ is EventType.STEP_DONE and self.meter.active:
-            self.meter.count(payload)
-
     def ledger_now(self) -> float:
         return self._host.store.now()
-
-    def finish(self, type_: EventType, payload: dict[str, Any], value_json: str | None) -> None:
-        """Record the run's outcome (used by the ledger once the workflow returns)."""
-        status = RunStatus.SUCCEEDED if type_ is EventType.RUN_SUCCEEDED else RunStatus.FAILED
-        reason = None
-        if type_ is EventType.RUN_FAILED:
-            err = payloads.of(payloads.RunFailed, payload)["error"]
-            reason = f"{err['type']}: {err['message']}"
-        self.append_event(type_, None, payload, value_json, status=(status, reason))
