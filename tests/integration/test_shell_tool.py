@@ -425,3 +425,20 @@ def test_a_file_changed_after_the_command_that_superseded_its_edit_still_freezes
         led.run(flow, run_id="r")
     assert not (ws / "src" / "z.py").exists()
     led.close()
+
+
+def test_a_command_whose_runner_died_before_its_marker_never_runs(tmp_path: Path) -> None:
+    """The window between a command's spawn and its marker: a runner killed there closes
+    the gate's pipe without the go-ahead, and the command is never run (a recovery could
+    not have found it to kill it before restoring the workspace)."""
+    from crashproof.tools import _process
+
+    target = tmp_path / "ran"
+    proc = subprocess.Popen([*_process._GATE, "touch", str(target)], stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.close()  # as the pipe of a runner SIGKILLed before writing the marker
+    assert proc.wait(timeout=10) != 0
+    assert not target.exists()
+    gated = subprocess.run([*_process._GATE, "touch", str(target)], input=b"go\n", timeout=10)
+    assert gated.returncode == 0  # the go-ahead runs it
+    assert target.exists()

@@ -10,7 +10,8 @@ A run leaves ``running/<tag>.json`` (pid, process group, the leader's start time
 clock ticks) beside the spool files while the command runs. A crashed run leaves it
 behind; ``reap`` kills that process group if its leader is still the same process (the
 start time guards against a reused pid), so a recovery never restores a workspace under
-a command still writing into it.
+a command still writing into it. The command itself starts only once its marker is in
+place (``_GATE``): a crash between the spawn and the marker leaves nothing running.
 """
 
 from __future__ import annotations
@@ -103,12 +104,13 @@ def run_command(
     out_path, err_path = spool / f"{tag}.out", spool / f"{tag}.err"
     marker = spool / f"{tag}.running.json"
     started = time.monotonic()
+    _check_startable(argv[0], cwd, env)  # as exec would fail: before anything runs
     with out_path.open("wb") as out, err_path.open("wb") as err:
         proc = subprocess.Popen(
-            list(argv),
+            [*_GATE, *argv],
             cwd=cwd,
             env=dict(env),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=out,
             stderr=err,
             start_new_session=True,  # its own group: killed as one, with its children
@@ -116,7 +118,15 @@ def run_command(
         )
     pgid = proc.pid
     live.add(pgid)
-    marker.write_text(json.dumps({"pid": proc.pid, "pgid": pgid, "start": _start_ticks(proc.pid)}))
+    try:
+        _write_marker(marker, {"pid": proc.pid, "pgid": pgid, "start": _start_ticks(proc.pid)})
+        if proc.stdin is not None:  # the go-ahead: the command may run now
+            proc.stdin.write(b"go\n")
+            proc.stdin.close()
+    except BaseException:
+        _killpg(pgid)
+        live.discard(pgid)
+        raise
     stopped: str | None = None
     try:
         deadline = started + timeout
@@ -152,6 +162,35 @@ def run_command(
         stderr=Output(err_path, _size(err_path)),
         stopped=stopped,
     )
+
+
+# The command starts only once its marker is written: until the go-ahead on its stdin, the
+# process is a shell waiting to exec it (the same pid: exec keeps it). A crash before the
+# marker closes the pipe, and the shell exits without running anything, so no command
+# ever runs that a recovery could not find and kill before it restores the workspace.
+_GATE = ("/bin/sh", "-c", 'IFS= read -r go && [ "$go" = go ] && exec "$@" </dev/null', "sh")
+
+
+def _check_startable(program: str, cwd: Path, env: Mapping[str, str]) -> None:
+    """Raise what exec would (FileNotFoundError, PermissionError), resolving ``program``
+    as it would: against ``cwd`` when it names a directory, else along the PATH of
+    ``env``. (The gate's shell would only exit 126 or 127 for it.)"""
+    if os.sep in program:
+        candidates = [Path(cwd, program)]
+    else:
+        candidates = [Path(cwd, d, program) for d in os.get_exec_path(dict(env))]
+    found = [c for c in candidates if c.is_file()]
+    if not found:
+        raise FileNotFoundError(2, "No such file or directory", program)
+    if not any(os.access(c, os.X_OK) for c in found):
+        raise PermissionError(13, "Permission denied", program)
+
+
+def _write_marker(marker: Path, data: dict[str, object]) -> None:
+    """Whole or absent: a crash mid-write never leaves a marker reap cannot read."""
+    temp = marker.with_name(marker.name + ".tmp")
+    temp.write_text(json.dumps(data))
+    os.replace(temp, marker)
 
 
 def reap(spool: Path, tag: str) -> bool:
