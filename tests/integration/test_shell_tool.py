@@ -442,3 +442,19 @@ def test_a_command_whose_runner_died_before_its_marker_never_runs(tmp_path: Path
     gated = subprocess.run([*_process._GATE, "touch", str(target)], input=b"go\n", timeout=10)
     assert gated.returncode == 0  # the go-ahead runs it
     assert target.exists()
+
+
+def test_a_store_whose_git_init_a_crash_cut_short_is_made_again(ws: Path) -> None:
+    """A kill inside the store's ``git init`` leaves a HEAD and no refs/ or objects/ yet
+    (git: "not a git repository"): the next snapshot initialises it again, never fails
+    on it for ever after (a chaos trial's recovery did: its run recorded as failed)."""
+    path = ws / ".git" / "crashproof-shell"
+    path.mkdir()
+    (path / "HEAD").write_text("ref: refs/heads/main\n")  # as a cut-short init left it
+    (path / "runs").mkdir()  # a command's spool, made beside it
+    before = cp.Workspace(ws).fingerprint()
+    store = SnapshotStore(ws, path)
+    snap = store.snapshot([])
+    (ws / "src" / "a.py").write_text("a = 2\n")
+    store.restore(snap, [])
+    assert cp.Workspace(ws).fingerprint() == before

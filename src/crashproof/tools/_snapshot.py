@@ -344,10 +344,13 @@ class SnapshotStore:
     def _open(self) -> None:
         if self._ready:
             return
-        if not (self.store / "HEAD").exists():
+        # ``indexes`` is made last: a store whose ``git init`` a crash cut short (a HEAD
+        # but no refs/ or objects/ yet: "not a git repository" for ever after) is
+        # initialised again, which is safe (init only adds what is missing).
+        if not (self.store / "indexes").is_dir():
             self.store.mkdir(parents=True, exist_ok=True)
             self._git(None, None, "init", "-q", "--bare", str(self.store))
-        (self.store / "indexes").mkdir(exist_ok=True)
+            (self.store / "indexes").mkdir(exist_ok=True)
         self._ready = True
 
     def _index(self, name: str) -> Path:
