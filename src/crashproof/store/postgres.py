@@ -36,7 +36,7 @@ from crashproof.errors import (
     SchemaTooNew,
     StaleLeaseError,
 )
-from crashproof.journal.records import Event, RunRow, RunStatus
+from crashproof.journal.records import Event, RunRow, RunStatus, request_sha256
 from crashproof.store.combining import Combiner
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, split_statements
@@ -390,6 +390,13 @@ class PostgresStore(PostgresAppend, PostgresIndex):
     def load_requests(self, run_id: str) -> dict[int, str]:
         with self._read() as cur:
             return dict(cur.execute(self._q["load_requests"], (run_id,)).fetchall())
+
+    def request_digests(self, run_id: str) -> dict[int, str]:
+        """Each kept request's SHA-256 by record seq, for ``crashproof check``: the rows
+        streamed (one in memory at a time) and hashed here, not by the server."""
+        with self._read() as cur:
+            rows = cur.stream(self._q["load_requests"], (run_id,))
+            return {seq: request_sha256(text) for seq, text in rows}
 
     def raw_events(self, run_id: str) -> list[RawRecord]:
         """The run's records exactly as stored (not verified: the caller verifies)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -99,6 +100,24 @@ class SQLiteJournal:
             for seq, part in conn.execute(_Q["load_requests"], (run_id,)):
                 parts.setdefault(seq, []).append(part)
         return {seq: "".join(texts) for seq, texts in parts.items()}
+
+    def request_digests(self, run_id: str) -> dict[int, str]:
+        """Each kept request's SHA-256 by record seq (``request_sha256`` of its text), for
+        ``crashproof check``: its parts hashed as they are read, so a run's requests are
+        never in memory together (the UTF-8 of whole characters, part after part, is the
+        text's)."""
+        digests: dict[int, str] = {}
+        at, sha = -1, hashlib.sha256()
+        with self._reading() as conn:
+            for seq, part in conn.execute(_Q["load_requests"], (run_id,)):
+                if seq != at:
+                    if at >= 0:
+                        digests[at] = sha.hexdigest()
+                    at, sha = seq, hashlib.sha256()
+                sha.update(part.encode())
+        if at >= 0:
+            digests[at] = sha.hexdigest()
+        return digests
 
     def _load_events(self, run_id: str, make: Callable[..., Event]) -> list[Event]:
         """The run's records, verified. A whole load is kept and reused by the next load,

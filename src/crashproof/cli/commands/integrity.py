@@ -38,7 +38,8 @@ def check_journals(
     verbose: VerboseOption = False,
 ) -> int:
     """Verify every journal record: its HMAC, the chain, the order, and the generation
-    witness (like git fsck; read-only), for every run of the journal and every run the
+    witness, then each model request kept beside a record against the digest the record
+    holds (like git fsck; read-only), for every run of the journal and every run the
     witness saw (one the journal lost is a problem). Exit 0 when every run is sound, 5
     otherwise."""
     settings = command_settings(ctx, db, as_json, verbose)

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from crashproof.errors import AsyncMisuse, CrashproofError, IntegrityError, LeaseHeld, RunNotFound
@@ -19,6 +20,7 @@ from crashproof.journal.records import Event, EventType, RunInfo, RunStatus
 from crashproof.runtime.driving.leases import Heartbeat, claim, release, stop_driving
 from crashproof.runtime.guards.approvers import reserved
 from crashproof.runtime.operations.reconciling import record_findings
+from crashproof.runtime.operations.request_check import check_requests
 from crashproof.runtime.port import DriveHost
 from crashproof.runtime.steps.handoff import async_methods, run_async, run_sync
 from crashproof.runtime.steps.outbox import deliver
@@ -133,7 +135,8 @@ class LedgerCare(DriveHost):
         return delivered
 
     def check(self, run_id: str | None = None) -> list[tuple[str, str | None]]:
-        """Verify every record of every run (or one run): MAC, chain, sequence, witness.
+        """Verify every record of every run (or one run): MAC, chain, sequence, witness,
+        and each model request kept beside a record against the digest the record holds.
         Returns ``(run_id, None)`` for each sound run and ``(run_id, problem)`` for each
         other one; never raises for a bad run, never writes. Every run the witness saw
         is checked too: one the journal lost entirely is a problem, never all clear."""
@@ -152,7 +155,10 @@ class LedgerCare(DriveHost):
             try:
                 if rid in lost_runs and self.store.get_run(rid) is None:
                     raise lost(rid, lost_runs[rid])
-                index_journal(self.journal(rid, results=False))  # every MAC verified still
+                events = self.journal(rid, results=False)  # every MAC verified still
+                index_journal(events)
+                # The kept requests, against the digests their verified records hold.
+                check_requests(self.store, rid, events, partial(self.journal, rid, results=False))
             except IntegrityError as exc:
                 report.append((rid, f"{type(exc).__name__}: {exc}"))
             else:
