@@ -66,3 +66,41 @@ def test_receipts_against_a_target(tmp_path: Path) -> None:
     assert json.dumps([c.to_json() for c in checks])  # JSON-ready for the CLI
     with pytest.raises(cp.RunNotFound):
         ledger.reconcile("nope", [tool])
+
+
+@pytest.mark.parametrize("changed", [True, False])
+def test_two_workspaces_writing_the_same_relative_path_are_two_targets(
+    tmp_path: Path, changed: bool
+) -> None:
+    """Every workspace is the tool ``workspace``: its targets name the root too, else a
+    write to b/out.txt superseded one to a/out.txt, whose receipt a resume then never
+    read again (out.txt is left out of the observation, as an ignored file is: the
+    re-read is all that guards it) and the run went on over a file someone changed."""
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for root in roots:
+        root.mkdir()
+    ws_a, ws_b = (cp.Workspace(root, observe_ignore=["out.txt"]) for root in roots)
+
+    @cp.workflow("two-roots", version="1")
+    def two_roots(ctx: cp.Context) -> None:
+        ctx.act("a", ws_a, op="write", path="out.txt", content="from a\n")
+        ctx.act("b", ws_b, op="write", path="out.txt", content="from b\n")
+        ctx.act("after", ws_b, op="write", path="z.txt", content="z\n")
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    crash = cp.CrashPoints(match="after_commit[step_done:b]")
+    with cp.Ledger(url, crash_points=crash) as ledger, pytest.raises(cp.SimulatedCrash):
+        ledger.run(two_roots, run_id="r")
+    if not changed:  # both receipts hold: the run goes on
+        with cp.Ledger(url) as ledger:
+            ledger.run(two_roots, run_id="r")
+        assert [(root / "out.txt").read_text() for root in roots] == ["from a\n", "from b\n"]
+        assert (roots[1] / "z.txt").read_text() == "z\n"
+        return
+    (roots[0] / "out.txt").write_text("someone else\n")
+    with cp.Ledger(url) as ledger:
+        with pytest.raises(cp.RunFrozen, match="no longer match") as frozen:
+            ledger.run(two_roots, run_id="r")
+        (check,) = (frozen.value.evidence or {})["receipts"]
+        assert (check["step"], check["status"]) == ("a", "drifted")
+    assert not (roots[1] / "z.txt").exists()  # nothing ran past the drift

@@ -396,7 +396,7 @@ def test_a_command_that_rewrote_a_file_a_workspace_act_wrote_supersedes_it(
     assert (ws / "src" / "z.py").read_text() == "z\n"
     checks = {c.step: c for c in led.reconcile("r", [workspace, shell])}
     assert checks["edit"].status == "confirmed"
-    assert "superseded by 'fmt' on src/a.py" in checks["edit"].detail
+    assert f"superseded by 'fmt' on {workspace.root / 'src' / 'a.py'}" in checks["edit"].detail
     led.close()
 
 

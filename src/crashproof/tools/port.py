@@ -187,7 +187,9 @@ class Tool:
 
     def target_of(self, call: Call) -> str | None:
         """Optional: what this act changes (e.g. a file path), for tools whose later acts
-        overwrite earlier ones; reconciliation then checks only the last act per target."""
+        overwrite earlier ones; reconciliation then checks only the last act per target
+        and tool name. Name the instance too when several of one name may act in a run
+        (a ``cp.Workspace``: the file's absolute path, not its path in the root)."""
         return None
 
     def overwrites(self, call: Call, result: Any, tool: Tool, earlier: Call) -> bool:

@@ -254,7 +254,7 @@ class Shell(Tool):
         compares the files themselves)."""
         if not isinstance(tool, Workspace) or tool.root != self.root or not call.prepared:
             return False
-        target = tool.target_of(earlier)
+        target = tool.path_of(earlier)  # relative, as the delta and the snapshot name it
         if result is None:
             record = self._record(_tag(call.operation_id))
             if record is None:

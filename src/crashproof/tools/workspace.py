@@ -108,7 +108,16 @@ class Workspace(Tool):
         }
 
     def target_of(self, call: Call) -> str | None:
-        return _prepared(call)["path"] if call.prepared else None
+        """The act's file as an absolute path (the root's and the recorded relative path):
+        every workspace shares the tool name, so two roots' ``x.py`` are two targets, and
+        one file reached from nested roots is one. Computed afresh from the call's
+        ``prepared`` (never recorded), so a journal written before reads the same way."""
+        return str(self.root / _prepared(call)["path"]) if call.prepared else None
+
+    def path_of(self, call: Call) -> str | None:
+        """The act's file relative to the root, as it was prepared (a ``cp.Shell``
+        command's delta names its files so)."""
+        return str(_prepared(call)["path"]) if call.prepared else None
 
     def result_digest(self, call: Call) -> str | None:
         """The SHA-256 of what act ``call`` leaves in its file (``ABSENT``: deleted)."""
