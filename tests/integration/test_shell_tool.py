@@ -617,3 +617,35 @@ def test_a_disk_that_fills_up_under_the_command_settles_its_outcome(
     assert clean.run(clean_flow, run_id="r") == result
     assert files_of(twin) == files_of(ws)
     clean.close()
+
+
+def test_a_store_whose_git_stalls_stops_the_run_resumable(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A git process in the store that outlives its timeout (a stalled disk: the real
+    git behind a PATH entry that waits first, the timeout shortened) is the machine's
+    too: the run stops resumable, nothing ran, and a resume with the disk back runs it."""
+    from crashproof.tools import _snapshot
+
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "git").write_text(
+        '#!/bin/sh\ncase "$GIT_DIR" in *crashproof-shell*) sleep 5;; esac\n'
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    (shim / "git").chmod(0o755)
+    log = tmp_path / "ran.log"
+    workspace = cp.Workspace(ws)
+    flow = store_fault_flow(cp.Shell(workspace), workspace, log)
+    led = ledger(tmp_path, flow)
+    monkeypatch.setattr(_snapshot, "_TIMEOUT", 0.5)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(cp.RunStopped, match="snapshot store failed before the command started"):
+        led.run(flow, run_id="r")
+    assert led.get_run("r").status is cp.RunStatus.STOPPED
+    assert not log.exists()
+    monkeypatch.undo()
+    assert led.resume("r")["exit_code"] == 3
+    assert log.read_text() == "ran\n"
+    led.close()

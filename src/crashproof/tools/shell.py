@@ -42,16 +42,17 @@ process group, the workspace is put back, and the act fails permanently the same
 (it did not happen). An ``external`` one killed so has an unknown outcome.
 
 The machine failing under the tool's own bookkeeping (the snapshot store on a full or
-read-only disk, an I/O error, a file where one of its directories goes) is not the
-command's result. Before the command starts (the snapshot in ``prepare``; in
-``execute``, the reap, the restore of a later attempt, the spool and running marker) it
-is ``cp.Unavailable``: nothing ran, nothing is recorded as the act's outcome, and the run
-stops resumable (``unavailable:<key>: cp.Shell's snapshot store failed ...``) once the
-act's retries run out; a resume, or a worker on its own, tries again. Once the command
-ran, a store that cannot take its result (the snapshot after it, its output, the
-completion record) leaves its outcome unknown (``cp.OutcomeUnknown``): the act protocol
-looks it up, and without a completion record a ``workspace`` command is put back and run
-again, an ``external`` one settled by ``on_unknown``. A non-zero exit stays a result.
+read-only disk, an I/O error, a file where one of its directories goes, a git process
+in it stalled past its timeout) is not the command's result. Before the command starts
+(the snapshot in ``prepare``; in ``execute``, the reap, the restore of a later attempt,
+the spool and running marker) it is ``cp.Unavailable``: nothing ran, nothing is
+recorded as the act's outcome, and the run stops resumable (``unavailable:<key>:
+cp.Shell's snapshot store failed ...``) once the act's retries run out; a resume, or a
+worker on its own, tries again. Once the command ran, a store that cannot take its
+result (the snapshot after it, its output, the completion record) leaves its outcome
+unknown (``cp.OutcomeUnknown``): the act protocol looks it up, and without a completion
+record a ``workspace`` command is put back and run again, an ``external`` one settled
+by ``on_unknown``. A non-zero exit stays a result.
 
 Controls: the environment is the caller's minus every ``CRASHPROOF_*`` variable (the
 ledger's key, its key file, the database URL); a ``cp.Policy`` allow-lists commands by
@@ -68,6 +69,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -88,6 +90,9 @@ __all__ = ["Shell"]
 _EFFECTS = ("workspace", "external")
 _PARAMS = frozenset({"argv", "effect", "cwd", "env", "timeout", "paths"})
 _DELTA_LIMIT = 200
+# How the machine fails under the store: an OSError (git's exit in the store too, see
+# _snapshot.py), or a git process there that outlived its timeout (a stalled disk).
+_MACHINE = (OSError, subprocess.SubprocessError)
 
 
 class Shell(Tool):
@@ -177,7 +182,7 @@ class Shell(Tool):
         _find(argv[0], self.root / cwd, env)
         try:
             snapshot = self.snapshots.snapshot(paths)
-        except OSError as exc:  # the machine's, not the intent's: nothing is journaled
+        except _MACHINE as exc:  # the machine's, not the intent's: nothing is journaled
             raise self._store_out(exc) from exc
         return {
             "argv": argv,
@@ -198,7 +203,7 @@ class Shell(Tool):
             reap(spool, tag)  # a command a crashed attempt left running
             if p["effect"] == "workspace" and call.attempt > 1:
                 self.snapshots.restore(p["snapshot"], p["paths"])
-        except OSError as exc:  # this attempt ran nothing: not done, tried again later
+        except _MACHINE as exc:  # this attempt ran nothing: not done, tried again later
             raise self._store_out(exc) from exc
         extra = call.params.get("env", {})
         env = self._environment(extra if isinstance(extra, dict) else {})
@@ -223,7 +228,7 @@ class Shell(Tool):
             self._stopped(p, done)
         try:
             return self._record_run(call, p, done, tag)
-        except OSError as exc:  # it ran: an unknown outcome, which lookup settles
+        except _MACHINE as exc:  # it ran: an unknown outcome, which lookup settles
             raise OutcomeUnknown(
                 f"{p['argv'][0]!r} ran (exit {done.exit_code}) but cp.Shell's store could "
                 f"not record it ({type(exc).__name__}: {_short(exc)})"
