@@ -649,3 +649,29 @@ def test_a_store_whose_git_stalls_stops_the_run_resumable(
     assert led.resume("r")["exit_code"] == 3
     assert log.read_text() == "ran\n"
     led.close()
+
+
+def test_an_async_workflow_stops_resumable_on_the_store_too(ws: Path, tmp_path: Path) -> None:
+    """The snapshot runs in a worker thread under the async shell: the same stop."""
+    log = tmp_path / "ran.log"
+    blocker = tmp_path / "disk"
+    blocker.write_text("a file where the store's directory goes\n")
+    shell = cp.Shell(ws, store=blocker / "store")
+
+    @cp.workflow("async-store-fault")
+    async def flow(ctx: cp.AsyncContext) -> Any:
+        done = await ctx.act("cmd", shell, argv=["sh", "-c", f"echo ran >> {log}"])
+        return done["exit_code"]
+
+    async def main() -> Any:
+        led = ledger(tmp_path, flow)
+        with pytest.raises(cp.RunStopped, match="snapshot store failed before the command"):
+            await led.run_async(flow, run_id="r")
+        blocker.unlink()
+        try:
+            return await led.resume_async("r")
+        finally:
+            led.close()
+
+    assert asyncio.run(main()) == 0
+    assert log.read_text() == "ran\n"
