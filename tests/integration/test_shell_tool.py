@@ -39,7 +39,10 @@ def git(root: Path, *args: str) -> str:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
+    return make_workspace(tmp_path / "ws")
+
+
+def make_workspace(root: Path) -> Path:
     (root / "src").mkdir(parents=True)
     (root / "src" / "a.py").write_text("a = 1\n")
     (root / "src" / "b.py").write_text("b = 2\n")

@@ -27,9 +27,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Finished", "Output", "reap", "run_command"]
+__all__ = ["Finished", "NotStarted", "Output", "reap", "run_command"]
 
 _POLL = 0.05
+
+
+class NotStarted(Exception):
+    """The command did not start because the machine failed under the runner: its spool
+    or running marker could not be written (a disk full, a read-only or broken store), or
+    no process could be made. Not the command's failure: nothing of it ran."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,28 +104,39 @@ def run_command(
     tag: str,
     live: Live,
 ) -> Finished:
-    """Run ``argv`` to its end (or its kill); raises FileNotFoundError/PermissionError
-    when it cannot start (nothing ran)."""
-    spool.mkdir(parents=True, exist_ok=True)
+    """Run ``argv`` to its end (or its kill). Nothing ran when it raises
+    FileNotFoundError/PermissionError/NotADirectoryError (the program or the working
+    directory: exec would fail) or ``NotStarted`` (the machine: see the class)."""
     out_path, err_path = spool / f"{tag}.out", spool / f"{tag}.err"
     marker = spool / f"{tag}.running.json"
     started = time.monotonic()
     _check_startable(argv[0], cwd, env)  # as exec would fail: before anything runs
-    with out_path.open("wb") as out, err_path.open("wb") as err:
-        proc = subprocess.Popen(
-            [*_GATE, *argv],
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,  # its own group: killed as one, with its children
-            close_fds=True,
-        )
+    try:
+        spool.mkdir(parents=True, exist_ok=True)
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            proc = subprocess.Popen(
+                [*_GATE, *argv],
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,  # its own group: killed as one, with its children
+                close_fds=True,
+            )
+    except OSError as exc:
+        if exc.filename is not None and Path(exc.filename) == cwd:
+            raise  # the working directory went away since the intent: the act's problem
+        # The spool could not be written (no space, a read-only or broken store), or the
+        # system had no process to give.
+        raise NotStarted(f"the command's spool in {spool}: {exc}") from exc
     pgid = proc.pid
     live.add(pgid)
     try:
-        _write_marker(marker, {"pid": proc.pid, "pgid": pgid, "start": _start_ticks(proc.pid)})
+        try:
+            _write_marker(marker, {"pid": proc.pid, "pgid": pgid, "start": _start_ticks(proc.pid)})
+        except OSError as exc:  # no go-ahead yet: the gate's shell dies with its group
+            raise NotStarted(f"the command's running marker: {exc}") from exc
         if proc.stdin is not None:  # the go-ahead: the command may run now
             proc.stdin.write(b"go\n")
             proc.stdin.close()

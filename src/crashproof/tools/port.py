@@ -182,7 +182,20 @@ class Tool:
     def prepare(self, call: Call) -> dict[str, Any] | None:
         """Optional: compute what must be journaled with the intent (JSON), before it is
         committed. It comes back as ``call.prepared`` in execute and lookup, on every
-        attempt and after any crash."""
+        attempt and after any crash.
+
+        Nothing was sent yet, so what it raises says what the act is: ``cp.PermanentError``
+        refuses the intent (recorded as the act's failure, replayed as such);
+        ``cp.Unavailable`` says the environment the tool needs is out, a service or the
+        machine under its own bookkeeping (a store on a full or read-only disk, an I/O
+        error, a file where its directory goes): nothing is journaled and the run stops
+        resumable (``unavailable:<key>``), never failed; ``cp.ResourceBusy`` freezes it
+        for a later resume. Anything else reaches the workflow as the act's error (left
+        uncaught, the run fails). The runtime does not read an ``OSError`` as the
+        machine's on its own: the same errno is often the act's own argument's (a
+        ``cp.Workspace`` path naming a directory), which a resume would only meet again;
+        the tool knows which of its calls touch its bookkeeping (``cp.Shell``'s snapshot
+        store does so)."""
         return None
 
     def target_of(self, call: Call) -> str | None:
@@ -202,7 +215,10 @@ class Tool:
     def execute(self, call: Call) -> Receipt:
         """Do the effect once for ``call.operation_id``. Raise ``cp.RetryableError`` or
         ``cp.PermanentError`` only when certain it did not happen; anything else
-        (timeouts, dropped connections) is treated as an unknown outcome."""
+        (timeouts, dropped connections, a store that failed once the effect may have
+        begun) is treated as an unknown outcome, which ``lookup`` settles. A failure of
+        the machine before anything was sent is ``cp.Unavailable`` (retried, then a
+        resumable stop), never ``PermanentError``: it is not the act's answer."""
         raise NotImplementedError(f"tool {self.name!r} does not implement execute")
 
     def lookup(self, call: Call) -> Receipt | None:

@@ -41,6 +41,19 @@ outlives its timeout, or prints more than ``max_output`` bytes, is killed with i
 process group, the workspace is put back, and the act fails permanently the same way
 (it did not happen). An ``external`` one killed so has an unknown outcome.
 
+The machine failing under the tool's own bookkeeping (the snapshot store on a full or
+read-only disk, an I/O error, a file where one of its directories goes, a git process
+in it stalled past its timeout) is not the command's result. Before the command starts
+(the snapshot in ``prepare``; in ``execute``, the reap, the restore of a later attempt,
+the spool and running marker) it is ``cp.Unavailable``: nothing ran, nothing is
+recorded as the act's outcome, and the run stops resumable (``unavailable:<key>:
+cp.Shell's snapshot store failed ...``) once the act's retries run out; a resume, or a
+worker on its own, tries again. Once the command ran, a store that cannot take its
+result (the snapshot after it, its output, the completion record) leaves its outcome
+unknown (``cp.OutcomeUnknown``): the act protocol looks it up, and without a completion
+record a ``workspace`` command is put back and run again, an ``external`` one settled
+by ``on_unknown``. A non-zero exit stays a result.
+
 Controls: the environment is the caller's minus every ``CRASHPROOF_*`` variable (the
 ledger's key, its key file, the database URL); a ``cp.Policy`` allow-lists commands by
 argv pattern through the ``command`` field (``shlex.join(argv)``):
@@ -56,12 +69,13 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from crashproof.errors import PermanentError
-from crashproof.tools._process import Finished, Live, Output, reap, run_command
+from crashproof.errors import OutcomeUnknown, PermanentError, Unavailable
+from crashproof.tools._process import Finished, Live, NotStarted, Output, reap, run_command
 from crashproof.tools._snapshot import (
     SnapshotStore,
     check_relative,
@@ -76,6 +90,9 @@ __all__ = ["Shell"]
 _EFFECTS = ("workspace", "external")
 _PARAMS = frozenset({"argv", "effect", "cwd", "env", "timeout", "paths"})
 _DELTA_LIMIT = 200
+# How the machine fails under the store: an OSError (git's exit in the store too, see
+# _snapshot.py), or a git process there that outlived its timeout (a stalled disk).
+_MACHINE = (OSError, subprocess.SubprocessError)
 
 
 class Shell(Tool):
@@ -163,6 +180,10 @@ class Shell(Tool):
         paths = sorted({*self.paths, *(check_relative(p, "path") for p in declared)})
         env = self._environment(extra)
         _find(argv[0], self.root / cwd, env)
+        try:
+            snapshot = self.snapshots.snapshot(paths)
+        except _MACHINE as exc:  # the machine's, not the intent's: nothing is journaled
+            raise self._store_out(exc) from exc
         return {
             "argv": argv,
             "effect": effect,
@@ -171,16 +192,19 @@ class Shell(Tool):
             "paths": paths,
             "env_digest": env_digest(env),
             "store": str(self.store),
-            "snapshot": self.snapshots.snapshot(paths),
+            "snapshot": snapshot,
         }
 
     def execute(self, call: Call) -> Receipt:
         p = _prepared(call)
         tag = _tag(call.operation_id)
         spool = self.store / "runs"
-        reap(spool, tag)  # a command a crashed attempt left running
-        if p["effect"] == "workspace" and call.attempt > 1:
-            self.snapshots.restore(p["snapshot"], p["paths"])
+        try:
+            reap(spool, tag)  # a command a crashed attempt left running
+            if p["effect"] == "workspace" and call.attempt > 1:
+                self.snapshots.restore(p["snapshot"], p["paths"])
+        except _MACHINE as exc:  # this attempt ran nothing: not done, tried again later
+            raise self._store_out(exc) from exc
         extra = call.params.get("env", {})
         env = self._environment(extra if isinstance(extra, dict) else {})
         self._live.cancelled.clear()
@@ -195,34 +219,20 @@ class Shell(Tool):
                 tag=tag,
                 live=self._live,
             )
+        except NotStarted as exc:
+            raise self._store_out(exc) from exc
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             raise PermanentError(f"shell could not start {p['argv'][0]!r}: {exc}") from None
         call.crash_point("exited")  # the command ran, nothing recorded of it yet
         if done.stopped is not None:
             self._stopped(p, done)
-        after = self.snapshots.snapshot(p["paths"])
-        result = {
-            "exit_code": done.exit_code,
-            "signal": _signal_name(done.exit_code),
-            "duration_s": round(done.duration, 3),
-            "stdout": self._stream(done.stdout),
-            "stderr": self._stream(done.stderr),
-            "delta": self.snapshots.delta(p["snapshot"], after, _DELTA_LIMIT),
-            "before": p["snapshot"],
-            "after": after,
-        }
-        receipt = Receipt(f"{tag}@{after}", result, intent_digest=call.intent_digest)
-        _write_json(
-            spool / f"{tag}.done.json",
-            {
-                "operation_id": call.operation_id,
-                "intent_digest": call.intent_digest,
-                "receipt_id": receipt.receipt_id,
-                "result": result,
-            },
-        )
-        call.crash_point("recorded")  # the completion record is durable, no receipt yet
-        return receipt
+        try:
+            return self._record_run(call, p, done, tag)
+        except _MACHINE as exc:  # it ran: an unknown outcome, which lookup settles
+            raise OutcomeUnknown(
+                f"{p['argv'][0]!r} ran (exit {done.exit_code}) but cp.Shell's store could "
+                f"not record it ({type(exc).__name__}: {_short(exc)})"
+            ) from exc
 
     def lookup(self, call: Call) -> Receipt | None:
         p = _prepared(call)
@@ -287,6 +297,33 @@ class Shell(Tool):
 
     # -- internals ---------------------------------------------------------
 
+    def _record_run(self, call: Call, p: dict[str, Any], done: Finished, tag: str) -> Receipt:
+        """The result of a command that ran, and its completion record in the store."""
+        spool = self.store / "runs"
+        after = self.snapshots.snapshot(p["paths"])
+        result = {
+            "exit_code": done.exit_code,
+            "signal": _signal_name(done.exit_code),
+            "duration_s": round(done.duration, 3),
+            "stdout": self._stream(done.stdout),
+            "stderr": self._stream(done.stderr),
+            "delta": self.snapshots.delta(p["snapshot"], after, _DELTA_LIMIT),
+            "before": p["snapshot"],
+            "after": after,
+        }
+        receipt = Receipt(f"{tag}@{after}", result, intent_digest=call.intent_digest)
+        _write_json(
+            spool / f"{tag}.done.json",
+            {
+                "operation_id": call.operation_id,
+                "intent_digest": call.intent_digest,
+                "receipt_id": receipt.receipt_id,
+                "result": result,
+            },
+        )
+        call.crash_point("recorded")  # the completion record is durable, no receipt yet
+        return receipt
+
     def _held(self, p: dict[str, Any], target: str | None, digest: str | None) -> bool:
         """The snapshot of a ``workspace`` command holds ``target`` with this content."""
         if p["effect"] != "workspace" or target is None or digest in (None, ABSENT):
@@ -305,6 +342,17 @@ class Shell(Tool):
         except FileNotFoundError:
             return None
         return record
+
+    def _store_out(self, exc: Exception) -> Unavailable:
+        """The snapshot store failed before the command started (a disk full, a file
+        where a directory goes, an I/O error): the machine's fault, not the act's
+        answer. ``cp.Unavailable``: nothing recorded as the act's result, the run stops
+        resumable once the act's retries run out, and the next drive takes it up again."""
+        return Unavailable(
+            "cp.Shell's snapshot store failed before the command started, nothing ran in "
+            f"this attempt; free or repair it, then resume (store {self.store}; "
+            f"{type(exc).__name__}: {_short(exc)})"
+        )
 
     def _environment(self, extra: Mapping[str, str]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRASHPROOF_")}
@@ -346,6 +394,10 @@ def _find(program: str, cwd: Path, env: Mapping[str, str]) -> None:
             raise PermanentError(f"command {program!r} is not an executable file; nothing ran")
     elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
         raise PermanentError(f"command not found: {program!r} (PATH of the command); nothing ran")
+
+
+def _short(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300]
 
 
 def _prepared(call: Call) -> dict[str, Any]:

@@ -187,7 +187,14 @@ def _last_on_target(
             owners[(tool.name, target)] = (tool, call)
         if type(tool).overwrites is not Tool.overwrites:
             for target_key, (owner, earlier) in owners.items():
-                if owner is not tool and tool.overwrites(call, result, owner, earlier):
+                if owner is tool:
+                    continue
+                try:
+                    wrote = tool.overwrites(call, result, owner, earlier)
+                except Exception as exc:  # the tool's own record is out of reach
+                    last[target_key] = _Doubt(key, f"{type(exc).__name__}: {exc}")
+                    continue
+                if wrote:
                     last[target_key] = key
 
     for event, call, tool in acts:
@@ -205,6 +212,20 @@ def _last_on_target(
             None,
         )
     return last
+
+
+class _Doubt(str):
+    """The key of an act whose ``Tool.overwrites`` raised for a target (its store could
+    not be read): whether it superseded the target's last act cannot be told, so that
+    act's check is ``needs_review`` (a resume freezes, retryable), neither confirmed as
+    superseded nor judged by a lookup that may call the command's change a drift."""
+
+    why: str
+
+    def __new__(cls, key: str, why: str) -> _Doubt:
+        made = super().__new__(cls, key)
+        made.why = why
+        return made
 
 
 def _open_intents(events: list[Event]) -> dict[str, Event]:
@@ -285,8 +306,11 @@ def _without_lookup(
     if tool is None or call is None:
         return "needs_review", f"tool {_tool_name(event)!r} is not available here"
     target = tool.target_of(call)
-    if target is not None and last_on_target.get((tool.name, target)) != key:
-        later = last_on_target.get((tool.name, target))
+    later = last_on_target.get((tool.name, target)) if target is not None else None
+    if isinstance(later, _Doubt):
+        why = f"whether {str(later)!r} changed {target} cannot be told: {later.why}"
+        return "needs_review", why
+    if target is not None and later != key:
         return "confirmed", f"superseded by {later!r} on {target}"
     if not tool.supports_lookup:
         return "needs_review", f"{tool.name} cannot look effects up"
