@@ -5,9 +5,11 @@ holds, and a record the batch refuses keeping no text of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +217,57 @@ def test_a_text_the_database_cannot_take_undoes_the_batch_and_is_raised(
     assert store.load_requests("a") == store.load_requests("b") == {}
     store.append([decision(1, "a")])  # the same pooled connection, no transaction left open
     assert sorted(verified(store, "a")) == [1]
+
+
+def test_async_drives_deciding_together_keep_each_request_beside_its_record(
+    pg_url: str, tmp_path: Path
+) -> None:
+    # The drives leave each decision together: their records (each with its request)
+    # meet in shared batches, through the ledger's own commits (runtime/driving), each
+    # batch one round trip on the store's one connection.
+    runs, asks = 6, 3
+    barrier = asyncio.Barrier(runs)
+
+    async def ask(i: int) -> cp.Decision:
+        await barrier.wait()
+        return cp.Decision({"answer": i}, model="stub", usage={"total_tokens": 3})
+
+    @cp.workflow("asker", version="1")
+    async def asker(ctx: cp.AsyncContext, n: int) -> list[Any]:
+        return [await ctx.decide("ask", ask, i) for i in range(n)]
+
+    sep = "&" if "?" in pg_url else "?"
+    with cp.Ledger(f"{pg_url}{sep}pool_size=1") as ledger:
+        store = ledger._store
+        if not isinstance(store, PostgresStore):
+            raise TypeError(f"a PostgreSQL ledger's store, not {type(store).__name__}")
+        wire = Wire(store, tmp_path / "trace")
+        batches: list[tuple[int, int]] = []  # (groups holding a request, round trips)
+        inner = store.append_batch
+
+        def counted(groups: Any) -> Any:
+            before = wire.round_trips()
+            try:
+                return inner(groups)
+            finally:
+                kept = sum(any(e.request_text for r in g for e in r[0]) for g in groups)
+                batches.append((kept, wire.round_trips() - before))
+
+        store.append_batch = counted  # type: ignore[method-assign]
+
+        async def all_runs() -> list[Any]:
+            return await asyncio.gather(*(ledger.run_async(asker, run_id=i, n=asks) for i in ids))
+
+        ids = [f"r{k}" for k in range(runs)]
+        try:
+            results = asyncio.run(all_runs())
+        finally:
+            wire.close()
+        assert max(kept for kept, _trips in batches) > 1, batches
+        assert all(trips == 1 for _kept, trips in batches), batches
+        for run_id in ids:
+            assert sorted(verified(store, run_id)) == [
+                e.seq for e in store.load_events(run_id) if e.mentions("request_sha256")
+            ]
+            assert len(store.load_requests(run_id)) == asks
+    assert results == [[{"answer": i} for i in range(asks)]] * runs
