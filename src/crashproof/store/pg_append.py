@@ -23,7 +23,9 @@ when only the remembered end was out of date. Nothing of a refused write is kept
 one round trip for all, each record refused by its own checks without touching the
 others'. The runs' first records share one statement (append_records: the same checks
 per row, a status change and an act's or a run's end releasing its intents with its row
-only, the arrays sent in binary), the others follow it one statement each. An
+only, the arrays sent in binary), the others follow it one statement each. Decisions'
+request texts follow them all in one statement (insert_requests_after), each written
+only where its very record (payload and MAC) then is: with its record or not at all. An
 act's intent (a new hold of the index of unresolved intents) goes in the batch too, its
 hold checked in SQL after the intent's lock (append_event_holding); refused, it writes
 nothing and the checked path after the commit says who holds it. The rows statement
@@ -189,7 +191,9 @@ class PostgresAppend:
         (append_event_releasing); an act's intent, a new hold, is checked against the
         other runs' holds and held in its own statement too (append_event_holding,
         after lock_run_intent: the same rule and lock as the checked path's), written
-        only when no other run holds it. The records the statement cannot take (nothing
+        only when no other run holds it. The records' request texts go last, in one
+        statement, each only where its record was written (insert_requests_after).
+        The records the statement cannot take (nothing
         known about the run, several records that touch the index) and a group's
         records from its first refused one go on after the commit through ``append``
         (the checked path, its clear errors: IntentHeld names the holder), the groups
@@ -251,10 +255,11 @@ class PostgresAppend:
                 if any(e.run_id != run_id or e.seq != next_seq + i for i, e in enumerate(events)):
                     break
                 change = _index_change(events)
-                if change is False or any(e.request_text is not None for e in events):
-                    break  # several records that touch the index, a request: the checked path
+                if change is False:
+                    break  # several records that touch the index: the checked path
                 query: str | None
                 query, params, mac = self._one_trip_params(events, status, token, "", prev_mac)
+                plan.requests.extend(_request_rows(events, params))
                 lock = None
                 if isinstance(change, Change) and change.what == "hold":
                     # Checked and held in the same statement, after the digest's lock.
@@ -305,6 +310,12 @@ class PostgresAppend:
                             params["synchronous"] = synchronous
                             row.append(conn.execute(query, params, prepare=True))
                         cursors.append(row)
+                    # Last, the decisions' request texts: each kept only where the
+                    # statements above wrote its very record (payload and MAC).
+                    texts = [text for plan in plans for text in plan.requests]
+                    if texts:
+                        params = as_columns(_REQUEST_COLUMNS, texts)
+                        conn.execute(self._q["insert_requests_after"], params, prepare=True)
                     conn.execute("COMMIT")
             except _UNDONE:
                 return None
@@ -501,7 +512,7 @@ class _Plan:
     prefix (query, parameters, records, and for a new hold the parameters of
     lock_run_intent, sent before it) and the journal's end after each."""
 
-    __slots__ = ("ends", "group", "run_id", "statements")
+    __slots__ = ("ends", "group", "requests", "run_id", "statements")
 
     def __init__(self, group: int, run_id: str) -> None:
         self.group = group
@@ -509,6 +520,23 @@ class _Plan:
         # (query None: the run's first record, in the batch's rows statement)
         self.statements: list[tuple[str | None, dict[str, Any], int, dict[str, Any] | None]] = []
         self.ends: list[tuple[int, str | None]] = []
+        # The request texts of its records, with what names each record (_REQUEST_COLUMNS).
+        self.requests: list[dict[str, Any]] = []
+
+
+def _request_rows(events: Sequence[Event], params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The rows of insert_requests_after for ``events`` (one run's, appended by the
+    one-statement append with ``params``): each request text with its record's run id,
+    seq, payload and MAC, as that statement writes them."""
+    for i, event in enumerate(events):
+        text = event.request_text
+        if text is None:
+            continue
+        if len(events) == 1:  # append_event's plain parameters
+            seq, payload, mac = params["seq"], params["payload"], params["mac"]
+        else:  # append_events' arrays
+            seq, payload, mac = params["seqs"][i], params["payloads"][i], params["macs"][i]
+        yield {"run_id": event.run_id, "seq": seq, "payload": payload, "mac": mac, "text": text}
 
 
 # The threads in which the runs of a batch that the one-statement append could not take
@@ -529,6 +557,9 @@ def as_columns(names: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str
     statement: an array per column, named by adding "s" (``seq`` -> ``seqs``)."""
     return {f"{name}s": [row[name] for row in rows] for name in names}
 
+
+# The columns of insert_requests_after.
+_REQUEST_COLUMNS = ("run_id", "seq", "payload", "mac", "text")
 
 # The columns of append_records.
 _ROW_COLUMNS: tuple[str, ...] = ("run_id", "token", "prev_mac", *_EVENT_COLUMNS, "data")

@@ -67,6 +67,21 @@ WHERE EXISTS (
       AND mac IS NOT DISTINCT FROM %(mac)s
 );
 
+-- name: insert_requests_after
+-- insert_request_after for a batch's records (pg_append.py, append_batch), sent after all
+-- of the batch's appends in their transaction: each text only where the very record it
+-- goes with (its payload and MAC) is then in the journal, i.e. where one of them wrote
+-- it; a refused record's text is not written. The arrays are sent in binary.
+INSERT INTO {schema}.requests (run_id, seq, text)
+SELECT r.run_id, r.seq, r.text
+FROM unnest(%(run_ids)b::text[], %(seqs)b::bigint[], %(payloads)b::text[],
+            %(macs)b::text[], %(texts)b::text[]) AS r (run_id, seq, payload, mac, text)
+WHERE EXISTS (
+    SELECT 1 FROM {schema}.events AS e
+    WHERE e.run_id = r.run_id AND e.seq = r.seq AND e.payload = r.payload
+      AND e.mac IS NOT DISTINCT FROM r.mac
+);
+
 -- name: load_requests
 SELECT seq, text FROM {schema}.requests WHERE run_id = %s ORDER BY seq;
 
