@@ -11,7 +11,8 @@ flight per loop, and one witness write with it, so hundreds of runs in flight pa
 sync a round, not one a run; each still goes on only once its own records are on disk. A
 drive alone commits as before: inline when its commit waits for no disk, else in a
 thread. Each record keeps its crash points and durability (``commits.py``); the drives
-never wait on each other's refusals (a savepoint per record). A batch that fails as a
+never wait on each other's refusals (each record is refused alone: a savepoint per record
+on SQLite, its own checks in the batch's SQL on PostgreSQL). A batch that fails as a
 whole breaks every drive whose records were in it: each stops, writing nothing more
 (journal order: ``commits.py``)."""
 
