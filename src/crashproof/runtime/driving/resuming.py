@@ -5,7 +5,7 @@ and the checks a resume makes before it claims the run's lease."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crashproof.errors import CrashproofError, UnknownWorkflow
 from crashproof.journal import payloads
@@ -29,29 +29,29 @@ class LedgerResume:
     _store: Store
     _workflows: dict[str, Workflow[Any]]
 
-    def _drive(
-        self,
-        workflow: Workflow[Any],
-        run_id: str,
-        options: RunOptions | None = None,
-        *,
-        changes: OperatorChanges | None = None,
-        take_over: bool = False,
-        wait: float = 0.0,
-    ) -> Any:
-        raise NotImplementedError  # provided by Ledger
+    if TYPE_CHECKING:  # provided by Ledger (runtime/drive.py drives the run)
 
-    async def _drive_async(
-        self,
-        workflow: Workflow[Any],
-        run_id: str,
-        options: RunOptions | None = None,
-        *,
-        changes: OperatorChanges | None = None,
-        take_over: bool = False,
-        wait: float = 0.0,
-    ) -> Any:
-        raise NotImplementedError  # provided by Ledger
+        def _drive(
+            self,
+            workflow: Workflow[Any],
+            run_id: str,
+            options: RunOptions | None = None,
+            *,
+            changes: OperatorChanges | None = None,
+            take_over: bool = False,
+            wait: float = 0.0,
+        ) -> Any: ...
+
+        async def _drive_async(
+            self,
+            workflow: Workflow[Any],
+            run_id: str,
+            options: RunOptions | None = None,
+            *,
+            changes: OperatorChanges | None = None,
+            take_over: bool = False,
+            wait: float = 0.0,
+        ) -> Any: ...
 
     def resume(
         self,
