@@ -24,7 +24,7 @@ RUNS = 12
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The ledger of the batched drives: both stores commit a batch in one transaction
-    (SQLiteStore.write_batch, PostgresAppend.append_batch)."""
+    (SQLiteStore.write_batch, PostgresBatchAppend.append_batch)."""
     if request.param == "postgres":
         return str(request.getfixturevalue("pg_url"))
     return f"sqlite:///{tmp_path / 'a.db'}"

@@ -305,16 +305,16 @@ def test_on_postgresql_async_runs_in_one_batch_only_the_held_intent_freezes(
         return await ctx.act("create", tool, customer=customer, amount=100)
 
     others = [f"c{k}" for k in range(2, 12)]
-    from crashproof.store.pg_append import PostgresAppend
+    from crashproof.store.pg_batch import PostgresBatchAppend
 
     holds_batched: list[int] = []  # per batch: the new holds it carried
-    trip = PostgresAppend._batch_trip
+    trip = PostgresBatchAppend._batch_trip
 
     def counted(self: Any, plans: Any, synchronous: str) -> Any:
         holds_batched.append(sum(1 for p in plans for s in p.statements if s[3] is not None))
         return trip(self, plans, synchronous)
 
-    monkeypatch.setattr(PostgresAppend, "_batch_trip", counted)
+    monkeypatch.setattr(PostgresBatchAppend, "_batch_trip", counted)
 
     async def all_runs(pg: cp.Ledger) -> list[Any]:
         runs = [pg.run_async(orders, run_id="B", customer="c1")]

@@ -1,4 +1,4 @@
-"""The PostgreSQL batch append (PostgresAppend.append_batch), on a real server: many
+"""The PostgreSQL batch append (PostgresBatchAppend.append_batch), on a real server: many
 runs' records in one transaction and one round trip (counted on the wire), a refused
 record costing only its own run's group, and every check of the single append kept."""
 

@@ -1,4 +1,4 @@
-"""Decisions' request texts in the PostgreSQL batch append (PostgresAppend.append_batch),
+"""Decisions' request texts in the PostgreSQL batch append (PostgresBatchAppend.append_batch),
 on a real server: several runs' decisions and their texts in one transaction and one
 round trip (counted on the wire), each text read back matching the digest its record
 holds, and a record the batch refuses keeping no text of its own."""

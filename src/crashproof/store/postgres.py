@@ -8,8 +8,9 @@ application. Opening never writes before the schema has been recognised as absen
 empty, or a crashproof ledger this version can read; migrations run in one transaction
 under an advisory lock, so processes opening a new ledger at once do not race.
 
-Journal appends (one round trip each in the common case) are in store/pg_append.py,
-the run index and lease listings in store/pg_index.py.
+Journal appends (one round trip each in the common case) are in store/pg_append.py, a
+batch of many runs' in store/pg_batch.py, the run index and lease listings in
+store/pg_index.py.
 A run's start and lease are one statement each (create_runs, claim_leases,
 release_leases), shared by the runs that start, claim or release at the same time
 (store/combining.py): an event loop of async drives starts hundreds at once.
@@ -41,7 +42,8 @@ from crashproof.store.combining import Combiner
 from crashproof.store.intents import IntentHold, raw_change
 from crashproof.store.migrate import check_automatic, split_statements
 from crashproof.store.migrate_postgres import lock_key
-from crashproof.store.pg_append import PostgresAppend, apply_change, as_columns, reason_in
+from crashproof.store.pg_append import apply_change, as_columns, reason_in
+from crashproof.store.pg_batch import PostgresBatchAppend
 from crashproof.store.pg_connection import check_connection, parse_url, translated_errors
 from crashproof.store.pg_index import PostgresIndex, run_row
 from crashproof.store.port import (
@@ -76,7 +78,7 @@ Cursor = psycopg.Cursor[tuple[Any, ...]]
 RawRecord = tuple[int, str, str | None, str, str | None, float, str | None, str | None]
 
 
-class PostgresStore(PostgresAppend, PostgresIndex):
+class PostgresStore(PostgresBatchAppend, PostgresIndex):
     """A ledger in one schema of a PostgreSQL database. Thread-safe (a connection pool).
 
     ``url``: ``postgresql://user:password@host:port/dbname`` (or ``postgres://``), with

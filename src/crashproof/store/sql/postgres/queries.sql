@@ -68,7 +68,7 @@ WHERE EXISTS (
 );
 
 -- name: insert_requests_after
--- insert_request_after for a batch's records (pg_append.py, append_batch), sent after all
+-- insert_request_after for a batch's records (pg_batch.py, append_batch), sent after all
 -- of the batch's appends in their transaction: each text only where the very record it
 -- goes with (its payload and MAC) is then in the journal, i.e. where one of them wrote
 -- it; a refused record's text is not written. The arrays are sent in binary.
@@ -326,7 +326,7 @@ FROM ok;
 
 -- name: append_records
 -- append_event (and append_event_releasing) for many runs at once, a record each (the
--- first record of each run in a batch that holds no new intent: store/pg_append.py), one
+-- first record of each run in a batch that holds no new intent: store/pg_batch.py), one
 -- statement instead of one per record: each row written only if its run's row, locked
 -- (in run id order) until the commit, still carries the writer's fencing token (NULL:
 -- unfenced) and the record before it is there with the MAC it chained to; a taken seq
@@ -425,7 +425,7 @@ FROM ok;
 
 -- name: append_event_holding
 -- append_event for an act's intent, a new hold in the index of unresolved intents (the
--- batch: store/pg_append.py), checked and installed in SQL as apply_change does it in
+-- batch: store/pg_batch.py), checked and installed in SQL as apply_change does it in
 -- Python: written only if the run holds the step already (its own act again), or no
 -- other run holds the same digest on the same instance except those its overrides name;
 -- else nothing is written (0 rows) and the checked path says who holds it. Sent right
