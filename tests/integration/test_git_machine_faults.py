@@ -169,6 +169,30 @@ def test_a_disk_that_fills_up_under_the_commit_stops_the_run_resumable(
         s.close()
 
 
+def remount(disk: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(disk)], check=True)
+
+
+def test_a_repository_on_a_read_only_disk_stops_the_commit_resumable(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """The repository's disk remounted read-only before the commit (as a file system
+    that turned read-only on errors): prepare's scratch index cannot be written (EROFS).
+    Stopped resumable; remounted read-write, the resume commits once."""
+    s = replace(setup_in(small_disk), root=tmp_path)
+    points = cp.CrashPoints(
+        match="after_commit[step_done:append-b]", action=lambda _: remount(small_disk, "ro")
+    )
+    try:
+        stop_on_fault(s, "commit", UNAVAILABLE, crash_points=points)
+        assert "[Errno 30] Read-only file system" in stop_message(s)
+        remount(small_disk, "rw")
+        resume_and_match_twin(s, tmp_path)
+    finally:
+        remount(small_disk, "rw")
+        s.close()
+
+
 def test_a_remote_whose_disk_is_full_stops_the_push_resumable(
     small_disk: Path, tmp_path: Path
 ) -> None:
