@@ -28,8 +28,10 @@ BIG = "".join(hashlib.sha256(str(i).encode()).hexdigest() + "\n" for i in range(
 UNAVAILABLE = "git could not use the repository's files, nothing was committed or pushed"
 
 
-def _flow(ctx: cp.Context, repo: str, big: bool = False) -> dict[str, Any]:
-    ws, tool = cp.Workspace(repo), GitTool(repo)
+def _flow(
+    ctx: cp.Context, repo: str, big: bool = False, git: str = "git", timeout: float = 120.0
+) -> dict[str, Any]:
+    ws, tool = cp.Workspace(repo), GitTool(repo, git=git, timeout=timeout)
     ctx.act("write-a", ws, op="write", path="a.txt", content=BIG if big else "alpha\n")
     ctx.act("append-b", ws, op="append", path="notes/b.txt", text="+line-1\n")
     commit = ctx.act(
@@ -190,6 +192,33 @@ def test_a_repository_on_a_read_only_disk_stops_the_commit_resumable(
         resume_and_match_twin(s, tmp_path)
     finally:
         remount(small_disk, "rw")
+        s.close()
+
+
+def test_a_git_that_stalls_stops_the_commit_resumable(tmp_path: Path) -> None:
+    """The real git behind a wrapper that, while a flag file exists, stalls in ``git add``
+    (a disk that hangs) past the tool's timeout: subprocess.TimeoutExpired in prepare,
+    the machine's, not the act's (it escaped and failed the run). With the flag gone, the
+    resume commits once."""
+    s = setup_in(tmp_path / "faulty")
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    flag, shim = tmp_path / "stall", tmp_path / "git"
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" add "*) [ -e {flag} ] && exec sleep 30;; esac\n'
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    shim.chmod(0o755)
+    flag.touch()
+    args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 2.0}
+    try:
+        with pytest.raises(cp.RunStopped) as stopped:
+            ledger(s).run(flow, run_id=RUN_ID, **args)
+        assert stopped.value.reason.startswith(f"unavailable:commit: {UNAVAILABLE}")
+        assert "TimeoutExpired" in stop_message(s)
+        assert ledger(s).get_run(RUN_ID).status is cp.RunStatus.STOPPED
+        flag.unlink()
+        resume_and_match_twin(s, tmp_path)
+    finally:
         s.close()
 
 
