@@ -208,13 +208,17 @@ def test_a_path_that_cannot_name_a_file_is_the_acts_recorded_failure(
     led.close()
 
 
-def test_a_disk_that_fills_up_under_a_write_stops_the_run_resumable(
-    small_disk: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    ("fault", "error"), [("full", "No space left on device"), ("ro", "Read-only file system")]
+)
+def test_a_disk_that_fails_under_a_write_stops_the_run_resumable(
+    small_disk: Path, tmp_path: Path, fault: str, error: str
 ) -> None:
     """The workspace on a real 8 MiB tmpfs without room for the file (ENOSPC writing its
-    temp copy): the file untouched, nothing recorded as the act's result, the run stops
-    resumable (before: an unknown outcome looked up three times, then needs_review).
-    With room again, the resume writes it once, as a run on a disk with room did."""
+    temp copy), or remounted read-only (EROFS): the file untouched, nothing recorded as
+    the act's result, the run stops resumable (before: an unknown outcome looked up
+    three times, then needs_review). With the disk back, the resume writes it once, as a
+    run on a sound disk did."""
 
     big = "".join(f"{i:07d}\n" for i in range(256 * 1024))  # 2 MiB
 
@@ -232,22 +236,35 @@ def test_a_disk_that_fills_up_under_a_write_stops_the_run_resumable(
 
     root = small_disk / "ws"
     flow = make(root)
-    filler = fill(small_disk, 1 << 20)
-    led = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}")
-    led.register(flow)
+    (root / "out").mkdir()  # made before the fault: a read-only disk cannot make it
+
+    def break_disk(_: str) -> None:  # once the first act is done
+        if fault == "full":
+            fill(small_disk, 1 << 20)
+        else:
+            subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+
+    points = cp.CrashPoints(match="after_commit[step_done:notes]", action=break_disk)
+    led = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", crash_points=points)
     with pytest.raises(cp.RunStopped) as stopped:
         led.run(flow, run_id="r")
+    led.close()
+    led = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}")  # a restarted process
+    led.register(flow)
     assert stopped.value.reason.startswith(
-        "unavailable:big: cp.Workspace could not write 'out/big.txt'"
+        f"unavailable:big: cp.Workspace could not write 'out/big.txt' (OSError: {error}), "
+        "nothing was changed in this attempt; free or repair the disk under "
     )
-    assert "nothing was changed in this attempt; free or repair the disk" in stopped.value.reason
     assert led.get_run("r").status is cp.RunStatus.STOPPED
     kinds = [e.type.value for e in led.journal("r") if e.key == "big"]
     assert "step_done" not in kinds
     assert "act_unknown" not in kinds
     assert not (root / "out" / "big.txt").exists()
     assert [p.name for p in (root / "out").iterdir()] == []  # no temp file left
-    filler.unlink()
+    if fault == "full":
+        (small_disk / "filler").unlink()
+    else:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
     result = led.resume("r")
     assert led.get_run("r").status is cp.RunStatus.SUCCEEDED
     assert (root / "notes.txt").read_text() == "base\nmore\n"  # appended once

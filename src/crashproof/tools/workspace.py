@@ -383,10 +383,10 @@ class Workspace(Tool):
         hint = _PATH_ERRNOS.get(exc.errno or 0)
         if hint is not None:
             return PermanentError(f"workspace path {rel!r} {hint}")
-        return Unavailable(
-            f"cp.Workspace could not {doing} {rel!r} in {self.root}, nothing was changed in "
-            f"this attempt; free or repair the disk, then resume ({type(exc).__name__}: "
-            f"{exc.strerror or exc})"
+        return Unavailable(  # the error first: a run's reason is cut short
+            f"cp.Workspace could not {doing} {rel!r} ({type(exc).__name__}: "
+            f"{exc.strerror or exc}), nothing was changed in this attempt; free or repair "
+            f"the disk under {self.root}, then resume"
         )
 
     def _receipt(self, call: Call, prepared: dict[str, Any]) -> Receipt:
