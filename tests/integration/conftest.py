@@ -1,4 +1,5 @@
-"""Fixtures shared by the integration tests of the HTTP tool, approvals and reviews."""
+"""Fixtures shared by the integration tests of the HTTP tool, approvals and reviews, and
+the real small disk of the tests of the machine failing under a tool."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from crashproof.tools.http import HttpTool
 
+from .disks import small_disk_at
 from .http_child import make_tool
 from .http_server import IdempotentServer
 
@@ -26,3 +28,10 @@ def tool(server: IdempotentServer) -> Iterator[HttpTool]:
     """The HTTP tool pointed at ``server``."""
     with make_tool(server.url) as t:
         yield t
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 8 MiB filesystem (tmpfs) that fills up as a disk does: ENOSPC."""
+    with small_disk_at(tmp_path / "disk") as mount:
+        yield mount

@@ -17,6 +17,7 @@ import pytest
 
 import crashproof as cp
 
+from .disks import fill
 from .test_shell_tool import ledger, make_workspace
 
 pytestmark = [
@@ -111,28 +112,6 @@ def test_a_store_the_machine_cannot_write_stops_the_run_resumable(
     assert clean.run(twin_flow, run_id="r") == result
     assert files_of(twin) == files_of(ws)
     clean.close()
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Any:
-    """A real 8 MiB filesystem (tmpfs) that fills up as a disk does: ENOSPC."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def fill(disk: Path, leave: int) -> Path:
-    """A file taking all but ``leave`` bytes of the disk's free space."""
-    st = os.statvfs(disk)
-    filler = disk / "filler"
-    filler.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
-    return filler
 
 
 def test_a_disk_that_fills_up_under_the_command_settles_its_outcome(

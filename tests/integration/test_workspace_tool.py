@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import crashproof as cp
+
+from .disks import fill
 
 SHELL_FINGERPRINT = r"""
 find . -type f ! -path './.git/*' ! -name '*.crashproof-*.tmp' | sed 's|^\./||' \
@@ -153,3 +156,122 @@ def test_fingerprint_matches_the_documented_shell_recipe(ws: cp.Workspace) -> No
     assert ws.fingerprint() != before
     assert ws.fingerprint(include=["*.txt"]) != ws.fingerprint()
     assert ws.fingerprint(exclude=["a dir/*"]) == ws.fingerprint(include=["*.txt"])
+
+
+def test_a_path_that_cannot_name_a_file_is_the_acts_recorded_failure(
+    tmp_path: Path, ws: cp.Workspace
+) -> None:
+    """A directory, a path through a file, a name too long, a symlink loop, a NUL byte,
+    the root itself: the act's own bad argument, a clean cp.PermanentError saying what
+    to do, recorded as its failure (the workflow goes on); a raw IsADirectoryError...
+    escaped before and failed the run."""
+    (ws.root / "src").mkdir()
+    (ws.root / "a.txt").write_text("a\n")
+    (ws.root / "loop1").symlink_to("loop2")
+    (ws.root / "loop2").symlink_to("loop1")
+    cases = {
+        "dir": ({"op": "write", "path": "src", "content": "x"}, "names a directory"),
+        "dir-delete": ({"op": "delete", "path": "src"}, "names a directory"),
+        "dir-patch": ({"op": "patch", "path": "src", "diff": DIFF}, "names a directory"),
+        "through-file": (
+            {"op": "write", "path": "a.txt/b", "content": "x"},
+            "goes through a file where a directory should be",
+        ),
+        "too-long": ({"op": "append", "path": "d/" + "y" * 300, "text": "x"}, "too long"),
+        "loop": ({"op": "write", "path": "loop1/x", "content": "x"}, "symlink loop"),
+        "nul": ({"op": "write", "path": "a\0b", "content": "x"}, "NUL byte"),
+        "root": ({"op": "write", "path": ".", "content": "x"}, "the workspace itself"),
+    }
+
+    @cp.workflow("bad-paths", version="1")
+    def bad(ctx: cp.Context) -> dict[str, str]:
+        out = {}
+        for key, (params, _) in cases.items():
+            try:
+                ctx.act(key, ws, **params)
+            except cp.ActFailed as exc:
+                out[key] = str(exc)
+        return out
+
+    before = ws.fingerprint()
+    led = ledger(tmp_path)
+    out = led.run(bad, run_id="r")
+    assert sorted(out) == sorted(cases)
+    for key, (_, said) in cases.items():
+        assert said in out[key], key
+        assert "\n" not in out[key]  # one line, no traceback
+    assert "name a file" in out["dir"]  # what to do
+    info = led.get_run("r")
+    assert info.status is cp.RunStatus.SUCCEEDED
+    assert {s.key: s.status for s in info.steps} == dict.fromkeys(cases, cp.StepStatus.FAILED)
+    assert ws.fingerprint() == before
+    led.close()
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"), [("full", "No space left on device"), ("ro", "Read-only file system")]
+)
+def test_a_disk_that_fails_under_a_write_stops_the_run_resumable(
+    small_disk: Path, tmp_path: Path, fault: str, error: str
+) -> None:
+    """The workspace on a real 8 MiB tmpfs without room for the file (ENOSPC writing its
+    temp copy), or remounted read-only (EROFS): the file untouched, nothing recorded as
+    the act's result, the run stops resumable (before: an unknown outcome looked up
+    three times, then needs_review). With the disk back, the resume writes it once, as a
+    run on a sound disk did."""
+
+    big = "".join(f"{i:07d}\n" for i in range(256 * 1024))  # 2 MiB
+
+    def make(root: Path) -> cp.Workflow[Any]:
+        root.mkdir()
+        (root / "notes.txt").write_text("base\n")
+        workspace = cp.Workspace(root)
+
+        @cp.workflow("disk-full-write", version="1")
+        def flow(ctx: cp.Context) -> Any:
+            first = ctx.act("notes", workspace, op="append", path="notes.txt", text="more\n")
+            return [first, ctx.act("big", workspace, op="write", path="out/big.txt", content=big)]
+
+        return flow
+
+    root = small_disk / "ws"
+    flow = make(root)
+    (root / "out").mkdir()  # made before the fault: a read-only disk cannot make it
+
+    def break_disk(_: str) -> None:  # once the first act is done
+        if fault == "full":
+            fill(small_disk, 1 << 20)
+        else:
+            subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+
+    points = cp.CrashPoints(match="after_commit[step_done:notes]", action=break_disk)
+    led = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", crash_points=points)
+    with pytest.raises(cp.RunStopped) as stopped:
+        led.run(flow, run_id="r")
+    led.close()
+    led = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}")  # a restarted process
+    led.register(flow)
+    assert stopped.value.reason.startswith(
+        f"unavailable:big: cp.Workspace could not write 'out/big.txt' (OSError: {error}), "
+        "nothing was changed in this attempt; free or repair the disk under "
+    )
+    assert led.get_run("r").status is cp.RunStatus.STOPPED
+    kinds = [e.type.value for e in led.journal("r") if e.key == "big"]
+    assert "step_done" not in kinds
+    assert "act_unknown" not in kinds
+    assert not (root / "out" / "big.txt").exists()
+    assert [p.name for p in (root / "out").iterdir()] == []  # no temp file left
+    if fault == "full":
+        (small_disk / "filler").unlink()
+    else:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    result = led.resume("r")
+    assert led.get_run("r").status is cp.RunStatus.SUCCEEDED
+    assert (root / "notes.txt").read_text() == "base\nmore\n"  # appended once
+    assert (root / "out" / "big.txt").read_text() == big
+    led.close()
+    twin_flow = make(tmp_path / "twin")
+    clean = cp.Ledger(f"sqlite:///{tmp_path / 'twin.db'}")
+    assert clean.run(twin_flow, run_id="r") == result
+    assert cp.Workspace(tmp_path / "twin").fingerprint() == cp.Workspace(root).fingerprint()
+    clean.close()

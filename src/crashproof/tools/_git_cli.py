@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from crashproof.errors import DriftError, PermanentError, ResourceBusy
+from crashproof.errors import DriftError, OutcomeUnknown, PermanentError, ResourceBusy, Unavailable
 from crashproof.tools._git_locks import git_owner
 
 __all__ = ["GitCommandError", "GitCli"]
@@ -19,6 +19,26 @@ __all__ = ["GitCommandError", "GitCli"]
 # Kept from the caller's environment: how to reach a remote, and where git lives.
 _KEPT_GIT_VARS = frozenset({"GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "GIT_EXEC_PATH"})
 _LOCKED = ".lock': File exists"
+# What git prints (C locale) when the machine under it failed: its files on a full,
+# read-only or failing disk, or a file where one of its directories goes (objects/xx:
+# "unable to create temporary file: Not a directory"). Seen from git 2.39 on a real
+# tmpfs; never the act's own answer (a bad ref, a path matching nothing, a conflict).
+_MACHINE = (
+    "No space left on device",
+    "Out of diskspace",
+    "Disk quota exceeded",
+    "Read-only file system",
+    "Input/output error",
+    "Cannot allocate memory",
+    "Too many open files",
+    "Permission denied",
+    "insufficient permission for adding an object",
+    "unable to create temporary",
+    "unable to write",
+    "couldn't write",
+    "failed to write",
+    "write error",
+)
 # The commands that may take a lock file (the index, a ref; a push updates the
 # remote-tracking ref): run as the repository's owner (tools/_git_locks.py).
 _LOCKING = frozenset({"add", "read-tree", "write-tree", "update-ref", "push"})
@@ -106,15 +126,19 @@ class GitCli:
         check: bool = True,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``git args`` in the repository; raise GitCommandError on failure if
-        ``check``. Timeouts and OS errors propagate: their outcome is unknown. A command
-        that may take a lock runs as the repository's owner, which first clears the locks
-        a dead git command of ours left (tools/_git_locks.py)."""
-        if args[0] in _LOCKING:
-            common, own = self._git_dirs()
-            owner: Any = git_owner(common, (common, own), self.timeout, args[0])
-        else:
-            owner = nullcontext(None)
-        with owner as fd:
+        ``check``. Timeouts and OS errors of git's propagate: their outcome is unknown. A
+        command that may take a lock runs as the repository's owner, which first clears
+        the locks a dead git command of ours left (tools/_git_locks.py); its owner file
+        failing (a full or read-only disk) is ``cp.Unavailable``: git never ran."""
+        with ExitStack() as stack:
+            fd = None
+            if args[0] in _LOCKING:
+                common, own = self._git_dirs()
+                owner = git_owner(common, (common, own), self.timeout, args[0])
+                try:
+                    fd = stack.enter_context(owner)
+                except OSError as exc:  # its owner file, before git ran: nothing happened
+                    raise machine_out(exc) from exc
             result = self._spawn(args, input, env, () if fd is None else (fd,))
         if check and result.returncode != 0:
             raise GitCommandError(args, *_outcome(result))
@@ -184,11 +208,30 @@ def _outcome(result: subprocess.CompletedProcess[str]) -> tuple[int, str, str]:
     return result.returncode, result.stdout, result.stderr
 
 
+def machine_failed(stderr: str) -> bool:
+    """Git's own words for a failure of the machine under it (``_MACHINE``)."""
+    return any(marker in stderr for marker in _MACHINE)
+
+
 def not_done(exc: GitCommandError) -> Exception:
-    """A failure before the effect's single step (the ref update): nothing happened."""
+    """A failure before the effect's single step (the ref update): nothing happened.
+    The act's own (a bad ref, a path matching nothing) is its recorded failure; the
+    machine's is no answer at all: the run stops resumable (``machine_out``)."""
     if _LOCKED in exc.stderr:
         return _busy(exc)
+    if machine_failed(exc.stderr):
+        return machine_out(exc)
     return PermanentError(str(exc))
+
+
+def machine_out(exc: BaseException) -> Unavailable:
+    """The machine failed under git before the commit, branch or push happened (a full or
+    read-only disk, an I/O error, git stalled past its timeout): ``cp.Unavailable``, so
+    nothing is recorded as the act's result and the run stops resumable."""
+    return Unavailable(
+        "git could not use the repository's files, nothing was committed or pushed in this "
+        f"attempt; free or repair the disk, then resume ({_short(exc)})"
+    )
 
 
 def ref_failure(exc: GitCommandError) -> Exception:
@@ -197,7 +240,22 @@ def ref_failure(exc: GitCommandError) -> Exception:
         return _busy(exc)
     if "but expected" in exc.stderr or "already exists" in exc.stderr:
         return DriftError(f"the ref moved under the act: {exc}")
+    if machine_failed(exc.stderr) and ".lock'" in exc.stderr:
+        return machine_out(exc)  # its lock could not be made or written: nothing moved
+    if machine_failed(exc.stderr):  # the ref may have moved: lookup tells
+        return OutcomeUnknown(
+            f"the machine failed under git's ref update, which may have landed: {_short(exc)}"
+        )
     return exc  # ambiguous: the runtime looks it up
+
+
+def _short(exc: BaseException) -> str:
+    """One line for a message: git's own words first (its paths can be long)."""
+    if isinstance(exc, GitCommandError):
+        text = f"git {exc.command[0]} exited {exc.returncode}: {exc.stderr or exc.stdout}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())[:300]
 
 
 def _busy(exc: GitCommandError) -> ResourceBusy:
@@ -220,6 +278,12 @@ def push_failure(result: subprocess.CompletedProcess[str], dst: str) -> Exceptio
             continue
         if summary.startswith("[rejected]"):
             return DriftError(f"the remote refused a fast-forward of {dst} ({summary}): {error}")
+        if "(unpacker error)" in summary and machine_failed(result.stderr):
+            # The remote's disk, not its hooks: it kept nothing (a remote's unpacker error).
+            return Unavailable(
+                f"the remote could not store {dst} ({summary}), nothing was pushed; free or "
+                f"repair its disk, then resume: {_short(error)}"
+            )
         if summary.startswith("[remote rejected]"):
             return PermanentError(f"the remote refused {dst} ({summary}): {error}")
     return error

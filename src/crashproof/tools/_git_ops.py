@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
@@ -14,6 +15,7 @@ from crashproof.errors import DriftError, PermanentError
 from crashproof.tools._git_cli import (
     GitCli,
     GitCommandError,
+    machine_out,
     not_done,
     push_failure,
     ref_failure,
@@ -116,6 +118,8 @@ class GitOps(GitCli):
             )
         except GitCommandError as exc:  # the branch has not moved: nothing happened
             raise not_done(exc) from None
+        except (OSError, subprocess.TimeoutExpired) as exc:  # the machine's, still before
+            raise machine_out(exc) from exc
         subject = prepared["message"].splitlines()[0]
         try:
             self._run(

@@ -35,6 +35,21 @@ process that is not ours (a lock a dead git command of ours left is cleared firs
 as not a fast-forward). Anything else — a timeout, a dropped connection, an unexpected
 failure — propagates as it is: an unknown outcome the runtime resolves with ``lookup``.
 
+The machine failing under the repository is not the act's answer: a full, read-only or
+failing disk, or a file where one of git's directories goes, met by the scratch index,
+the owner file or git itself ("No space left on device", "unable to write loose object
+file", "unable to create temporary file: Not a directory", "insufficient permission for
+adding an object", a ref's lock that cannot be written: ``_MACHINE`` in
+``tools/_git_cli.py``), or git stalled past ``timeout``. Before the branch or the
+remote moves (all of ``prepare``; in ``execute`` the staging and ``commit-tree``; a
+remote that could not store the pack, "[remote rejected] (unpacker error)" with its
+disk's error) it is ``cp.Unavailable``: nothing recorded as the act's result, the run
+stops resumable (``unavailable:<key>: git could not use the repository's files ...``)
+and a resume, with the disk freed or repaired, commits once. Where the ref update itself
+failed so it may have landed, the outcome is unknown (``cp.OutcomeUnknown``) and
+``lookup`` settles it. A bad argument (a path matching nothing, an invalid name, a
+revision that names no commit) stays a ``cp.PermanentError``.
+
 Isolation: every command runs with ``GIT_CONFIG_GLOBAL=/dev/null`` and
 ``GIT_CONFIG_NOSYSTEM=1`` (``isolated=False`` keeps the user's and system's configuration,
 for credentials or ``insteadOf`` rules), without inherited ``GIT_*`` variables (``GIT_DIR``,
@@ -48,12 +63,13 @@ run, and a push they refuse is a permanent failure.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from crashproof.errors import PermanentError
-from crashproof.tools._git_cli import GitCommandError, not_done
+from crashproof.tools._git_cli import GitCommandError, machine_out, not_done
 from crashproof.tools._git_ops import INTENT_TRAILER, OPERATION_TRAILER, GitOps
 from crashproof.tools.port import Call, Observation, Receipt, Tool
 
@@ -116,6 +132,8 @@ class GitTool(GitOps, Tool):
             return step(call)
         except GitCommandError as exc:  # prepare only reads (and uses a scratch index)
             raise not_done(exc) from None
+        except (OSError, subprocess.TimeoutExpired) as exc:  # the scratch index, a stall
+            raise machine_out(exc) from exc
 
     def execute(self, call: Call) -> Receipt:
         return self._dispatch(call, self._execute_commit, self._execute_branch, self._execute_push)

@@ -7,6 +7,15 @@ result → done (no second write); still the base → write atomically; anything
 drift, frozen for review. ``lookup`` is the same comparison, so a crash between the
 file write and the receipt is always reconcilable.
 
+A path that cannot name a file is the act's own bad argument: a directory, a path that
+goes through a file, a name too long, a symlink loop, a NUL byte, the root itself. It is
+``cp.PermanentError`` (one line saying what to do; recorded as the act's failure, the
+workflow gets ``cp.ActFailed``). The machine failing under a read or a write (a full or
+read-only disk, an I/O error) is not the act's result: before the file is replaced it is
+``cp.Unavailable`` (nothing changed; retried, then the run stops resumable: free or
+repair the disk, then resume), and once the rename is done but its directory could not
+be synced, ``cp.OutcomeUnknown``, settled by ``lookup``.
+
 Artifact fingerprint (``Workspace.fingerprint``): SHA-256 over one line per file,
 ``relpath NUL sha256-hex-of-content NUL x|- LF``, sorted by POSIX relative path, for
 every regular file in scope (``.git`` and crashproof temp files excluded; ``x`` when
@@ -20,6 +29,8 @@ the owner-executable bit is set, the only mode bit git tracks). To recompute by 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fnmatch
 import hashlib
 import os
@@ -29,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from crashproof.errors import DriftError, PermanentError
+from crashproof.errors import DriftError, OutcomeUnknown, PermanentError, Unavailable
 from crashproof.tools._diff import PatchError, apply_unified_diff
 from crashproof.tools._scope import GitIgnored, Scope
 from crashproof.tools.port import Call, Observation, Receipt, Tool
@@ -40,6 +51,16 @@ ABSENT = "absent"
 _TEMP_GLOB = "*.crashproof-*.tmp"
 _OPS = ("write", "append", "patch", "delete")
 _RACY_NS = 2_000_000_000  # files changed this recently are re-read on every observation
+_NAME_MAX = 255  # bytes in one name: Linux's and macOS's file systems
+# The errnos that say the act's path cannot name a file (its argument, not the machine),
+# and what to do about it.
+_PATH_ERRNOS = {
+    errno.EISDIR: "names a directory, not a file: name a file (a workspace act changes one)",
+    errno.ENOTDIR: "goes through a file where a directory should be: name a path whose "
+    "folders are directories",
+    errno.ENAMETOOLONG: "is too long for the file system: use shorter names",
+    errno.ELOOP: "leads through a symlink loop: name a path without one",
+}
 
 
 class Workspace(Tool):
@@ -88,7 +109,10 @@ class Workspace(Tool):
             raise PermanentError(f"workspace op must be one of {_OPS}, not {op!r}")
         rel = self._relpath(params.get("path"))
         target = self.root / rel
-        current = _read(target)
+        try:
+            current = _read(target)
+        except OSError as exc:
+            raise self._fault(rel, exc, "read") from None
         if op == "write":
             result: str | None = _text(params, "content")
         elif op == "append":
@@ -125,12 +149,16 @@ class Workspace(Tool):
 
     def execute(self, call: Call) -> Receipt:
         prepared = _prepared(call)
-        target = self.root / prepared["path"]
-        current = _digest(_read(target))
+        rel = str(prepared["path"])
+        target = self.root / rel
+        try:
+            current = _digest(_read(target))
+        except OSError as exc:
+            raise self._fault(rel, exc, "read") from None
         if current != prepared["result"]:
             if current != prepared["base"]:
                 raise DriftError(_drift(prepared, current))
-            self._apply(target, prepared["content"], call)
+            self._apply(target, rel, prepared["content"], call)
         return self._receipt(call, prepared)
 
     def lookup(self, call: Call) -> Receipt | None:
@@ -285,32 +313,81 @@ class Workspace(Tool):
     def _relpath(self, path: Any) -> str:
         if not isinstance(path, str) or not path:
             raise PermanentError("workspace acts need a relative 'path'")
+        if "\0" in path:
+            raise PermanentError(f"workspace path {path!r} holds a NUL byte: name a file")
+        try:
+            encoded = path.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raise PermanentError(
+                f"workspace path {path!r} is no file name (a lone surrogate): name it in UTF-8"
+            ) from None
         pure = PurePosixPath(path)
         if pure.is_absolute() or ".." in pure.parts or ".git" in pure.parts:
             raise PermanentError(f"path {path!r} leaves the workspace or touches .git")
+        if not pure.parts:
+            raise PermanentError(f"workspace path {path!r} names the workspace itself: name a file")
+        if len(encoded) > 4000 or any(
+            len(p.encode(errors="surrogateescape")) > _NAME_MAX for p in pure.parts
+        ):
+            shown = path if len(path) <= 80 else f"{path[:60]}...{path[-12:]}"
+            raise PermanentError(f"workspace path {shown!r} {_PATH_ERRNOS[errno.ENAMETOOLONG]}")
         # The string is inside; a symlinked directory or file could still lead outside.
         target = self.root / pure
-        if target.is_symlink() or not target.parent.resolve().is_relative_to(self.root):
-            raise PermanentError(f"path {path!r} leaves the workspace through a symlink")
+        try:
+            outside = not target.parent.resolve().is_relative_to(self.root)
+            if target.is_symlink() or outside:
+                raise PermanentError(f"path {path!r} leaves the workspace through a symlink")
+        except RuntimeError:  # Python before 3.13 on a symlink loop (then: OSError ELOOP)
+            raise PermanentError(f"workspace path {path!r} {_PATH_ERRNOS[errno.ELOOP]}") from None
+        except OSError as exc:
+            raise self._fault(pure.as_posix(), exc, "resolve") from None
         return pure.as_posix()
 
-    def _apply(self, target: Path, content: str | None, call: Call) -> None:
+    def _apply(self, target: Path, rel: str, content: str | None, call: Call) -> None:
+        """Replace or delete the file. A failure before the file changed is the path's
+        (``PermanentError``) or the machine's (``cp.Unavailable``); the directory not
+        synced once it changed leaves the outcome to ``lookup``."""
         if content is None:
-            target.unlink(missing_ok=True)
-            _fsync_dir(target.parent)
+            try:
+                target.unlink(missing_ok=True)
+            except OSError as exc:
+                raise self._fault(rel, exc, "delete") from None
+            _sync_changed(target.parent, rel)
             return
-        _make_dirs_durably(target.parent)
         temp = _temp_path(target, call.operation_id)
-        with temp.open("wb") as f:
-            f.write(content.encode("utf-8", "surrogateescape"))
-            f.flush()
-            os.fsync(f.fileno())
-        if target.exists():  # the rename must not reset the mode (git tracks the x bit)
-            os.chmod(temp, stat.S_IMODE(target.stat().st_mode))
+        try:
+            _make_dirs_durably(target.parent)
+            with temp.open("wb") as f:
+                f.write(content.encode("utf-8", "surrogateescape"))
+                f.flush()
+                os.fsync(f.fileno())
+            if target.exists():  # the rename must not reset the mode (git tracks the x bit)
+                os.chmod(temp, stat.S_IMODE(target.stat().st_mode))
+        except OSError as exc:  # the file untouched: nothing happened
+            with contextlib.suppress(OSError):  # else lookup's: a crash's leftover
+                temp.unlink(missing_ok=True)
+            raise self._fault(rel, exc, "write") from None
         call.crash_point("written")  # temp file durable, target untouched
-        os.replace(temp, target)
-        _fsync_dir(target.parent)
+        try:
+            os.replace(temp, target)  # atomic: failed, the file is as it was
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+            raise self._fault(rel, exc, "write") from None
+        _sync_changed(target.parent, rel)
         call.crash_point("renamed")  # effect done, no receipt yet
+
+    def _fault(self, rel: str, exc: OSError, doing: str) -> Exception:
+        """An OSError before the file changed: the act's own path (``PermanentError``,
+        recorded as its failure) or the machine under it (``cp.Unavailable``)."""
+        hint = _PATH_ERRNOS.get(exc.errno or 0)
+        if hint is not None:
+            return PermanentError(f"workspace path {rel!r} {hint}")
+        return Unavailable(  # the error first: a run's reason is cut short
+            f"cp.Workspace could not {doing} {rel!r} ({type(exc).__name__}: "
+            f"{exc.strerror or exc}), nothing was changed in this attempt; free or repair "
+            f"the disk under {self.root}, then resume"
+        )
 
     def _receipt(self, call: Call, prepared: dict[str, Any]) -> Receipt:
         return Receipt(
@@ -406,6 +483,17 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _sync_changed(directory: Path, rel: str) -> None:
+    """fsync the directory of a file just replaced or deleted: failing, the change may
+    not survive a power cut, so the outcome is unknown (``lookup`` compares the file)."""
+    try:
+        _fsync_dir(directory)
+    except OSError as exc:
+        raise OutcomeUnknown(
+            f"{rel!r} changed but its directory could not be synced ({exc}); looked up"
+        ) from exc
 
 
 def _drift(prepared: dict[str, Any], current: str) -> str:
