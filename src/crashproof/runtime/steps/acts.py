@@ -35,9 +35,15 @@ from crashproof.errors import (
 )
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
-from crashproof.journal.records import Event, EventType, StepKind, StepStatus
+from crashproof.journal.records import Event, EventType, StepKind
 from crashproof.runtime.port import RunSession
-from crashproof.runtime.steps.act_records import intent_payload, receipt_payload
+from crashproof.runtime.steps.act_records import (
+    failed_payload,
+    intent_payload,
+    receipt_evidence,
+    receipt_json,
+    receipt_payload,
+)
 from crashproof.runtime.steps.environment import (
     environment_fingerprint,
     observe_after,
@@ -50,7 +56,7 @@ from crashproof.runtime.steps.outage import stop_lookup, stop_unavailable, wait_
 from crashproof.runtime.steps.scopes import act_scoped
 from crashproof.runtime.steps.unknown import declared, record_not_done, recorded_declaration
 from crashproof.runtime.steps.windows import IntentTime, first_intent_at, forgotten_key
-from crashproof.tools.port import Call, OnUnknown, Receipt, Tool
+from crashproof.tools.port import Call, OnUnknown, Tool
 
 __all__ = ["hold_digest", "intent_digest", "perform_act"]
 
@@ -447,7 +453,7 @@ def _journal_intent(
 def _journal_receipt(
     session: RunSession, tool: Tool, call: Call, receipt: Any, started: float, *, reconciled: bool
 ) -> Work[Any]:
-    value_json, problem = _receipt_json(receipt, call.step)
+    value_json, problem = receipt_json(receipt, call.step)
     if problem:
         evidence = yield from _evidence(call, tool)
         session.freeze(
@@ -462,7 +468,7 @@ def _journal_receipt(
             f"receipt conflict at act {call.step!r}: {tool.name} holds operation "
             f"{call.operation_id!r} with intent {receipt.intent_digest}, the journal's "
             f"intent is {call.intent_digest}; nothing else executes",
-            {**evidence, "receipt": _receipt_evidence(receipt)},
+            {**evidence, "receipt": receipt_evidence(receipt)},
             key=call.step,
             error=ReceiptConflict,
         )
@@ -486,7 +492,7 @@ def _journal_receipt(
             "should return the digest the target stored with the operation id "
             "(cp.Receipt(..., intent_digest=...)), or declare matches_intent when "
             "its target matches key and intent",
-            {**evidence, "receipt": _receipt_evidence(receipt)},
+            {**evidence, "receipt": receipt_evidence(receipt)},
             key=call.step,
             error=ReceiptConflict,
         )
@@ -505,26 +511,6 @@ def _journal_receipt(
     return decode(value_json)
 
 
-def _receipt_evidence(receipt: Receipt) -> dict[str, Any]:
-    return {
-        "receipt_id": receipt.receipt_id,
-        "intent_digest": receipt.intent_digest,
-        "result": receipt.result,
-    }
-
-
-def _receipt_json(receipt: Any, step: str) -> tuple[str, str | None]:
-    """The receipt's result as stored JSON, or what is wrong with the receipt."""
-    if not isinstance(receipt, Receipt):
-        return "", f"expected a cp.Receipt, got {type(receipt).__name__}"
-    if not isinstance(receipt.receipt_id, str) or not receipt.receipt_id:
-        return "", "the receipt has no receipt_id"
-    try:
-        return encode(receipt.result, what=f"the result of act {step!r}"), None
-    except CrashproofError as exc:
-        return "", str(exc)
-
-
 def _journal_failed(
     session: RunSession,
     call: Call,
@@ -534,25 +520,8 @@ def _journal_failed(
     failure: str,
 ) -> None:
     """Record a failure the tool vouched for; replay raises the same ActFailed."""
-    session.append_event(
-        EventType.STEP_DONE,
-        call.step,
-        payloads.as_dict(
-            payloads.StepDone(
-                kind=_ACT,
-                digest=call.intent_digest,
-                status=StepStatus.FAILED.value,
-                failure=failure,
-                attempt=call.attempt,
-                operation_id=call.operation_id,
-                intent_digest=call.intent_digest,
-                error=error_record(failed),
-                cause=error_record(cause),
-                started_at=started,
-                ended_at=time.time(),
-            )
-        ),
-    )
+    done = failed_payload(call, error_record(failed), error_record(cause), started, failure)
+    session.append_event(EventType.STEP_DONE, call.step, payloads.as_dict(done))
 
 
 def _freeze_drift(session: RunSession, tool: Tool, call: Call, exc: DriftError) -> Work[None]:
