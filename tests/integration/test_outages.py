@@ -321,7 +321,29 @@ def test_an_act_whose_target_is_out_stops_the_run_and_opens_one_pr_on_resume(
     assert got["pr"] == 1
     assert flaky.pulls == {"r/open-pr": 1}
     assert flaky.requests["POST /chat"] == 1  # the recorded decision was not asked again
-    assert flaky.requests["GET /pulls"] == 1  # looked up before the first retry after the stop
+    # Not looked up: the stop says its last attempt was a 503, not done (steps/outage.py).
+    assert flaky.requests["GET /pulls"] == 0
+    assert flaky.requests["POST /pulls"] == 4  # 2 before the stop, 2 after it
+
+
+def test_an_act_cut_off_before_its_stop_is_recorded_is_looked_up_first(
+    flaky: Flaky, tmp_path: Path
+) -> None:
+    """A crash between the last 503 and the stop's record: nothing in the journal says
+    the last attempt was not done, so the resume looks it up before sending it again."""
+    flaky.pulls_down = 3
+    settings = ActSettings(retryable_attempts=2, backoff=0.01)
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    points = cp.CrashPoints(match="before_commit[run_stopped:open-pr]")
+    crashing = cp.Ledger(url, act_settings=settings, crash_points=points)
+    with crashing, pytest.raises(cp.SimulatedCrash):
+        crashing.run(_agent(flaky, tmp_path, "sync"), run_id="r")
+    assert flaky.requests["POST /pulls"] == 2
+    with cp.Ledger(url, act_settings=settings) as ledger:
+        ledger.register(_agent(flaky, tmp_path, "sync"))
+        assert ledger.resume("r")["pr"] == 1
+    assert flaky.requests["GET /pulls"] == 1  # not found: then sent (a 503, then opened)
+    assert flaky.pulls == {"r/open-pr": 1}
 
 
 @SHELLS

@@ -114,6 +114,53 @@ def test_a_store_the_machine_cannot_write_stops_the_run_resumable(
     clean.close()
 
 
+def test_an_external_command_that_never_started_runs_once_on_resume(
+    ws: Path, tmp_path: Path
+) -> None:
+    """An ``external`` command (nothing can look it up) whose spool is in the way at every
+    attempt: the run stops, and the stop records that its last attempt ran nothing. With
+    the store repaired, the resume runs the command once, no question asked (before
+    that record counted, it froze for review), and ends as a run that never faulted."""
+
+    def send_flow(shell: cp.Shell, outside: Path) -> cp.Workflow[Any]:
+        script = f"echo sent >> {outside}; echo out"
+
+        @cp.workflow("send")
+        def flow(ctx: cp.Context) -> Any:
+            result = ctx.act("send", shell, argv=["sh", "-c", script], effect="external")
+            return {k: v for k, v in result.items() if k != "duration_s"}
+
+        return flow
+
+    outside = tmp_path / "sent.log"
+    shell = cp.Shell(ws)
+    shell.snapshots.snapshot([])  # a store in use, whose runs/ is then in the way
+    blocker = shell.store / "runs"
+    blocker.write_text("a file where the store's directory goes\n")
+    flow = send_flow(shell, outside)
+    led = ledger(tmp_path, flow)
+    with pytest.raises(cp.RunStopped, match="nothing ran in this attempt"):
+        led.run(flow, run_id="r")
+    assert not outside.exists()
+    kinds = [e.type.value for e in led.journal("r") if e.key == "send"]
+    assert kinds[-1] == "run_stopped"
+    assert "act_unknown" not in kinds
+    blocker.unlink()
+    result = led.resume("r")
+    assert outside.read_text() == "sent\n"  # once
+    assert led.get_run("r").status is cp.RunStatus.SUCCEEDED
+    led.close()
+    twin = make_workspace(tmp_path / "twin")
+    twin_out = tmp_path / "twin-sent.log"
+    twin_flow = send_flow(cp.Shell(twin), twin_out)
+    clean = cp.Ledger(f"sqlite:///{tmp_path / 'twin.db'}")
+    clean.register(twin_flow)
+    assert clean.run(twin_flow, run_id="r") == result
+    assert twin_out.read_text() == outside.read_text()
+    assert files_of(twin) == files_of(ws)
+    clean.close()
+
+
 def test_a_disk_that_fills_up_under_the_command_settles_its_outcome(
     small_disk: Path, tmp_path: Path
 ) -> None:

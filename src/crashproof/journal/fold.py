@@ -70,7 +70,8 @@ class Replay:
     # Failed attempts of a call with no STEP_DONE yet, since the latest stop of the run
     # at that call (a service out) or retry of it: a resume counts its attempts afresh.
     failed_attempts: dict[str, list[Event]] = field(default_factory=dict)
-    # Acts in flight: intent/unknown events of keys with no STEP_DONE yet.
+    # Acts in flight: intent/unknown events of keys with no STEP_DONE yet, and the stop
+    # of a service out at such a key (runtime/steps/outage.py: its attempt was not done).
     open_acts: dict[str, list[Event]] = field(default_factory=dict)
     # Outbox acts committed but not yet delivered, in journal order.
     undelivered: dict[str, Event] = field(default_factory=dict)
@@ -118,6 +119,8 @@ def index_journal(events: Sequence[Event]) -> Replay:
             replay.outcome = event
             if kind is EventType.RUN_STOPPED and event.key is not None and _outage(event):
                 replay.failed_attempts.pop(event.key, None)  # counted afresh
+                if event.key in open_acts:
+                    open_acts[event.key].append(event)
         elif kind is EventType.RUN_THAWED:
             replay.outcome = None
         elif kind is EventType.RUN_RETRIED:

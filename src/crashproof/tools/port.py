@@ -218,7 +218,9 @@ class Tool:
         (timeouts, dropped connections, a store that failed once the effect may have
         begun) is treated as an unknown outcome, which ``lookup`` settles. A failure of
         the machine before anything was sent is ``cp.Unavailable`` (retried, then a
-        resumable stop), never ``PermanentError``: it is not the act's answer."""
+        resumable stop), never ``PermanentError``: it is not the act's answer. Like
+        ``RetryableError`` it declares this attempt not done: the next one (in the drive,
+        or on a resume after the stop that records it) is sent without a lookup."""
         raise NotImplementedError(f"tool {self.name!r} does not implement execute")
 
     def lookup(self, call: Call) -> Receipt | None:

@@ -12,7 +12,8 @@ intent is older than the tool's ``idempotency_window`` (the target may have forg
 the key: ``needs_review``, steps/windows.py); cannot tell → ``needs_review``. A tool
 that cannot look up is settled by its recorded ``cp.OnUnknown`` (steps/unknown.py):
 ``review`` freezes, ``at_least_once`` sends again under the same operation id,
-``at_most_once`` records the act as not done; never a silent guess.
+``at_most_once`` records the act as not done; never a silent guess. Not in flight: an
+act whose last attempt the runtime's stop says ended ``cp.Unavailable`` (outage.py).
 """
 
 from __future__ import annotations
@@ -52,7 +53,12 @@ from crashproof.runtime.steps.environment import (
 from crashproof.runtime.steps.expiry import before_execution, check_receipt
 from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.holds import first_intent
-from crashproof.runtime.steps.outage import stop_lookup, stop_unavailable, wait_for
+from crashproof.runtime.steps.outage import (
+    ended_unavailable,
+    stop_lookup,
+    stop_unavailable,
+    wait_for,
+)
 from crashproof.runtime.steps.scopes import act_scoped
 from crashproof.runtime.steps.unknown import declared, record_not_done, recorded_declaration
 from crashproof.runtime.steps.windows import IntentTime, first_intent_at, forgotten_key
@@ -207,6 +213,12 @@ def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Even
     # busy, gets a fresh count on resume); attempt numbers go on from the journal's.
     since = first_intent_at(intents, call.operation_id)
     meaning = recorded_declaration(last)  # the journal's, not the code's (steps/unknown.py)
+    # Not in doubt: the next attempt, as in the drive. Past a target's window an earlier
+    # attempt's key may be forgotten: looked up, as any act in flight.
+    if ended_unavailable(open_events, call.operation_id, call.attempt) and (
+        forgotten_key(tool.idempotency_window, since, session) is None
+    ):
+        return (yield from _execute_again(session, tool, call, meaning, 0, call.attempt))
     return (yield from _reconcile(session, tool, call, meaning, base=call.attempt, since=since))
 
 
@@ -247,7 +259,14 @@ def _execute(
                 if isinstance(exc, Unavailable):  # not done: the run stops, resumable
                     waits = tries < settings.retryable_attempts
                     stop_unavailable(
-                        session, call.step, _ACT, exc, call.attempt, started, waits=waits
+                        session,
+                        call.step,
+                        _ACT,
+                        exc,
+                        call.attempt,
+                        started,
+                        waits=waits,
+                        operation_id=call.operation_id,
                     )
                 failed = ActFailed(f"act {call.step!r} failed after {call.attempt} attempts: {exc}")
                 _journal_failed(session, call, failed, exc, started, failure="retryable")

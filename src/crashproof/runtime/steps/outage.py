@@ -14,6 +14,11 @@ never recorded as the call's failure: it says nothing about the run.
   ``run``/``resume`` even if the workflow catches it. Nothing of the call is recorded
   as its result. A resume attempts it again with a fresh count (journal/fold.py), every
   recorded step, decision and act before it replayed.
+- An act's stop names the operation id and the attempt that ended unavailable. That
+  record, written by the runtime after ``execute`` raised and the last of the act's
+  records (``ended_unavailable``), tells a resume the attempt was not done: it goes on
+  as the drive would have, a new intent and ``execute``, no lookup (acts.py). Without it
+  (a crash between the raise and the record) the act is in doubt and looked up first.
 - A lookup that keeps failing (the target of an act in doubt is down) stops the run the
   same way (``stop_lookup``): reason ``unavailable:<key>: lookup unavailable ...``; the
   resume looks again. Not a question for a person: nothing is in doubt but the wait.
@@ -35,11 +40,11 @@ from typing import Any, NoReturn
 from crashproof.errors import RunStopped, Unavailable
 from crashproof.journal import payloads
 from crashproof.journal.codec import error_record
-from crashproof.journal.records import EventType, RunStatus
+from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.port import RunSession
 from crashproof.store.queue import RETRYABLE_PREFIX
 
-__all__ = ["journal_stop", "stop_lookup", "stop_unavailable", "wait_for"]
+__all__ = ["ended_unavailable", "journal_stop", "stop_lookup", "stop_unavailable", "wait_for"]
 
 _SHOWN = 200  # characters of the service's message kept in the stop reason
 
@@ -69,9 +74,11 @@ def stop_unavailable(
     started: float,
     *,
     waits: bool = False,
+    operation_id: str | None = None,
 ) -> NoReturn:
     """Stop the run at call ``key`` (journaled) and raise ``RunStopped`` into the
-    workflow. ``waits``: the service's hint is longer than the policy lets it wait."""
+    workflow. ``waits``: the service's hint is longer than the policy lets it wait;
+    ``operation_id``: the act's whose ``attempt`` was unavailable after its intent."""
     message = " ".join(str(exc).split())[:_SHOWN] or type(exc).__name__
     reason = f"{RETRYABLE_PREFIX}{key}: {message}"
     hint = _hint(exc)
@@ -103,8 +110,27 @@ def stop_unavailable(
             "ended_at": time.time(),
         },
     }
+    if operation_id is not None:
+        evidence["unavailable"]["operation_id"] = operation_id
     journal_stop(session, key, stopped, evidence)
     raise stopped from exc
+
+
+def ended_unavailable(open_events: list[Event], operation_id: str, attempt: int) -> bool:
+    """Whether the last of an act's open records (journal/fold.py) is this runtime's
+    stop saying that ``attempt`` of ``operation_id``, the act's last intent, ended
+    ``cp.Unavailable``: the tool declared it not done, and the record came after. A stop
+    naming no operation id (an older writer's, or a ``prepare``'s) proves nothing here."""
+    last = open_events[-1] if open_events else None
+    if last is None or last.type is not EventType.RUN_STOPPED:
+        return False
+    seen = (payloads.run_stopped(last).get("evidence") or {}).get("unavailable")
+    return (
+        isinstance(seen, dict)
+        and seen.get("kind") == "act"
+        and seen.get("attempt") == attempt
+        and seen.get("operation_id") == operation_id
+    )
 
 
 def stop_lookup(

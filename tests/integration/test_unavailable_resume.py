@@ -1,0 +1,190 @@
+"""An act whose last attempt ended ``cp.Unavailable`` is not in doubt on resume: the
+run's stop, journaled by the runtime after ``execute`` raised, says that attempt was not
+done, so the resume sends the next attempt as the drive would have, with no lookup and
+no question to a person; without that record (a crash between the raise and the stop)
+the act is in doubt and goes the way of any act in flight. A real tool with no lookup,
+whose effect is a file, out while a real lock file exists."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+import crashproof as cp
+from crashproof.journal.records import EventType
+from crashproof.runtime.port import ActSettings
+
+FAST = ActSettings(retryable_attempts=3, backoff=0.0)
+
+
+class Publish(cp.Tool):
+    """Appends a line to ``DIR/published.txt``: an effect nothing can look up. Out
+    (nothing written) while ``DIR/lock`` exists."""
+
+    name: ClassVar[str] = "publish"
+    version: ClassVar[str] = "1"
+    supports_lookup: ClassVar[bool] = False
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def execute(self, call: cp.Call) -> cp.Receipt:
+        if (self.directory / "lock").exists():
+            raise cp.Unavailable("the target is locked; nothing was published")
+        with (self.directory / "published.txt").open("a", encoding="utf-8") as out:
+            out.write(f"{call.params['text']}\n")
+        return cp.Receipt(call.operation_id, {"published": call.params["text"]})
+
+
+def flow(directory: Path, shell: str = "sync", tool: cp.Tool | None = None) -> cp.Workflow[Any]:
+    publish = tool or Publish(directory)
+    if shell == "sync":
+
+        @cp.workflow("publish", version="1")
+        def sync(ctx: cp.Context) -> Any:
+            return ctx.act("post", publish, text="hello")
+
+        return sync
+
+    @cp.workflow("publish", version="1")
+    async def asynchronous(ctx: cp.AsyncContext) -> Any:
+        return await ctx.act("post", publish, text="hello")
+
+    return asynchronous
+
+
+def ledger(directory: Path, **kw: Any) -> cp.Ledger:
+    return cp.Ledger(f"sqlite:///{directory / 'l.db'}", act_settings=FAST, **kw)
+
+
+def drive(led: cp.Ledger, shell: str, call: str, *args: Any, **kw: Any) -> Any:
+    if shell == "sync":
+        return getattr(led, call)(*args, **kw)
+    return asyncio.run(getattr(led, f"{call}_async")(*args, **kw))
+
+
+def twin(tmp_path: Path) -> tuple[Any, str]:
+    """A run that never faulted: its result and its artifact."""
+    clean = tmp_path / "twin"
+    clean.mkdir()
+    with ledger(clean) as led:
+        result = led.run(flow(clean), run_id="r")
+    return result, (clean / "published.txt").read_text()
+
+
+@pytest.mark.parametrize("shell", ["sync", "async"])
+def test_an_act_out_through_its_attempts_runs_once_on_resume_without_a_lookup(
+    tmp_path: Path, shell: str
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "lock").touch()
+    led = ledger(work)
+    workflow = led.register(flow(work, shell))
+    with pytest.raises(cp.RunStopped, match="unavailable:post: the target is locked"):
+        drive(led, shell, "run", workflow, run_id="r")
+    assert not (work / "published.txt").exists()
+    stop = led.journal("r")[-1]
+    assert stop.type is EventType.RUN_STOPPED
+    said = stop.payload["evidence"]["unavailable"]
+    assert (said["attempt"], said["operation_id"]) == (3, "r/post")
+    (work / "lock").unlink()  # the target is back
+    got = drive(led, shell, "resume", "r")
+    assert drive(led, shell, "resume", "r") == got  # replayed: nothing sent again
+    info = led.get_run("r")
+    tail = [(e.type.value, e.payload.get("attempt")) for e in led.journal("r") if e.key == "post"]
+    led.close()
+    assert info.status is cp.RunStatus.SUCCEEDED
+    assert (got, (work / "published.txt").read_text()) == twin(tmp_path)  # published once
+    # The attempts go on from the journal's, as in the drive; no question was asked.
+    assert tail == [
+        ("act_intent", 1),
+        ("act_intent", 2),
+        ("act_intent", 3),
+        ("run_stopped", None),
+        ("act_intent", 4),
+        ("step_done", 4),
+    ]
+    assert {s.key: s.attempts for s in info.steps}["post"] == 4
+
+
+def _points() -> list[str]:
+    """The crash points of the run that stops: its start, each intent, the stop."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "lock").touch()
+        points = cp.CrashPoints()  # never fires, only records
+        with ledger(root, crash_points=points) as led, pytest.raises(cp.RunStopped):
+            led.run(flow(root), run_id="r")
+        return points.passed
+
+
+POINTS = _points()
+
+
+def test_the_points_cover_each_attempt_and_the_stop() -> None:
+    assert POINTS.count("before_commit[act_intent:post]") == 3
+    assert POINTS[-2:] == ["before_commit[run_stopped:post]", "after_commit[run_stopped:post]"]
+
+
+@pytest.mark.parametrize("n", range(1, len(POINTS) + 1), ids=POINTS)
+def test_a_crash_at_every_point_sends_only_what_the_journal_shows_not_done(
+    tmp_path: Path, n: int
+) -> None:
+    """Before the first intent commits, the act is new work; once the stop naming the
+    last attempt has committed, it is not done; in between (an intent committed, no stop
+    after it: the crash may have cut the raise off, or the execute) it is in doubt, and a
+    tool that cannot look it up freezes for review, as before, sending nothing."""
+    point = POINTS[n - 1]
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "lock").touch()
+    crashing = ledger(work, crash_points=cp.CrashPoints(at=n))
+    with crashing, pytest.raises(cp.SimulatedCrash) as crash:
+        crashing.run(flow(work), run_id="r")
+    assert crash.value.point == point
+    (work / "lock").unlink()
+    first_intent = POINTS.index("after_commit[act_intent:post]")
+    in_doubt = first_intent <= n - 1 < len(POINTS) - 1
+    with ledger(work) as led:
+        if in_doubt:
+            with pytest.raises(cp.RunFrozen, match="cannot look it up"):
+                led.run(flow(work), run_id="r")
+            assert led.get_run("r").status is cp.RunStatus.NEEDS_REVIEW
+            assert not (work / "published.txt").exists()
+            return
+        got = led.run(flow(work), run_id="r")  # a new run, or its resume
+        assert led.get_run("r").status is cp.RunStatus.SUCCEEDED
+    assert (got, (work / "published.txt").read_text()) == twin(tmp_path)
+
+
+@pytest.mark.parametrize("window", [timedelta(days=1), timedelta(seconds=1)])
+def test_a_target_that_may_have_forgotten_the_key_is_not_resent(
+    tmp_path: Path, window: timedelta
+) -> None:
+    """A target that remembers keys for ``idempotency_window``: inside it the attempt the
+    stop says was not done is sent again; past it (1 s, counted with the 5 s margin for
+    clock skew) an earlier attempt's key may be forgotten, and the act goes the way of
+    any act in flight: here, no lookup, a freeze naming the window."""
+
+    class Remembering(Publish):
+        idempotency_window: ClassVar[timedelta | None] = window
+
+    publish = Remembering(tmp_path)
+    (tmp_path / "lock").touch()
+    with ledger(tmp_path) as led:
+        with pytest.raises(cp.RunStopped):
+            led.run(flow(tmp_path, tool=publish), run_id="r")
+        (tmp_path / "lock").unlink()
+        if window > timedelta(seconds=10):
+            assert led.resume("r") == {"published": "hello"}
+            assert (tmp_path / "published.txt").read_text() == "hello\n"
+            return
+        with pytest.raises(cp.RunFrozen, match="may have forgotten the key"):
+            led.resume("r")
+    assert not (tmp_path / "published.txt").exists()
