@@ -270,3 +270,65 @@ def test_an_async_workflow_stops_resumable_on_the_store_too(ws: Path, tmp_path: 
 
     assert asyncio.run(main()) == 0
     assert log.read_text() == "ran\n"
+
+
+def test_a_snapshot_waits_for_the_git_a_killed_runner_left_in_the_store(
+    ws: Path, tmp_path: Path
+) -> None:
+    """A runner killed in the middle of a snapshot (SIGKILL does not reach its children)
+    leaves its git working in the store. The next snapshot must wait for that git, not
+    take its index.lock for a stale one and race it ("the snapshot store failed" after
+    a recovery kill, make chaos): the lock's descriptor lives on in every git started
+    under it. Here the orphan's git is the real one behind a shim that signals, waits a
+    second, runs git and notes when it is done."""
+    from crashproof.tools._snapshot import SnapshotStore, default_store
+
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    shim, started, done = tmp_path / "bin", tmp_path / "started", tmp_path / "done"
+    shim.mkdir()
+    (shim / "git").write_text(
+        '#!/bin/sh\ncase "$GIT_DIR" in *crashproof-shell*)\n'
+        f'  touch {started}; sleep 1; {real.stdout.strip()} "$@"; s=$?; touch {done}; exit $s;;\n'
+        f'esac\nexec {real.stdout.strip()} "$@"\n'
+    )
+    (shim / "git").chmod(0o755)
+    store = default_store(ws)
+    SnapshotStore(ws, store).snapshot([])  # the store made, its indexes filled
+    (ws / "src" / "a.py").write_text("a = 2\n")
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; "
+            "from crashproof.tools._snapshot import SnapshotStore; "
+            "SnapshotStore(Path(sys.argv[1]), Path(sys.argv[2])).snapshot([])",
+            str(ws),
+            str(store),
+        ],
+        env={**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"},
+    )
+    try:
+        for _ in range(400):
+            if started.exists():
+                break
+            if runner.poll() is not None:
+                pytest.fail("the runner ended before its git started")
+            subprocess.run(["sleep", "0.01"], check=True)
+        else:
+            pytest.fail("the runner's git never started")
+        runner.kill()  # the runner dies; its git, an orphan now, goes on
+        runner.wait()
+        assert not done.exists()
+        tree = SnapshotStore(ws, store).snapshot([])
+        assert done.exists(), "the snapshot ran while the dead runner's git still worked"
+        listed = subprocess.run(
+            ["git", "ls-tree", "-r", "--name-only", tree],
+            env={"GIT_DIR": str(store), "PATH": os.environ["PATH"]},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "scope/src/a.py" in listed.splitlines()
+    finally:
+        if runner.poll() is None:
+            runner.kill()

@@ -37,6 +37,7 @@ import os
 import shutil
 import struct
 import subprocess
+import threading
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -103,6 +104,8 @@ class SnapshotStore:
         self.root = root
         self.store = store
         self._ready = False
+        # The descriptor of shell.lock while this thread holds it (``_locked``).
+        self._held = threading.local()
         # (the workspace index's stat, excluded paths) -> what was force-added then
         self._forced: tuple[object, list[str]] | None = None
 
@@ -359,15 +362,23 @@ class SnapshotStore:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         """One snapshot or restore at a time per store; a ``.lock`` git left when killed
-        in an earlier one is stale under this lock, and removed."""
+        in an earlier one is stale under this lock, and removed.
+
+        Every git process started under the lock inherits its descriptor (``_run``), so
+        the lock is held until the last of them exits: a runner killed in the middle of
+        a snapshot leaves its git running (SIGKILL does not reach a child), and the next
+        snapshot waits for that git instead of taking its index.lock for a stale one and
+        racing it (make chaos: "the snapshot store failed" after a recovery kill)."""
         self._open()
         fd = os.open(self.store / "shell.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             for stale in (self.store / "indexes").glob("*.lock"):
                 stale.unlink(missing_ok=True)
+            self._held.fd = fd
             yield
         finally:
+            self._held.fd = None
             os.close(fd)
 
     def _config(self) -> list[str]:
@@ -406,7 +417,13 @@ class SnapshotStore:
             errors="surrogateescape",
             timeout=_TIMEOUT,
             check=False,
+            pass_fds=self._lock_fds(),
         )
+
+    def _lock_fds(self) -> tuple[int, ...]:
+        """shell.lock's descriptor for a git process started while this thread holds it."""
+        fd: int | None = getattr(self._held, "fd", None)
+        return () if fd is None else (fd,)
 
     def _git(
         self, where: Path | None, index: Path | None, *args: str, input: str | None = None
