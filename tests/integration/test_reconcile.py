@@ -11,6 +11,14 @@ import crashproof as cp
 from integration._targets import BlindTool, Target, TargetTool
 
 
+class ObservedTarget(TargetTool):
+    """A target that observes an instance but names none without observing: it keeps
+    the name-only match (``Tool.observed_instance`` left as None)."""
+
+    def observe(self) -> cp.Observation:
+        return cp.Observation(f"target:{self.target.path}", "state")
+
+
 def test_workspace_acts_confirmed_superseded_and_drifted(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     ws = cp.Workspace(tmp_path / "ws")
@@ -104,3 +112,64 @@ def test_two_workspaces_writing_the_same_relative_path_are_two_targets(
         (check,) = (frozen.value.evidence or {})["receipts"]
         assert (check["step"], check["status"]) == ("a", "drifted")
     assert not (roots[1] / "z.txt").exists()  # nothing ran past the drift
+
+
+@pytest.mark.parametrize("crashed", [True, False])
+def test_reconcile_matches_each_workspace_act_to_its_own_root(
+    tmp_path: Path, crashed: bool
+) -> None:
+    """Every workspace is the tool ``workspace``: reconciliation picks, per act, the given
+    tool of the instance the act recorded (its root), else an act on a/ was looked up
+    under b/ (b/out.txt holds b's bytes: drifted) and the operator read a drift that is
+    not there. A root not given is not available, never checked against another."""
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for root in roots:
+        root.mkdir()
+    ws_a, ws_b = (cp.Workspace(root) for root in roots)
+
+    @cp.workflow("both-roots", version="1")
+    def both_roots(ctx: cp.Context) -> None:
+        ctx.act("a", ws_a, op="write", path="out.txt", content="from a\n")
+        ctx.act("b", ws_b, op="write", path="out.txt", content="from b\n")
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    crash = cp.CrashPoints(match="after_commit[step_done:b]") if crashed else None
+    with cp.Ledger(url, crash_points=crash) as ledger:
+        if crashed:
+            with pytest.raises(cp.SimulatedCrash):
+                ledger.run(both_roots, run_id="r")
+        else:
+            ledger.run(both_roots, run_id="r")
+    # The operator's process: its own tool objects, in any order.
+    with cp.Ledger(url) as ledger:
+        for given in ([ws_a, ws_b], [cp.Workspace(roots[1]), cp.Workspace(roots[0])]):
+            checks = {c.step: c for c in ledger.reconcile("r", given)}
+            assert {k: c.status for k, c in checks.items()} == {
+                "a": "confirmed",
+                "b": "confirmed",
+            }
+        for only, other in ((ws_a, "b"), (ws_b, "a")):
+            checks = {c.step: c for c in ledger.reconcile("r", [only])}
+            mine = "a" if other == "b" else "b"
+            assert checks[mine].status == "confirmed"
+            assert checks[other].status == "needs_review"
+            assert "'workspace' is not available here" in checks[other].detail
+            assert str(tmp_path / other) in checks[other].detail
+        (roots[0] / "out.txt").write_text("someone else\n")
+        checks = {c.step: c for c in ledger.reconcile("r", [ws_b, ws_a])}
+        assert (checks["a"].status, checks["b"].status) == ("drifted", "confirmed")
+
+
+def test_a_tool_that_names_no_instance_is_matched_by_name(tmp_path: Path) -> None:
+    target = Target(tmp_path / "t.json")
+
+    @cp.workflow("one", version="1")
+    def one(ctx: cp.Context) -> None:
+        ctx.act("one", ObservedTarget(target), n=1)
+
+    ledger = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    ledger.run(one, run_id="r")
+    (intent,) = [e for e in ledger.journal("r") if e.type.value == "act_intent"]
+    assert intent.payload["observed"]["before"]["instance"].startswith("target:")
+    other = ObservedTarget(Target(tmp_path / "t.json"))  # the operator's own object
+    assert [c.status for c in ledger.reconcile("r", [other])] == ["confirmed"]

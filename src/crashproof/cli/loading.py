@@ -165,13 +165,15 @@ def app_workflows(module_names: Sequence[str]) -> list[Workflow[Any]]:
 
 
 def app_tools(module_names: Sequence[str]) -> list[Tool]:
-    """Every Tool instance in the given modules' globals (``reconcile --app``)."""
-    tools: dict[str, Tool] = {}
+    """Every Tool instance in the given modules' globals (``reconcile --app``), one per
+    name and instance (``Tool.observed_instance``): two workspaces on two roots are two
+    tools, each reconciling its own acts; one imported by two modules is one."""
+    tools: dict[tuple[str, str | None], Tool] = {}
     for module_name in module_names:
         module = import_module(module_name)
         for obj in vars(module).values():
             if isinstance(obj, Tool):
-                tools.setdefault(obj.name, obj)
+                tools.setdefault((obj.name, obj.observed_instance()), obj)
     return list(tools.values())
 
 
