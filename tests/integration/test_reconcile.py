@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 import crashproof as cp
+from crashproof.tools.git import GitTool
 from integration._targets import BlindTool, Target, TargetTool
 
 
@@ -173,3 +176,68 @@ def test_a_tool_that_names_no_instance_is_matched_by_name(tmp_path: Path) -> Non
     assert intent.payload["observed"]["before"]["instance"].startswith("target:")
     other = ObservedTarget(Target(tmp_path / "t.json"))  # the operator's own object
     assert [c.status for c in ledger.reconcile("r", [other])] == ["confirmed"]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1"}
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+    return done.stdout.decode().strip()
+
+
+@pytest.mark.parametrize("first_commit", [False, True])
+def test_reconcile_matches_each_git_act_to_its_own_repository(
+    tmp_path: Path, first_commit: bool
+) -> None:
+    """Every GitTool is the tool ``git``: a commit in a/ was looked up in b/ (not there:
+    drifted). ``first_commit``: the act gives its repository a root commit, so the
+    instance it left (its receipt's) is the one the tool names now, not the one its
+    intent saw (``#none``)."""
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for root in roots:
+        root.mkdir()
+        _git(root, "init", "-q", "-b", "main")
+        if not first_commit:
+            (root / "README.md").write_text("hello\n")
+            _git(root, "add", "README.md")
+            _git(root, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "init")
+        (root / "out.txt").write_text(f"from {root.name}\n")
+    git_a, git_b = (GitTool(root) for root in roots)
+
+    @cp.workflow("both-repos", version="1")
+    def both_repos(ctx: cp.Context) -> None:
+        ctx.act("a", git_a, op="commit", message="out", paths=["out.txt"])
+        ctx.act("b", git_b, op="commit", message="out", paths=["out.txt"])
+
+    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        ledger.run(both_repos, run_id="r")
+        checks = ledger.reconcile("r", [GitTool(roots[1]), GitTool(roots[0])])
+        assert [(c.step, c.status) for c in checks] == [("a", "confirmed"), ("b", "confirmed")]
+        checks = ledger.reconcile("r", [git_b])
+        assert [(c.step, c.status) for c in checks] == [("a", "needs_review"), ("b", "confirmed")]
+        assert "'git' is not available here (the act ran on git:" in checks[0].detail
+
+
+def test_an_act_in_flight_on_another_root_supersedes_nothing_here(tmp_path: Path) -> None:
+    """b's write is in flight (the crash came before its receipt): it is the last act on
+    b/out.txt, never on a/out.txt. Matched by name alone, the one workspace given (a/)
+    took it, a was reported superseded by b and its changed file went unseen."""
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for root in roots:
+        root.mkdir()
+    ws_a, ws_b = (cp.Workspace(root) for root in roots)
+
+    @cp.workflow("in-flight", version="1")
+    def in_flight(ctx: cp.Context) -> None:
+        ctx.act("a", ws_a, op="write", path="out.txt", content="from a\n")
+        ctx.act("b", ws_b, op="write", path="out.txt", content="from b\n")
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    crash = cp.CrashPoints(match="inside[act:b:renamed]")
+    with cp.Ledger(url, crash_points=crash) as ledger, pytest.raises(cp.SimulatedCrash):
+        ledger.run(in_flight, run_id="r")
+    (roots[0] / "out.txt").write_text("someone else\n")
+    with cp.Ledger(url) as ledger:
+        (check,) = ledger.reconcile("r", [cp.Workspace(roots[0])])
+        assert (check.step, check.status) == ("a", "drifted"), check.detail
+        (check,) = ledger.reconcile("r", [ws_b, ws_a])
+        assert (check.step, check.status) == ("a", "drifted"), check.detail

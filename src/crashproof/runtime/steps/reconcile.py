@@ -26,6 +26,7 @@ a few at a time, and a drifted one freezes the run (``runtime/context.py``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from crashproof.runtime.steps.handoff import Invoke, InvokeAll, Outcome, Work, r
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["ACT_TEXT", "ActCheck", "ResumeReread", "reconcile_events", "reread_receipts"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,27 +86,36 @@ class _Given:
     """The tools an operator gave, found per act by name and instance.
 
     Several tools may share a name (every ``cp.Workspace`` is ``workspace``); an act
-    recorded the instance its tool observed (``observed.before.instance`` of its intent,
-    ``observed.instance`` of its receipt), so it gets the given tool of that name whose
-    ``Tool.observed_instance`` is that one. None of them is: only a tool that names no
-    instance stands in (matched by name, as before instances were compared), else the act
-    has no tool here. An act that recorded no instance (an older journal, a tool that
-    does not observe) takes the last tool of its name, as it always did."""
+    recorded the instance its tool observed (``observed.instance`` of its receipt, else
+    ``observed.before.instance`` of its intent: a first commit gives a repository its
+    root), so it gets the given tool of that name whose ``Tool.observed_instance`` is
+    that one. None of them is: only a tool that names no instance stands in (matched by
+    name, as before instances were compared), else the act has no tool here. An act that
+    recorded no instance (an older journal, a tool that does not observe) takes the last
+    tool of its name, as it always did. A tool whose instance cannot be told now (a
+    repository git cannot read) names none: its own lookup says what is wrong."""
 
     def __init__(self, tools: Iterable[Tool]) -> None:
-        self._by_name: dict[str, list[tuple[Tool, str | None]]] = {}
+        self._by_name: dict[str, list[Tool]] = {}
         for tool in tools:
-            self._by_name.setdefault(tool.name, []).append((tool, tool.observed_instance()))
+            self._by_name.setdefault(tool.name, []).append(tool)
+        # Asked once per tool, and only when an act needs it (a git tool's is two git calls).
+        self._instances: dict[int, str | None] = {}
 
     def tool(self, name: str, instance: str | None) -> Tool | None:
         """The tool for an act of tool ``name`` on ``instance`` (None: not recorded)."""
         found = self._by_name.get(name, [])
         if instance is not None:
-            same = [tool for tool, its in found if its == instance]
+            same = [tool for tool in found if self._instance(tool) == instance]
             if same:
                 return same[-1]
-            found = [(tool, its) for tool, its in found if its is None]
-        return found[-1][0] if found else None
+            found = [tool for tool in found if self._instance(tool) is None]
+        return found[-1] if found else None
+
+    def _instance(self, tool: Tool) -> str | None:
+        if id(tool) not in self._instances:
+            self._instances[id(tool)] = _instance_of(tool)
+        return self._instances[id(tool)]
 
 
 def reread_receipts(
@@ -203,10 +215,18 @@ def _acts(
             and payloads.step_done(event).get("status") == StepStatus.SUCCEEDED
         ):
             key = str(event.key)
-            instance = instances.get(key) or _instance(payloads.step_done(event), "observed")
+            instance = _instance(payloads.step_done(event), "observed") or instances.get(key)
             intent = intents.get(key)
             acts.append(_with_call(run_id, event, intent, tool_of(event, instance), instance))
     return acts
+
+
+def _instance_of(tool: Tool) -> str | None:
+    try:
+        return tool.observed_instance()
+    except Exception as exc:
+        log.warning("could not tell the instance of tool %s: %r", tool.name, exc)
+        return None
 
 
 def _instance(record: object, field: str) -> str | None:
