@@ -96,9 +96,11 @@ def test_worker_reconcile_every_takes_a_duration(edits: Path, cli: Cli) -> None:
 
 TWO_ROOTS = """
 import crashproof as cp
+from crashproof.tools.git import GitTool
 
 ws_a = cp.Workspace("a")
 ws_b = cp.Workspace("b")
+gone = GitTool("no-such-repo")  # its instance cannot be told: still loaded, by name
 
 
 @cp.workflow("roots", version="1")

@@ -173,8 +173,17 @@ def app_tools(module_names: Sequence[str]) -> list[Tool]:
         module = import_module(module_name)
         for obj in vars(module).values():
             if isinstance(obj, Tool):
-                tools.setdefault((obj.name, obj.observed_instance()), obj)
+                tools.setdefault((obj.name, _instance(obj)), obj)
     return list(tools.values())
+
+
+def _instance(tool: Tool) -> str | None:
+    """The tool's instance; None when it cannot be told here (a repository git cannot
+    read): loading the app must not fail on it, the tool's own lookups say what is wrong."""
+    try:
+        return tool.observed_instance()
+    except Exception:
+        return None
 
 
 def app_policies(module_names: Sequence[str]) -> list[Policy]:
