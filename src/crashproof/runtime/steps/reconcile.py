@@ -19,9 +19,9 @@ workspace act wrote, or, in flight, whose snapshot holds it as that act wrote it
 Two callers: ``crashproof reconcile`` (``Ledger.reconcile``, read-only, every act of a
 run against the tools given: per act, the tool of its name whose instance,
 ``Tool.observed_instance``, is the one the act observed; by name alone for a tool that
-names none or an act that recorded none), and every resume (:func:`reread_receipts`): before its
-first live call, the completed acts whose tools replay handed over are looked up again,
-a few at a time, and a drifted one freezes the run (``runtime/context.py``).
+names none or an act that recorded none), and every resume (:func:`reread_receipts`):
+before its first live call, the completed acts whose tools replay handed over are looked
+up again, a few at a time, and a drifted one freezes the run (``runtime/context.py``).
 """
 
 from __future__ import annotations
