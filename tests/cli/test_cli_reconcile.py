@@ -92,3 +92,41 @@ def test_worker_reconcile_every_takes_a_duration(edits: Path, cli: Cli) -> None:
     assert done.code == 0, done.err
     assert '"event": "reconciled"' in done.err
     assert [r["run_id"] for r in cli("runs", "--drifted", "--json").json()] == ["e1"]
+
+
+TWO_ROOTS = """
+import crashproof as cp
+from crashproof.tools.git import GitTool
+
+ws_a = cp.Workspace("a")
+ws_b = cp.Workspace("b")
+gone = GitTool("no-such-repo")  # its instance cannot be told: still loaded, by name
+
+
+@cp.workflow("roots", version="1")
+def roots(ctx):
+    ctx.act("a", ws_a, op="write", path="out.txt", content="from a\\n")
+    ctx.act("b", ws_b, op="write", path="out.txt", content="from b\\n")
+"""
+
+
+def test_reconcile_checks_each_workspace_of_the_app_against_its_own_root(
+    project: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both workspaces of --app are kept (they share the name ``workspace``) and each
+    act is looked up under the root it wrote to, not under the first one found."""
+    (project / "roots.py").write_text(TWO_ROOTS, encoding="utf-8")
+    (project / "a").mkdir()
+    (project / "b").mkdir()
+    monkeypatch.delitem(sys.modules, "roots", raising=False)
+    assert cli("run", "roots:roots", "--run-id", "r1").code == 0
+    ok = cli("reconcile", "r1", "--app", "roots", "--json")
+    assert [(c["step"], c["status"]) for c in ok.json()] == [("a", "confirmed"), ("b", "confirmed")]
+    assert ok.code == 0
+    (project / "b" / "out.txt").write_text("changed by hand\n")
+    drift = cli("reconcile", "r1", "--app", "roots", "--json")
+    assert [(c["step"], c["status"]) for c in drift.json()] == [
+        ("a", "confirmed"),
+        ("b", "drifted"),
+    ]
+    assert drift.code == 4

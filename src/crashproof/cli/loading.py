@@ -165,14 +165,25 @@ def app_workflows(module_names: Sequence[str]) -> list[Workflow[Any]]:
 
 
 def app_tools(module_names: Sequence[str]) -> list[Tool]:
-    """Every Tool instance in the given modules' globals (``reconcile --app``)."""
-    tools: dict[str, Tool] = {}
+    """Every Tool instance in the given modules' globals (``reconcile --app``), one per
+    name and instance (``Tool.observed_instance``): two workspaces on two roots are two
+    tools, each reconciling its own acts; one imported by two modules is one."""
+    tools: dict[tuple[str, str | None], Tool] = {}
     for module_name in module_names:
         module = import_module(module_name)
         for obj in vars(module).values():
             if isinstance(obj, Tool):
-                tools.setdefault(obj.name, obj)
+                tools.setdefault((obj.name, _instance(obj)), obj)
     return list(tools.values())
+
+
+def _instance(tool: Tool) -> str | None:
+    """The tool's instance; None when it cannot be told here (a repository git cannot
+    read): loading the app must not fail on it, the tool's own lookups say what is wrong."""
+    try:
+        return tool.observed_instance()
+    except Exception:
+        return None
 
 
 def app_policies(module_names: Sequence[str]) -> list[Policy]:

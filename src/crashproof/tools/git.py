@@ -148,13 +148,20 @@ class GitTool(GitOps, Tool):
         commit)."""
         head = self._resolve("HEAD")
         branch = self._head_ref() or "detached"
-        roots = self._out("rev-list", "--max-parents=0", "HEAD").split() if head else []
-        root = min(roots) if roots else "none"
+        root = self._root_commit(head)
         return Observation(
             f"git:{self.repo_path}#{root}",
             f"{branch}@{head or 'none'}",
             details={"repo": str(self.repo_path), "root_commit": root, "branch": branch},
         )
+
+    def observed_instance(self) -> str:
+        """``git:<repo path>#<root commit>``, as ``observe`` names it."""
+        return f"git:{self.repo_path}#{self._root_commit(self._resolve('HEAD'))}"
+
+    def _root_commit(self, head: str | None) -> str:
+        roots = self._out("rev-list", "--max-parents=0", "HEAD").split() if head else []
+        return min(roots) if roots else "none"
 
     def expect(self, call: Call, before: Observation) -> str | None:
         """Branches and pushes leave HEAD where it is; a commit moves it to a commit whose

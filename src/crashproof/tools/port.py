@@ -234,6 +234,14 @@ class Tool:
         it before anything executes. None: the tool cannot observe (nothing is checked)."""
         return None
 
+    def observed_instance(self) -> str | None:
+        """Optional: the instance ``observe`` names (``Observation.instance``), told
+        without observing the state (cheap: no walk, no request). Reconciliation gives
+        each recorded act the tool of its name whose instance is the one the act
+        recorded, so several tools of one name (two ``cp.Workspace`` roots) each check
+        their own acts. None: not known; the tool then matches by name alone."""
+        return None
+
     def expect(self, call: Call, before: Observation) -> str | None:
         """Optional: the fingerprint the environment will have once this (prepared) act
         has applied, given ``before``; None when the tool cannot tell (on resume, the

@@ -281,6 +281,9 @@ class Shell(Tool):
         the state a command leaves is what the next workspace act finds recorded."""
         return self.workspace.observe()
 
+    def observed_instance(self) -> str:
+        return self.workspace.observed_instance()
+
     def expect(self, call: Call, before: Observation) -> str | None:
         return None  # what a command writes is known once it ran: lookup decides
 

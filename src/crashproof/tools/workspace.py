@@ -188,7 +188,11 @@ class Workspace(Tool):
         head = _git_head(self.root)
         if head is not None:
             details["git_head"] = head
-        return Observation(f"workspace:{self.root}", self._observed[0], details=details)
+        return Observation(self.observed_instance(), self._observed[0], details=details)
+
+    def observed_instance(self) -> str:
+        """``workspace:<root>``: the root as resolved, as every observation names it."""
+        return f"workspace:{self.root}"
 
     def expect(self, call: Call, before: Observation) -> str | None:
         """The tree fingerprint once this prepared write has applied."""

@@ -17,13 +17,16 @@ of another tool that overwrote the target is the last on it as well
 workspace act wrote, or, in flight, whose snapshot holds it as that act wrote it).
 
 Two callers: ``crashproof reconcile`` (``Ledger.reconcile``, read-only, every act of a
-run against the tools given), and every resume (:func:`reread_receipts`): before its
-first live call, the completed acts whose tools replay handed over are looked up again,
-a few at a time, and a drifted one freezes the run (``runtime/context.py``).
+run against the tools given: per act, the tool of its name whose instance,
+``Tool.observed_instance``, is the one the act observed; by name alone for a tool that
+names none or an act that recorded none), and every resume (:func:`reread_receipts`):
+before its first live call, the completed acts whose tools replay handed over are looked
+up again, a few at a time, and a drifted one freezes the run (``runtime/context.py``).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -39,6 +42,8 @@ from crashproof.runtime.steps.handoff import Invoke, InvokeAll, Outcome, Work, r
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["ACT_TEXT", "ActCheck", "ResumeReread", "reconcile_events", "reread_receipts"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,13 +71,51 @@ class ActCheck:
 
 
 def reconcile_events(run_id: str, events: list[Event], tools: Iterable[Tool]) -> list[ActCheck]:
-    """Check every succeeded act of one run's journal against its tool's lookup."""
-    by_name = {tool.name: tool for tool in tools}
-    tool_of = lambda done: by_name.get(_tool_name(done))  # noqa: E731
-    acts = _acts(run_id, events, tool_of)
+    """Check every succeeded act of one run's journal against its tool's lookup: the
+    given tool of its name and recorded instance (:class:`_Given`)."""
+    given = _Given(tools)
+    acts = _acts(run_id, events, lambda done, instance: given.tool(_tool_name(done), instance))
     undelivered = index_journal(events).undelivered
-    last_on_target = _last_on_target(run_id, events, acts, lambda _key, name: by_name.get(name))
+    last_on_target = _last_on_target(
+        run_id, events, acts, lambda _key, name, instance: given.tool(name, instance)
+    )
     return run_sync(_checked(run_id, acts, undelivered, last_on_target, 1))
+
+
+class _Given:
+    """The tools an operator gave, found per act by name and instance.
+
+    Several tools may share a name (every ``cp.Workspace`` is ``workspace``); an act
+    recorded the instance its tool observed (``observed.instance`` of its receipt, else
+    ``observed.before.instance`` of its intent: a first commit gives a repository its
+    root), so it gets the given tool of that name whose ``Tool.observed_instance`` is
+    that one. None of them is: only a tool that names no instance stands in (matched by
+    name, as before instances were compared), else the act has no tool here. An act that
+    recorded no instance (an older journal, a tool that does not observe) takes the last
+    tool of its name, as it always did. A tool whose instance cannot be told now (a
+    repository git cannot read) names none: its own lookup says what is wrong."""
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._by_name: dict[str, list[Tool]] = {}
+        for tool in tools:
+            self._by_name.setdefault(tool.name, []).append(tool)
+        # Asked once per tool, and only when an act needs it (a git tool's is two git calls).
+        self._instances: dict[int, str | None] = {}
+
+    def tool(self, name: str, instance: str | None) -> Tool | None:
+        """The tool for an act of tool ``name`` on ``instance`` (None: not recorded)."""
+        found = self._by_name.get(name, [])
+        if instance is not None:
+            same = [tool for tool in found if self._instance(tool) == instance]
+            if same:
+                return same[-1]
+            found = [tool for tool in found if self._instance(tool) is None]
+        return found[-1] if found else None
+
+    def _instance(self, tool: Tool) -> str | None:
+        if id(tool) not in self._instances:
+            self._instances[id(tool)] = _instance_of(tool)
+        return self._instances[id(tool)]
 
 
 def reread_receipts(
@@ -81,12 +124,12 @@ def reread_receipts(
     """The completed acts of ``events`` whose tool (by act key: the objects replay handed
     to them) can look up and does not opt out (``Tool.reread_receipts``), looked up again,
     ``workers`` at a time; one check each, in journal order."""
-    acts = _acts(run_id, events, lambda done: tools.get(str(done.key)))
-    by_name = {tool.name: tool for tool in tools.values()}
+    acts = _acts(run_id, events, lambda done, _instance: tools.get(str(done.key)))
+    given = _Given(tools.values())
 
-    def tool_of(key: str, name: str) -> Tool | None:  # an act in flight: its own, if seen
-        own = tools.get(key)
-        return own if own is not None and own.name == name else by_name.get(name)
+    def tool_of(key: str, name: str, instance: str | None) -> Tool | None:
+        own = tools.get(key)  # an act in flight: its own, if seen
+        return own if own is not None and own.name == name else given.tool(name, instance)
 
     last_on_target = _last_on_target(run_id, events, acts, tool_of)
     wanted = [
@@ -101,7 +144,9 @@ def reread_receipts(
     return (yield from _checked(run_id, wanted, {}, last_on_target, workers))
 
 
-_Act = tuple[Event, Call | None, Tool | None]
+# An act's step_done, its call (None: no intent in the journal), the tool that checks it
+# (None: none here) and the instance its tool observed (None: not recorded).
+_Act = tuple[Event, Call | None, Tool | None, str | None]
 ACT_TEXT = '{"kind":"act",'  # how every act's step_done text begins (act_records.py)
 
 
@@ -152,26 +197,50 @@ class ResumeReread:
             )
 
 
-def _acts(run_id: str, events: list[Event], tool_of: Callable[[Event], Tool | None]) -> list[_Act]:
+def _acts(
+    run_id: str, events: list[Event], tool_of: Callable[[Event, str | None], Tool | None]
+) -> list[_Act]:
     intents: dict[str, Event] = {}
+    instances: dict[str, str] = {}  # act key -> the instance its last observing intent saw
     acts: list[_Act] = []
     for event in events:
         if event.type is EventType.ACT_INTENT and event.key is not None:
             intents[event.key] = event
+            seen = _instance(payloads.act_intent(event).get("observed"), "before")
+            if seen is not None:
+                instances[event.key] = seen
         elif (
             event.type is EventType.STEP_DONE
             and payloads.step_done(event).get("kind") == "act"
             and payloads.step_done(event).get("status") == StepStatus.SUCCEEDED
         ):
-            acts.append(_with_call(run_id, event, intents.get(str(event.key)), tool_of(event)))
+            key = str(event.key)
+            instance = _instance(payloads.step_done(event), "observed") or instances.get(key)
+            intent = intents.get(key)
+            acts.append(_with_call(run_id, event, intent, tool_of(event, instance), instance))
     return acts
+
+
+def _instance_of(tool: Tool) -> str | None:
+    try:
+        return tool.observed_instance()
+    except Exception as exc:
+        log.warning("could not tell the instance of tool %s: %r", tool.name, exc)
+        return None
+
+
+def _instance(record: object, field: str) -> str | None:
+    """``record[field]["instance"]`` when it is a string: an observation's instance."""
+    observed = record.get(field) if isinstance(record, dict) else None
+    instance = observed.get("instance") if isinstance(observed, dict) else None
+    return instance if isinstance(instance, str) else None
 
 
 def _last_on_target(
     run_id: str,
     events: list[Event],
     acts: list[_Act],
-    tool_of: Callable[[str, str], Tool | None],
+    tool_of: Callable[[str, str, str | None], Tool | None],
 ) -> dict[tuple[str, str], str]:
     """The last act on each target, completed or still in flight: an act in flight may
     have applied already (a crash after its write), so it supersedes the earlier ones.
@@ -197,12 +266,12 @@ def _last_on_target(
                 if wrote:
                     last[target_key] = key
 
-    for event, call, tool in acts:
+    for event, call, tool, _ in acts:
         if tool is not None and call is not None:
             record(str(event.key), tool, call, event.value)
     for key, intent in _open_intents(events).items():
         p = payloads.act_intent(intent)
-        tool = tool_of(key, str(p.get("tool")))
+        tool = tool_of(key, str(p.get("tool")), _instance(p.get("observed"), "before"))
         if tool is None:
             continue
         record(
@@ -254,13 +323,13 @@ def _checked(
     verdicts = [_without_lookup(act, undelivered, last_on_target) for act in acts]
     lookups = [
         Invoke(tool.lookup, (call,), f"lookup of tool {tool.name!r}")
-        for (_, call, tool), verdict in zip(acts, verdicts, strict=True)
+        for (_, call, tool, _), verdict in zip(acts, verdicts, strict=True)
         if verdict is None and tool is not None and call is not None
     ]
     found: Iterator[Outcome] = iter((yield InvokeAll(lookups, workers)) if lookups else ())
     checks = []
     answered_at = time.time()
-    for (event, call, tool), verdict in zip(acts, verdicts, strict=True):
+    for (event, call, tool, _), verdict in zip(acts, verdicts, strict=True):
         receipt: dict[str, Any] | None = None
         looked_up = verdict is None and call is not None
         if looked_up and call is not None:
@@ -297,14 +366,15 @@ def _without_lookup(
     act: _Act, undelivered: dict[str, Event], last_on_target: dict[tuple[str, str], str]
 ) -> tuple[str, str] | None:
     """The check's outcome when the journal decides it alone; None: ask the tool."""
-    event, call, tool = act
+    event, call, tool, instance = act
     key = str(event.key)
     if "outbox" in payloads.step_done(event):
         if key in undelivered:
             return "needs_review", "outbox message committed but not delivered yet"
         return "confirmed", "outbox message delivered"
     if tool is None or call is None:
-        return "needs_review", f"tool {_tool_name(event)!r} is not available here"
+        on = f" (the act ran on {instance})" if instance is not None else ""
+        return "needs_review", f"tool {_tool_name(event)!r} is not available here{on}"
     target = tool.target_of(call)
     later = last_on_target.get((tool.name, target)) if target is not None else None
     if isinstance(later, _Doubt):
@@ -373,14 +443,17 @@ def _canonical(value: Any) -> str | None:
         return None
 
 
-def _with_call(run_id: str, done: Event, intent: Event | None, tool: Tool | None) -> _Act:
+def _with_call(
+    run_id: str, done: Event, intent: Event | None, tool: Tool | None, instance: str | None
+) -> _Act:
     if intent is None:
-        return done, None, tool
+        return done, None, tool, instance
     p = payloads.step_done(done)  # the receipt names the operation that completed
     return (
         done,
         _call(run_id, str(done.key), intent, p.get("operation_id"), p.get("intent_digest")),
         tool,
+        instance,
     )
 
 
