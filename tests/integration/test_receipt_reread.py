@@ -131,3 +131,100 @@ def test_a_finished_run_is_re_read_before_its_outcome_is_recorded(
 def test_make_tool_rereads_by_default() -> None:
     with make_tool("http://127.0.0.1:1") as tool:
         assert tool.reread_receipts is True
+
+
+
+def _connect(engine: str, target: str) -> Any:
+    if engine == "sqlite":
+        import sqlite3
+
+        return sqlite3.connect(target)
+    import psycopg
+
+    return psycopg.connect(target)
+
+
+def _database(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh database with table ``t``: a SQLite file, or one on the started PostgreSQL."""
+    if engine == "sqlite":
+        target = str(tmp_path / "app.db")
+    else:
+        target = str(request.getfixturevalue("pg_server").create_database())
+    conn = _connect(engine, target)
+    conn.execute("CREATE TABLE t (v INTEGER)")
+    conn.commit()
+    conn.close()
+    return target
+
+
+def _rows(engine: str, target: str, sql: str) -> list[Any]:
+    conn = _connect(engine, target)
+    try:
+        rows = conn.execute(sql).fetchall()
+        conn.commit()
+        return [tuple(row) for row in rows]
+    finally:
+        conn.close()
+
+
+def _closing_workflow(engine: str, target: str) -> cp.Workflow[Any]:
+    """Acts through a connection the body opens and closes in ``finally``, as a workflow
+    is written: after its last act the body returns with the connection closed."""
+    from crashproof.tools.sql import Sql
+
+    @cp.workflow("closing", version="1")
+    def closing(ctx: cp.Context) -> list[int]:
+        conn = _connect(engine, target)
+        try:
+            a = ctx.act("a", Sql(conn), sql="INSERT INTO t (v) VALUES (1)")
+            b = ctx.act("b", Sql(conn), sql="INSERT INTO t (v) VALUES (2)")
+        finally:
+            conn.close()
+        return [a["rows_affected"], b["rows_affected"]]
+
+    return closing
+
+
+def _crash_at(tmp_path: Path, flow: cp.Workflow[Any], point: str) -> None:
+    crashing = _ledger(tmp_path, crash_points=cp.CrashPoints(match=point))
+    with pytest.raises(cp.SimulatedCrash):
+        crashing.run(flow, run_id=RUN)
+    crashing.close()
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("point", ["after_commit[step_done:b]", "before_commit[run_succeeded]"])
+def test_receipts_are_re_read_while_the_body_still_holds_its_tools(
+    tmp_path: Path, point: str, engine: str, request: pytest.FixtureRequest
+) -> None:
+    """Killed after the last act, the resume replays every act and the body returns with
+    its connection closed. The receipts are re-read when the journal's last act is
+    replayed, not after the body returned (before: PostgreSQL's lookup, which reads
+    through the caller's connection, met it closed and the run froze needs_review,
+    "could not be re-read"; tests/crash/test_sigkill_sql.py's random kills hit it)."""
+    target = _database(engine, tmp_path, request)
+    flow = _closing_workflow(engine, target)
+    _crash_at(tmp_path, flow, point)
+    with _ledger(tmp_path) as ledger:
+        assert ledger.run(flow, run_id=RUN) == [1, 1]
+        assert ledger.get_run(RUN).status is cp.RunStatus.SUCCEEDED
+    assert _rows(engine, target, "SELECT v FROM t ORDER BY v") == [(1,), (2,)]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+def test_a_receipt_gone_is_still_caught_when_the_last_act_replays(
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
+    """The earlier re-read still freezes on a receipt gone at the target, and the body's
+    return is not recorded as the run's success."""
+    target = _database(engine, tmp_path, request)
+    flow = _closing_workflow(engine, target)
+    _crash_at(tmp_path, flow, "after_commit[step_done:b]")
+    conn = _connect(engine, target)
+    conn.execute("DELETE FROM crashproof_receipts")
+    conn.commit()
+    conn.close()
+    with _ledger(tmp_path) as ledger:
+        with pytest.raises(cp.RunFrozen):
+            ledger.run(flow, run_id=RUN)
+        assert ledger.get_run(RUN).status is cp.RunStatus.NEEDS_REVIEW

@@ -157,13 +157,28 @@ class Context(DriveRecords):
         if recorded is not None:
             if self.world.pending:
                 self.world.seen(key, tool)
+            last = False
             if self.reread.pending:
                 self.reread.seen(key, tool)
+                last = self._cursor == self.reread.last_act
             result = self._replay(recorded, key, StepKind.ACT, digest)
-            if key in self._undelivered:  # committed, never delivered: deliver it now
-                return self._deliver(result, key, tool, params, digest)
+            if last or key in self._undelivered:
+                return self._replayed_last(result, key, tool, params, digest, last)
             return result
         return self._live_act(key, tool, params, digest)
+
+    def _replayed_last(
+        self, result: Any, key: str, tool: Tool, params: dict[str, Any], digest: str, last: bool
+    ) -> Work[Any]:
+        """``last``: the journal's last act just replayed, so the receipts are re-read now,
+        while the body still holds its tools (one that closes its connection in
+        ``finally`` may return before the run's outcome, the re-read's other moment).
+        An act committed but never delivered is delivered then."""
+        if last:  # before a freeze, the environment's check, as at a live call's gate
+            yield from self.reread.check(self, lambda: self.world.check(self))
+        if key in self._undelivered:  # committed, never delivered: deliver it now
+            return (yield from self._deliver(result, key, tool, params, digest))
+        return result
 
     def _deliver(
         self, result: Any, key: str, tool: Tool, params: dict[str, Any], digest: str

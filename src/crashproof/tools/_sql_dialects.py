@@ -13,6 +13,7 @@ import os
 import re
 import sqlite3
 import threading
+import weakref
 from typing import Any, Literal, NamedTuple, Protocol
 
 from crashproof.tools._sql_statements import split_sqlite
@@ -222,6 +223,21 @@ def _sqlite_file(conn: sqlite3.Connection) -> str:
     return ""
 
 
+# One lock per psycopg connection, shared by every tool on it: a resume re-reads several
+# receipts at once, and one tool's lookup must not take another's query on the same
+# connection for the caller's open transaction (``busy``: "not idle (ACTIVE)").
+_CONNECTION_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_CONNECTION_LOCKS_GUARD = threading.Lock()
+
+
+def _connection_lock(conn: Any) -> threading.Lock:
+    with _CONNECTION_LOCKS_GUARD:
+        try:
+            return _CONNECTION_LOCKS.setdefault(conn, threading.Lock())
+        except TypeError:  # not weakly referenceable: a lock of the tool's own
+            return threading.Lock()
+
+
 class _Postgres:
     name = "postgresql"
 
@@ -230,7 +246,7 @@ class _Postgres:
 
         self._psycopg = psycopg
         self.conn, self.table = conn, table
-        self.lock = threading.Lock()
+        self.lock = _connection_lock(conn)
         info = conn.info
         self.instance = f"postgresql:{info.host}:{info.port}/{info.dbname}"
 

@@ -155,8 +155,11 @@ class ResumeReread:
     re-read of their receipts before the drive's first live call (or its outcome)."""
 
     def __init__(self, replay: Replay) -> None:
-        # Only a drive that replays a completed act has anything to re-read.
-        self.pending = any((e.payload_json or "").startswith(ACT_TEXT) for e in replay.done)
+        # Only a drive that replays a completed act has anything to re-read; the index
+        # (in replay.done) of the last act's record: the re-read is due once it replays.
+        acts = [i for i, e in enumerate(replay.done) if (e.payload_json or "").startswith(ACT_TEXT)]
+        self.pending = bool(acts)
+        self.last_act = acts[-1] if acts else -1
         self._tools: dict[str, Tool] = {}
 
     def seen(self, key: str, tool: Tool) -> None:
@@ -164,9 +167,13 @@ class ResumeReread:
         call is act ``key``, maybe in flight, with ``tool``)."""
         self._tools[key] = tool
 
-    def check(self, session: RunSession) -> Work[None]:
+    def check(
+        self, session: RunSession, first: Callable[[], Work[None]] | None = None
+    ) -> Work[None]:
         """Look the receipts up again; freeze on any that is gone or changed (for
-        review), or that no lookup could answer (retryable: a later resume asks again)."""
+        review), or that no lookup could answer (retryable: a later resume asks again).
+        ``first``: run before such a freeze (the environment's check, whose freeze says
+        more: a repository replaced, not only its receipts gone)."""
         if not self.pending:
             return
         self.pending = False
@@ -174,6 +181,8 @@ class ResumeReread:
             return
         workers = session.act_settings.reread_workers
         checks = yield from reread_receipts(session.run_id, session.journal(), self._tools, workers)
+        if first is not None and any(c.status in ("drifted", "needs_review") for c in checks):
+            yield from first()
         drifted = [c for c in checks if c.status == "drifted"]
         if drifted:
             session.freeze(
