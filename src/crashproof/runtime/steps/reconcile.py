@@ -20,8 +20,9 @@ Two callers: ``crashproof reconcile`` (``Ledger.reconcile``, read-only, every ac
 run against the tools given: per act, the tool of its name whose instance,
 ``Tool.observed_instance``, is the one the act observed; by name alone for a tool that
 names none or an act that recorded none), and every resume (:func:`reread_receipts`):
-before its first live call, the completed acts whose tools replay handed over are looked
-up again, a few at a time, and a drifted one freezes the run (``runtime/context.py``).
+once the journal's last act replayed (the body still holds its tools), else before its
+first live call or its outcome, the completed acts whose tools replay handed over are
+looked up again, a few at a time, and a drifted one freezes the run (``runtime/context.py``).
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ ACT_TEXT = '{"kind":"act",'  # how every act's step_done text begins (act_record
 
 class ResumeReread:
     """One per Context: the tools replay hands to completed acts, and the one-time
-    re-read of their receipts before the drive's first live call (or its outcome)."""
+    re-read of their receipts once the last of them replayed (else before the drive's
+    first live call, or its outcome)."""
 
     def __init__(self, replay: Replay) -> None:
         # Only a drive that replays a completed act has anything to re-read; the index
