@@ -133,7 +133,6 @@ def test_make_tool_rereads_by_default() -> None:
         assert tool.reread_receipts is True
 
 
-
 def _connect(engine: str, target: str) -> Any:
     if engine == "sqlite":
         import sqlite3
