@@ -332,3 +332,51 @@ def test_a_snapshot_waits_for_the_git_a_killed_runner_left_in_the_store(
     finally:
         if runner.poll() is None:
             runner.kill()
+
+
+def test_observing_reaps_a_command_whose_runner_was_killed(ws: Path, tmp_path: Path) -> None:
+    """A runner SIGKILLed while its command runs leaves the command writing into the
+    workspace (its own session: the kill does not reach it). A resume observes the
+    workspace before it recovers that act, so the observation reaps the orphan first
+    (make chaos: an observation that met a file renamed away under its walk froze the
+    run, and a codemod went on writing after its run had finished). A command whose
+    runner lives is left alone."""
+    beat = tmp_path / "beat"
+    script = f"while true; do date +%s%N > {beat}; sleep 0.02; done"
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import dataclasses, sys; from pathlib import Path; import crashproof as cp; "
+            "from crashproof.tools.port import Call; "
+            "shell = cp.Shell(cp.Workspace(Path(sys.argv[1]))); "
+            "call = Call(run_id='r', step='s', operation_id='r/s', intent_digest='d', "
+            "params={'argv': ['sh', '-c', sys.argv[2]], 'effect': 'external'}); "
+            "shell.execute(dataclasses.replace(call, prepared=shell.prepare(call)))",
+            str(ws),
+            script,
+        ],
+    )
+    try:
+        for _ in range(500):
+            if beat.exists():
+                break
+            if runner.poll() is not None:
+                pytest.fail("the runner ended before its command started")
+            subprocess.run(["sleep", "0.01"], check=True)
+        else:
+            pytest.fail("the command never started")
+        shell = cp.Shell(cp.Workspace(ws))
+        (marker,) = (shell.store / "runs").glob("*.running.json")
+        shell.observe()
+        assert marker.exists(), "a live runner's command was reaped"
+        runner.kill()  # the runner dies; its command, an orphan now, goes on
+        runner.wait()
+        shell.observe()
+        assert not marker.exists()
+        last = beat.read_text()
+        subprocess.run(["sleep", "0.2"], check=True)
+        assert beat.read_text() == last, "the orphan still runs"
+    finally:
+        if runner.poll() is None:
+            runner.kill()

@@ -160,7 +160,8 @@ class Context(DriveRecords):
             last = False
             if self.reread.pending:
                 self.reread.seen(key, tool)
-                last = self._cursor == self.reread.last_act
+                # (An act in flight is next, live: its gate re-reads, seeing its tool.)
+                last = self._cursor == self.reread.last_act and not self._open_acts
             result = self._replay(recorded, key, StepKind.ACT, digest)
             if last or key in self._undelivered:
                 return self._replayed_last(result, key, tool, params, digest, last)

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Finished", "NotStarted", "Output", "reap", "run_command"]
+__all__ = ["Finished", "NotStarted", "Output", "reap", "reap_orphans", "run_command"]
 
 _POLL = 0.05
 
@@ -134,7 +134,16 @@ def run_command(
     live.add(pgid)
     try:
         try:
-            _write_marker(marker, {"pid": proc.pid, "pgid": pgid, "start": _start_ticks(proc.pid)})
+            _write_marker(
+                marker,
+                {
+                    "pid": proc.pid,
+                    "pgid": pgid,
+                    "start": _start_ticks(proc.pid),
+                    # Whose command (pid, start): reaped as an orphan once it died.
+                    "runner": [os.getpid(), _start_ticks(os.getpid())],
+                },
+            )
         except OSError as exc:  # no go-ahead yet: the gate's shell dies with its group
             raise NotStarted(f"the command's running marker: {exc}") from exc
         if proc.stdin is not None:  # the go-ahead: the command may run now
@@ -208,6 +217,28 @@ def _write_marker(marker: Path, data: dict[str, object]) -> None:
     temp = marker.with_name(marker.name + ".tmp")
     temp.write_text(json.dumps(data))
     os.replace(temp, marker)
+
+
+def reap_orphans(spool: Path) -> int:
+    """Reap every command in ``spool`` whose runner died (its marker names the runner:
+    pid and start time): such a command is an orphan that its run's resume would kill
+    anyway, and until then it writes into the workspace a resume observes first. A live
+    runner's command, or a marker naming no runner, is left alone. How many were reaped."""
+    try:
+        markers = list(spool.glob("*.running.json"))
+    except OSError:
+        return 0
+    reaped = 0
+    for marker in markers:
+        try:
+            runner = json.loads(marker.read_text()).get("runner")
+            pid, start = int(runner[0]), runner[1]
+        except (OSError, ValueError, TypeError, IndexError, KeyError, AttributeError):
+            continue
+        if start is None or _start_ticks(pid) == start:
+            continue  # its runner is alive (or cannot be told): its command, no orphan
+        reaped += reap(spool, marker.name.removesuffix(".running.json"))
+    return reaped
 
 
 def reap(spool: Path, tag: str) -> bool:

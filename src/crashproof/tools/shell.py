@@ -75,7 +75,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from crashproof.errors import OutcomeUnknown, PermanentError, Unavailable
-from crashproof.tools._process import Finished, Live, NotStarted, Output, reap, run_command
+from crashproof.tools._process import (
+    Finished,
+    Live,
+    NotStarted,
+    Output,
+    reap,
+    reap_orphans,
+    run_command,
+)
 from crashproof.tools._snapshot import (
     SnapshotStore,
     check_relative,
@@ -278,7 +286,12 @@ class Shell(Tool):
 
     def observe(self) -> Observation:
         """The workspace's own observation (same instance, same fingerprint), so that
-        the state a command leaves is what the next workspace act finds recorded."""
+        the state a command leaves is what the next workspace act finds recorded. A
+        command whose runner died is reaped first: a resume observes the workspace
+        before it recovers the command's act, and the orphan would still be writing
+        into it (make chaos: "could not observe the environment", a file renamed away
+        under the walk; and a codemod still running after its run had finished)."""
+        reap_orphans(self.store / "runs")
         return self.workspace.observe()
 
     def observed_instance(self) -> str:
