@@ -121,18 +121,23 @@ def test_a_decision_refused_in_a_batch_writes_no_text(store: PostgresStore) -> N
     assert sorted(verified(store, "b")) == [1]
 
 
-def test_a_decision_chained_to_a_stale_end_writes_its_text_only_where_it_lands(
-    store: PostgresStore, pg_url: str
-) -> None:
-    # Another store appends to b (seq 1): this store's b decision, at seq 2, chains to an
-    # end it never saw. The batch refuses it (no text kept from there), then the checked
-    # path appends it after the real end, with its text.
+def theirs_at_1(store: PostgresStore, pg_url: str) -> None:
+    """Another store (another process) appends run b's decision at seq 1, "theirs"."""
     other = PostgresStore(pg_url, sealer=store.sealer)
     try:
         other.load_events("b")
         other.append([decision(1, "b", "theirs")])
     finally:
         other.close()
+
+
+def test_a_decision_chained_to_a_stale_end_writes_its_text_only_where_it_lands(
+    store: PostgresStore, pg_url: str
+) -> None:
+    # Another store appends to b (seq 1): this store's b decision, at seq 2, chains to an
+    # end it never saw. The batch refuses it (no text kept from there), then the checked
+    # path appends it after the real end, with its text.
+    theirs_at_1(store, pg_url)
     store._remember("b", 2, "not-the-mac")
     results = store.append_batch(
         [
@@ -148,12 +153,7 @@ def test_a_decision_chained_to_a_stale_end_writes_its_text_only_where_it_lands(
 def test_a_seq_another_store_took_keeps_no_text_of_the_refused_decision(
     store: PostgresStore, pg_url: str
 ) -> None:
-    other = PostgresStore(pg_url, sealer=store.sealer)
-    try:
-        other.load_events("b")
-        other.append([decision(1, "b", "theirs")])
-    finally:
-        other.close()
+    theirs_at_1(store, pg_url)
     # This store still believes b's journal ends at 1: its statement meets a taken seq,
     # which undoes the whole transaction (the texts with it); each group then goes
     # through the checked path.
