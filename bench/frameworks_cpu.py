@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from _common import LostLeases, bench_dir, load_average
-from frameworks import Passthrough, crashproof, plain
+from frameworks import Models, Passthrough, crashproof, plain
 
 Batch = Callable[[int, int], tuple[float, int]]
 
@@ -51,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--only", default="passthrough,normal", help="passthrough, normal, ...")
     parser.add_argument("--profile", default=None, help="cProfile the last contestant to FILE")
+    parser.add_argument(
+        "--model",
+        choices=("function", "openai"),
+        default="function",
+        help="as bench/frameworks.py's (openai: the server's CPU is its child's, not counted)",
+    )
     args = parser.parse_args(argv)
 
     lost = LostLeases()
@@ -58,14 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     closers: list[Callable[[], Any]] = []
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     with bench_dir(None, keep=False, prefix="crashproof-frameworks-cpu-") as directory:
+        models = Models(args.model, args.turns, args.model_ms)
+        closers.append(models.close)
         try:
-            batches: dict[str, Batch] = {"plain": plain(args.turns, args.model_ms, directory)[1]}
+            batches: dict[str, Batch] = {"plain": plain(args.turns, args.model_ms, models)[1]}
             for name in only:
                 if name == "passthrough":
-                    batches[name] = plain(args.turns, args.model_ms, directory, [Passthrough()])[1]
+                    batches[name] = plain(args.turns, args.model_ms, models, [Passthrough()])[1]
                 else:
                     batches[name] = crashproof(
-                        args.turns, args.model_ms, directory, name, "step", closers
+                        args.turns, args.model_ms, directory, name, "step", models, closers
                     )[1]
             n = args.concurrency
             for batch in batches.values():
@@ -83,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
                 row = "  ".join(f"{name} {values[-1]:6.2f}" for name, values in cpu.items())
                 print(f"round {i + 1}: load {load}; ms CPU/run: {row}", flush=True)
             base = min(cpu["plain"])
-            print(f"\n{n} runs at once, {args.turns} turns, {args.model_ms:g} ms model; ms CPU/run")
+            print(
+                f"\n{n} runs at once, {args.turns} turns, {args.model_ms:g} ms {args.model} "
+                "model; ms CPU/run"
+            )
             heads = ("min", "median", "+min", "ratio", "user", "kernel")
             print(f"{'':12} " + " ".join(f"{h:>7}" for h in heads))
             for name, values in cpu.items():
