@@ -9,8 +9,9 @@ never recorded as the call's failure: it says nothing about the run.
   through it (a process asleep for an hour holds a lease and a thread, and a deploy or
   a crash in that hour wastes the wait anyway); ``resume`` after the hint tries again.
 - When the attempts run out (a call without a retry policy has one), the run stops:
-  a ``run_stopped`` record, reason ``unavailable:<key>: <message>``, the last attempt
-  as evidence, ``cp.RunStopped`` raised into the workflow and again from
+  a ``run_stopped`` record, reason ``unavailable:<key>: <message>`` (on one line; a
+  long message keeps its start and its end around " … ", ``shown``), the last attempt
+  as evidence (the whole message), ``cp.RunStopped`` raised into the workflow and again from
   ``run``/``resume`` even if the workflow catches it. Nothing of the call is recorded
   as its result. A resume attempts it again with a fresh count (journal/fold.py), every
   recorded step, decision and act before it replayed.
@@ -44,9 +45,31 @@ from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.port import RunSession
 from crashproof.store.queue import RETRYABLE_PREFIX
 
-__all__ = ["ended_unavailable", "journal_stop", "stop_lookup", "stop_unavailable", "wait_for"]
+__all__ = [
+    "ended_unavailable",
+    "journal_stop",
+    "shown",
+    "stop_lookup",
+    "stop_unavailable",
+    "wait_for",
+]
 
-_SHOWN = 200  # characters of the service's message kept in the stop reason
+# A service's message in a stop reason keeps its start (what failed) and its end (why):
+# a tool's error often comes last, after a long path (cp.Shell's and cp.GitTool's, at
+# most 300 characters, follow their store's or repository's path). Bounded, so a huge
+# message cannot flood a terminal; the whole of it is in the stop's evidence.
+_HEAD = 200
+_TAIL = 360
+_MARK = " … "
+
+
+def shown(message: str) -> str:
+    """``message`` on one line (its whitespace collapsed), as a stop reason shows it: at
+    most ``_HEAD + len(_MARK) + _TAIL`` characters, a longer one cut in the middle."""
+    flat = " ".join(message.split())
+    if len(flat) <= _HEAD + len(_MARK) + _TAIL:
+        return flat
+    return flat[:_HEAD].rstrip() + _MARK + flat[-_TAIL:].lstrip()
 
 
 def wait_for(delay: float, exc: Unavailable, cap: float) -> float | None:
@@ -79,7 +102,7 @@ def stop_unavailable(
     """Stop the run at call ``key`` (journaled) and raise ``RunStopped`` into the
     workflow. ``waits``: the service's hint is longer than the policy lets it wait;
     ``operation_id``: the act's whose ``attempt`` was unavailable after its intent."""
-    message = " ".join(str(exc).split())[:_SHOWN] or type(exc).__name__
+    message = shown(str(exc)) or type(exc).__name__
     reason = f"{RETRYABLE_PREFIX}{key}: {message}"
     hint = _hint(exc)
     why = (
@@ -143,10 +166,10 @@ def stop_lookup(
     """Stop the run at act ``key``, whose tool's lookups all failed (``failures``, their
     error records): journaled with the act's ``evidence``; ``RunStopped`` raised."""
     last = failures[-1].get("message") if failures else None
-    shown = " ".join(str(last or "").split())[:_SHOWN]
+    said = shown(str(last or ""))
     reason = (
         f"{RETRYABLE_PREFIX}{key}: lookup unavailable ({tool} failed {len(failures)} lookups"
-        + (f": {shown})" if shown else ")")
+        + (f": {said})" if said else ")")
     )
     run_id = session.run_id
     stopped = RunStopped(
