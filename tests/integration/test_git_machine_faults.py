@@ -250,3 +250,43 @@ def test_a_remote_whose_disk_is_full_stops_the_push_resumable(
         resume_and_match_twin(s, tmp_path)
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("key", ["commit", "branch"])
+def test_a_git_that_stalls_in_executes_reads_stops_the_run_resumable(
+    tmp_path: Path, key: str
+) -> None:
+    """The intent journaled, the real git stalls (a wrapper that sleeps while a flag file
+    exists) in the reads ``execute`` makes before the branch moves: the trailer search
+    and HEAD (commit), the branch's current sha (branch). TimeoutExpired there is the
+    machine's, before anything was done: stopped resumable at once, no unknown outcome
+    recorded (before: an unknown outcome, looked up four times under the same stall and
+    stopped 'lookup unavailable'). With the flag gone, the resume commits, branches and
+    pushes once, as a twin run that never faulted."""
+    s = setup_in(tmp_path / "faulty")
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    flag, shim = tmp_path / "stall", tmp_path / "git"
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" rev-parse "*|*" symbolic-ref "*|*" log "*)'
+        f" [ -e {flag} ] && exec sleep 30;; esac\n"
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    shim.chmod(0o755)
+    points = cp.CrashPoints(match=f"after_commit[act_intent:{key}]", action=lambda _: flag.touch())
+    args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 1.0}
+    try:
+        with pytest.raises(cp.RunStopped) as stopped:
+            ledger(s, crash_points=points).run(flow, run_id=RUN_ID, **args)
+        assert flag.exists(), f"the intent of {key} was never journaled"
+        assert stopped.value.reason.startswith(f"unavailable:{key}: {UNAVAILABLE}")
+        assert "TimeoutExpired" in stop_message(s)
+        led = ledger(s)
+        assert led.get_run(RUN_ID).status is cp.RunStatus.STOPPED
+        kinds = [e.type.value for e in led.journal(RUN_ID) if e.key == key]
+        assert "act_unknown" not in kinds  # nothing was done: no outcome to look up
+        assert "step_done" not in kinds
+        assert s.count() == (1 if key == "commit" else 2)
+        flag.unlink()
+        resume_and_match_twin(s, tmp_path)
+    finally:
+        s.close()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +232,23 @@ def machine_out(exc: BaseException) -> Unavailable:
         "git could not use the repository's files, nothing was committed or pushed in this "
         f"attempt; free or repair the disk, then resume ({_short(exc)})"
     )
+
+
+@contextmanager
+def reading_before_effect() -> Iterator[None]:
+    """``execute``'s reads before the branch moves (the trailer search, HEAD, a ref's
+    sha): nothing was done yet, so the machine failing under them (git's words for it,
+    an OSError starting git, git stalled past its timeout) is ``cp.Unavailable``, never
+    an unknown outcome for a lookup that would meet the same fault. Any other failure
+    propagates as it is (the runtime looks the act up)."""
+    try:
+        yield
+    except GitCommandError as exc:
+        if machine_failed(exc.stderr):
+            raise machine_out(exc) from exc
+        raise
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise machine_out(exc) from exc
 
 
 def ref_failure(exc: GitCommandError) -> Exception:

@@ -41,7 +41,8 @@ the owner file or git itself ("No space left on device", "unable to write loose 
 file", "unable to create temporary file: Not a directory", "insufficient permission for
 adding an object", a ref's lock that cannot be written: ``_MACHINE`` in
 ``tools/_git_cli.py``), or git stalled past ``timeout``. Before the branch or the
-remote moves (all of ``prepare``; in ``execute`` the staging and ``commit-tree``; a
+remote moves (all of ``prepare``; in ``execute`` the reads first, the trailer search,
+HEAD and the branch's sha, then the staging and ``commit-tree``; a
 remote that could not store the pack, "[remote rejected] (unpacker error)" with its
 disk's error) it is ``cp.Unavailable``: nothing recorded as the act's result, the run
 stops resumable (``unavailable:<key>: git could not use the repository's files ...``)
