@@ -12,7 +12,7 @@ import pytest
 
 import crashproof as cp
 
-from .disks import fill
+from .disks import ext4_on_loop_at, fail_block_writes, fill
 
 SHELL_FINGERPRINT = r"""
 find . -type f ! -path './.git/*' ! -name '*.crashproof-*.tmp' | sed 's|^\./||' \
@@ -388,3 +388,52 @@ def test_a_lookup_whose_path_no_longer_names_a_file(tmp_path: Path) -> None:
     kinds = [e.type.value for e in led.journal("r") if e.key == "deep"]
     assert kinds.count("act_intent") == 2  # looked up: absent, executed again
     led.close()
+
+
+def test_a_directory_that_cannot_be_synced_after_the_rename_is_looked_up(tmp_path: Path) -> None:
+    """The workspace on a real ext4 disk whose directory block cannot be written any more
+    once the act's temporary copy is durable (its page of the loop device's image a hole
+    on a full tmpfs): the rename lands in the kernel's cache, and fsync of the directory
+    fails with EIO. The outcome is unknown (cp.OutcomeUnknown, recorded), and the lookup
+    settles it in the same drive: the file holds the intent's result, so the receipt is
+    the act's, written once, as a twin run on a sound disk wrote it."""
+
+    def make(root: Path) -> cp.Workflow[Any]:
+        root.mkdir()
+        (root / "notes.txt").write_text("base\n")
+        workspace = cp.Workspace(root)
+
+        @cp.workflow("dir-sync", version="1")
+        def flow(ctx: cp.Context) -> Any:
+            first = ctx.act("notes", workspace, op="append", path="notes.txt", text="more\n")
+            return [first, ctx.act("out", workspace, op="write", path="out.txt", content="x\n")]
+
+        return flow
+
+    with ext4_on_loop_at(tmp_path / "ext4", tmp_path / "backing") as disk:
+        root = disk / "ws"
+        flow = make(root)
+        filled: list[Path] = []
+
+        def break_disk(_: str) -> None:  # the temporary copy durable, the file untouched
+            filled.append(fail_block_writes(root, tmp_path / "backing"))
+
+        points = cp.CrashPoints(match="inside[act:out:written]", action=break_disk)
+        led = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", crash_points=points)
+        result = led.run(flow, run_id="r")
+        assert filled, "the act's temporary copy was never written"
+        assert led.get_run("r").status is cp.RunStatus.SUCCEEDED
+        unknown = [e for e in led.journal("r") if e.key == "out" and e.type.value == "act_unknown"]
+        assert len(unknown) == 1  # the sync's failure: unknown, then looked up
+        error = unknown[0].payload["error"]
+        assert error["type"] == "crashproof.errors.OutcomeUnknown"
+        assert "'out.txt' changed but its directory could not be synced" in error["message"]
+        assert "Input/output error" in error["message"]
+        assert sorted(p.name for p in root.iterdir()) == ["notes.txt", "out.txt"]
+        assert (root / "out.txt").read_text() == "x\n"
+        fingerprint = cp.Workspace(root).fingerprint()
+        led.close()
+    twin = cp.Ledger(f"sqlite:///{tmp_path / 'twin.db'}")
+    assert twin.run(make(tmp_path / "twin"), run_id="r") == result
+    assert cp.Workspace(tmp_path / "twin").fingerprint() == fingerprint
+    twin.close()
