@@ -290,3 +290,38 @@ def test_a_git_that_stalls_in_executes_reads_stops_the_run_resumable(
         resume_and_match_twin(s, tmp_path)
     finally:
         s.close()
+
+
+def test_a_git_that_stalls_under_the_lookup_stops_the_run_resumable(tmp_path: Path) -> None:
+    """A crash leaves the commit in flight (its files staged); on resume the real git
+    stalls in ``git log`` (the trailer search), past the tool's timeout, under every
+    lookup. The run stops resumable, nothing executed, its reason one line saying what
+    failed (before: the raw command line of subprocess.TimeoutExpired). With the flag
+    gone, the resume looks it up, commits once, and ends as a twin run."""
+    s = setup_in(tmp_path / "faulty")
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    flag, shim = tmp_path / "stall", tmp_path / "git"
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" log "*) [ -e {flag} ] && exec sleep 30;; esac\n'
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    shim.chmod(0o755)
+    args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 1.0}
+    points = cp.CrashPoints(match="inside[act:commit:staged]")
+    try:
+        with pytest.raises(cp.SimulatedCrash):
+            ledger(s, crash_points=points).run(flow, run_id=RUN_ID, **args)
+        flag.touch()
+        with pytest.raises(cp.RunStopped) as stopped:
+            ledger(s).resume(RUN_ID)
+        assert stopped.value.reason.startswith(
+            "unavailable:commit: lookup unavailable (git failed 4 lookups: git could not look "
+            "the act up, the machine failed under it; free or repair the disk, then resume "
+            "(TimeoutExpired: "
+        )
+        assert ledger(s).get_run(RUN_ID).status is cp.RunStatus.STOPPED
+        assert s.count() == 1
+        flag.unlink()
+        resume_and_match_twin(s, tmp_path)
+    finally:
+        s.close()

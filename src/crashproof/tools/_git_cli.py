@@ -251,6 +251,35 @@ def reading_before_effect() -> Iterator[None]:
         raise machine_out(exc) from exc
 
 
+@contextmanager
+def looking_up() -> Iterator[None]:
+    """``lookup``'s reads: the machine failing under them (git's words for it, an OSError
+    starting git, git stalled past its timeout) is ``cp.Unavailable`` saying so in one
+    line, where the runtime's lookup stop showed the raw command line; nothing is decided
+    (the runtime retries the lookup, then stops the run resumable). Any other failure
+    propagates as it is, and so does a push's ``ls-remote``: its failure or stall is the
+    remote's or the network's ("Permission denied (publickey)"), not this machine's."""
+    try:
+        yield
+    except GitCommandError as exc:
+        if machine_failed(exc.stderr) and "ls-remote" not in exc.command:
+            raise _lookup_out(exc) from exc
+        raise
+    except subprocess.TimeoutExpired as exc:
+        if "ls-remote" in exc.cmd:
+            raise
+        raise _lookup_out(exc) from exc
+    except OSError as exc:  # git could not be started
+        raise _lookup_out(exc) from exc
+
+
+def _lookup_out(exc: BaseException) -> Unavailable:
+    return Unavailable(
+        "git could not look the act up, the machine failed under it; free or repair the "
+        f"disk, then resume ({_short(exc)})"
+    )
+
+
 def ref_failure(exc: GitCommandError) -> Exception:
     """Classify a failed compare-and-swap ``update-ref``."""
     if _LOCKED in exc.stderr:
