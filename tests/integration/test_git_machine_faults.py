@@ -325,3 +325,44 @@ def test_a_git_that_stalls_under_the_lookup_stops_the_run_resumable(tmp_path: Pa
         resume_and_match_twin(s, tmp_path)
     finally:
         s.close()
+
+
+def test_a_git_that_stalls_under_the_receipt_reread_stops_the_run_resumable(
+    tmp_path: Path,
+) -> None:
+    """A crash once the commit's receipt is journaled; on resume the real git stalls in
+    ``git log`` under the re-read of that receipt (cp.Unavailable from the lookup). The
+    run stops resumable, a stop a worker claims again on its own (before: frozen
+    needs_review, which waits for a person). With the flag gone, the resume re-reads the
+    receipt and ends as a twin run that never faulted."""
+    from crashproof.store.queue import retryable_stop
+
+    s = setup_in(tmp_path / "faulty")
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    flag, shim = tmp_path / "stall", tmp_path / "git"
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" log "*) [ -e {flag} ] && exec sleep 30;; esac\n'
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    shim.chmod(0o755)
+    args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 1.0}
+    points = cp.CrashPoints(match="after_commit[step_done:commit]")
+    try:
+        with pytest.raises(cp.SimulatedCrash):
+            ledger(s, crash_points=points).run(flow, run_id=RUN_ID, **args)
+        flag.touch()
+        with pytest.raises(cp.RunStopped) as stopped:
+            ledger(s).resume(RUN_ID)
+        reason = stopped.value.reason
+        assert reason.startswith(
+            "unavailable:commit: the receipts of 1 completed act(s) could not be re-read "
+            "(git could not look the act up, the machine failed under it; "
+        )
+        info = ledger(s).get_run(RUN_ID)
+        assert info.status is cp.RunStatus.STOPPED
+        assert retryable_stop(info.status.value, info.reason)  # a worker resumes it
+        assert s.count() == 2
+        flag.unlink()
+        resume_and_match_twin(s, tmp_path)
+    finally:
+        s.close()

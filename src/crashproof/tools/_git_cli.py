@@ -299,9 +299,19 @@ def _short(exc: BaseException) -> str:
     """One line for a message: git's own words first (its paths can be long)."""
     if isinstance(exc, GitCommandError):
         text = f"git {exc.command[0]} exited {exc.returncode}: {exc.stderr or exc.stdout}"
+    elif isinstance(exc, subprocess.TimeoutExpired):  # its message is the command line
+        text = f"TimeoutExpired: git {_subcommand(exc.cmd)} ran past its {exc.timeout:g} s timeout"
     else:
         text = f"{type(exc).__name__}: {exc}"
     return " ".join(text.split())[:300]
+
+
+def _subcommand(cmd: Any) -> str:
+    """The git command of ``[git, -c, option, ..., command, args...]``."""
+    args = [str(arg) for arg in cmd[1:]] if isinstance(cmd, list | tuple) else []
+    while len(args) >= 2 and args[0] == "-c":
+        args = args[2:]
+    return args[0] if args else "?"
 
 
 def _busy(exc: GitCommandError) -> ResourceBusy:
