@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from shutil import which
 
 import pytest
 
@@ -44,6 +45,9 @@ def ext4_on_loop_at(mount: Path, backing: Path) -> Iterator[Path]:
     device whose sparse 64 MiB image lives on a 16 MiB tmpfs mounted at ``backing``. A
     block whose image page is a hole cannot be written once that tmpfs is full: the loop
     device fails the write and the kernel reports EIO (``fail_block_writes``)."""
+    missing = [t for t in ("mkfs.ext4", "losetup", "filefrag", "fallocate") if not which(t)]
+    if missing:
+        pytest.skip(f"no {', '.join(missing)} here")
     with small_disk_at(backing, "16m"):
         image = backing / "ext4.img"
         image.write_bytes(b"")
