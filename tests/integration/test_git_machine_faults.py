@@ -250,3 +250,119 @@ def test_a_remote_whose_disk_is_full_stops_the_push_resumable(
         resume_and_match_twin(s, tmp_path)
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("key", ["commit", "branch"])
+def test_a_git_that_stalls_in_executes_reads_stops_the_run_resumable(
+    tmp_path: Path, key: str
+) -> None:
+    """The intent journaled, the real git stalls (a wrapper that sleeps while a flag file
+    exists) in the reads ``execute`` makes before the branch moves: the trailer search
+    and HEAD (commit), the branch's current sha (branch). TimeoutExpired there is the
+    machine's, before anything was done: stopped resumable at once, no unknown outcome
+    recorded (before: an unknown outcome, looked up four times under the same stall and
+    stopped 'lookup unavailable'). With the flag gone, the resume commits, branches and
+    pushes once, as a twin run that never faulted."""
+    s = setup_in(tmp_path / "faulty")
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    flag, shim = tmp_path / "stall", tmp_path / "git"
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" rev-parse "*|*" symbolic-ref "*|*" log "*)'
+        f" [ -e {flag} ] && exec sleep 30;; esac\n"
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    shim.chmod(0o755)
+    points = cp.CrashPoints(match=f"after_commit[act_intent:{key}]", action=lambda _: flag.touch())
+    args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 1.0}
+    try:
+        with pytest.raises(cp.RunStopped) as stopped:
+            ledger(s, crash_points=points).run(flow, run_id=RUN_ID, **args)
+        assert flag.exists(), f"the intent of {key} was never journaled"
+        assert stopped.value.reason.startswith(f"unavailable:{key}: {UNAVAILABLE}")
+        assert "TimeoutExpired" in stop_message(s)
+        led = ledger(s)
+        assert led.get_run(RUN_ID).status is cp.RunStatus.STOPPED
+        kinds = [e.type.value for e in led.journal(RUN_ID) if e.key == key]
+        assert "act_unknown" not in kinds  # nothing was done: no outcome to look up
+        assert "step_done" not in kinds
+        assert s.count() == (1 if key == "commit" else 2)
+        flag.unlink()
+        resume_and_match_twin(s, tmp_path)
+    finally:
+        s.close()
+
+
+def test_a_git_that_stalls_under_the_lookup_stops_the_run_resumable(tmp_path: Path) -> None:
+    """A crash leaves the commit in flight (its files staged); on resume the real git
+    stalls in ``git log`` (the trailer search), past the tool's timeout, under every
+    lookup. The run stops resumable, nothing executed, its reason one line saying what
+    failed (before: the raw command line of subprocess.TimeoutExpired). With the flag
+    gone, the resume looks it up, commits once, and ends as a twin run."""
+    s = setup_in(tmp_path / "faulty")
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    flag, shim = tmp_path / "stall", tmp_path / "git"
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" log "*) [ -e {flag} ] && exec sleep 30;; esac\n'
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    shim.chmod(0o755)
+    args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 1.0}
+    points = cp.CrashPoints(match="inside[act:commit:staged]")
+    try:
+        with pytest.raises(cp.SimulatedCrash):
+            ledger(s, crash_points=points).run(flow, run_id=RUN_ID, **args)
+        flag.touch()
+        with pytest.raises(cp.RunStopped) as stopped:
+            ledger(s).resume(RUN_ID)
+        assert stopped.value.reason.startswith(
+            "unavailable:commit: lookup unavailable (git failed 4 lookups: git could not look "
+            "the act up, the machine failed under it; free or repair the disk, then resume "
+            "(TimeoutExpired: "
+        )
+        assert ledger(s).get_run(RUN_ID).status is cp.RunStatus.STOPPED
+        assert s.count() == 1
+        flag.unlink()
+        resume_and_match_twin(s, tmp_path)
+    finally:
+        s.close()
+
+
+def test_a_git_that_stalls_under_the_receipt_reread_stops_the_run_resumable(
+    tmp_path: Path,
+) -> None:
+    """A crash once the commit's receipt is journaled; on resume the real git stalls in
+    ``git log`` under the re-read of that receipt (cp.Unavailable from the lookup). The
+    run stops resumable, a stop a worker claims again on its own (before: frozen
+    needs_review, which waits for a person). With the flag gone, the resume re-reads the
+    receipt and ends as a twin run that never faulted."""
+    from crashproof.store.queue import retryable_stop
+
+    s = setup_in(tmp_path / "faulty")
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    flag, shim = tmp_path / "stall", tmp_path / "git"
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" log "*) [ -e {flag} ] && exec sleep 30;; esac\n'
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    shim.chmod(0o755)
+    args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 1.0}
+    points = cp.CrashPoints(match="after_commit[step_done:commit]")
+    try:
+        with pytest.raises(cp.SimulatedCrash):
+            ledger(s, crash_points=points).run(flow, run_id=RUN_ID, **args)
+        flag.touch()
+        with pytest.raises(cp.RunStopped) as stopped:
+            ledger(s).resume(RUN_ID)
+        reason = stopped.value.reason
+        assert reason.startswith(
+            "unavailable:commit: the receipts of 1 completed act(s) could not be re-read "
+            "(git could not look the act up, the machine failed under it; "
+        )
+        info = ledger(s).get_run(RUN_ID)
+        assert info.status is cp.RunStatus.STOPPED
+        assert retryable_stop(info.status.value, info.reason)  # a worker resumes it
+        assert s.count() == 2
+        flag.unlink()
+        resume_and_match_twin(s, tmp_path)
+    finally:
+        s.close()

@@ -12,7 +12,7 @@ import pytest
 
 import crashproof as cp
 
-from .disks import fill
+from .disks import ext4_on_loop_at, fail_block_writes, fill
 
 SHELL_FINGERPRINT = r"""
 find . -type f ! -path './.git/*' ! -name '*.crashproof-*.tmp' | sed 's|^\./||' \
@@ -275,3 +275,165 @@ def test_a_disk_that_fails_under_a_write_stops_the_run_resumable(
     assert clean.run(twin_flow, run_id="r") == result
     assert cp.Workspace(tmp_path / "twin").fingerprint() == cp.Workspace(root).fingerprint()
     clean.close()
+
+
+@pytest.mark.parametrize("point", ["written", "renamed"])
+def test_a_lookup_on_a_read_only_disk(small_disk: Path, tmp_path: Path, point: str) -> None:
+    """A crash leaves act 'out' in flight (its temporary copy written, or renamed into
+    place) and the workspace's tmpfs is remounted read-only before the resume. Renamed,
+    the lookup has nothing to remove and answers on the read-only disk (before: unlink of
+    the absent copy met EROFS, and so did the completed act's re-read). Written, the
+    leftover copy cannot be removed: cp.Unavailable saying what to repair, a resumable
+    stop with nothing recorded (before: a raw OSError); with the disk writable again the
+    resume ends as a twin run that never faulted."""
+
+    def make(root: Path) -> cp.Workflow[Any]:
+        root.mkdir()
+        (root / "notes.txt").write_text("base\n")
+        workspace = cp.Workspace(root)
+
+        @cp.workflow("lookup-ro", version="1")
+        def flow(ctx: cp.Context) -> Any:
+            first = ctx.act("notes", workspace, op="append", path="notes.txt", text="more\n")
+            return [first, ctx.act("out", workspace, op="write", path="out.txt", content="x\n")]
+
+        return flow
+
+    root = small_disk / "ws"
+    flow = make(root)
+    points = cp.CrashPoints(match=f"inside[act:out:{point}]")
+    with pytest.raises(cp.SimulatedCrash):
+        cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", crash_points=points).run(flow, run_id="r")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    led = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}")  # a restarted process
+    led.register(flow)
+    try:
+        if point == "written":
+            with pytest.raises(cp.RunStopped) as stopped:
+                led.resume("r")
+            reason = stopped.value.reason
+            assert reason.startswith("unavailable:out: lookup unavailable (workspace failed")
+            said = (
+                "cp.Workspace could not remove the leftover temporary copy of 'out.txt' "
+                "(OSError: Read-only file system) to look the act up; repair the disk under "
+            )
+            assert said in reason
+            stop = [e for e in led.journal("r") if e.type.value == "run_stopped"][-1]
+            errors = stop.payload["evidence"]["lookup_errors"]
+            assert errors[-1]["type"] == "crashproof.errors.Unavailable"
+            assert errors[-1]["message"] == f"{said}{root}, then resume"
+            assert led.get_run("r").status is cp.RunStatus.STOPPED
+            assert not (root / "out.txt").exists()
+            kinds = [e.type.value for e in led.journal("r") if e.key == "out"]
+            assert "step_done" not in kinds
+            subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+        result = led.resume("r")
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    assert led.get_run("r").status is cp.RunStatus.SUCCEEDED
+    assert sorted(p.name for p in root.iterdir()) == ["notes.txt", "out.txt"]
+    assert (root / "notes.txt").read_text() == "base\nmore\n"
+    led.close()
+    twin = cp.Ledger(f"sqlite:///{tmp_path / 'twin.db'}")
+    assert twin.run(make(tmp_path / "twin"), run_id="r") == result
+    assert cp.Workspace(tmp_path / "twin").fingerprint() == cp.Workspace(root).fingerprint()
+    twin.close()
+
+
+def test_a_lookup_whose_path_no_longer_names_a_file(tmp_path: Path) -> None:
+    """After a crash left two acts' intents in flight, a directory took the place of
+    'a.txt' and a file the place of folder 'd' (left out of the observations, else the
+    environment's check freezes first): kernel EISDIR and ENOTDIR in the lookup.
+    A directory is neither the intent's base nor its result: drift, frozen for review.
+    A path through a file holds no file: absent, the base of the write, so it is executed
+    again and fails as a live one does, the act's recorded failure. Before, both were a
+    raw OSError, looked up four times and stopped 'lookup unavailable' (resumed for ever
+    by a worker, never answered)."""
+    ws = cp.Workspace(tmp_path / "ws", observe_ignore=["d"])
+    ws.root.mkdir()
+    (ws.root / "d").mkdir()
+
+    @cp.workflow("paths-gone", version="1")
+    def flow(ctx: cp.Context) -> Any:
+        try:
+            ctx.act("deep", ws, op="write", path="d/f.txt", content="x\n")
+        except cp.ActFailed as exc:
+            failed = str(exc)
+        return [failed, ctx.act("a", ws, op="write", path="a.txt", content="a\n")]
+
+    def crashed(at: str) -> cp.Ledger:
+        points = cp.CrashPoints(match=f"after_commit[act_intent:{at}]")
+        led = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", crash_points=points)
+        led.register(flow)
+        return led
+
+    with pytest.raises(cp.SimulatedCrash):
+        crashed("deep").run(flow, run_id="r")
+    (ws.root / "d").rmdir()
+    (ws.root / "d").write_text("a file now\n")
+    with pytest.raises(cp.SimulatedCrash):
+        crashed("a").resume("r")
+    (ws.root / "a.txt").mkdir()
+    led = ledger(tmp_path)
+    led.register(flow)
+    with pytest.raises(cp.RunFrozen) as frozen:
+        led.resume("r")
+    assert "a.txt names a directory, not a file, neither the base absent nor the" in str(
+        frozen.value
+    )
+    info = led.get_run("r")
+    assert info.status is cp.RunStatus.NEEDS_REVIEW
+    steps = {s.key: s for s in info.steps}
+    assert steps["deep"].status is cp.StepStatus.FAILED
+    kinds = [e.type.value for e in led.journal("r") if e.key == "deep"]
+    assert kinds.count("act_intent") == 2  # looked up: absent, executed again
+    led.close()
+
+
+def test_a_directory_that_cannot_be_synced_after_the_rename_is_looked_up(tmp_path: Path) -> None:
+    """The workspace on a real ext4 disk whose directory block cannot be written any more
+    once the act's temporary copy is durable (its page of the loop device's image a hole
+    on a full tmpfs): the rename lands in the kernel's cache, and fsync of the directory
+    fails with EIO. The outcome is unknown (cp.OutcomeUnknown, recorded), and the lookup
+    settles it in the same drive: the file holds the intent's result, so the receipt is
+    the act's, written once, as a twin run on a sound disk wrote it."""
+
+    def make(root: Path) -> cp.Workflow[Any]:
+        root.mkdir()
+        (root / "notes.txt").write_text("base\n")
+        workspace = cp.Workspace(root)
+
+        @cp.workflow("dir-sync", version="1")
+        def flow(ctx: cp.Context) -> Any:
+            first = ctx.act("notes", workspace, op="append", path="notes.txt", text="more\n")
+            return [first, ctx.act("out", workspace, op="write", path="out.txt", content="x\n")]
+
+        return flow
+
+    with ext4_on_loop_at(tmp_path / "ext4", tmp_path / "backing") as disk:
+        root = disk / "ws"
+        flow = make(root)
+        filled: list[Path] = []
+
+        def break_disk(_: str) -> None:  # the temporary copy durable, the file untouched
+            filled.append(fail_block_writes(root, tmp_path / "backing"))
+
+        points = cp.CrashPoints(match="inside[act:out:written]", action=break_disk)
+        led = cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", crash_points=points)
+        result = led.run(flow, run_id="r")
+        assert filled, "the act's temporary copy was never written"
+        assert led.get_run("r").status is cp.RunStatus.SUCCEEDED
+        unknown = [e for e in led.journal("r") if e.key == "out" and e.type.value == "act_unknown"]
+        assert len(unknown) == 1  # the sync's failure: unknown, then looked up
+        error = unknown[0].payload["error"]
+        assert error["type"] == "crashproof.errors.OutcomeUnknown"
+        assert "'out.txt' changed but its directory could not be synced" in error["message"]
+        assert "Input/output error" in error["message"]
+        assert sorted(p.name for p in root.iterdir()) == ["notes.txt", "out.txt"]
+        assert (root / "out.txt").read_text() == "x\n"
+        fingerprint = cp.Workspace(root).fingerprint()
+        led.close()
+    twin = cp.Ledger(f"sqlite:///{tmp_path / 'twin.db'}")
+    assert twin.run(make(tmp_path / "twin"), run_id="r") == result
+    assert cp.Workspace(tmp_path / "twin").fingerprint() == fingerprint
+    twin.close()

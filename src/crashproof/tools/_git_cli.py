@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +234,52 @@ def machine_out(exc: BaseException) -> Unavailable:
     )
 
 
+@contextmanager
+def reading_before_effect() -> Iterator[None]:
+    """``execute``'s reads before the branch moves (the trailer search, HEAD, a ref's
+    sha): nothing was done yet, so the machine failing under them (git's words for it,
+    an OSError starting git, git stalled past its timeout) is ``cp.Unavailable``, never
+    an unknown outcome for a lookup that would meet the same fault. Any other failure
+    propagates as it is (the runtime looks the act up)."""
+    try:
+        yield
+    except GitCommandError as exc:
+        if machine_failed(exc.stderr):
+            raise machine_out(exc) from exc
+        raise
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise machine_out(exc) from exc
+
+
+@contextmanager
+def looking_up() -> Iterator[None]:
+    """``lookup``'s reads: the machine failing under them (git's words for it, an OSError
+    starting git, git stalled past its timeout) is ``cp.Unavailable`` saying so in one
+    line, where the runtime's lookup stop showed the raw command line; nothing is decided
+    (the runtime retries the lookup, then stops the run resumable). Any other failure
+    propagates as it is, and so does a push's ``ls-remote``: its failure or stall is the
+    remote's or the network's ("Permission denied (publickey)"), not this machine's."""
+    try:
+        yield
+    except GitCommandError as exc:
+        if machine_failed(exc.stderr) and "ls-remote" not in exc.command:
+            raise _lookup_out(exc) from exc
+        raise
+    except subprocess.TimeoutExpired as exc:
+        if "ls-remote" in exc.cmd:
+            raise
+        raise _lookup_out(exc) from exc
+    except OSError as exc:  # git could not be started
+        raise _lookup_out(exc) from exc
+
+
+def _lookup_out(exc: BaseException) -> Unavailable:
+    return Unavailable(
+        "git could not look the act up, the machine failed under it; free or repair the "
+        f"disk, then resume ({_short(exc)})"
+    )
+
+
 def ref_failure(exc: GitCommandError) -> Exception:
     """Classify a failed compare-and-swap ``update-ref``."""
     if _LOCKED in exc.stderr:
@@ -253,9 +299,19 @@ def _short(exc: BaseException) -> str:
     """One line for a message: git's own words first (its paths can be long)."""
     if isinstance(exc, GitCommandError):
         text = f"git {exc.command[0]} exited {exc.returncode}: {exc.stderr or exc.stdout}"
+    elif isinstance(exc, subprocess.TimeoutExpired):  # its message is the command line
+        text = f"TimeoutExpired: git {_subcommand(exc.cmd)} ran past its {exc.timeout:g} s timeout"
     else:
         text = f"{type(exc).__name__}: {exc}"
     return " ".join(text.split())[:300]
+
+
+def _subcommand(cmd: Any) -> str:
+    """The git command of ``[git, -c, option, ..., command, args...]``."""
+    args = [str(arg) for arg in cmd[1:]] if isinstance(cmd, list | tuple) else []
+    while len(args) >= 2 and args[0] == "-c":
+        args = args[2:]
+    return args[0] if args else "?"
 
 
 def _busy(exc: GitCommandError) -> ResourceBusy:

@@ -18,6 +18,7 @@ from crashproof.tools._git_cli import (
     machine_out,
     not_done,
     push_failure,
+    reading_before_effect,
     ref_failure,
 )
 from crashproof.tools.port import Call, Receipt
@@ -82,14 +83,15 @@ class GitOps(GitCli):
         }
 
     def _execute_commit(self, call: Call, prepared: dict[str, Any]) -> Receipt:
-        found = self._find_commit(call, prepared)
-        if found is not None:  # done before (or taken by another intent: a conflict)
-            return found
         ref, base, tree = prepared["ref"], prepared["base"], prepared["tree"]
-        head = self._head_ref()
-        if head != ref:
-            raise DriftError(f"HEAD is now {head or 'detached'}; the intent commits on {ref}")
-        tip = self._resolve(ref)
+        with reading_before_effect():
+            found = self._find_commit(call, prepared)
+            if found is not None:  # done before (or taken by another intent: a conflict)
+                return found
+            head = self._head_ref()
+            if head != ref:
+                raise DriftError(f"HEAD is now {head or 'detached'}; the intent commits on {ref}")
+            tip = self._resolve(ref)
         if tip != base:
             raise DriftError(
                 f"{ref} is at {tip or 'nothing'}, not at {base or 'nothing'} where the intent "
@@ -260,7 +262,8 @@ class GitOps(GitCli):
         return {"op": "branch", "ref": f"refs/heads/{name}", "name": name, "start": sha}
 
     def _execute_branch(self, call: Call, prepared: dict[str, Any]) -> Receipt:
-        found = self._lookup_branch(call, prepared)
+        with reading_before_effect():
+            found = self._lookup_branch(call, prepared)
         if found is not None:
             return found
         ref, start = prepared["ref"], prepared["start"]

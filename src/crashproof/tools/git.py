@@ -41,14 +41,18 @@ the owner file or git itself ("No space left on device", "unable to write loose 
 file", "unable to create temporary file: Not a directory", "insufficient permission for
 adding an object", a ref's lock that cannot be written: ``_MACHINE`` in
 ``tools/_git_cli.py``), or git stalled past ``timeout``. Before the branch or the
-remote moves (all of ``prepare``; in ``execute`` the staging and ``commit-tree``; a
+remote moves (all of ``prepare``; in ``execute`` the reads first, the trailer search,
+HEAD and the branch's sha, then the staging and ``commit-tree``; a
 remote that could not store the pack, "[remote rejected] (unpacker error)" with its
 disk's error) it is ``cp.Unavailable``: nothing recorded as the act's result, the run
 stops resumable (``unavailable:<key>: git could not use the repository's files ...``)
 and a resume, with the disk freed or repaired, commits once. Where the ref update itself
 failed so it may have landed, the outcome is unknown (``cp.OutcomeUnknown``) and
-``lookup`` settles it. A bad argument (a path matching nothing, an invalid name, a
-revision that names no commit) stays a ``cp.PermanentError``.
+``lookup`` settles it. The machine failing under a lookup is ``cp.Unavailable`` too
+("git could not look the act up, the machine failed under it ..."): nothing decided,
+the run stops resumable and a resume looks again (a push's ``ls-remote`` is the
+remote's: its failure stays as it is). A bad argument (a path matching nothing, an
+invalid name, a revision that names no commit) stays a ``cp.PermanentError``.
 
 Isolation: every command runs with ``GIT_CONFIG_GLOBAL=/dev/null`` and
 ``GIT_CONFIG_NOSYSTEM=1`` (``isolated=False`` keeps the user's and system's configuration,
@@ -69,7 +73,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from crashproof.errors import PermanentError
-from crashproof.tools._git_cli import GitCommandError, machine_out, not_done
+from crashproof.tools._git_cli import GitCommandError, looking_up, machine_out, not_done
 from crashproof.tools._git_ops import INTENT_TRAILER, OPERATION_TRAILER, GitOps
 from crashproof.tools.port import Call, Observation, Receipt, Tool
 
@@ -139,7 +143,8 @@ class GitTool(GitOps, Tool):
         return self._dispatch(call, self._execute_commit, self._execute_branch, self._execute_push)
 
     def lookup(self, call: Call) -> Receipt | None:
-        return self._dispatch(call, self._lookup_commit, self._lookup_branch, self._lookup_push)
+        with looking_up():
+            return self._dispatch(call, self._lookup_commit, self._lookup_branch, self._lookup_push)
 
     def observe(self) -> Observation:
         """Instance: the repository's path and its root commit (another repository at the

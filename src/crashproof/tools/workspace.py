@@ -14,7 +14,10 @@ workflow gets ``cp.ActFailed``). The machine failing under a read or a write (a 
 read-only disk, an I/O error) is not the act's result: before the file is replaced it is
 ``cp.Unavailable`` (nothing changed; retried, then the run stops resumable: free or
 repair the disk, then resume), and once the rename is done but its directory could not
-be synced, ``cp.OutcomeUnknown``, settled by ``lookup``.
+be synced, ``cp.OutcomeUnknown``, settled by ``lookup``. The machine failing under a
+lookup is ``cp.Unavailable`` too (nothing decided; the run stops resumable), and a
+lookup writes nothing unless a crash left a temporary copy: on a read-only disk it
+still answers.
 
 Artifact fingerprint (``Workspace.fingerprint``): SHA-256 over one line per file,
 ``relpath NUL sha256-hex-of-content NUL x|- LF``, sorted by POSIX relative path, for
@@ -162,10 +165,33 @@ class Workspace(Tool):
         return self._receipt(call, prepared)
 
     def lookup(self, call: Call) -> Receipt | None:
+        """The file compared with the intent's result and base, a crash's leftover
+        temporary copy removed first. A path that no longer names a file (a directory
+        there now, a symlink loop) is drift; one through a file, an absent file. The
+        machine failing under the lookup (a read-only disk, an I/O error) is
+        ``cp.Unavailable``: nothing is decided, a later resume looks again."""
         prepared = _prepared(call)
-        target = self.root / prepared["path"]
-        _temp_path(target, call.operation_id).unlink(missing_ok=True)  # a crash's leftover
-        current = _digest(_read(target))
+        rel = str(prepared["path"])
+        target = self.root / rel
+        temp = _temp_path(target, call.operation_id)
+        try:
+            # Only when there: unlink meets EROFS on a read-only disk even for no file.
+            if os.path.lexists(temp):
+                temp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise self._lookup_fault(rel, exc, "remove the leftover temporary copy of") from None
+        try:
+            current = _digest(_read(target))
+        except OSError as exc:
+            if exc.errno == errno.ENOTDIR:  # a file where a folder was: no file here
+                current = ABSENT
+            elif exc.errno in _PATH_ERRNOS:
+                raise DriftError(
+                    f"{rel} {_PATH_ERRNOS[exc.errno].split(':', 1)[0]}, neither the base "
+                    f"{prepared['base']} nor the result {prepared['result']} of this intent"
+                ) from None
+            else:
+                raise self._lookup_fault(rel, exc, "read") from None
         if current == prepared["result"]:
             return self._receipt(call, prepared)
         if current == prepared["base"]:
@@ -391,6 +417,13 @@ class Workspace(Tool):
             f"cp.Workspace could not {doing} {rel!r} ({type(exc).__name__}: "
             f"{exc.strerror or exc}), nothing was changed in this attempt; free or repair "
             f"the disk under {self.root}, then resume"
+        )
+
+    def _lookup_fault(self, rel: str, exc: OSError, doing: str) -> Unavailable:
+        return Unavailable(
+            f"cp.Workspace could not {doing} {rel!r} ({type(exc).__name__}: "
+            f"{exc.strerror or exc}) to look the act up; repair the disk under "
+            f"{self.root}, then resume"  # the root last: a stop's reason is cut short
         )
 
     def _receipt(self, call: Call, prepared: dict[str, Any]) -> Receipt:

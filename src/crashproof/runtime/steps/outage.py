@@ -23,6 +23,9 @@ never recorded as the call's failure: it says nothing about the run.
 - A lookup that keeps failing (the target of an act in doubt is down) stops the run the
   same way (``stop_lookup``): reason ``unavailable:<key>: lookup unavailable ...``; the
   resume looks again. Not a question for a person: nothing is in doubt but the wait.
+  So does a resume's re-read of completed receipts whose lookups all raised
+  ``cp.Unavailable`` (``stop_reread``): the tools said they are out, not that anything
+  changed.
 
 The ``unavailable:`` prefix is what makes the stop retryable (``store.queue.
 retryable_stop``): a worker claims such a run again on its own, with backoff.
@@ -50,6 +53,7 @@ __all__ = [
     "journal_stop",
     "shown",
     "stop_lookup",
+    "stop_reread",
     "stop_unavailable",
     "wait_for",
 ]
@@ -183,6 +187,31 @@ def stop_lookup(
     )
     stop = {"reason": reason, "next_step": key, "next_kind": "act", "lookup_errors": failures}
     journal_stop(session, key, stopped, {**evidence, **stop})
+    raise stopped
+
+
+def stop_reread(session: RunSession, key: str, checks: list[dict[str, Any]]) -> NoReturn:
+    """Stop the run at completed act ``key``, the first of the ``checks`` (their JSON)
+    whose receipt could not be re-read because its tool's lookup raised
+    ``cp.Unavailable``; ``RunStopped`` raised. Nothing was executed."""
+    said = shown(
+        " ".join(str(checks[0].get("detail") or "").split()).removeprefix("lookup failed: ")
+    )
+    reason = (
+        f"{RETRYABLE_PREFIX}{key}: the receipts of {len(checks)} completed act(s) could "
+        f"not be re-read ({said})"
+    )
+    run_id = session.run_id
+    stopped = RunStopped(
+        run_id,
+        reason,
+        detail=(
+            "their tools are out, nothing was executed; a worker resumes it with backoff, "
+            f"or Ledger.resume({run_id!r}) / crashproof resume {shlex.quote(run_id)} "
+            "--app MODULE reads them again"
+        ),
+    )
+    journal_stop(session, key, stopped, {"reason": reason, "receipts": checks})
     raise stopped
 
 

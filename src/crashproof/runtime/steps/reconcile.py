@@ -22,7 +22,9 @@ run against the tools given: per act, the tool of its name whose instance,
 names none or an act that recorded none), and every resume (:func:`reread_receipts`):
 once the journal's last act replayed (the body still holds its tools), else before its
 first live call or its outcome, the completed acts whose tools replay handed over are
-looked up again, a few at a time, and a drifted one freezes the run (``runtime/context.py``).
+looked up again, a few at a time, and a drifted one freezes the run (``runtime/context.py``);
+when every one that could not be re-read failed with ``cp.Unavailable`` (its tool out),
+the run stops resumable instead, for a worker to resume (``outage.stop_reread``).
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from crashproof.errors import CrashproofError, DriftError, OutcomeUnknown
+from crashproof.errors import CrashproofError, DriftError, OutcomeUnknown, Unavailable
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, error_record
 from crashproof.journal.fold import Replay, index_journal
 from crashproof.journal.records import Event, EventType, StepStatus
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.handoff import Invoke, InvokeAll, Outcome, Work, run_sync
+from crashproof.runtime.steps.outage import stop_reread
 from crashproof.tools.port import Call, Receipt, Tool
 
 __all__ = ["ACT_TEXT", "ActCheck", "ResumeReread", "reconcile_events", "reread_receipts"]
@@ -57,6 +60,8 @@ class ActCheck:
     detail: str
     receipt: dict[str, Any] | None = None  # what the tool's lookup answered, if anything
     checked_at: float | None = None  # when the lookup answered (None: judged by the journal)
+    # The lookup raised cp.Unavailable: the tool's target or machine is out, nothing told.
+    unavailable: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -173,7 +178,8 @@ class ResumeReread:
         self, session: RunSession, first: Callable[[], Work[None]] | None = None
     ) -> Work[None]:
         """Look the receipts up again; freeze on any that is gone or changed (for
-        review), or that no lookup could answer (retryable: a later resume asks again).
+        review), or that no lookup could answer (retryable: a later resume asks again),
+        or stop resumable when all those lookups raised ``cp.Unavailable``.
         ``first``: run before such a freeze (the environment's check, whose freeze says
         more: a repository replaced, not only its receipts gone)."""
         if not self.pending:
@@ -196,6 +202,8 @@ class ResumeReread:
                 error=DriftError,
             )
         unknown = [c for c in checks if c.status == "needs_review"]
+        if unknown and all(c.unavailable for c in unknown):  # a wait, not a question
+            stop_reread(session, unknown[0].step, [c.to_json() for c in unknown])
         if unknown:
             session.freeze(
                 f"the receipts of {len(unknown)} completed act(s) could not be re-read, "
@@ -343,9 +351,11 @@ def _checked(
     for (event, call, tool, _), verdict in zip(acts, verdicts, strict=True):
         receipt: dict[str, Any] | None = None
         looked_up = verdict is None and call is not None
+        out = False
         if looked_up and call is not None:
             outcome = next(found)
             verdict = _judged(outcome, event, call, tool)
+            out = isinstance(outcome.error, Unavailable)
             if isinstance(outcome.value, Receipt):
                 receipt = _receipt_json(outcome.value)
         status, detail = verdict or ("needs_review", "not checked")
@@ -359,6 +369,7 @@ def _checked(
                 detail=detail,
                 receipt=receipt,
                 checked_at=answered_at if looked_up else None,
+                unavailable=out,
             )
         )
     return checks
