@@ -91,6 +91,36 @@ def test_the_runs_end_releases_all_its_holds(backend: Backend, ending: EventType
     assert holds(store) == [("B", "z", "c" * 64, "")]
 
 
+def stop(run_id: str, seq: int, key: str = "create", *, none_done: bool = True) -> Event:
+    """The stop of a run whose act ``key`` was out (runtime/steps/outage.py)."""
+    out = {"kind": "act", "attempt": 2, "operation_id": f"{run_id}/{key}"}
+    if none_done:
+        out["none_done"] = True
+    evidence = {"reason": f"unavailable:{key}: out", "next_step": key, "unavailable": out}
+    payload = {"status": "stopped", "reason": f"unavailable:{key}: out", "evidence": evidence}
+    return Event(run_id, seq, EventType.RUN_STOPPED, key, payload, 1000.0 + seq)
+
+
+def test_a_stop_of_an_act_none_of_whose_attempts_was_done_releases_it(backend: Backend) -> None:
+    store = backend.store
+    start(store, "A")
+    start(store, "B")
+    store.append([intent("A", 1, instance="ws:/a"), intent("A", 2, "other", digest="b" * 64)])
+    store.append([stop("A", 3, none_done=False)])  # the last attempt only: still held
+    assert [h.key for h in store.unresolved_intents("A")] == ["create", "other"]
+    store.append([stop("A", 4)], status=(RunStatus.STOPPED, "unavailable:create: out"))
+    assert [h.key for h in store.unresolved_intents("A")] == ["other"]  # that act only
+    store.append([intent("B", 1, instance="ws:/a")])  # another run may act on it now
+    with pytest.raises(IntentHeld):  # and the resume's new hold waits for B's
+        store.append([intent("A", 5, instance="ws:/a", attempt=3)])
+    store.append([done("B", 2)])
+    store.append([intent("A", 5, instance="ws:/a", attempt=3)])
+    assert [(h.key, h.since) for h in store.unresolved_intents("A")] == [
+        ("other", 1002.0),
+        ("create", 1005.0),  # held anew
+    ]
+
+
 def test_another_runs_same_intent_is_refused_and_nothing_of_it_kept(backend: Backend) -> None:
     store = backend.store
     start(store, "A")

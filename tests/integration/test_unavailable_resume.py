@@ -163,17 +163,29 @@ def test_a_crash_at_every_point_sends_only_what_the_journal_shows_not_done(
     assert (got, (work / "published.txt").read_text()) == twin(tmp_path)
 
 
+@pytest.mark.parametrize("earlier", ["none done", "one in doubt"])
 @pytest.mark.parametrize("window", [timedelta(days=1), timedelta(seconds=1)])
 def test_a_target_that_may_have_forgotten_the_key_is_not_resent(
-    tmp_path: Path, window: timedelta
+    tmp_path: Path, window: timedelta, earlier: str
 ) -> None:
-    """A target that remembers keys for ``idempotency_window``: inside it the attempt the
-    stop says was not done is sent again; past it (1 s, counted with the 5 s margin for
-    clock skew) an earlier attempt's key may be forgotten, and the act goes the way of
-    any act in flight: here, no lookup, a freeze naming the window."""
+    """A target that dedupes keys for ``idempotency_window``: inside it the attempt the
+    stop says was not done is sent again. Past it (1 s, counted with the 5 s margin for
+    clock skew) an earlier attempt's key may be forgotten: when an earlier attempt was in
+    doubt (it timed out and was sent again under its key), the act goes the way of any
+    act in flight: here, no lookup, a freeze naming the window. When the tool said of
+    every attempt that it was not done, no key holds anything to forget: sent again."""
 
     class Remembering(Publish):
         idempotency_window: ClassVar[timedelta | None] = window
+        idempotent_execute: ClassVar[bool] = True
+        matches_intent: ClassVar[bool] = True
+        timeouts = 1 if earlier == "one in doubt" else 0
+
+        def execute(self, call: cp.Call) -> cp.Receipt:
+            if self.timeouts:  # nothing written, but the caller cannot know
+                self.timeouts -= 1
+                raise TimeoutError("read timed out")
+            return super().execute(call)
 
     publish = Remembering(tmp_path)
     (tmp_path / "lock").touch()
@@ -181,7 +193,7 @@ def test_a_target_that_may_have_forgotten_the_key_is_not_resent(
         with pytest.raises(cp.RunStopped):
             led.run(flow(tmp_path, tool=publish), run_id="r")
         (tmp_path / "lock").unlink()
-        if window > timedelta(seconds=10):
+        if window > timedelta(seconds=10) or earlier == "none done":
             assert led.resume("r") == {"published": "hello"}
             assert (tmp_path / "published.txt").read_text() == "hello\n"
             return

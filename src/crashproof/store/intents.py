@@ -10,7 +10,12 @@ journal append, one row per act of a run whose intent is journaled and unresolve
   the run already holds that step (a retry, a reconciliation, a replan's new epoch: the
   run's own act, never refused);
 - an act's ``step_done`` (succeeded or failed) releases it; so does the run's end
-  (``run_succeeded``, ``run_failed``). A move to another ledger (``run_moved``) does
+  (``run_succeeded``, ``run_failed``), and the run's stop at the act after the tool
+  said of each of its attempts that it was not done (``cp.Unavailable``: evidence
+  ``unavailable.none_done``, runtime/steps/outage.py): nothing of it can have happened,
+  so it holds nothing until its resume journals the next attempt, a new hold, checked
+  like any other (a run that acted on the intent meanwhile, still unresolved, makes
+  that resume wait in its turn). A move to another ledger (``run_moved``) does
   not: the act may still be unresolved where the run went, and this ledger cannot see
   there (the importing ledger indexes it again from the records it installs).
 
@@ -40,8 +45,9 @@ __all__ = ["Change", "IntentHold", "change_of", "held", "others", "raw_change", 
 
 _INTENT = EventType.ACT_INTENT.value
 _DONE = EventType.STEP_DONE.value
+_STOPPED = EventType.RUN_STOPPED.value
 _ENDS = frozenset((EventType.RUN_SUCCEEDED.value, EventType.RUN_FAILED.value))
-_INDEXED = frozenset((_INTENT, _DONE, *_ENDS))
+_INDEXED = frozenset((_INTENT, _DONE, _STOPPED, *_ENDS))
 _ACT_TEXT = '{"kind":"act",'  # how an act's step_done text begins (act_records.py)
 
 
@@ -87,6 +93,8 @@ def touches(event: Event) -> bool:
     type_ = event.type._value_
     if type_ not in _INDEXED:
         return False
+    if type_ == _STOPPED:  # rare: a stop releases only when its act is not done
+        return event.key is not None and _none_done(event.payload)
     if type_ != _DONE:
         return True
     text = event.payload_json
@@ -105,6 +113,8 @@ def raw_change(type_: str, key: str | None, payload: str, created_at: float) -> 
     records installed as they are (a checkpoint import)."""
     if type_ not in _INDEXED or (type_ == _DONE and not payload.startswith(_ACT_TEXT)):
         return None
+    if type_ == _STOPPED and '"none_done"' not in payload:  # the usual stop: skip the decode
+        return None
     data = decode(payload)
     return _change(type_, key, data if isinstance(data, dict) else {}, created_at)
 
@@ -116,6 +126,8 @@ def _change(type_: str, key: str | None, payload: Mapping[str, Any], at: float) 
         return None
     if type_ == _DONE:
         return Change("release", key)
+    if type_ == _STOPPED:
+        return Change("release", key) if _none_done(payload) else None
     observed = payload.get("observed")
     before = observed.get("before") if isinstance(observed, dict) else None
     instance = before.get("instance") if isinstance(before, dict) else None
@@ -134,6 +146,18 @@ def _change(type_: str, key: str | None, payload: Mapping[str, Any], at: float) 
         instance if isinstance(instance, str) else "",
         at,
         tuple(str(r) for r in overrides) if isinstance(overrides, list) else (),
+    )
+
+
+def _none_done(payload: Mapping[str, Any]) -> bool:
+    """Whether a ``run_stopped`` payload says its act was not done in any attempt."""
+    evidence = payload.get("evidence")
+    seen = evidence.get("unavailable") if isinstance(evidence, dict) else None
+    return (
+        isinstance(seen, dict)
+        and seen.get("kind") == "act"
+        and seen.get("none_done") is True
+        and isinstance(seen.get("operation_id"), str)
     )
 
 

@@ -13,7 +13,8 @@ the key: ``needs_review``, steps/windows.py); cannot tell → ``needs_review``. 
 that cannot look up is settled by its recorded ``cp.OnUnknown`` (steps/unknown.py):
 ``review`` freezes, ``at_least_once`` sends again under the same operation id,
 ``at_most_once`` records the act as not done; never a silent guess. Not in flight: an
-act whose last attempt the runtime's stop says ended ``cp.Unavailable`` (outage.py).
+act whose last attempt the runtime's stop says ended ``cp.Unavailable`` (outage.py);
+if no attempt was done, the stop released its hold, which the next attempt takes again.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from crashproof.runtime.steps.handoff import Invoke, Pause, Work
 from crashproof.runtime.steps.holds import first_intent
 from crashproof.runtime.steps.outage import (
     ended_unavailable,
+    none_done,
     stop_lookup,
     stop_unavailable,
     wait_for,
@@ -176,17 +178,21 @@ def perform_act(
         stop_unavailable(session, key, _ACT, exc, call.attempt, time.time())
     if prepared is not None:
         call = _with(call, prepared=prepared)
+    return (yield from _first(session, tool, call, meaning, 0))
+
+
+def _first(session: RunSession, tool: Tool, call: Call, how: OnUnknown, base: int) -> Work[Any]:
+    """Journal ``call``'s intent as a first one, observed and refused while another run
+    holds it unresolved (steps/holds.py), and execute; ``base``: earlier attempts, none
+    done."""
     observed = yield from observe_before(tool, call)
-    # Refused while another run holds this intent unresolved (steps/holds.py).
     yield from first_intent(
         session,
         call,
         lambda: _evidence(call, tool),  # observes again: only for a freeze
-        lambda overrides: _journal_intent(
-            session, tool, call, meaning, observed, overrides, first=True
-        ),
+        lambda overrides: _journal_intent(session, tool, call, how, observed, overrides, True),
     )
-    return (yield from _execute(session, tool, call, meaning))
+    return (yield from _execute(session, tool, call, how, base=base, none_before=True))
 
 
 def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Event]) -> Work[Any]:
@@ -213,12 +219,15 @@ def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Even
     # busy, gets a fresh count on resume); attempt numbers go on from the journal's.
     since = first_intent_at(intents, call.operation_id)
     meaning = recorded_declaration(last)  # the journal's, not the code's (steps/unknown.py)
-    # Not in doubt: the next attempt, as in the drive. Past a target's window an earlier
-    # attempt's key may be forgotten: looked up, as any act in flight.
-    if ended_unavailable(open_events, call.operation_id, call.attempt) and (
-        forgotten_key(tool.idempotency_window, since, session) is None
-    ):
-        return (yield from _execute_again(session, tool, call, meaning, 0, call.attempt))
+    # Not in doubt: the next attempt, as in the drive; none done, no key to forget: held
+    # again first (a run that acted on the intent since, unresolved, makes it wait, never
+    # race). Else past a target's window an earlier attempt's key may be forgotten.
+    if ended_unavailable(open_events, call.operation_id, call.attempt):
+        if none_done(open_events):
+            again = _with(call, attempt=call.attempt + 1)
+            return (yield from _first(session, tool, again, meaning, base=call.attempt))
+        if forgotten_key(tool.idempotency_window, since, session) is None:
+            return (yield from _execute_again(session, tool, call, meaning, 0, call.attempt))
     return (yield from _reconcile(session, tool, call, meaning, base=call.attempt, since=since))
 
 
@@ -229,11 +238,14 @@ def _execute(
     meaning: OnUnknown,
     rounds: int = 0,
     base: int = 0,
+    *,
+    none_before: bool = False,
 ) -> Work[Any]:
     """Execute, then journal the receipt, or classify the failure. ``meaning``: what an
     unknown outcome of this operation means (recorded with its first intent);
     ``rounds``: unknown outcomes met so far for this act in this process; ``base``: the
-    attempts made before this drive (not counted against its retries)."""
+    attempts made before this drive (not counted against its retries); ``none_before``:
+    the tool said no earlier attempt of the act was done (so may a stop: outage.py)."""
     settings = session.act_settings
     while True:
         # Never sent past its approval's expiry (steps/expiry.py): the first try, a retry.
@@ -267,6 +279,7 @@ def _execute(
                         started,
                         waits=waits,
                         operation_id=call.operation_id,
+                        none_done=none_before,  # each retry here followed a RetryableError
                     )
                 failed = ActFailed(f"act {call.step!r} failed after {call.attempt} attempts: {exc}")
                 _journal_failed(session, call, failed, exc, started, failure="retryable")
@@ -446,7 +459,6 @@ def _journal_intent(
     meaning: OnUnknown,
     observed: dict[str, Any] | None = None,
     overrides: list[str] | None = None,
-    *,
     first: bool = False,
 ) -> None:
     payload = intent_payload(tool, call, time.time(), observed)

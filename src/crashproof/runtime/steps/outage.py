@@ -20,6 +20,10 @@ never recorded as the call's failure: it says nothing about the run.
   records (``ended_unavailable``), tells a resume the attempt was not done: it goes on
   as the drive would have, a new intent and ``execute``, no lookup (acts.py). Without it
   (a crash between the raise and the record) the act is in doubt and looked up first.
+  When the tool said so of every attempt of the act (none in doubt before it: the
+  drive's own retries after ``cp.RetryableError``), the stop says ``none_done``: the
+  act then holds its intent against other runs no more (store/intents.py releases it,
+  steps/holds.py), and its resume holds it again before it sends (acts.py).
 - A lookup that keeps failing (the target of an act in doubt is down) stops the run the
   same way (``stop_lookup``): reason ``unavailable:<key>: lookup unavailable ...``; the
   resume looks again. Not a question for a person: nothing is in doubt but the wait.
@@ -51,6 +55,7 @@ from crashproof.store.queue import RETRYABLE_PREFIX
 __all__ = [
     "ended_unavailable",
     "journal_stop",
+    "none_done",
     "shown",
     "stop_lookup",
     "stop_reread",
@@ -102,10 +107,12 @@ def stop_unavailable(
     *,
     waits: bool = False,
     operation_id: str | None = None,
+    none_done: bool = False,
 ) -> NoReturn:
     """Stop the run at call ``key`` (journaled) and raise ``RunStopped`` into the
     workflow. ``waits``: the service's hint is longer than the policy lets it wait;
-    ``operation_id``: the act's whose ``attempt`` was unavailable after its intent."""
+    ``operation_id``: the act's whose ``attempt`` was unavailable after its intent;
+    ``none_done``: the tool said of each attempt of that act that it was not done."""
     message = shown(str(exc)) or type(exc).__name__
     reason = f"{RETRYABLE_PREFIX}{key}: {message}"
     hint = _hint(exc)
@@ -139,6 +146,8 @@ def stop_unavailable(
     }
     if operation_id is not None:
         evidence["unavailable"]["operation_id"] = operation_id
+        if none_done:  # releases the act's hold on its intent (store/intents.py)
+            evidence["unavailable"]["none_done"] = True
     journal_stop(session, key, stopped, evidence)
     raise stopped from exc
 
@@ -158,6 +167,17 @@ def ended_unavailable(open_events: list[Event], operation_id: str, attempt: int)
         and seen.get("attempt") == attempt
         and seen.get("operation_id") == operation_id
     )
+
+
+def none_done(open_events: list[Event]) -> bool:
+    """Whether the last of an act's open records, a stop that ``ended_unavailable``
+    accepts, also says no attempt of the act was done: the stop released the act's hold
+    on its intent, and the next attempt must hold it again (acts.py)."""
+    last = open_events[-1] if open_events else None
+    if last is None or last.type is not EventType.RUN_STOPPED:
+        return False
+    seen = (payloads.run_stopped(last).get("evidence") or {}).get("unavailable")
+    return isinstance(seen, dict) and seen.get("none_done") is True
 
 
 def stop_lookup(
