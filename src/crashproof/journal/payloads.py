@@ -326,10 +326,13 @@ class ActIntent(DriveRecord):
     tool_version: str
     attempt: int
     started_at: float
-    observed: NotRequired[dict[str, Any]]  # first attempt: {"before", "expected"} (environment.py)
+    # The first attempt's, and the next one's after a stop that released the act's hold
+    # (runtime/steps/outage.py none_done): {"before", "expected"} (environment.py) and
+    # {tool, params} with no version (store/intents.py).
+    observed: NotRequired[dict[str, Any]]
+    hold_digest: NotRequired[str]
     # Runs holding the same intent that an operator let this act pass (intent_override).
     overrides: NotRequired[list[str]]
-    hold_digest: NotRequired[str]  # first attempt: {tool, params}, no version (intents.py)
     server_at: NotRequired[float]  # the ledger server's clock, tools with a window (windows.py)
     on_unknown: NotRequired[str]  # cp.OnUnknown, when not "review" (runtime/steps/unknown.py)
 
