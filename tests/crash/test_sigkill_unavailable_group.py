@@ -1,7 +1,9 @@
 """SIGKILL of a real child running a fan-out of lookup-less acts, one run each, at once
 (threads, or one loop with batched commits: child_unavailable_group.py), while one act of
 the group stops ``cp.Unavailable`` and another is in flight, completed, or killed
-mid-effect. After each kill the parent resumes the whole group, and per DESIGN.md §11:
+mid-effect, and a fourth, once the first stopped, acts on the same intent (the stop
+released its hold). After each kill the parent resumes the whole group, and per
+DESIGN.md §11:
 
 - no effect twice (invariant 2), none without its intent in the journal;
 - an act the journal proves not done (the stop after its last attempt, ``none_done``)
@@ -10,7 +12,10 @@ mid-effect. After each kill the parent resumes the whole group, and per DESIGN.m
   ``on_unknown`` says, the tool being unable to look it up: ``review`` freezes its run,
   ``at_most_once`` records it not done, ``at_least_once`` sends it again (the one
   declared repeat);
-- an act completed replays.
+- an act completed replays;
+- of the two acts on one intent, one at a time: while one is unresolved the other waits,
+  frozen retryable (``cp.IntentHeld``), sending nothing; it goes on once the first is
+  resolved, and stays frozen while the first waits for a person.
 
 What each act was when the child died is read from the journal the kill left, and some
 points pin it (a kill after a's stop committed: a proven not done; in c's execute: c in
@@ -21,7 +26,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -44,6 +48,9 @@ POINTS = [
     "after_commit[step_done:post-c]",
     "before_commit[step_done:post-b]",
     "after_commit[step_done:post-b]",
+    "after_commit[act_intent:post-d]",
+    "before_commit[step_done:post-d]",
+    "after_commit[step_done:post-d]",
     "none",
 ]
 # What the kill leaves for sure at some points (else read from the journal alone).
@@ -52,9 +59,13 @@ PINNED: dict[str, dict[str, str]] = {
     "in-execute:c": {"a": "not done", "b": "done", "c": "in doubt"},
     "before_commit[step_done:post-c]": {"a": "not done", "b": "done", "c": "in doubt"},
     "after_commit[step_done:post-c]": {"a": "not done", "b": "done", "c": "done"},
-    "before_commit[run_stopped:post-a]": {"a": "in doubt", "b": "done"},
-    "none": {"a": "not done", "b": "done", "c": "done"},
+    "before_commit[run_stopped:post-a]": {"a": "in doubt", "b": "done", "d": "new"},
+    "after_commit[act_intent:post-d]": {"a": "not done", "d": "in doubt"},
+    "before_commit[step_done:post-d]": {"a": "not done", "d": "in doubt"},
+    "after_commit[step_done:post-d]": {"a": "not done", "d": "done"},
+    "none": {"a": "not done", "b": "done", "c": "done", "d": "done"},
 }
+PARTNER = {"a": "d", "d": "a"}  # the two acts on one intent
 
 
 def left(ledger: cp.Ledger, run_id: str) -> str:
@@ -116,29 +127,50 @@ def test_a_kill_anywhere_in_the_group_sends_only_what_the_journal_shows_not_done
         assert len(set(before)) == len(before)
         for run_id, state in PINNED.get(point, {}).items():
             assert states[run_id] == state, (point, states)
-        tool = child.Post(db, tmp_path, "resumed", on_unknown)
+        tool = child.Post(db, tmp_path, on_unknown)
+        child.MODE["point"] = "resumed"
         got = child.drive_all(ledger, tool, shell)
+        for run_id, result in got.items():  # refused: nothing sent
+            if isinstance(result, cp.RunFrozen) and isinstance(result.cause, cp.IntentHeld):
+                assert run_id in PARTNER, (run_id, result)
+                assert f"run {PARTNER[run_id]!r} holds the same intent" in str(result)
+                assert mine(posted(tmp_path), run_id) == mine(before, run_id)
+        got = child.drive_all(ledger, tool, shell)  # the refused go on once it is resolved
         after = {r: ledger.get_run(r) for r in child.RUNS}
     lines = posted(tmp_path)
     for run_id, state in states.items():
-        mine = [line for line in lines if line.startswith(f"{run_id}/")]
-        had = [line for line in before if line.startswith(f"{run_id}/")]
+        text, had = child.TEXTS[run_id], mine(before, run_id)
+        partner = PARTNER.get(run_id)
+        if (
+            partner is not None
+            and state in ("new", "not done")
+            and states[partner] == "in doubt"
+            and on_unknown == "review"
+        ):  # the partner waits for a person, holding the intent: this one waits too
+            assert isinstance(got[run_id], cp.RunFrozen), (run_id, got[run_id])
+            assert isinstance(got[run_id].cause, cp.IntentHeld)
+            assert mine(lines, run_id) == had == []
+            continue
         if state == "in doubt" and on_unknown == "review":  # not sent: a person decides
             assert isinstance(got[run_id], cp.RunFrozen), (run_id, got[run_id])
             assert "cannot look it up" in str(got[run_id])
             assert after[run_id].status is cp.RunStatus.NEEDS_REVIEW
-            assert mine == had
+            assert mine(lines, run_id) == had
             continue
         if state == "in doubt" and on_unknown == "at_most_once":  # never sent again
-            assert got[run_id] == {"not_done": run_id}, (run_id, got[run_id])
-            assert mine == had
+            assert got[run_id] == {"not_done": text}, (run_id, got[run_id])
+            assert mine(lines, run_id) == had
             continue
+        line = f"{run_id}/post-{run_id} {text}"
         if state == "in doubt":  # at_least_once: sent again, the declared repeat
-            assert got[run_id] == {"posted": run_id}, (run_id, got[run_id])
-            assert mine == [*had, f"{run_id}/post-{run_id} {run_id}"]
+            assert got[run_id] == {"posted": text}, (run_id, got[run_id])
+            assert mine(lines, run_id) == [*had, line]
             continue
         # done: replayed; not done or new: sent once, never a question for a person.
-        expected: Any = {"posted": run_id}
-        assert got[run_id] == expected, (run_id, state, got[run_id])
+        assert got[run_id] == {"posted": text}, (run_id, state, got[run_id])
         assert after[run_id].status is cp.RunStatus.SUCCEEDED
-        assert mine == [f"{run_id}/post-{run_id} {run_id}"]
+        assert mine(lines, run_id) == [line]
+
+
+def mine(lines: list[str], run_id: str) -> list[str]:
+    return [line for line in lines if line.startswith(f"{run_id}/")]
