@@ -200,3 +200,42 @@ def test_a_target_that_may_have_forgotten_the_key_is_not_resent(
         with pytest.raises(cp.RunFrozen, match="may have forgotten the key"):
             led.resume("r")
     assert not (tmp_path / "published.txt").exists()
+
+
+def test_an_approval_that_expired_while_the_act_was_out_is_asked_again_first(
+    tmp_path: Path,
+) -> None:
+    """An approved act out through its attempts: by the resume its approval has expired.
+    The resume asks for a fresh one before it journals the next attempt, so the act is
+    still the one the stop says was not done, and with the fresh approval it is sent
+    once, not frozen as in doubt for a tool that cannot look it up."""
+    import time
+
+    from crashproof.integrity.signing import generate_keypair
+
+    risky = cp.Policy(
+        "ops-1", allow={"publish": "*"}, risk={"publish": "high"}, approval_required={"high"}
+    )
+    options = cp.RunOptions(policy=risky)
+    generate_keypair(tmp_path / "alice.pem")
+    (tmp_path / "lock").touch()
+    settings = ActSettings(retryable_attempts=3, backoff=0.0, max_clock_skew=0)
+    with cp.Ledger(f"sqlite:///{tmp_path / 'l.db'}", act_settings=settings) as led:
+        led.register_policy(risky)
+        led.add_approver("alice", (tmp_path / "alice.pem.pub").read_text(), by="root")
+        workflow = led.register(flow(tmp_path))
+        with pytest.raises(cp.RunFrozen):  # awaiting its approval
+            led.run(workflow, run_id="r", options=options)
+        led.approve("r", key=tmp_path / "alice.pem", ttl=0.5, by="alice")
+        with pytest.raises(cp.RunStopped, match="locked"):
+            led.resume("r")
+        (tmp_path / "lock").unlink()
+        time.sleep(0.6)
+        with pytest.raises(cp.RunFrozen, match="expired") as frozen:
+            led.resume("r")
+        assert frozen.value.status == "awaiting_approval"
+        intents = [e for e in led.journal("r") if e.type is EventType.ACT_INTENT]
+        assert len(intents) == 3  # nothing journaled of a next attempt
+        led.approve("r", key=tmp_path / "alice.pem", ttl=600, by="alice")
+        assert led.resume("r") == {"published": "hello"}
+    assert (tmp_path / "published.txt").read_text() == "hello\n"

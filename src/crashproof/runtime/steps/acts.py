@@ -224,6 +224,7 @@ def _recover(session: RunSession, tool: Tool, call: Call, open_events: list[Even
     # race). Else past a target's window an earlier attempt's key may be forgotten.
     if ended_unavailable(open_events, call.operation_id, call.attempt):
         if none_done(open_events):
+            yield from before_execution(session, tool, call, _evidence)  # as _execute_again
             again = _with(call, attempt=call.attempt + 1)
             return (yield from _first(session, tool, again, meaning, base=call.attempt))
         if forgotten_key(tool.idempotency_window, since, session) is None:
