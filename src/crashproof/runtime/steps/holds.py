@@ -5,8 +5,11 @@ the ledger (``store/intents.py``), and refuses a run's *new* act intent while an
 run holds the same intent digest on the same instance (``IntentHeld``). Here the act
 that met the refusal freezes, retryable: ``needs_review`` naming the holding run and
 since when, nothing executed. Once that run is reconciled or resolved (its act ends, or
-the run does), the next resume goes on. Never checked: an act the run itself holds (its
-retries, its reconciliation, a replan's new epoch), a replayed act (no append at all).
+the run does, or it stops with the tool's word that no attempt of the act was done:
+steps/outage.py ``none_done``), the next resume goes on. Never checked: an act the run
+itself holds (its retries, its reconciliation, a replan's new epoch), a replayed act (no
+append at all). Checked again: the next attempt after such a stop, which held nothing
+since (acts.py), so that it never races another run's act on the intent meanwhile.
 
 The way past a holder that will not be resolved: an operator's explicit override,
 ``Ledger.resume(run_id, override_intent=[holder, ...], by=...)`` (CLI ``crashproof
