@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from contract.test_store_contract import Backend, backend, event, start
-from crashproof import StaleLeaseError
+from crashproof import LedgerError, StaleLeaseError
 from crashproof.journal.records import Event, with_request
 from crashproof.store.memory import MemoryStore
 
@@ -78,9 +78,40 @@ def test_a_write_undone_after_its_record_landed_keeps_neither(backend: Backend) 
     if isinstance(store, MemoryStore):
         pytest.skip("nothing in memory is encoded")
     start(store, "a")
-    with pytest.raises(UnicodeEncodeError):
+    with pytest.raises(LedgerError, match="lone surrogate"):
         store.append([kept("a", 1, '{"f":1,"args":[{"v":"\ud800"}],"kwargs":{}}')])
     assert [e.seq for e in store.load_events("a")] == [0]
     assert store.load_requests("a") == {}
     store.append([kept("a", 1, REQUEST * 40)])  # parts of a long text come back whole
     assert store.load_requests("a") == {1: REQUEST * 40}
+
+
+def test_a_value_the_database_cannot_take_refuses_its_own_run_only_in_a_batch(
+    backend: Backend,
+) -> None:
+    # A step key with a lone surrogate (no UTF-8: neither store can write it) is b's own
+    # refusal, a clear LedgerError; a's and c's records of the same batch are kept.
+    store = backend.store
+    batch = getattr(store, "append_batch", None)
+    if batch is None or isinstance(store, MemoryStore):
+        pytest.skip("nothing in memory is encoded")
+    for run_id in ("a", "b", "c"):
+        start(store, run_id)
+    bad = with_request(event("b", 1, {"v": 1}, key="s\udcff"), REQUEST)
+    results = batch(
+        [
+            [([kept("a", 1)], None, None, False)],
+            [([bad], None, None, False), ([kept("b", 2)], None, None, False)],
+            [([kept("c", 1)], None, None, True)],
+        ]
+    )
+    assert results[0] is None
+    assert results[2] is None
+    assert results[1] is not None
+    assert results[1][0] == 0
+    assert isinstance(results[1][1], LedgerError)
+    assert "lone surrogate" in str(results[1][1])
+    assert [e.seq for e in store.load_events("b")] == [0]
+    assert store.load_requests("b") == {}
+    assert store.load_requests("a") == store.load_requests("c") == {1: REQUEST}
+    assert batch([[([kept("b", 1)], None, None, False)]]) == [None]  # b goes on, fixed

@@ -62,7 +62,10 @@ class PostgresBatchAppend(PostgresAppend):
         the records before it are kept. Returns once an output point among them is durable
         (the transaction commits with synchronous_commit on then). A taken seq or a
         deadlock undoes the whole transaction (nothing kept): every group then goes
-        through ``append``; an error of the transaction itself is raised for all."""
+        through ``append``; so does a value the database refuses or psycopg cannot
+        send (a NUL in a step key, a lone surrogate): one run's records, refused then with
+        a clear LedgerError, the other runs' kept. An error of the transaction itself is
+        raised for all."""
         plans = self._batch_plans(groups)
         sent = [plan for plan in plans if plan.statements]
         # One order for the runs' row locks: two batches never wait on each other in a cycle.
@@ -253,7 +256,14 @@ _REST = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix
 
 
 # A batch transaction that meets one of these kept nothing: its groups go one by one.
-_UNDONE = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
+# A value the database refuses (a NUL in a step key: DataError) or psycopg cannot send (a
+# lone surrogate) is one run's: it fails that run's own append then, not every run's.
+_UNDONE = (
+    psycopg.errors.UniqueViolation,
+    psycopg.errors.DeadlockDetected,
+    psycopg.DataError,
+    UnicodeEncodeError,
+)
 
 # The columns of insert_requests_after.
 _REQUEST_COLUMNS = ("run_id", "seq", "payload", "mac", "text")

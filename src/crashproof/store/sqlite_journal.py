@@ -37,6 +37,7 @@ from crashproof.store.port import (
     blob_digest,
     check_append,
     seq_taken,
+    unencodable,
     unreadable,
     without_result,
 )
@@ -292,7 +293,10 @@ class SQLiteJournal:
                         if request is not None:
                             self._rollback(cursor)
                         self._ends.pop(run_id, None)
-                    except BaseException:  # a request SQLite cannot encode: nothing kept
+                    except UnicodeEncodeError as exc:  # a lone surrogate: nothing kept
+                        self._rollback(cursor)
+                        raise LedgerError(unencodable(f"ledger {self.path}", exc)) from None
+                    except BaseException:
                         self._rollback(cursor)
                         raise
                     else:
@@ -480,6 +484,8 @@ class SQLiteJournal:
                 )
         except sqlite3.IntegrityError:
             raise seq_taken(events[0]) from None
+        except UnicodeEncodeError as exc:  # this record's own refusal, not its batch's
+            raise LedgerError(unencodable(f"ledger {self.path}", exc)) from None
         return mac
 
     def _sealed(self, event: Event, prev_mac: str) -> tuple[str, str | None, str | None]:
