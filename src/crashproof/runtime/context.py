@@ -525,6 +525,14 @@ class Context(DriveRecords):
                 f"step name {name!r} is not allowed: use a non-empty string without '#' "
                 "(crashproof appends '#n' to repeated names to keep step keys unique)"
             )
+        if "\x00" in name or (not name.isascii() and not _storable(name)):
+            # A key no database can hold (PostgreSQL's text has no NUL; a lone surrogate
+            # has no UTF-8): refused here, the same on every store, before any record.
+            raise CrashproofError(
+                f"step name {name!r} is not allowed: it holds a NUL character or a lone "
+                "surrogate, which a ledger cannot store; name steps with UTF-8 text "
+                "without NUL (pass data as arguments, not in the name)"
+            )
         n = self._counts.get(name, 0) + 1
         return name if n == 1 else f"{name}#{n}"
 
@@ -535,3 +543,12 @@ class Context(DriveRecords):
 
     def ledger_now(self) -> float:
         return self._host.store.now()
+
+
+def _storable(name: str) -> bool:
+    """Whether ``name`` has UTF-8 (no lone surrogate)."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
