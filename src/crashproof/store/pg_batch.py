@@ -33,6 +33,7 @@ from crashproof.journal.records import Event
 from crashproof.store.intents import Change, change_of, touches
 from crashproof.store.pg_append import EVENT_COLUMNS, PostgresAppend, as_columns
 from crashproof.store.port import RecordAppend
+from crashproof.store.request_texts import kept_form
 
 __all__ = ["PostgresBatchAppend"]
 
@@ -247,6 +248,7 @@ def _request_rows(events: Sequence[Event], params: dict[str, Any]) -> Iterator[d
             seq, payload, mac = params["seq"], params["payload"], params["mac"]
         else:  # append_events' arrays
             seq, payload, mac = params["seqs"][i], params["payloads"][i], params["macs"][i]
+        text = kept_form(text)
         yield {"run_id": event.run_id, "seq": seq, "payload": payload, "mac": mac, "text": text}
 
 

@@ -59,6 +59,7 @@ from crashproof.store.port import (
     without_result,
 )
 from crashproof.store.queue import Claimed
+from crashproof.store.request_texts import kept_form, kept_text
 from crashproof.store.sql import load_migrations, load_queries, load_schema
 
 __all__ = ["PostgresStore"]
@@ -391,14 +392,15 @@ class PostgresStore(PostgresBatchAppend, PostgresIndex):
 
     def load_requests(self, run_id: str) -> dict[int, str]:
         with self._read() as cur:
-            return dict(cur.execute(self._q["load_requests"], (run_id,)).fetchall())
+            rows = cur.execute(self._q["load_requests"], (run_id,)).fetchall()
+        return {seq: kept_text(text) for seq, text in rows}
 
     def request_digests(self, run_id: str) -> dict[int, str]:
         """Each kept request's SHA-256 by record seq, for ``crashproof check``: the rows
         streamed (one in memory at a time) and hashed here, not by the server."""
         with self._read() as cur:
             rows = cur.stream(self._q["load_requests"], (run_id,))
-            return {seq: request_sha256(text) for seq, text in rows}
+            return {seq: request_sha256(kept_text(text)) for seq, text in rows}
 
     def raw_events(self, run_id: str) -> list[RawRecord]:
         """The run's records exactly as stored (not verified: the caller verifies)."""
@@ -437,7 +439,7 @@ class PostgresStore(PostgresBatchAppend, PostgresIndex):
                 cur.executemany(self._q["insert_blob"], blobs)
             cur.executemany(self._q["insert_event"], rows)
             if requests:
-                kept = [(row.run_id, seq, text) for seq, text in requests.items()]
+                kept = [(row.run_id, seq, kept_form(text)) for seq, text in requests.items()]
                 cur.executemany(self._q["insert_request"], kept)
             for _seq, type_, key, payload, _v, created_at, *_ in records:
                 change = raw_change(type_, key, payload, created_at)
