@@ -326,3 +326,27 @@ def test_a_step_name_no_ledger_can_store_is_refused_at_the_call_and_costs_the_ot
         assert "is not allowed: it holds a NUL character or a lone surrogate" in str(b)
         assert [e.type.value for e in ledger.journal("b")] == ["run_started"]
         assert [e.key for e in ledger.journal("a")] == [None, "plan", None]
+
+
+@pytest.mark.parametrize("bad", ["b\x00", "b\udcff"], ids=["NUL", "lone surrogate"])
+def test_a_run_id_no_ledger_can_store_is_refused_before_its_start_and_costs_the_others_nothing(
+    url: str, bad: str
+) -> None:
+    # Three runs start in one turn (one start batch). A run id with a NUL (PostgreSQL's
+    # text holds none; SQLite took it) or a lone surrogate (no UTF-8: SQLite's start
+    # batch failed whole, a raw UnicodeEncodeError for all three) is refused before
+    # anything is written, on every store, with what to do; the others start and finish.
+    @cp.workflow("ids", version="1")
+    async def ids(ctx: cp.AsyncContext, n: int) -> int:
+        return n
+
+    async def all_runs(ledger: cp.Ledger) -> list[Any]:
+        runs = (ledger.run_async(ids, run_id=r, n=1) for r in ("a", bad, "c"))
+        return await asyncio.gather(*runs, return_exceptions=True)
+
+    with cp.Ledger(url) as ledger:
+        a, b, c = asyncio.run(all_runs(ledger))
+        assert a == c == 1
+        assert isinstance(b, ValueError)
+        assert "holds a NUL character or a lone surrogate" in str(b)
+        assert sorted(row.run_id for row in ledger.runs()) == ["a", "c"]

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from crashproof.errors import ActNotDone, CrashproofError
 from crashproof.journal import payloads, records
-from crashproof.journal.codec import decode, encode, error_from_record
+from crashproof.journal.codec import decode, encode, error_from_record, storable
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
 from crashproof.runtime.driving.commits import is_failure
@@ -525,7 +525,7 @@ class Context(DriveRecords):
                 f"step name {name!r} is not allowed: use a non-empty string without '#' "
                 "(crashproof appends '#n' to repeated names to keep step keys unique)"
             )
-        if "\x00" in name or (not name.isascii() and not _storable(name)):
+        if not storable(name):
             # A key no database can hold (PostgreSQL's text has no NUL; a lone surrogate
             # has no UTF-8): refused here, the same on every store, before any record.
             raise CrashproofError(
@@ -543,12 +543,3 @@ class Context(DriveRecords):
 
     def ledger_now(self) -> float:
         return self._host.store.now()
-
-
-def _storable(name: str) -> bool:
-    """Whether ``name`` has UTF-8 (no lone surrogate)."""
-    try:
-        name.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
