@@ -134,6 +134,9 @@ class PostgresStore(PostgresBatchAppend, PostgresIndex):
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout)),
+            # The texts go out and come back as UTF-8 whatever PGCLIENTENCODING says: in
+            # SQL_ASCII psycopg returned bytes where text was read (no run could start).
+            "client_encoding": "UTF8",
         }
         with self._errors(opening=True), psycopg.connect(conninfo, **kwargs) as conn:
             self._open(conn)
@@ -166,6 +169,16 @@ class PostgresStore(PostgresBatchAppend, PostgresIndex):
         current = self._recognise(conn.cursor())
         if current == SCHEMA_VERSION:
             return  # the common case: nothing to write
+        encoding = conn.info.parameter_status("server_encoding")
+        if not current and encoding not in (None, "UTF8"):
+            # A ledger keeps whatever text its runs meet (a model's reply in any script):
+            # in LATIN1 a reply in Japanese would be refused at every resume, a run lost.
+            raise LedgerError(
+                f"{self.display}: the database's encoding is {encoding}, and a ledger needs "
+                "UTF8 to keep every text its runs meet; nothing was written. Create the "
+                "database with ENCODING 'UTF8' (CREATE DATABASE name ENCODING 'UTF8' "
+                "TEMPLATE template0) and point the URL at it"
+            )
         with conn.transaction():
             cur = conn.cursor()
             # Held until commit: a second opener waits here, then finds the work done.
