@@ -350,3 +350,13 @@ def test_a_run_id_no_ledger_can_store_is_refused_before_its_start_and_costs_the_
         assert isinstance(b, ValueError)
         assert "holds a NUL character or a lone surrogate" in str(b)
         assert sorted(row.run_id for row in ledger.runs()) == ["a", "c"]
+
+
+@pytest.mark.parametrize(("name", "version"), [("w\x00", "1"), ("w", "1\udcff")])
+def test_a_workflow_name_or_version_no_ledger_can_store_is_refused_when_declared(
+    name: str, version: str
+) -> None:
+    # Every run's row holds both: such a workflow's runs could never start on PostgreSQL
+    # (and a lone surrogate failed a SQLite start batch whole). Refused in the code.
+    with pytest.raises(ValueError, match="holds a NUL character or a lone surrogate"):
+        cp.workflow(name, version=version)(lambda ctx: None)
