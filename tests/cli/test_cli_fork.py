@@ -94,6 +94,12 @@ def test_fork_refusals_write_nothing(project: Path, cli: Cli) -> None:
     assert cli("show", "c:2").code == ExitCode.USAGE  # never created
     missing = cli("fork", "nope:1", "--from", "one", "--run-id", "c:3")
     assert missing.code == ExitCode.USAGE
+    # A NUL: no run id any store can keep (PostgreSQL's text refuses it), so none here.
+    nul = cli("fork", "c:1", "--from", "one", "--run-id", "c\x004")
+    assert nul.code == ExitCode.CONFLICT
+    assert "is not a usable run id" in nul.err
+    with cp.Ledger(f"sqlite:///{project / 'crashproof.db'}") as ledger:
+        assert [row.run_id for row in ledger.runs()] == ["c:1"]
 
 
 def test_fork_lists_the_acts_that_will_run_again(project: Path, cli: Cli) -> None:

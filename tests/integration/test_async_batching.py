@@ -286,3 +286,77 @@ def test_a_run_whose_drive_is_cancelled_while_it_starts_is_resumed_by_the_same_l
         resumed = asyncio.run(ledger.resume_async("r"))  # taken over: abandoned here
         assert resumed["doubled"] == [0, 2]
         assert target.count("executes", "r/create") == 1
+
+
+@pytest.mark.parametrize("name", ["plan\x00", "plan\udcff"], ids=["NUL", "lone surrogate"])
+def test_a_step_name_no_ledger_can_store_is_refused_at_the_call_and_costs_the_others_nothing(
+    url: str, name: str
+) -> None:
+    # Three drives decide together (their records meet in one batch). b's decision is
+    # named with a NUL (PostgreSQL's text holds none; SQLite took it) or a lone surrogate
+    # (no UTF-8): refused at its call on every store, before any record, with what to do;
+    # a's and c's decisions are kept and their runs succeed.
+    barrier = asyncio.Barrier(3) if hasattr(asyncio, "Barrier") else None
+
+    async def plan(n: int) -> cp.Decision:
+        if barrier is not None:
+            await barrier.wait()
+        return cp.Decision({"n": n}, model="stub", usage={"total_tokens": 1})
+
+    async def stub(n: int) -> cp.Decision:
+        return cp.Decision({"n": n}, model="stub", usage={"total_tokens": 1})
+
+    @cp.workflow("named", version="1")
+    async def named(ctx: cp.AsyncContext, n: int) -> Any:
+        if ctx.run_id == "b":
+            await asyncio.sleep(0)
+            if barrier is not None:
+                await barrier.wait()
+            return await ctx.decide(name, stub, n)  # (without the fix: recorded with a's)
+        return await ctx.decide("plan", plan, n)
+
+    async def all_runs(ledger: cp.Ledger) -> list[Any]:
+        runs = (ledger.run_async(named, run_id=r, n=1) for r in ("a", "b", "c"))
+        return await asyncio.gather(*runs, return_exceptions=True)
+
+    with cp.Ledger(url) as ledger:
+        a, b, c = asyncio.run(all_runs(ledger))
+        assert a == c == {"n": 1}
+        assert isinstance(b, cp.CrashproofError)
+        assert "is not allowed: it holds a NUL character or a lone surrogate" in str(b)
+        assert [e.type.value for e in ledger.journal("b")] == ["run_started"]
+        assert [e.key for e in ledger.journal("a")] == [None, "plan", None]
+
+
+@pytest.mark.parametrize("bad", ["b\x00", "b\udcff"], ids=["NUL", "lone surrogate"])
+def test_a_run_id_no_ledger_can_store_is_refused_before_its_start_and_costs_the_others_nothing(
+    url: str, bad: str
+) -> None:
+    # Three runs start in one turn (one start batch). A run id with a NUL (PostgreSQL's
+    # text holds none; SQLite took it) or a lone surrogate (no UTF-8: SQLite's start
+    # batch failed whole, a raw UnicodeEncodeError for all three) is refused before
+    # anything is written, on every store, with what to do; the others start and finish.
+    @cp.workflow("ids", version="1")
+    async def ids(ctx: cp.AsyncContext, n: int) -> int:
+        return n
+
+    async def all_runs(ledger: cp.Ledger) -> list[Any]:
+        runs = (ledger.run_async(ids, run_id=r, n=1) for r in ("a", bad, "c"))
+        return await asyncio.gather(*runs, return_exceptions=True)
+
+    with cp.Ledger(url) as ledger:
+        a, b, c = asyncio.run(all_runs(ledger))
+        assert a == c == 1
+        assert isinstance(b, ValueError)
+        assert "holds a NUL character or a lone surrogate" in str(b)
+        assert sorted(row.run_id for row in ledger.runs()) == ["a", "c"]
+
+
+@pytest.mark.parametrize(("name", "version"), [("w\x00", "1"), ("w", "1\udcff")])
+def test_a_workflow_name_or_version_no_ledger_can_store_is_refused_when_declared(
+    name: str, version: str
+) -> None:
+    # Every run's row holds both: such a workflow's runs could never start on PostgreSQL
+    # (and a lone surrogate failed a SQLite start batch whole). Refused in the code.
+    with pytest.raises(ValueError, match="holds a NUL character or a lone surrogate"):
+        cp.workflow(name, version=version)(lambda ctx: None)

@@ -201,22 +201,32 @@ def test_a_refused_decision_writes_no_text_beside_another_record_at_its_seq(
     assert sorted(verified(store, "a")) == [1]
 
 
-def test_a_text_the_database_cannot_take_undoes_the_batch_and_is_raised(
-    store: PostgresStore,
+@pytest.mark.parametrize("key", ["d\x00", "d\udcff"], ids=["NUL", "lone surrogate"])
+def test_a_value_the_database_cannot_take_refuses_its_own_run_only(
+    store: PostgresStore, key: str
 ) -> None:
-    # A lone surrogate has no UTF-8: the batch's transaction fails as a whole (commits.py
-    # then breaks every drive in it), keeping nothing, and its connection goes back clean.
-    payload = {"kind": "decide", "request_sha256": "0" * 64}
-    record = Event("b", 1, EventType.STEP_DONE, "d1", payload, 2.5, '"ok"')
-    bad = with_request(record, '{"f":1,"args":[{"v":"\ud800"}],"kwargs":{}}')
-    with pytest.raises(UnicodeEncodeError):
-        store.append_batch(
-            [[([decision(1, "a")], None, None, False)], [([bad], None, None, False)]]
-        )
-    assert [len(store.load_events(r)) for r in RUNS] == [1, 1, 1]
-    assert store.load_requests("a") == store.load_requests("b") == {}
-    store.append([decision(1, "a")])  # the same pooled connection, no transaction left open
-    assert sorted(verified(store, "a")) == [1]
+    # PostgreSQL's text holds no NUL, UTF-8 no lone surrogate (a step key: a request text
+    # is kept in a form it holds, store/request_texts.py): the batch's transaction is
+    # undone and its runs go one by one, so b alone is refused (a clear LedgerError,
+    # nothing of it kept) and a's and c's records land; the connection goes back clean.
+    text = '{"f":1}'
+    record = Event("b", 1, EventType.STEP_DONE, key, {"kind": "decide"}, 2.5, '"ok"')
+    results = store.append_batch(
+        [
+            [([decision(1, "a")], None, None, False)],
+            [([with_request(record, text)], None, None, False)],
+            [([decision(1, "c")], None, None, True)],
+        ]
+    )
+    assert results[0] is None
+    assert results[2] is None
+    assert results[1] is not None
+    assert isinstance(results[1][1], cp.LedgerError)
+    assert [len(store.load_events(r)) for r in RUNS] == [2, 1, 2]
+    assert store.load_requests("b") == {}
+    assert sorted(verified(store, "a")) == sorted(verified(store, "c")) == [1]
+    store.append([decision(2, "a")])  # the same pooled connection, no transaction left open
+    assert sorted(verified(store, "a")) == [1, 2]
 
 
 def test_async_drives_deciding_together_keep_each_request_beside_its_record(

@@ -172,6 +172,43 @@ def test_a_missing_database_is_a_clear_ledger_error(pg_server: Any) -> None:
         cp.Ledger(pg_server.url("no_such_db"))
 
 
+@pytest.mark.parametrize("encoding", ["LATIN1", "SQL_ASCII"])
+def test_a_new_ledger_in_a_database_not_in_utf8_is_refused(pg_server: Any, encoding: str) -> None:
+    # A ledger keeps whatever text its runs meet: in LATIN1 a model's reply in Japanese
+    # was refused at every resume; in SQL_ASCII no run could even start (psycopg read
+    # bytes back). Refused at creation, with what to do; nothing is written.
+    name = f"encoded_{encoding.lower()}"
+    pg_server.admin().execute(
+        f"CREATE DATABASE {name} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' "
+        "TEMPLATE template0"
+    )
+    url = pg_server.url(name)
+    with pytest.raises(
+        cp.LedgerError, match=f"encoding is {encoding}, .* ENCODING 'UTF8'"
+    ) as caught:
+        cp.Ledger(url)
+    check_no_driver_traceback(caught.value)
+    assert (
+        pg_server.query(url, "SELECT nspname FROM pg_namespace WHERE nspname = 'crashproof'") == []
+    )
+
+
+@cp.workflow("echo")
+def echo(ctx: cp.Context, text: str) -> str:
+    return ctx.step("say", lambda: text)
+
+
+def test_texts_travel_as_utf8_whatever_the_client_encoding_says(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # libpq's client encoding comes from PGCLIENTENCODING where set: in LATIN1 psycopg
+    # could not send a step's value in Japanese (every resume met the same refusal).
+    monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")
+    with cp.Ledger(pg_url) as ledger:
+        assert ledger.run(echo, run_id="挨拶", text="こんにちは") == "こんにちは"
+        assert ledger.journal("挨拶")[1].value_json == '"こんにちは"'
+
+
 def test_a_ledger_of_a_newer_crashproof_is_refused(pg_server: Any, pg_url: str) -> None:
     with cp.Ledger(pg_url) as ledger:
         ledger.run(hello, run_id="r")

@@ -210,8 +210,11 @@ class PostgresWitness:
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         try:
-            return psycopg.connect(
-                self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
+            return psycopg.connect(  # UTF-8 whatever PGCLIENTENCODING says, as the store's
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=self._connect_timeout,
+                client_encoding="UTF8",
             )
         except psycopg.Error as exc:
             raise LedgerError(

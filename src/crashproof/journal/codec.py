@@ -32,6 +32,7 @@ __all__ = [
     "error_record",
     "sha256_hex",
     "spelled_out_args_digest",
+    "storable",
 ]
 
 
@@ -259,6 +260,12 @@ def ascii_json(value: Any) -> str:
     escape can, and ``json.loads`` gives back the very same string.
     """
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def storable(text: str) -> bool:
+    """Whether every store can keep ``text`` as it is, as a name or an id: no NUL
+    (PostgreSQL's text refuses it) and UTF-8 (no lone surrogate, which no database holds)."""
+    return "\x00" not in text and (text.isascii() or _is_utf8(text))
 
 
 def _is_utf8(text: str) -> bool:

@@ -329,8 +329,14 @@ def with_request(event: Event, request: str | None) -> Event:
 
 
 def request_sha256(request: str) -> str:
-    """The digest a decision's record holds of its request kept beside it."""
-    return hashlib.sha256(request.encode()).hexdigest()
+    """The digest a decision's record holds of its request kept beside it: of its UTF-8
+    (a text with a lone surrogate, which has none and which the runtime never builds, is
+    hashed with the surrogate's own three bytes, as a record's seal does)."""
+    try:
+        data = request.encode()
+    except UnicodeEncodeError:
+        data = request.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

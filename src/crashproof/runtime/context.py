@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from crashproof.errors import ActNotDone, CrashproofError
 from crashproof.journal import payloads, records
-from crashproof.journal.codec import decode, encode, error_from_record
+from crashproof.journal.codec import decode, encode, error_from_record, storable
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType, StepKind, StepStatus
 from crashproof.runtime.driving.commits import is_failure
@@ -524,6 +524,14 @@ class Context(DriveRecords):
             raise CrashproofError(
                 f"step name {name!r} is not allowed: use a non-empty string without '#' "
                 "(crashproof appends '#n' to repeated names to keep step keys unique)"
+            )
+        if not storable(name):
+            # A key no database can hold (PostgreSQL's text has no NUL; a lone surrogate
+            # has no UTF-8): refused here, the same on every store, before any record.
+            raise CrashproofError(
+                f"step name {name!r} is not allowed: it holds a NUL character or a lone "
+                "surrogate, which a ledger cannot store; name steps with UTF-8 text "
+                "without NUL (pass data as arguments, not in the name)"
             )
         n = self._counts.get(name, 0) + 1
         return name if n == 1 else f"{name}#{n}"

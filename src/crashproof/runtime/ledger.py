@@ -18,6 +18,7 @@ from crashproof.integrity.external import SealedState
 from crashproof.integrity.keys import Keyring, resolve_keyring
 from crashproof.integrity.seal import Sealer
 from crashproof.integrity.witness import Witness, compare
+from crashproof.journal.codec import storable
 from crashproof.journal.records import Event
 from crashproof.runtime.drive import LedgerDrive
 from crashproof.runtime.driving.batching import StartBatch
@@ -185,6 +186,11 @@ class Ledger(Registry, LedgerDrive, LedgerCare, LedgerHumans, LedgerCancel, Ledg
             self.register_policy(options.policy)
         if not isinstance(run_id, str) or not run_id or reserved(run_id):
             raise ValueError("run_id must be a non-empty string, not under 'crashproof:'")
+        if not storable(run_id):  # before anything is written, the same on every store
+            raise ValueError(
+                f"run_id {run_id!r} holds a NUL character or a lone surrogate, which a "
+                "ledger cannot store; nothing was written: use UTF-8 text without NUL"
+            )
         fields["started_by"] = started_by(self.worker_id)
         return workflow, start_record(workflow, run_id, input, fields)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from crashproof.errors import AsyncMisuse, CrashproofError, UnknownWorkflow
+from crashproof.journal.codec import storable
 from crashproof.runtime.guards.completion import Completion
 from crashproof.runtime.guards.policy import Policy
 
@@ -95,6 +96,12 @@ def make_workflow(
 ) -> Workflow[R]:
     if not name or not isinstance(name, str):
         raise ValueError("a workflow needs a non-empty name")
+    for said, text in (("name", name), ("version", version)):
+        if isinstance(text, str) and not storable(text):  # every run's row holds both
+            raise ValueError(
+                f"workflow {said} {text!r} holds a NUL character or a lone surrogate, "
+                "which a ledger cannot store: use UTF-8 text without NUL"
+            )
     params = list(inspect.signature(fn).parameters.values())
     if not params or params[0].kind not in (
         inspect.Parameter.POSITIONAL_ONLY,

@@ -45,6 +45,7 @@ from crashproof.store.port import (
     check_append,
     seq_taken,
 )
+from crashproof.store.request_texts import kept_form
 
 __all__ = ["EVENT_COLUMNS", "PostgresAppend", "apply_change", "as_columns", "reason_in"]
 
@@ -155,7 +156,7 @@ class PostgresAppend:
             with conn.pipeline():
                 conn.execute("BEGIN")
                 cur = conn.execute(query, params, prepare=True)
-                conn.execute(self._q["insert_request_after"], {**kept, "text": request})
+                conn.execute(self._q["insert_request_after"], {**kept, "text": kept_form(request)})
                 conn.execute("COMMIT")
         finally:  # refused, or a statement failed: never pool an open transaction
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -278,7 +279,9 @@ class PostgresAppend:
                     cur.execute(query, params[0])
                 elif params:
                     cur.executemany(query, params)
-            requests = [(e.run_id, e.seq, t) for e in events if (t := e.request_text) is not None]
+            requests = [
+                (e.run_id, e.seq, kept_form(t)) for e in events if (t := e.request_text) is not None
+            ]
             if requests:  # beside their records, in the same transaction
                 cur.executemany(self._q["insert_request"], requests)
         except psycopg.errors.UniqueViolation:

@@ -33,6 +33,7 @@ from crashproof.journal.records import Event
 from crashproof.store.intents import Change, change_of, touches
 from crashproof.store.pg_append import EVENT_COLUMNS, PostgresAppend, as_columns
 from crashproof.store.port import RecordAppend
+from crashproof.store.request_texts import kept_form
 
 __all__ = ["PostgresBatchAppend"]
 
@@ -62,7 +63,10 @@ class PostgresBatchAppend(PostgresAppend):
         the records before it are kept. Returns once an output point among them is durable
         (the transaction commits with synchronous_commit on then). A taken seq or a
         deadlock undoes the whole transaction (nothing kept): every group then goes
-        through ``append``; an error of the transaction itself is raised for all."""
+        through ``append``; so does a value the database refuses or psycopg cannot
+        send (a NUL in a step key, a lone surrogate): one run's records, refused then with
+        a clear LedgerError, the other runs' kept. An error of the transaction itself is
+        raised for all."""
         plans = self._batch_plans(groups)
         sent = [plan for plan in plans if plan.statements]
         # One order for the runs' row locks: two batches never wait on each other in a cycle.
@@ -244,6 +248,7 @@ def _request_rows(events: Sequence[Event], params: dict[str, Any]) -> Iterator[d
             seq, payload, mac = params["seq"], params["payload"], params["mac"]
         else:  # append_events' arrays
             seq, payload, mac = params["seqs"][i], params["payloads"][i], params["macs"][i]
+        text = kept_form(text)
         yield {"run_id": event.run_id, "seq": seq, "payload": payload, "mac": mac, "text": text}
 
 
@@ -253,7 +258,14 @@ _REST = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix
 
 
 # A batch transaction that meets one of these kept nothing: its groups go one by one.
-_UNDONE = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
+# A value the database refuses (a NUL in a step key: DataError) or psycopg cannot send (a
+# lone surrogate) is one run's: it fails that run's own append then, not every run's.
+_UNDONE = (
+    psycopg.errors.UniqueViolation,
+    psycopg.errors.DeadlockDetected,
+    psycopg.DataError,
+    UnicodeEncodeError,
+)
 
 # The columns of insert_requests_after.
 _REQUEST_COLUMNS = ("run_id", "seq", "payload", "mac", "text")

@@ -14,8 +14,15 @@ import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from crashproof.errors import IntegrityError, LedgerError
+from crashproof.store.port import unencodable
 
-__all__ = ["PgUrl", "check_connection", "first_line", "parse_url", "translated_errors"]
+__all__ = [
+    "PgUrl",
+    "check_connection",
+    "first_line",
+    "parse_url",
+    "translated_errors",
+]
 
 
 @contextlib.contextmanager
@@ -57,6 +64,8 @@ def translated_errors(where: str, schema: str, *, opening: bool = False) -> Iter
         ) from None
     except psycopg.Error as exc:
         raise LedgerError(f"{where}: {type(exc).__name__}: {first_line(exc)}") from None
+    except UnicodeEncodeError as exc:  # psycopg could not send a text (a lone surrogate)
+        raise LedgerError(unencodable(where, exc)) from None
 
 
 def check_connection(conn: psycopg.Connection[Any]) -> None:

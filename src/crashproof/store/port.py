@@ -32,6 +32,7 @@ __all__ = [
     "LedgerClock",
     "lease_held",
     "lease_was_live",
+    "unencodable",
     "unreadable",
     "VERSION_FRESH",
 ]
@@ -182,6 +183,17 @@ def seq_taken(first: Event) -> StaleLeaseError:
     return StaleLeaseError(
         f"run {first.run_id!r}: journal sequence {first.seq} is already taken; "
         "another writer is appending to this run. Nothing of this write was kept."
+    )
+
+
+def unencodable(where: str, exc: UnicodeEncodeError) -> str:
+    """What a store says of a text it cannot write as UTF-8 (a lone surrogate: a file name
+    decoded with ``surrogateescape``, say), which no database text can hold."""
+    shown = exc.object[exc.start : exc.end] if isinstance(exc.object, str) else ""
+    return (
+        f"{where} refused a value: it holds {shown!r}, a lone surrogate, which has no "
+        "UTF-8 and which no database text can hold; run ids, workflow names and step "
+        "names must be UTF-8 text. Nothing of this write was kept"
     )
 
 

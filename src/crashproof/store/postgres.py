@@ -59,6 +59,7 @@ from crashproof.store.port import (
     without_result,
 )
 from crashproof.store.queue import Claimed
+from crashproof.store.request_texts import kept_form, kept_text
 from crashproof.store.sql import load_migrations, load_queries, load_schema
 
 __all__ = ["PostgresStore"]
@@ -133,6 +134,9 @@ class PostgresStore(PostgresBatchAppend, PostgresIndex):
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout)),
+            # The texts go out and come back as UTF-8 whatever PGCLIENTENCODING says: in
+            # SQL_ASCII psycopg returned bytes where text was read (no run could start).
+            "client_encoding": "UTF8",
         }
         with self._errors(opening=True), psycopg.connect(conninfo, **kwargs) as conn:
             self._open(conn)
@@ -165,6 +169,16 @@ class PostgresStore(PostgresBatchAppend, PostgresIndex):
         current = self._recognise(conn.cursor())
         if current == SCHEMA_VERSION:
             return  # the common case: nothing to write
+        encoding = conn.info.parameter_status("server_encoding")
+        if not current and encoding not in (None, "UTF8"):
+            # A ledger keeps whatever text its runs meet (a model's reply in any script):
+            # in LATIN1 a reply in Japanese would be refused at every resume, a run lost.
+            raise LedgerError(
+                f"{self.display}: the database's encoding is {encoding}, and a ledger needs "
+                "UTF8 to keep every text its runs meet; nothing was written. Create the "
+                "database with ENCODING 'UTF8' (CREATE DATABASE name ENCODING 'UTF8' "
+                "TEMPLATE template0) and point the URL at it"
+            )
         with conn.transaction():
             cur = conn.cursor()
             # Held until commit: a second opener waits here, then finds the work done.
@@ -391,14 +405,15 @@ class PostgresStore(PostgresBatchAppend, PostgresIndex):
 
     def load_requests(self, run_id: str) -> dict[int, str]:
         with self._read() as cur:
-            return dict(cur.execute(self._q["load_requests"], (run_id,)).fetchall())
+            rows = cur.execute(self._q["load_requests"], (run_id,)).fetchall()
+        return {seq: kept_text(text) for seq, text in rows}
 
     def request_digests(self, run_id: str) -> dict[int, str]:
         """Each kept request's SHA-256 by record seq, for ``crashproof check``: the rows
         streamed (one in memory at a time) and hashed here, not by the server."""
         with self._read() as cur:
             rows = cur.stream(self._q["load_requests"], (run_id,))
-            return {seq: request_sha256(text) for seq, text in rows}
+            return {seq: request_sha256(kept_text(text)) for seq, text in rows}
 
     def raw_events(self, run_id: str) -> list[RawRecord]:
         """The run's records exactly as stored (not verified: the caller verifies)."""
@@ -437,7 +452,7 @@ class PostgresStore(PostgresBatchAppend, PostgresIndex):
                 cur.executemany(self._q["insert_blob"], blobs)
             cur.executemany(self._q["insert_event"], rows)
             if requests:
-                kept = [(row.run_id, seq, text) for seq, text in requests.items()]
+                kept = [(row.run_id, seq, kept_form(text)) for seq, text in requests.items()]
                 cur.executemany(self._q["insert_request"], kept)
             for _seq, type_, key, payload, _v, created_at, *_ in records:
                 change = raw_change(type_, key, payload, created_at)

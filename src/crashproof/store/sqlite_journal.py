@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from crashproof.errors import CrashproofError, IntegrityError, LedgerError
-from crashproof.journal.records import Event
+from crashproof.journal.records import Event, request_sha256
 from crashproof.store.checkpointing import Checkpointer
 from crashproof.store.deltas import DeltaMemo, Resolver
 from crashproof.store.intents import change_of, touches
@@ -37,9 +37,11 @@ from crashproof.store.port import (
     blob_digest,
     check_append,
     seq_taken,
+    unencodable,
     unreadable,
     without_result,
 )
+from crashproof.store.request_texts import kept_text
 from crashproof.store.sql import load_queries
 from crashproof.store.sqlite_rows import (
     RUN_SPAN,
@@ -99,24 +101,30 @@ class SQLiteJournal:
         with self._reading() as conn:
             for seq, part in conn.execute(_Q["load_requests"], (run_id,)):
                 parts.setdefault(seq, []).append(part)
-        return {seq: "".join(texts) for seq, texts in parts.items()}
+        return {seq: kept_text("".join(texts)) for seq, texts in parts.items()}
 
     def request_digests(self, run_id: str) -> dict[int, str]:
         """Each kept request's SHA-256 by record seq (``request_sha256`` of its text), for
         ``crashproof check``: its parts hashed as they are read, so a run's requests are
         never in memory together (the UTF-8 of whole characters, part after part, is the
-        text's)."""
+        text's). A text kept as its JSON string (store/request_texts.py) is read whole
+        and hashed as the text it gives back."""
         digests: dict[int, str] = {}
         at, sha = -1, hashlib.sha256()
+        quoted: list[str] | None = None
         with self._reading() as conn:
             for seq, part in conn.execute(_Q["load_requests"], (run_id,)):
                 if seq != at:
                     if at >= 0:
-                        digests[at] = sha.hexdigest()
+                        digests[at] = _digest(sha, quoted)
                     at, sha = seq, hashlib.sha256()
-                sha.update(part.encode())
+                    quoted = [] if part[:1] == '"' else None
+                if quoted is not None:
+                    quoted.append(part)
+                else:
+                    sha.update(part.encode())
         if at >= 0:
-            digests[at] = sha.hexdigest()
+            digests[at] = _digest(sha, quoted)
         return digests
 
     def _load_events(self, run_id: str, make: Callable[..., Event]) -> list[Event]:
@@ -292,7 +300,10 @@ class SQLiteJournal:
                         if request is not None:
                             self._rollback(cursor)
                         self._ends.pop(run_id, None)
-                    except BaseException:  # a request SQLite cannot encode: nothing kept
+                    except UnicodeEncodeError as exc:  # a lone surrogate: nothing kept
+                        self._rollback(cursor)
+                        raise LedgerError(unencodable(f"ledger {self.path}", exc)) from None
+                    except BaseException:
                         self._rollback(cursor)
                         raise
                     else:
@@ -480,6 +491,8 @@ class SQLiteJournal:
                 )
         except sqlite3.IntegrityError:
             raise seq_taken(events[0]) from None
+        except UnicodeEncodeError as exc:  # this record's own refusal, not its batch's
+            raise LedgerError(unencodable(f"ledger {self.path}", exc)) from None
         return mac
 
     def _sealed(self, event: Event, prev_mac: str) -> tuple[str, str | None, str | None]:
@@ -562,3 +575,10 @@ def _utf8(text: str | None) -> str | None:
     if text is None:
         return None
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _digest(sha: Any, quoted: list[str] | None) -> str:
+    """request_digests' digest of one text: its parts hashed, or read whole (quoted)."""
+    if quoted is None:
+        return str(sha.hexdigest())
+    return request_sha256(kept_text("".join(quoted)))

@@ -13,6 +13,7 @@ from crashproof.errors import IntegrityError
 from crashproof.store.deltas import DeltaMemo
 from crashproof.store.intents import Change, IntentHold, held, others
 from crashproof.store.port import blob_digest
+from crashproof.store.request_texts import kept_form
 from crashproof.store.sql import load_queries
 
 __all__ = [
@@ -70,7 +71,7 @@ def insert_record(
 def insert_request(conn: sqlite3.Connection | sqlite3.Cursor, at: int, request: str) -> None:
     """Insert a request beside the record whose row id is ``at``, in parts of
     ``REQUEST_PART`` characters (schema 9; insert_request cuts them: one statement)."""
-    conn.execute(_Q["insert_request"], (at, request))
+    conn.execute(_Q["insert_request"], (at, kept_form(request)))
 
 
 def apply_change(

@@ -30,6 +30,7 @@ from typing import Any
 
 from crashproof.errors import ForkRefused, RunNotFound
 from crashproof.journal import payloads
+from crashproof.journal.codec import storable
 from crashproof.journal.fold import Replay, index_journal
 from crashproof.journal.records import (
     Event,
@@ -122,7 +123,12 @@ class LedgerFork(DriveHost):
         ``from_step``; returns the ``run_forked`` record's payload. Drive it on with
         ``resume(new_run_id)``. Refusals raise ``ForkRefused``, nothing written."""
         who = operator(by)
-        if not isinstance(new_run_id, str) or not new_run_id or reserved(new_run_id):
+        if (
+            not isinstance(new_run_id, str)
+            or not new_run_id
+            or reserved(new_run_id)
+            or not storable(new_run_id)  # a NUL or a lone surrogate: no store keeps it
+        ):
             raise ForkRefused(run_id, f"--run-id {new_run_id!r} is not a usable run id")
         if self.store.get_run(run_id) is None:
             raise RunNotFound(f"no run {run_id!r} in {self.shown_url}")
