@@ -269,7 +269,8 @@ class LeaseHeld(CrashproofError):
 class IntentHeld(CrashproofError):
     """Another run holds the same act intent unresolved (in flight, unknown, frozen): a
     new operation id must not walk around an unknown outcome. Raised by a store refusing
-    the intent record (nothing of that write is kept), and then by the act that froze.
+    the intent record (nothing of that write is kept); the act that met it stops the run
+    retryable, waiting (runtime/steps/holds.py), and the ``RunStopped`` comes from it.
 
     ``holders``: ``{"run_id", "key", "since"}`` of each run holding it (``since``: epoch
     seconds of its first unresolved intent record)."""

@@ -1,7 +1,8 @@
-"""resume --override-intent: a run frozen on an intent another run holds unresolved exits
-3 with a hint naming the way out; an override names a holding run (anything else is a
-usage error, nothing journaled), is journaled with who made it, and shows in the
-timeline."""
+"""resume --override-intent: a run waiting on an intent another run holds unresolved
+(stopped, retryable) exits 6 with a hint naming the worker that resumes it and the way
+past; ``runs`` names whom it waits for and how to override; an override names a holding
+run (anything else is a usage error, nothing journaled), is journaled with who made it,
+and shows in the timeline."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def order(ctx, customer: str):
 
 @pytest.fixture
 def held(project: Path) -> Iterator[Any]:
-    """Run A crashed between its effect and its receipt; run B froze on A's intent."""
+    """Run A crashed between its effect and its receipt; run B waits on A's intent."""
     (project / "orders_app.py").write_text(ORDERS, encoding="utf-8")
     sys.path.insert(0, str(project))  # the project fixture restores sys.path
     module = importlib.import_module("orders_app")
@@ -65,20 +66,25 @@ def held(project: Path) -> Iterator[Any]:
         pytest.raises(cp.SimulatedCrash),
     ):
         ledger.run(module.order, run_id="A", customer="c1")
-    with cp.Ledger("sqlite:///crashproof.db") as ledger, pytest.raises(cp.RunFrozen):
+    with cp.Ledger("sqlite:///crashproof.db") as ledger, pytest.raises(cp.RunStopped):
         ledger.run(module.order, run_id="B", customer="c1")
     yield module
     sys.modules.pop("orders_app", None)
 
 
-def test_a_held_intent_freezes_until_an_override_names_its_holder(
+def test_a_held_intent_waits_until_an_override_names_its_holder(
     held: Any, cli: Cli, project: Path
 ) -> None:
-    frozen = cli("resume", "B", "--app", "orders_app")
-    assert frozen.code == ExitCode.RUN_FROZEN
-    error, hint = frozen.err.splitlines()
-    assert "run 'A' holds the same intent unresolved" in error
+    waiting = cli("resume", "B", "--app", "orders_app")
+    assert waiting.code == ExitCode.RUN_INTERRUPTED
+    error, hint = waiting.err.splitlines()
+    assert "waiting for another run: run 'A' holds the same intent unresolved" in error
+    assert "a worker (`crashproof worker`) resumes this run" in hint
     assert "--override-intent RUN --by NAME" in hint
+    [row] = [r for r in cli("runs", "--json").json() if r["run_id"] == "B"]
+    assert (row["status"], row["retryable"]) == ("stopped", True)
+    assert "run 'A' holds" in row["reason"]
+    assert "--override-intent A" in row["reason"]
     assert len(json.loads((project / "target.json").read_text())) == 1  # A's effect only
 
     wrong = cli("resume", "B", "--app", "orders_app", "--override-intent", "Z", "--by", "eve")

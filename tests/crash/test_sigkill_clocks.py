@@ -11,7 +11,7 @@ an effect after an approval's expiry, never two.
    ledger's clock never goes behind a time it recorded; PostgreSQL: the server's clock);
 4. the intent's writer's clock runs ahead, the target forgot the key: not sent again;
 5. a new run with the tool's version bumped (same params) meets another run's
-   unresolved act: refused, nothing sent;
+   unresolved act: refused, nothing sent (it waits, a retryable stop);
 6. a completed act's receipt lost its intent digest at the target: the resume's re-read
    freezes instead of replaying it as done.
 """
@@ -177,7 +177,7 @@ def test_5_a_bumped_tool_version_cannot_step_around_an_unresolved_act(
     url: str, target: IdempotentServer
 ) -> None:
     assert child(url, target, "A", "plain", INTENT) == -9
-    held = pytest.raises(cp.RunFrozen, match="holds the same intent")
+    held = pytest.raises(cp.RunStopped, match="holds the same intent")
     with ledger_at(url) as ledger, tool_for("v2", target.url) as tool, held:
         ledger.run(deploy(tool), run_id="B")
     assert target.creates() == 0  # before: B created its own (a duplicate pull request)

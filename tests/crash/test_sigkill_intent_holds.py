@@ -1,8 +1,8 @@
 """No new key around an unknown, with a real crash (#28 item 4): a child process is
 killed by SIGKILL between an act's effect and its receipt; a new run with the same act
-in this process freezes, naming the dead run, and executes nothing. Once the dead run is
-resumed (its lookup finds the effect), the new run goes on. Before, the new run executed
-the effect a second time under its own operation id."""
+in this process waits (a retryable stop), naming the dead run, and executes nothing.
+Once the dead run is resumed (its lookup finds the effect), the new run goes on.
+Before, the new run executed the effect a second time under its own operation id."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _child_module(target: Path) -> dict[str, Any]:
     return namespace
 
 
-def test_a_new_run_freezes_on_the_intent_a_killed_run_left_in_flight(tmp_path: Path) -> None:
+def test_a_new_run_waits_on_the_intent_a_killed_run_left_in_flight(tmp_path: Path) -> None:
     db, target = tmp_path / "l.db", tmp_path / "target.json"
     child = tmp_path / "child.py"
     child.write_text(CHILD, encoding="utf-8")
@@ -76,7 +76,7 @@ def test_a_new_run_freezes_on_the_intent_a_killed_run_left_in_flight(tmp_path: P
 
     order = _child_module(target)["order"]
     with cp.Ledger(f"sqlite:///{db}") as ledger:
-        with pytest.raises(cp.RunFrozen, match="run 'A' holds the same intent unresolved"):
+        with pytest.raises(cp.RunStopped, match="run 'A' holds the same intent unresolved"):
             ledger.run(order, run_id="B", customer="c1")
         assert list(json.loads(target.read_text())) == ["A/create"]  # nothing again
         assert ledger.resume("A") == {"n": 1}  # the dead run's lookup finds its effect

@@ -14,8 +14,9 @@ DESIGN.md §11:
   declared repeat);
 - an act completed replays;
 - of the two acts on one intent, one at a time: while one is unresolved the other waits,
-  frozen retryable (``cp.IntentHeld``), sending nothing; it goes on once the first is
-  resolved, and stays frozen while the first waits for a person.
+  stopped retryable (``cp.IntentHeld`` refused its intent: ``unavailable:<key>: waiting
+  for another run``), sending nothing; it goes on once the first is resolved, and keeps
+  waiting while the first waits for a person.
 
 What each act was when the child died is read from the journal the kill left, and some
 points pin it (a kill after a's stop committed: a proven not done; in c's execute: c in
@@ -31,6 +32,7 @@ import pytest
 
 import crashproof as cp
 from crashproof.journal.records import EventType
+from crashproof.runtime.steps.holds import waits_for_holder
 
 sys.path.insert(0, str(Path(__file__).parent))
 import child_unavailable_group as child
@@ -131,7 +133,7 @@ def test_a_kill_anywhere_in_the_group_sends_only_what_the_journal_shows_not_done
         child.MODE["point"] = "resumed"
         got = child.drive_all(ledger, tool, shell)
         for run_id, result in got.items():  # refused: nothing sent
-            if isinstance(result, cp.RunFrozen) and isinstance(result.cause, cp.IntentHeld):
+            if isinstance(result, cp.RunStopped) and waits_for_holder(result.reason):
                 assert run_id in PARTNER, (run_id, result)
                 assert f"run {PARTNER[run_id]!r} holds the same intent" in str(result)
                 assert mine(posted(tmp_path), run_id) == mine(before, run_id)
@@ -147,8 +149,9 @@ def test_a_kill_anywhere_in_the_group_sends_only_what_the_journal_shows_not_done
             and states[partner] == "in doubt"
             and on_unknown == "review"
         ):  # the partner waits for a person, holding the intent: this one waits too
-            assert isinstance(got[run_id], cp.RunFrozen), (run_id, got[run_id])
-            assert isinstance(got[run_id].cause, cp.IntentHeld)
+            assert isinstance(got[run_id], cp.RunStopped), (run_id, got[run_id])
+            assert waits_for_holder(got[run_id].reason)
+            assert after[run_id].status is cp.RunStatus.STOPPED  # a worker tries it again
             assert mine(lines, run_id) == had == []
             continue
         if state == "in doubt" and on_unknown == "review":  # not sent: a person decides

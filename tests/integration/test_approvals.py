@@ -543,3 +543,30 @@ def test_a_private_tool_without_commit_time_is_judged_by_its_receipt_time(
     else:
         assert again.resume(RUN) == server.resource(KEY)["id"]  # type: ignore[index]
     assert server.count(KEY, "POST") == 1
+
+
+def test_an_approved_act_refused_by_another_runs_hold_waits_and_sends_once_approved(
+    server: IdempotentServer, tool: HttpTool, ledger_at: LedgerFactory, keys: dict[str, Path]
+) -> None:
+    """The approval is consumed, then the store refuses the act's intent (another run's
+    act on the same intent is in flight): the run stops to wait, nothing sent, and its
+    resume once the holder is resolved sends under that one approval, consumed once."""
+    flow = deploy(tool)
+    points = cp.CrashPoints(match="before_commit[step_done:create]")
+    crashing = ledger_at(crash_points=points)
+    with pytest.raises(cp.SimulatedCrash):
+        crashing.run(flow, run_id="holder")  # no policy: sent, its receipt lost
+    ledger = ledger_at()
+    ledger.register(flow)
+    frozen_for_approval(ledger, flow)
+    registered(ledger, keys)
+    ledger.approve(RUN, "create", key=keys["alice"], ttl=600, by="alice")
+    with pytest.raises(cp.RunStopped, match="waiting for another run: run 'holder' holds"):
+        ledger.resume(RUN)
+    assert server.count(KEY, "POST") == 0
+    assert ledger.resume("holder") == server.resource("holder/create")["id"]  # type: ignore[index]
+    result = ledger.resume(RUN)
+    assert result == server.resource(KEY)["id"]  # type: ignore[index]
+    assert server.count(KEY, "POST") == 1
+    assert server.count("holder/create", "POST") == 1
+    assert types(ledger).count("approval_consumed") == 1

@@ -4,7 +4,7 @@ act that it was not done, and the run's stop says so, nothing of A's act can hav
 happened: the stop releases its hold, and run B acting on the same target goes on (before,
 B froze for review until A resumed, a question for a person about an effect the journal
 proves never ran). A's resume holds the intent again before it sends: while B holds it
-unresolved (B's act in doubt), A waits, frozen retryable, never racing B's effect; once
+unresolved (B's act in doubt), A waits, stopped retryable, never racing B's effect; once
 B is resolved, A goes on. Where the journal does not prove A's act not done (the crash
 cut the stop off; an earlier attempt was in doubt), A keeps the hold and B waits, as
 before. A real target (a file) with a lookup by operation id, out while a lock exists."""
@@ -114,20 +114,21 @@ def test_the_resume_waits_while_the_other_run_holds_the_intent_in_doubt(
     tmp_path: Path, shell: str
 ) -> None:
     """B posted, then died before its receipt: its act is in doubt. A's resume must not
-    post under its own key meanwhile (B's may be the effect both were after): frozen
-    retryable, naming B, nothing sent. B's resume looks its act up; then A goes on."""
+    post under its own key meanwhile (B's may be the effect both were after): stopped
+    retryable, naming B, nothing sent; the wait is no record of A's act, so the next
+    resume still knows no attempt was done. B's resume looks its act up; then A goes on."""
     url, tool = f"sqlite:///{tmp_path / 'l.db'}", Post(tmp_path)
     stop_a(url, tool, shell)
     points = cp.CrashPoints(match="before_commit[step_done:post]")
     with ledger(url, tool, shell, crash_points=points) as led, pytest.raises(cp.SimulatedCrash):
         drive(led, shell, "run", flow(tool, shell), run_id="B")
     with ledger(url, tool, shell) as led:
-        with pytest.raises(cp.RunFrozen, match="run 'B' holds the same intent") as frozen:
+        with pytest.raises(cp.RunStopped, match="waiting for another run: run 'B' holds"):
             drive(led, shell, "resume", "A")
-        assert isinstance(frozen.value.cause, cp.IntentHeld)
         assert tool.lines() == ["B/post hello"]  # A sent nothing
-        with pytest.raises(cp.RunFrozen):  # still held: A waits again
+        with pytest.raises(cp.RunStopped, match="run 'B' holds"):  # still held: A waits again
             drive(led, shell, "resume", "A")
+        assert led.get_run("A").status is cp.RunStatus.STOPPED
         assert drive(led, shell, "resume", "B") == {"posted": "hello"}  # looked up: found
         assert drive(led, shell, "resume", "A") == {"posted": "hello"}
         assert led.get_run("A").status is cp.RunStatus.SUCCEEDED
@@ -143,7 +144,7 @@ def test_an_operator_can_let_the_resume_pass_the_run_it_waits_for(tmp_path: Path
     with ledger(url, tool, crash_points=points) as led, pytest.raises(cp.SimulatedCrash):
         led.run(flow(tool), run_id="B")
     with ledger(url, tool) as led:
-        with pytest.raises(cp.RunFrozen):
+        with pytest.raises(cp.RunStopped, match="--override-intent B"):
             led.resume("A")
         assert led.resume("A", override_intent=["B"], by="alice") == {"posted": "hello"}
     assert tool.lines() == ["B/post hello", "A/post hello"]
@@ -159,7 +160,7 @@ def test_a_stop_the_crash_cut_off_keeps_the_hold(tmp_path: Path) -> None:
         led.run(flow(tool), run_id="A")
     (tmp_path / "lock").unlink()
     with ledger(url, tool) as led:
-        with pytest.raises(cp.RunFrozen, match="run 'A' holds the same intent"):
+        with pytest.raises(cp.RunStopped, match="run 'A' holds the same intent"):
             led.run(flow(tool), run_id="B")
         assert led.resume("A") == {"posted": "hello"}  # looked up: not found, sent
         assert led.resume("B") == {"posted": "hello"}
@@ -173,7 +174,7 @@ def test_a_stop_after_an_attempt_in_doubt_keeps_the_hold(tmp_path: Path) -> None
     stop_a(url, tool, "sync")
     with ledger(url, tool) as led:
         assert [h.run_id for h in led.store.unresolved_intents()] == ["A"]
-        with pytest.raises(cp.RunFrozen, match="run 'A' holds the same intent"):
+        with pytest.raises(cp.RunStopped, match="run 'A' holds the same intent"):
             led.run(flow(tool), run_id="B")
         assert led.resume("A") == {"posted": "hello"}
         assert led.resume("B") == {"posted": "hello"}

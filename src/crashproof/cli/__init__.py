@@ -33,7 +33,8 @@ code  meaning
 5     the ledger is unusable (missing, not a ledger, corrupt, newer
       schema, locked); nothing was changed
 6     the run stopped before finishing and stays resumable (an error, a
-      budget, a service out): fix the cause or wait, then resume
+      budget, a service out, another run holding its act's intent): fix
+      the cause or wait (a worker resumes a retryable stop), then resume
 7     the run was cancelled (``crashproof cancel``): it is never driven
       again (resume, retry, run with its id, the worker); nothing ran
 8     show: the run has outbox messages still undelivered (a target was

@@ -17,7 +17,6 @@ from crashproof.errors import (
     DecisionRefused,
     ForkRefused,
     IntegrityError,
-    IntentHeld,
     JournalRolledBack,
     KeyUnusable,
     LeaseHeld,
@@ -37,7 +36,7 @@ from crashproof.errors import (
     UnknownWorkflow,
     WitnessMissing,
 )
-from crashproof.runtime.steps.holds import NothingToOverride
+from crashproof.runtime.steps.holds import NothingToOverride, waits_for_holder
 
 __all__ = ["EXIT_CODES_TEXT", "SIGNAL_EXIT_TEXT", "CliError", "ExitCode", "Failure", "failure_for"]
 
@@ -72,7 +71,7 @@ EXIT_CODES_TEXT: dict[ExitCode, str] = {
     ExitCode.LEDGER_UNUSABLE: "ledger unusable (missing, not a ledger, corrupt, newer, locked); "
     "for runs and check: some runs fail verification (the rest are listed, those marked)",
     ExitCode.RUN_INTERRUPTED: "the run stopped, stays resumable (an error, a budget, a service "
-    "out): fix it or wait, then resume",
+    "out, another run holding its act's intent): fix it or wait, then resume",
     ExitCode.RUN_CANCELLED: "the run was cancelled (crashproof cancel): it is never driven "
     "again; nothing was executed",
     ExitCode.UNDELIVERED: "show: the run has outbox messages still undelivered (a target "
@@ -127,12 +126,6 @@ def _hint_failed(exc: CrashproofError) -> str:
 
 def _hint_frozen(exc: CrashproofError) -> str:
     run = _run_id(exc)
-    if isinstance(getattr(exc, "cause", None), IntentHeld):  # runtime/steps/holds.py
-        return (
-            "another run holds the same act intent unresolved: resume or review that run "
-            "(named above) until its act ends, then resume this one; or let this act pass "
-            f"it: `crashproof resume {run} --app MODULE --override-intent RUN --by NAME`"
-        )
     if getattr(exc, "status", None) == "awaiting_approval":
         then = f"approve it: `crashproof approve {run} --key KEY.pem`, then resume"
     else:
@@ -145,6 +138,13 @@ def _hint_frozen(exc: CrashproofError) -> str:
 
 def _hint_stopped(exc: CrashproofError) -> str:
     run = _run_id(exc)
+    if waits_for_holder(getattr(exc, "reason", None)):  # runtime/steps/holds.py
+        return (
+            "another run holds the same act intent unresolved and nothing was sent: a worker "
+            "(`crashproof worker`) resumes this run with backoff and it goes on once that run "
+            "(named above) resolved its act; or let this act pass it: "
+            f"`crashproof resume {run} --app MODULE --override-intent RUN --by NAME`"
+        )
     if str(getattr(exc, "reason", "")).startswith("unavailable:"):  # runtime/steps/outage.py
         return (
             "a service the run needs is out; nothing of the call was recorded: once it is "
@@ -198,7 +198,7 @@ _RULES: tuple[_Rule, ...] = (
     (
         NothingToOverride,
         ExitCode.USAGE,
-        "--override-intent names a run the frozen act waits for: see the freeze's reason "
+        "--override-intent names a run the waiting act waits for: see the stop's reason "
         "in `crashproof show RUN_ID`",
     ),
     (

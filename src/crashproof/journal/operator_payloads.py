@@ -44,7 +44,8 @@ class IntentOverride(TypedDict):
     host: str
     intent_digest: str
     holders: list[str]  # the run ids the operator overrides, and only those
-    # What the run froze on: each holder's {"run_id", "key", "since"}.
+    # What the run waited on (stopped; an earlier version froze): each holder's
+    # {"run_id", "key", "since"}.
     held: list[dict[str, Any]]
 
 

@@ -13,7 +13,8 @@ Nothing waits for a person that a later attempt can clear:
 
 - a run whose worker died is claimed once its lease runs out;
 - a run that stopped for a retryable cause (a model, tool or lookup out longer than its
-  retries: reason ``unavailable:...``) is claimed again with backoff. The worker whose
+  retries, or an act waiting for another run's unresolved act on the same intent:
+  reason ``unavailable:...``) is claimed again with backoff. The worker whose
   attempt stops again stores the next attempt time in the run index
   (``retry_first * 2**n`` seconds after the n-th automatic attempt, at most
   ``retry_max``), so every worker honours it and ``crashproof runs`` shows it;

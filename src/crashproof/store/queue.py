@@ -6,12 +6,13 @@ A runnable run is one that nobody holds and that needs a driver:
   (drained or hit an error, e.g. the store itself was out), or its driver's lease
   expired (the worker died or stalled);
 - or it stopped for a retryable cause (``retryable_stop``: status ``stopped``, reason
-  ``unavailable:...``, a model, tool or lookup that was out) and its ``retry_at`` has
-  passed (NULL: at once). Its claim counts one more automatic attempt (``retries``);
-  the worker whose attempt stops again schedules the next one (``schedule_retry``),
-  so every worker agrees on it and ``crashproof runs`` shows it. A run frozen for a
-  person (``needs_review``, ``awaiting_approval``) or stopped for any other reason (a
-  budget) is never runnable.
+  ``unavailable:...``, a model, tool or lookup that was out, or an act waiting for
+  another run's unresolved act on its intent: runtime/steps/holds.py) and its
+  ``retry_at`` has passed (NULL: at once). Its claim counts one more automatic attempt
+  (``retries``); the worker whose attempt stops again schedules the next one
+  (``schedule_retry``), so every worker agrees on it and ``crashproof runs`` shows it.
+  A run frozen for a person (``needs_review``, ``awaiting_approval``) or stopped for any
+  other reason (a budget) is never runnable.
 
 A claim takes the oldest such run of the workflow versions the worker can drive, in one
 transaction, and bumps its fencing token exactly as ``Store.claim`` does; two workers

@@ -246,8 +246,9 @@ def resume_run(
             "--override-intent",
             metavar="RUN",
             show_default=False,
-            help="Let the act this run froze on go on although RUN holds the same intent "
-            "unresolved (in flight, unknown or frozen): it may then happen twice. "
+            help="Let the act this run waits at (stopped: another run holds its intent) go "
+            "on although RUN holds the same intent unresolved (in flight, unknown or "
+            "frozen): it may then happen twice. "
             "Journaled with --by. Repeatable, one per holding run.",
         ),
     ] = None,

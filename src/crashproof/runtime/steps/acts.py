@@ -182,14 +182,13 @@ def perform_act(
 
 
 def _first(session: RunSession, tool: Tool, call: Call, how: OnUnknown, base: int) -> Work[Any]:
-    """Journal ``call``'s intent as a first one, observed and refused while another run
-    holds it unresolved (steps/holds.py), and execute; ``base``: earlier attempts, none
-    done."""
+    """Journal ``call``'s intent as a first one, observed, and execute; while another
+    run holds the intent unresolved the store refuses it and the run stops to wait
+    (steps/holds.py). ``base``: earlier attempts, none done."""
     observed = yield from observe_before(tool, call)
     yield from first_intent(
         session,
         call,
-        lambda: _evidence(call, tool),  # observes again: only for a freeze
         lambda overrides: _journal_intent(session, tool, call, how, observed, overrides, True),
     )
     return (yield from _execute(session, tool, call, how, base=base, none_before=True))

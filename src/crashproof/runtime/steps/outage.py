@@ -32,7 +32,9 @@ never recorded as the call's failure: it says nothing about the run.
   changed.
 
 The ``unavailable:`` prefix is what makes the stop retryable (``store.queue.
-retryable_stop``): a worker claims such a run again on its own, with backoff.
+retryable_stop``): a worker claims such a run again on its own, with backoff. An act
+waiting for another run's unresolved act on its intent stops so too (``journal_stop``,
+steps/holds.py), without the ``unavailable`` evidence: it was no attempt of the act.
 
 Used by ``live.py`` (steps, decisions) and ``acts.py`` (an act whose tool's ``prepare``
 or ``execute`` raised it: the effect did not happen).
