@@ -28,7 +28,7 @@ The sites:
     (alternative: ``encode({"kind", "digest", "status", "attempt", "took_us"})``);
   2 runtime/context.py ``begin_call``: replay's ``text.startswith(prefix + digest + ...)`` on
     the stored text (alternative: ``_replay``, which decodes the payload and compares);
-  5 runtime/steps/acts.py ``_flat_intent`` (alternative: ``canonical_digest`` of the
+  5 runtime/steps/act_records.py ``_flat_intent`` (alternative: ``canonical_digest`` of the
     intent);
   6 journal/codec.py ``args_digest``'s spelled-out args (alternative:
     ``canonical_digest({"args": [...], "kwargs": {...}})``).
@@ -67,7 +67,7 @@ from crashproof.journal.records import Event, StepKind, StepStatus
 from crashproof.runtime import context as context_mod
 from crashproof.runtime.context import Context
 from crashproof.runtime.steps import arguments as arguments_mod
-from crashproof.runtime.steps.acts import intent_digest
+from crashproof.runtime.steps.act_records import intent_digest
 from crashproof.tools.port import Tool
 
 REPLAY_RUN = "bench:handbuilt-replay"
@@ -79,7 +79,7 @@ _RESULT_WHAT = "the result of step"
 
 
 def intent_digest_canonical(tool: Tool, params: dict[str, Any], key: str) -> str:
-    """``acts.intent_digest`` without ``_flat_intent``."""
+    """``act_records.intent_digest`` without ``_flat_intent``."""
     return canonical_digest(
         {"tool": tool.name, "tool_version": tool.version, "params": params},
         what=f"the params of act {key!r}",

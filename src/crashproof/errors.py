@@ -59,6 +59,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from crashproof._excerpt import shown
+
 __all__ = [
     "ActFailed",
     "ActNotDone",
@@ -214,15 +216,15 @@ class RunFrozen(CrashproofError):
 
 
 class RunFailed(CrashproofError):
-    """The run ended in `failed`; `.cause` is the recorded error."""
+    """The run ended in `failed`; `.cause` is the recorded error (whole in `.error`, its
+    message shown bounded on one line here, as the run's reason is)."""
 
     def __init__(self, run_id: str, error: dict[str, Any], cause: BaseException | None = None):
         self.run_id = run_id
         self.error = error
         self.cause = cause
-        super().__init__(
-            f"run {run_id!r} failed: {error.get('type', 'Error')}: {error.get('message', '')}"
-        )
+        said = shown(f"{error.get('type', 'Error')}: {error.get('message', '')}")
+        super().__init__(f"run {run_id!r} failed: {said}")
 
 
 class NonDeterminismError(CrashproofError):

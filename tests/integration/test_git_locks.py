@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,27 @@ def test_a_live_owner_is_waited_for(setup: Setup) -> None:
     assert time.monotonic() - started >= 0.5
     git_tool._run("update-ref", "refs/heads/x", "HEAD")  # released: it runs
     assert git(setup.repo, "rev-parse", "x") == git(setup.repo, "rev-parse", "main")
+
+
+def test_a_lock_under_a_long_path_freezes_with_a_bounded_reason(tmp_path: Path) -> None:
+    """A repository whose path is long (about 600 characters): the freeze's reason keeps
+    its start (whose lock) and its end (what to do) around " … " and stays bounded; the
+    busy error in its evidence names the whole lock path."""
+    root = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 200)
+    root.mkdir(parents=True)
+    s = replace(make_setup(root), root=tmp_path)  # the ledger where SQLite opens it
+    lock = foreign_lock(s, None)
+    try:
+        with pytest.raises(cp.RunFrozen) as frozen:
+            s.ledger().run(hooked, run_id=RUN_ID, repo=str(s.repo))
+        reason = frozen.value.reason
+        info = s.ledger().get_run(RUN_ID)
+    finally:
+        s.close()
+    assert reason == info.reason
+    assert reason.startswith("act 'commit': a git process that is not ours holds /")
+    assert reason.endswith("/.git/index.lock and resume; a later resume tries again")
+    assert " … " in reason
+    assert len(reason) < 700  # the lock path twice was about 1,400 characters
+    busy = (info.evidence or {})["busy"]["message"]
+    assert busy.count(str(lock)) == 2  # the whole of it, in the evidence

@@ -20,7 +20,7 @@ import pytest
 
 import crashproof as cp
 from crashproof.runtime.port import ActSettings
-from crashproof.runtime.steps.acts import intent_digest
+from crashproof.runtime.steps.act_records import intent_digest
 from crashproof.tools.http import HttpTool, LookupFailed, wire_key
 
 from .http_child import make_tool, make_workflow

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import crashproof as cp
-from crashproof.runtime.steps.acts import intent_digest
+from crashproof.runtime.steps.act_records import intent_digest
 from crashproof.tools.migrations import Migrations
 from crashproof.tools.port import Call
 from crashproof.tools.sql import Sql

@@ -105,7 +105,7 @@ flat_scalars = (
 def test_intent_digest_equals_rfc8785(params: dict[str, Any], name: str, version: str) -> None:
     """The act intent's fast path (flat params, ASCII) and its fallback give the RFC 8785
     digest of {tool, tool_version, params}."""
-    from crashproof.runtime.steps.acts import intent_digest
+    from crashproof.runtime.steps.act_records import intent_digest
 
     tool: Any = _Named(name, version)
     try:
@@ -124,7 +124,7 @@ def test_hold_digest_equals_rfc8785_without_the_version(
     params: dict[str, Any], name: str, version: str
 ) -> None:
     """What holds match: {tool, params}, the same for every version of the tool."""
-    from crashproof.runtime.steps.acts import hold_digest
+    from crashproof.runtime.steps.act_records import hold_digest
 
     try:
         expected = rfc({"tool": name, "params": params})
@@ -137,7 +137,7 @@ def test_hold_digest_equals_rfc8785_without_the_version(
 
 
 def test_intent_digest_fast_path_covers_the_usual_act() -> None:
-    from crashproof.runtime.steps.acts import _flat_intent
+    from crashproof.runtime.steps.act_records import _flat_intent
 
     tool: Any = _Named("http", "2")
     params = {"url": 'https://x/\\"\n\x1f\x7f', "n": -(2**53 - 1), "ok": True, "none": None}

@@ -4,8 +4,9 @@ downward only). Every import counts: module level, function-local and under
 
 The layers, bottom first:
 
-- ``errors``, ``_version``, ``_faults``: leaves (the one exception tree, shared by all);
-- ``journal``: pure domain, nothing of ours but ``errors``;
+- ``errors``, ``_version``, ``_faults``, ``_excerpt``: leaves (the one exception tree, and
+  what everyone shares: a foreign message bounded for a reason, ``_excerpt.shown``);
+- ``journal``: pure domain, nothing of ours but the leaves;
 - ``store``, ``tools``, ``integrity``: never ``runtime``, ``verify``, ``testing`` or ``cli``;
 - ``runtime``: ``port`` (the seams) under the role folders ``steps``, ``guards``,
   ``driving``, ``operations``, which never import ``context``, ``drive``, ``ledger``,
@@ -27,7 +28,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = SRC / "crashproof"
 
-LEAVES = {"crashproof.errors", "crashproof._version", "crashproof._faults"}
+LEAVES = {"crashproof.errors", "crashproof._version", "crashproof._faults", "crashproof._excerpt"}
 EDGE = ("crashproof.models", "crashproof.integrations")  # public names only
 ROLE_FOLDERS = ("steps", "guards", "driving", "operations")
 ABOVE_ROLES = ("context", "drive", "ledger", "worker", "replayer")
@@ -95,6 +96,13 @@ def test_the_walk_sees_every_kind_of_import() -> None:
     # A function-local import and a TYPE_CHECKING one are both found (the walk is live).
     assert "crashproof.runtime.port" in GRAPH["crashproof.runtime.steps.acts"]
     assert len(MODULES) > 80
+
+
+def test_the_leaves_import_nothing_but_leaves() -> None:
+    # Every layer imports them: a leaf that reached up would tie the layers in a knot.
+    assert {leaf: GRAPH[leaf] - LEAVES for leaf in sorted(LEAVES)} == {
+        leaf: set() for leaf in sorted(LEAVES)
+    }
 
 
 def test_no_import_circle_anywhere() -> None:

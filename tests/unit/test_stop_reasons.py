@@ -1,5 +1,6 @@
-"""How a service's message is cut into a stop reason (runtime/steps/outage.py): one
-line, its start and its end kept around " … ", bounded; the whole in the evidence."""
+"""How a service's message is cut into a stop reason (runtime/steps/outage.py, with
+crashproof/_excerpt.py's ``shown``): one line, its start and its end kept around " … ",
+bounded; the whole in the evidence. A tool's detail is cut the same way, smaller."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 
 import crashproof as cp
-from crashproof.runtime.steps.outage import shown
+from crashproof._excerpt import DETAIL, shown
 
 BOUND = 563  # 200 characters of the start, " … ", 360 of the end
 
@@ -50,6 +51,34 @@ def test_a_huge_message_stays_bounded() -> None:
     for size in (400, 10_000, 1_000_000):
         said = shown("h" * size + " " + "t" * size)
         assert said == "h" * 200 + " … " + "t" * 360
+
+
+def test_a_tool_s_detail_keeps_its_start_and_its_end_within_its_own_bound() -> None:
+    """git's stderr (the why after a long path), an OSError (the errno text before it)."""
+    path = "/srv/" + "deep/" * 100 + ".git/index.lock"
+    git = f"git add exited 128: fatal: Unable to create '{path}': File exists."
+    said = shown(git, DETAIL)
+    assert said.startswith("git add exited 128: fatal: Unable to create '/srv/deep/")
+    assert said.endswith(".git/index.lock': File exists.")
+    assert len(said) == DETAIL
+    errno = f"[Errno 20] Not a directory: '{path}'"
+    assert shown(errno, DETAIL).startswith("[Errno 20] Not a directory: '/srv/deep/")
+    assert shown("x" * 400, 5) == "x … x"  # even a tiny bound keeps both ends
+    assert shown("x" * 400, 1) == "x … x"
+
+
+def test_a_tool_s_detail_keeps_both_its_ends_in_a_reason_that_embeds_it() -> None:
+    """A tool's message puts its bounded detail last, after its own long path (a store's,
+    a repository's): the reason's end holds the whole detail, the errno text before its
+    path included (a detail cut only to the reason's bound lost it)."""
+    path = "/srv/" + "deep/" * 100 + "store"
+    detail = shown(f"NotADirectoryError: [Errno 20] Not a directory: '{path}/objects'", DETAIL)
+    message = f"cp.Shell's snapshot store failed (store {path}; {detail})"
+    said = shown(message)
+    assert said.startswith("cp.Shell's snapshot store failed (store /srv/deep/")
+    assert said.endswith(f"; {detail})")
+    assert "NotADirectoryError: [Errno 20] Not a directory: '/srv/deep/" in said
+    assert len(said) <= BOUND
 
 
 def test_the_run_stops_with_the_end_of_a_long_message_and_keeps_all_of_it() -> None:

@@ -7,6 +7,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from crashproof._excerpt import shown
 from crashproof.errors import IntegrityError
 from crashproof.journal import payloads
 from crashproof.journal.records import (
@@ -28,6 +29,7 @@ __all__ = [
     "fold_steps",
     "index_journal",
     "cancelled_reason",
+    "failed_reason",
     "moved_reason",
     "spend",
     "step_keys",
@@ -360,7 +362,7 @@ def fold_run(
         elif outcome.type is EventType.RUN_FAILED:
             status, error = RunStatus.FAILED, payloads.run_failed(outcome).get("error")
             if isinstance(error, dict):
-                reason = f"{error.get('type')}: {error.get('message')}"
+                reason = failed_reason(error)
         elif outcome.type is EventType.RUN_CANCELLED:  # runtime/operations/cancelling.py
             status, reason = RunStatus.CANCELLED, cancelled_reason(outcome.payload)
             evidence = {"cancelled": outcome.payload}
@@ -393,6 +395,13 @@ def fold_run(
         policy=replay.policy,
         humans=_humans(events),
     )
+
+
+def failed_reason(error: dict[str, Any]) -> str:
+    """A failed run's reason, from the ``run_failed`` record's ``error``: its type and
+    message on one line, a long message's start and end kept (``_excerpt.shown``: the
+    workflow's error may be a tool's 100 KB text); the whole is in the record."""
+    return shown(f"{error.get('type')}: {error.get('message')}")
 
 
 def cancelled_reason(payload: dict[str, Any]) -> str:

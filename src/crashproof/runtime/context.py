@@ -30,7 +30,8 @@ from crashproof.runtime.guards.policy import Policy, admit_act, admit_in_flight
 from crashproof.runtime.guards.replan import decided_epoch
 from crashproof.runtime.options import StepOptions
 from crashproof.runtime.port import ActSettings, DriveHost
-from crashproof.runtime.steps.acts import intent_digest, perform_act
+from crashproof.runtime.steps.act_records import intent_digest
+from crashproof.runtime.steps.acts import perform_act
 from crashproof.runtime.steps.arguments import ArgumentDigests
 from crashproof.runtime.steps.checks import CheckResult, checking
 from crashproof.runtime.steps.environment import WorldCheck

@@ -11,6 +11,7 @@ from typing import Any, NoReturn, Protocol
 from crashproof.errors import CrashproofError, NonDeterminismError
 from crashproof.journal import payloads, records
 from crashproof.journal.codec import error_record
+from crashproof.journal.fold import failed_reason
 from crashproof.journal.records import Event, EventType, RunStatus
 from crashproof.runtime.driving.drive_commits import DriveCommits
 
@@ -105,5 +106,5 @@ class DriveRecords(DriveCommits):
         reason = None
         if type_ is EventType.RUN_FAILED:
             err = payloads.of(payloads.RunFailed, payload)["error"]
-            reason = f"{err['type']}: {err['message']}"
+            reason = failed_reason(err)  # bounded, the whole in the record
         self.append_event(type_, None, payload, value_json, status=(status, reason))

@@ -7,7 +7,7 @@
 - ``review``: review cases and signed replan/abort decisions; ``replan``: a decision
   consumed on resume, after the receipt is re-read.
 
-May import: ``journal``, ``tools``, ``integrity``, ``errors``, ``runtime.port``,
-``runtime.options`` and ``runtime.steps``. Never ``runtime.context``, ``runtime.drive`` or
-``runtime.ledger``.
+May import: ``journal``, ``tools``, ``integrity``, ``errors``, ``_excerpt``,
+``runtime.port``, ``runtime.options`` and ``runtime.steps``. Never ``runtime.context``,
+``runtime.drive`` or ``runtime.ledger``.
 """

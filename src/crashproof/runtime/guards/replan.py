@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, NoReturn
 
+from crashproof._excerpt import shown
 from crashproof.errors import CrashproofError, DriftError, RunFailed
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest
@@ -102,10 +103,10 @@ def decided_epoch(
                 session,
                 key,
                 case,
-                f"the receipt changed since the decision was signed ({seen}); the decision "
-                "was not applied and nothing was executed: review again",
+                f"the receipt changed since the decision was signed ({shown(seen)}); the "
+                "decision was not applied and nothing was executed: review again",
                 receipt=receipt,
-                changed_since_decision=seen,
+                changed_since_decision=seen,  # whole: a tool's error may be 100 KB
             )
         epoch = _epoch(events, key) + (1 if statement["decision"] == "replan" else 0)
         quarantined = [_operation_id(session.run_id, key, n) for n in range(1, epoch)]

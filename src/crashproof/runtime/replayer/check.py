@@ -32,7 +32,7 @@ from crashproof.runtime.async_context import AsyncContext
 from crashproof.runtime.context import Context
 from crashproof.runtime.port import DriveHost
 from crashproof.runtime.replayer.contracts import contract_mapping, explain_contract_change
-from crashproof.runtime.steps.acts import intent_digest
+from crashproof.runtime.steps.act_records import intent_digest
 from crashproof.runtime.steps.arguments import ArgumentDigests
 from crashproof.runtime.workflow import Workflow
 from crashproof.tools.port import Tool

@@ -15,7 +15,7 @@ from typing import Any
 
 from crashproof.journal import payloads
 from crashproof.journal.records import Event, EventType
-from crashproof.runtime.steps.acts import intent_digest
+from crashproof.runtime.steps.act_records import intent_digest
 from crashproof.tools.port import Tool
 
 __all__ = ["contract_mapping", "explain_contract_change", "map_params"]

@@ -20,9 +20,9 @@ if no attempt was done, the stop released its hold, which the next attempt takes
 from __future__ import annotations
 
 import time
-from json.encoder import encode_basestring as _quoted
 from typing import Any
 
+from crashproof._excerpt import shown
 from crashproof.errors import (
     ActFailed,
     CrashproofError,
@@ -36,11 +36,12 @@ from crashproof.errors import (
     Unavailable,
 )
 from crashproof.journal import payloads
-from crashproof.journal.codec import canonical_digest, decode, encode, error_record, sha256_hex
+from crashproof.journal.codec import decode, encode, error_record, sha256_hex
 from crashproof.journal.records import Event, EventType, StepKind
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.act_records import (
     failed_payload,
+    hold_digest,
     intent_payload,
     receipt_evidence,
     receipt_json,
@@ -66,74 +67,10 @@ from crashproof.runtime.steps.unknown import declared, record_not_done, recorded
 from crashproof.runtime.steps.windows import IntentTime, first_intent_at, forgotten_key
 from crashproof.tools.port import Call, OnUnknown, Tool
 
-__all__ = ["hold_digest", "intent_digest", "perform_act"]
+__all__ = ["perform_act"]
 
 # Enum values read once: an enum member's .value is a Python-level descriptor call.
 _ACT = StepKind.ACT.value
-
-
-def intent_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
-    """SHA-256 of the RFC 8785 form of ``{tool, tool_version, params}``."""
-    text = _flat_intent(tool, params)
-    if text is not None:
-        return sha256_hex(text.encode())
-    return canonical_digest(
-        {"tool": tool.name, "tool_version": tool.version, "params": params},
-        what=f"the params of act {key!r}",
-    )
-
-
-def hold_digest(tool: Tool, params: dict[str, Any], key: str) -> str:
-    """SHA-256 of the RFC 8785 form of ``{tool, params}``: the operation's identity
-    without the tool's version, what holds on unresolved acts match (steps/holds.py). A
-    new version of the tool with the same params is the same operation; another intent
-    is other params."""
-    text = _flat_intent(tool, params, versioned=False)
-    if text is not None:
-        return sha256_hex(text.encode())
-    return canonical_digest(
-        {"tool": tool.name, "params": params}, what=f"the params of act {key!r}"
-    )
-
-
-_SAFE_INT = 2**53 - 1  # RFC 8785: integers exact as IEEE doubles
-
-
-def _flat_intent(tool: Tool, params: dict[str, Any], *, versioned: bool = True) -> str | None:
-    """The RFC 8785 text of the intent when ``params`` is flat (ASCII keys to ASCII
-    strings, safe ints, bools or None: the usual act) and the tool's name and version
-    are ASCII; else None (canonical_digest decides). For these values RFC 8785 is the
-    sorted, compact JSON below, byte for byte (tests/unit/test_digests.py). Kept: ~1.0 µs,
-    8 % of a ~12 µs replayed act (A/B +9-15 %), 0.3 % of a live one (bench/handbuilt.py)."""
-    name, version = tool.name, tool.version
-    if not (type(name) is str and type(version) is str and name.isascii() and version.isascii()):
-        return None
-    if type(params) is not dict:
-        return None
-    items = []
-    for k, v in params.items():
-        if type(k) is not str or not k.isascii():
-            return None
-        t = type(v)
-        if t is str:
-            if not v.isascii():
-                return None
-            items.append((k, _quoted(v)))
-        elif t is int:
-            if not -_SAFE_INT <= v <= _SAFE_INT:
-                return None
-            items.append((k, str(v)))
-        elif t is bool:
-            items.append((k, "true" if v else "false"))
-        elif v is None:
-            items.append((k, "null"))
-        else:
-            return None
-    items.sort()  # ASCII keys: code-point order is RFC 8785's UTF-16 order
-    body = ",".join(_quoted(k) + ":" + text for k, text in items)
-    if not versioned:  # the hold digest's form: {params, tool}
-        return f'{{"params":{{{body}}},"tool":{_quoted(name)}}}'
-    return f'{{"params":{{{body}}},"tool":{_quoted(name)},"tool_version":{_quoted(version)}}}'
 
 
 def perform_act(
@@ -169,7 +106,7 @@ def perform_act(
         if type(tool).prepare is not Tool.prepare:
             prepared = yield Invoke(tool.prepare, (call,), f"prepare of tool {tool.name!r}")
     except PermanentError as exc:  # the tool refuses the intent before anything happens
-        failed = ActFailed(f"act {key!r} refused by {tool.name}: {exc}")
+        failed = ActFailed(f"act {key!r} refused by {tool.name}: {shown(str(exc))}")
         _journal_failed(session, call, failed, exc, time.time(), failure="permanent")
         raise failed from exc
     except ResourceBusy as exc:
@@ -255,7 +192,7 @@ def _execute(
             execute = act_scoped(tool.execute, session.call_scopes, call, "act")
             receipt = yield Invoke(execute, (call,), f"execute of tool {tool.name!r}")
         except PermanentError as exc:
-            failed = ActFailed(f"act {call.step!r} failed permanently: {exc}")
+            failed = ActFailed(f"act {call.step!r} failed permanently: {shown(str(exc))}")
             _journal_failed(session, call, failed, exc, started, failure="permanent")
             raise failed from exc
         except RetryableError as exc:
@@ -281,7 +218,9 @@ def _execute(
                         operation_id=call.operation_id,
                         none_done=none_before,  # each retry here followed a RetryableError
                     )
-                failed = ActFailed(f"act {call.step!r} failed after {call.attempt} attempts: {exc}")
+                failed = ActFailed(
+                    f"act {call.step!r} failed after {call.attempt} attempts: {shown(str(exc))}"
+                )
                 _journal_failed(session, call, failed, exc, started, failure="retryable")
                 raise failed from exc
             yield Pause(delay)
@@ -362,7 +301,8 @@ def _reconcile(
             evidence = yield from _evidence(call, tool)
             session.freeze(
                 f"act {call.step!r}: {tool.name} cannot tell whether operation "
-                f"{call.operation_id!r} happened ({exc}); a later resume looks it up again",
+                f"{call.operation_id!r} happened ({shown(str(exc))}); a later resume looks it "
+                "up again",
                 {**evidence, "lookup_error": error_record(exc)},
                 key=call.step,
                 retryable=True,
@@ -376,12 +316,14 @@ def _reconcile(
             why = (
                 "the tool does not implement lookup (set supports_lookup = False, or implement it)"
             )
+            evidence = yield from _evidence(call, tool)
             if type(tool).lookup is not Tool.lookup and str(exc):
-                why = str(exc)
+                why = shown(str(exc))
+                evidence = {**evidence, "lookup_error": error_record(exc)}  # all of its words
             session.freeze(
                 f"act {call.step!r} ({tool.name}) may or may not have happened, and {why}: "
                 "not re-executed automatically",
-                (yield from _evidence(call, tool)),
+                evidence,
                 key=call.step,
             )
         except Exception as exc:
@@ -558,7 +500,7 @@ def _journal_failed(
 def _freeze_drift(session: RunSession, tool: Tool, call: Call, exc: DriftError) -> Work[None]:
     evidence = yield from _evidence(call, tool)
     session.freeze(
-        f"act {call.step!r}: the target drifted ({exc}); nothing was executed",
+        f"act {call.step!r}: the target drifted ({shown(str(exc))}); nothing was executed",
         {**evidence, "drift": error_record(exc)},
         key=call.step,
         error=DriftError,
@@ -568,7 +510,7 @@ def _freeze_drift(session: RunSession, tool: Tool, call: Call, exc: DriftError) 
 def _freeze_busy(session: RunSession, tool: Tool, call: Call, exc: ResourceBusy) -> Work[None]:
     evidence = yield from _evidence(call, tool)
     session.freeze(
-        f"act {call.step!r}: {exc}; a later resume tries again",
+        f"act {call.step!r}: {shown(str(exc))}; a later resume tries again",
         {**evidence, "busy": error_record(exc)},
         key=call.step,
         retryable=True,

@@ -46,6 +46,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from crashproof._excerpt import shown
 from crashproof.errors import EnvironmentChanged
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, error_record
@@ -195,7 +196,7 @@ class WorldCheck:
         if unobservable:
             session.freeze(
                 "could not observe the environment before resuming ("
-                + "; ".join(f"{u['tool']}: {u['error']['message']}" for u in unobservable)
+                + "; ".join(f"{u['tool']}: {shown(u['error']['message'])}" for u in unobservable)
                 + "); nothing was executed, a later resume observes again",
                 {"unobservable": unobservable},
                 key=unobservable[0]["step"],

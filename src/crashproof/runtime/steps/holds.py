@@ -34,13 +34,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from crashproof._excerpt import shown
 from crashproof.errors import CrashproofError, IntentHeld, RunStopped
 from crashproof.journal import payloads
 from crashproof.journal.fold import Replay
 from crashproof.journal.records import Event, EventType
 from crashproof.runtime.port import RunSession
 from crashproof.runtime.steps.handoff import Settle, Work
-from crashproof.runtime.steps.outage import journal_stop, shown
+from crashproof.runtime.steps.outage import journal_stop
 from crashproof.store.queue import RETRYABLE_PREFIX
 from crashproof.tools.port import Call
 

@@ -10,11 +10,11 @@ never recorded as the call's failure: it says nothing about the run.
   a crash in that hour wastes the wait anyway); ``resume`` after the hint tries again.
 - When the attempts run out (a call without a retry policy has one), the run stops:
   a ``run_stopped`` record, reason ``unavailable:<key>: <message>`` (on one line; a
-  long message keeps its start and its end around " … ", ``shown``), the last attempt
-  as evidence (the whole message), ``cp.RunStopped`` raised into the workflow and again from
-  ``run``/``resume`` even if the workflow catches it. Nothing of the call is recorded
-  as its result. A resume attempts it again with a fresh count (journal/fold.py), every
-  recorded step, decision and act before it replayed.
+  long message keeps its start and its end around " … ", ``crashproof._excerpt``), the
+  last attempt as evidence (the whole message), ``cp.RunStopped`` raised into the
+  workflow and again from ``run``/``resume`` even if the workflow catches it. Nothing
+  of the call is recorded as its result. A resume attempts it again with a fresh count
+  (journal/fold.py), every recorded step, decision and act before it replayed.
 - An act's stop names the operation id and the attempt that ended unavailable. That
   record, written by the runtime after ``execute`` raised and the last of the act's
   records (``ended_unavailable``), tells a resume the attempt was not done: it goes on
@@ -47,6 +47,7 @@ import shlex
 import time
 from typing import Any, NoReturn
 
+from crashproof._excerpt import shown
 from crashproof.errors import RunStopped, Unavailable
 from crashproof.journal import payloads
 from crashproof.journal.codec import error_record
@@ -58,29 +59,11 @@ __all__ = [
     "ended_unavailable",
     "journal_stop",
     "none_done",
-    "shown",
     "stop_lookup",
     "stop_reread",
     "stop_unavailable",
     "wait_for",
 ]
-
-# A service's message in a stop reason keeps its start (what failed) and its end (why):
-# a tool's error often comes last, after a long path (cp.Shell's and cp.GitTool's, at
-# most 300 characters, follow their store's or repository's path). Bounded, so a huge
-# message cannot flood a terminal; the whole of it is in the stop's evidence.
-_HEAD = 200
-_TAIL = 360
-_MARK = " … "
-
-
-def shown(message: str) -> str:
-    """``message`` on one line (its whitespace collapsed), as a stop reason shows it: at
-    most ``_HEAD + len(_MARK) + _TAIL`` characters, a longer one cut in the middle."""
-    flat = " ".join(message.split())
-    if len(flat) <= _HEAD + len(_MARK) + _TAIL:
-        return flat
-    return flat[:_HEAD].rstrip() + _MARK + flat[-_TAIL:].lstrip()
 
 
 def wait_for(delay: float, exc: Unavailable, cap: float) -> float | None:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from crashproof._excerpt import shown
 from crashproof.errors import CrashproofError, DriftError, OutcomeUnknown, Unavailable
 from crashproof.journal import payloads
 from crashproof.journal.codec import canonical_digest, error_record
@@ -195,7 +196,7 @@ class ResumeReread:
         if drifted:
             session.freeze(
                 f"{len(drifted)} completed act(s) no longer match their tool's receipt, "
-                f"first {drifted[0].step!r} ({drifted[0].detail}); the journal's copy is "
+                f"first {drifted[0].step!r} ({shown(drifted[0].detail)}); the journal's copy is "
                 "not replayed as success and nothing was executed: review the receipts",
                 {"receipts": [c.to_json() for c in drifted]},
                 key=drifted[0].step,
@@ -207,7 +208,7 @@ class ResumeReread:
         if unknown:
             session.freeze(
                 f"the receipts of {len(unknown)} completed act(s) could not be re-read, "
-                f"first {unknown[0].step!r} ({unknown[0].detail}); nothing was executed, "
+                f"first {unknown[0].step!r} ({shown(unknown[0].detail)}); nothing was executed, "
                 "a later resume reads them again",
                 {"receipts": [c.to_json() for c in unknown]},
                 key=unknown[0].step,
