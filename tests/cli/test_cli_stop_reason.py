@@ -27,8 +27,9 @@ import pathlib
 import crashproof as cp
 
 ROOT = pathlib.Path.cwd()
-# A file where the store's first directory goes; the path is long, with an ESC in it.
-STORE = ROOT / "disk" / ("a" * 100 + "\\x1b[2J" + "a" * 100) / ("b" * 200) / "store"
+# A file where the store's first directory goes; the path is long, with an ESC in it
+# (where the end of the kernel's message, kept in the reason, names it).
+STORE = ROOT / "disk" / ("a" * 200) / ("b" * 200 + "\\x1b[2J") / "store"
 shell = cp.Shell(cp.Workspace(ROOT / "ws"), store=STORE)
 
 

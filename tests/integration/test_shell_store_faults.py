@@ -380,3 +380,29 @@ def test_observing_reaps_a_command_whose_runner_was_killed(ws: Path, tmp_path: P
     finally:
         if runner.poll() is None:
             runner.kill()
+
+
+def test_git_s_why_after_a_long_store_path_reaches_the_reason(ws: Path, tmp_path: Path) -> None:
+    """git's own error puts the store's long path first and the kernel's why last
+    (``git init``: "<store>/objects/pack: Not a directory", a file where its objects
+    directory goes): cp.Shell's message keeps git's end, so the stop's reason and its
+    evidence say why, not only where (cut to git's first 300 characters, both ended
+    inside the path)."""
+    store = tmp_path / ("a" * 200) / ("b" * 200) / "store"
+    store.mkdir(parents=True)
+    (store / "objects").write_text("a file where git's objects directory goes\n")
+    workspace = cp.Workspace(ws)
+    flow = store_fault_flow(cp.Shell(workspace, store=store), workspace, tmp_path / "ran.log")
+    led = ledger(tmp_path, flow)
+    with pytest.raises(cp.RunStopped) as stopped:
+        led.run(flow, run_id="r")
+    why = "/objects/pack: Not a directory)"
+    reason = stopped.value.reason
+    assert reason.startswith("unavailable:cmd: cp.Shell's snapshot store failed before ")
+    assert reason.endswith(why)
+    assert " … " in reason
+    stop = [e for e in led.journal("r") if e.type.value == "run_stopped"][-1]
+    recorded = stop.payload["evidence"]["unavailable"]["error"]["message"]
+    assert f"store {store}; OSError: git init in the shell store failed: /" in recorded
+    assert recorded.endswith(why)  # the tool's message: git's start and end, bounded
+    led.close()

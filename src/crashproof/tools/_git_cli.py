@@ -11,6 +11,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from crashproof._excerpt import DETAIL, shown
 from crashproof.errors import DriftError, OutcomeUnknown, PermanentError, ResourceBusy, Unavailable
 from crashproof.tools._git_locks import git_owner
 
@@ -296,14 +297,16 @@ def ref_failure(exc: GitCommandError) -> Exception:
 
 
 def _short(exc: BaseException) -> str:
-    """One line for a message: git's own words first (its paths can be long)."""
+    """One line for a message, git's own words (its paths can be long): their start and
+    their end, where git says why (``Unable to create '<path>/index.lock': No space left
+    on device``)."""
     if isinstance(exc, GitCommandError):
         text = f"git {exc.command[0]} exited {exc.returncode}: {exc.stderr or exc.stdout}"
     elif isinstance(exc, subprocess.TimeoutExpired):  # its message is the command line
         text = f"TimeoutExpired: git {_subcommand(exc.cmd)} ran past its {exc.timeout:g} s timeout"
     else:
         text = f"{type(exc).__name__}: {exc}"
-    return " ".join(text.split())[:300]
+    return shown(text, DETAIL)
 
 
 def _subcommand(cmd: Any) -> str:

@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from crashproof._excerpt import DETAIL, shown
 from crashproof.errors import DriftError, PermanentError
 
 __all__ = [
@@ -164,10 +165,10 @@ class SnapshotStore:
             if len(changes) >= limit:
                 continue
             area, _, rest = path.partition("/")
-            shown = rest if area == SCOPE else f"{_area_path(area)}/{rest}"
+            named = rest if area == SCOPE else f"{_area_path(area)}/{rest}"
             status = parts[4][:1]
             changes.append(
-                {"path": shown, "status": status, "blob": None if status == "D" else parts[3]}
+                {"path": named, "status": status, "blob": None if status == "D" else parts[3]}
             )
         return {"count": count, "changes": changes, "truncated": count > len(changes)}
 
@@ -224,7 +225,7 @@ class SnapshotStore:
             if added.returncode != 0 and not (
                 added.returncode == 1 and added.stderr.startswith(_IGNORED_NOTE)
             ):
-                raise OSError(f"git add in the shell store failed: {added.stderr.strip()[:300]}")
+                raise OSError(f"git add in the shell store failed: {shown(added.stderr, DETAIL)}")
             forced = self._tracked_but_ignored(excluded)
             if forced:
                 self._git(where, index, "add", "-f", "--", *[f":(literal){p}" for p in forced])
@@ -430,8 +431,9 @@ class SnapshotStore:
     ) -> str:
         result = self._run(where, index, *args, input=input)
         if result.returncode != 0:
-            detail = " ".join(result.stderr.split())[:300]
-            raise OSError(f"git {args[0]} in the shell store failed: {detail}")
+            raise OSError(
+                f"git {args[0]} in the shell store failed: {shown(result.stderr, DETAIL)}"
+            )
         return result.stdout
 
 

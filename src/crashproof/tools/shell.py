@@ -74,6 +74,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from crashproof._excerpt import DETAIL, shown
 from crashproof.errors import OutcomeUnknown, PermanentError, Unavailable
 from crashproof.tools._process import (
     Finished,
@@ -413,7 +414,9 @@ def _find(program: str, cwd: Path, env: Mapping[str, str]) -> None:
 
 
 def _short(exc: Exception) -> str:
-    return " ".join(str(exc).split())[:300]
+    # Its start and its end: the why (an errno text, "timed out after N seconds") often
+    # follows a long path or argv.
+    return shown(str(exc), DETAIL)
 
 
 def _prepared(call: Call) -> dict[str, Any]:
