@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import shutil
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +87,23 @@ def test_a_truncated_ledger(tmp_path: Path) -> None:
     assert isinstance(error, cp.IntegrityError)
     assert "truncated" in str(error)
     assert "backup" in str(error)
+
+
+def test_a_ledger_another_process_is_still_writing_opens_once_written(tmp_path: Path) -> None:
+    # Another process creating the ledger (or checkpointing it as it closes) writes the
+    # header first and the pages after it: a look in between is no truncation.
+    whole = real_ledger(tmp_path / "good.db").read_bytes()
+    page_size = int.from_bytes(whole[16:18], "big")
+    if len(whole) < 2 * page_size:
+        pytest.skip("the ledger fits in one page")
+    path = tmp_path / "being-written.db"
+    path.write_bytes(whole[:page_size])
+    rest = threading.Timer(0.3, lambda: path.write_bytes(whole))
+    rest.start()
+    try:
+        cp.Ledger(f"sqlite:///{path}").close()  # refused as truncated before it settled
+    finally:
+        rest.join()
 
 
 def test_a_ledger_with_a_corrupt_page(tmp_path: Path) -> None:

@@ -15,22 +15,47 @@ __all__ = ["check_file", "enter_wal", "wal_pages"]
 _HEADER = b"SQLite format 3\x00"
 
 
-def check_file(path: Path) -> None:
-    """Refuse files that are not SQLite databases, or are shorter than their header says,
-    before SQLite gets a chance to write anything to them."""
+# How long a file shorter than its header says is judged again before it is refused:
+# another process creating the ledger, or checkpointing it as it closes, writes its
+# pages after its header and removes its WAL after them, so a look between those
+# writes (its size, then its header, then its WAL, none under SQLite's locks) sees a
+# file that is only not written yet. A truncated file stays so: refused after this.
+_SETTLE = 2.0
+
+
+def check_file(path: Path, settle: float = _SETTLE) -> None:
+    """Refuse files that are not SQLite databases, or are shorter than their header says
+    for ``settle`` seconds, before SQLite gets a chance to write anything to them."""
+    deadline = time.monotonic() + settle
+    while True:
+        truncated = _judged(path)
+        if truncated is None:
+            return
+        if time.monotonic() >= deadline:
+            raise IntegrityError(truncated)
+        time.sleep(0.02)
+
+
+def _judged(path: Path) -> str | None:
+    """What is wrong with ``path`` as the ledger's file, as it is now: not a database
+    (raised), or shorter than its header says (returned, for ``check_file`` to judge
+    again); None when SQLite may open it."""
     if not path.exists():
         if not path.parent.is_dir():
             raise LedgerError(
                 f"cannot create ledger {path}: directory {path.parent} does not exist"
             )
-        return
+        return None
     if not path.is_file():
         raise NotALedger(f"{path} is not a file")
-    size = path.stat().st_size
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            header = f.read(100)
+    except FileNotFoundError:  # removed meanwhile: a new ledger, as an absent file is
+        return None
     if size == 0:
-        return  # an empty file is an empty database; it becomes a new ledger
-    with path.open("rb") as f:
-        header = f.read(100)
+        return None  # an empty file is an empty database; it becomes a new ledger
     if len(header) < 100 or not header.startswith(_HEADER):
         raise NotALedger(
             f"{path} is not a crashproof ledger (not a SQLite database); nothing was changed"
@@ -41,7 +66,7 @@ def check_file(path: Path) -> None:
     page_count = int.from_bytes(header[28:32], "big")
     valid_for = int.from_bytes(header[92:96], "big")
     if valid_for != change_counter or size >= page_count * page_size:
-        return
+        return None
     # Shorter than its header says. A checkpoint that met a full disk leaves exactly
     # this: page 1 copied back from the WAL, the rest not, and every page still in the
     # WAL, where SQLite reads them (and its next checkpoint writes them back). Judge
@@ -50,13 +75,14 @@ def check_file(path: Path) -> None:
     pages = wal[1] if wal is not None and wal[1] else page_count
     held = set(range(1, size // page_size + 1)) | (wal[0] if wal is not None else set())
     missing = [n for n in range(1, pages + 1) if n not in held]
-    if missing:
-        in_wal = "" if wal is None else f" or in its WAL ({len(wal[0])} committed pages)"
-        raise IntegrityError(
-            f"ledger {path} is truncated: its header promises {page_count * page_size} bytes, "
-            f"the file has {size}, and {len(missing)} of its {pages} pages are neither in "
-            f"the file{in_wal}; nothing was changed. Restore it from a backup."
-        )
+    if not missing:
+        return None
+    in_wal = "" if wal is None else f" or in its WAL ({len(wal[0])} committed pages)"
+    return (
+        f"ledger {path} is truncated: its header promises {page_count * page_size} bytes, "
+        f"the file has {size}, and {len(missing)} of its {pages} pages are neither in "
+        f"the file{in_wal}; nothing was changed. Restore it from a backup."
+    )
 
 
 _WAL_MAGIC = (0x377F0682, 0x377F0683)  # little-endian / big-endian checksums
