@@ -272,8 +272,25 @@ def test_an_async_workflow_stops_resumable_on_the_store_too(ws: Path, tmp_path: 
     assert log.read_text() == "ran\n"
 
 
+def test_a_store_whose_init_a_kill_cut_short_is_made_again(ws: Path) -> None:
+    """A runner killed with its store's git init (the child killed too, as a machine's
+    crash does) leaves config.lock in a store it never finished: the next snapshot
+    makes the store under its lock, where such a lock file is stale (git init refused
+    "could not lock config file ...: File exists" for ever, make chaos-short)."""
+    from crashproof.tools._snapshot import SnapshotStore, default_store
+
+    store = default_store(ws)
+    store.mkdir(parents=True)
+    (store / "HEAD").write_text("ref: refs/heads/main\n")
+    (store / "config.lock").write_text("[core]\n")
+    tree = SnapshotStore(ws, store).snapshot([])
+    assert len(tree) == 40
+    assert not (store / "config.lock").exists()
+
+
+@pytest.mark.parametrize("made", [True, False], ids=["store-made", "store-being-made"])
 def test_a_snapshot_waits_for_the_git_a_killed_runner_left_in_the_store(
-    ws: Path, tmp_path: Path
+    ws: Path, tmp_path: Path, made: bool
 ) -> None:
     """A runner killed in the middle of a snapshot (SIGKILL does not reach its children)
     leaves its git working in the store. The next snapshot must wait for that git, not
@@ -293,7 +310,8 @@ def test_a_snapshot_waits_for_the_git_a_killed_runner_left_in_the_store(
     )
     (shim / "git").chmod(0o755)
     store = default_store(ws)
-    SnapshotStore(ws, store).snapshot([])  # the store made, its indexes filled
+    if made:  # else the runner's first git is the store's init
+        SnapshotStore(ws, store).snapshot([])  # the store made, its indexes filled
     (ws / "src" / "a.py").write_text("a = 2\n")
     runner = subprocess.Popen(
         [

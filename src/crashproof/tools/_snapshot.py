@@ -98,6 +98,9 @@ def _area_path(name: str) -> str:
     return name[2:].replace("%2F", "/").replace("%25", "%")
 
 
+_LOCK = "shell.lock"  # the store's own lock (``SnapshotStore._flock``), never git's
+
+
 class SnapshotStore:
     """The snapshots of one workspace root, in one store directory."""
 
@@ -350,11 +353,19 @@ class SnapshotStore:
             return
         # ``indexes`` is made last: a store whose ``git init`` a crash cut short (a HEAD
         # but no refs/ or objects/ yet: "not a git repository" for ever after) is
-        # initialised again, which is safe (init only adds what is missing).
+        # initialised again, which is safe (init only adds what is missing). Under the
+        # lock, as every git in the store: a killed runner's init still at work is
+        # waited for, and a lock file one killed in the middle left (config.lock:
+        # "could not lock config file", make chaos-short) is stale, and removed.
         if not (self.store / "indexes").is_dir():
             self.store.mkdir(parents=True, exist_ok=True)
-            self._git(None, None, "init", "-q", "--bare", str(self.store))
-            (self.store / "indexes").mkdir(exist_ok=True)
+            with self._flock():
+                if not (self.store / "indexes").is_dir():  # not made by another meanwhile
+                    for stale in self.store.glob("*.lock"):
+                        if stale.name != _LOCK:
+                            stale.unlink(missing_ok=True)
+                    self._git(None, None, "init", "-q", "--bare", str(self.store))
+                    (self.store / "indexes").mkdir(exist_ok=True)
         self._ready = True
 
     def _index(self, name: str) -> Path:
@@ -371,11 +382,21 @@ class SnapshotStore:
         snapshot waits for that git instead of taking its index.lock for a stale one and
         racing it (make chaos: "the snapshot store failed" after a recovery kill)."""
         self._open()
-        fd = os.open(self.store / "shell.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with self._flock():
             for stale in (self.store / "indexes").glob("*.lock"):
                 stale.unlink(missing_ok=True)
+            yield
+
+    @contextmanager
+    def _flock(self) -> Iterator[None]:
+        """The store's lock (``_locked``), its descriptor kept for the gits started under
+        it (``_lock_fds``); a thread that holds it already goes on holding it."""
+        if getattr(self._held, "fd", None) is not None:
+            yield
+            return
+        fd = os.open(self.store / _LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             self._held.fd = fd
             yield
         finally:
