@@ -195,19 +195,27 @@ def test_a_repository_on_a_read_only_disk_stops_the_commit_resumable(
         s.close()
 
 
+def stalling_git(tmp_path: Path, *commands: str) -> tuple[Path, Path]:
+    """The real git behind a wrapper that sleeps 30 s in any of ``commands`` while the
+    returned flag file exists (a disk or a machine that hangs): (wrapper, flag)."""
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    flag, shim = tmp_path / "stall", tmp_path / "git"
+    cases = "|".join(f'*" {c} "*' for c in commands)
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in {cases}) [ -e {flag} ] && exec sleep 30;; esac\n'
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    shim.chmod(0o755)
+    return shim, flag
+
+
 def test_a_git_that_stalls_stops_the_commit_resumable(tmp_path: Path) -> None:
     """The real git behind a wrapper that, while a flag file exists, stalls in ``git add``
     (a disk that hangs) past the tool's timeout: subprocess.TimeoutExpired in prepare,
     the machine's, not the act's (it escaped and failed the run). With the flag gone, the
     resume commits once."""
     s = setup_in(tmp_path / "faulty")
-    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
-    flag, shim = tmp_path / "stall", tmp_path / "git"
-    shim.write_text(
-        f'#!/bin/sh\ncase " $* " in *" add "*) [ -e {flag} ] && exec sleep 30;; esac\n'
-        f'exec {real.stdout.strip()} "$@"\n'
-    )
-    shim.chmod(0o755)
+    shim, flag = stalling_git(tmp_path, "add")
     flag.touch()
     args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 2.0}
     try:
@@ -264,14 +272,7 @@ def test_a_git_that_stalls_in_executes_reads_stops_the_run_resumable(
     stopped 'lookup unavailable'). With the flag gone, the resume commits, branches and
     pushes once, as a twin run that never faulted."""
     s = setup_in(tmp_path / "faulty")
-    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
-    flag, shim = tmp_path / "stall", tmp_path / "git"
-    shim.write_text(
-        f'#!/bin/sh\ncase " $* " in *" rev-parse "*|*" symbolic-ref "*|*" log "*)'
-        f" [ -e {flag} ] && exec sleep 30;; esac\n"
-        f'exec {real.stdout.strip()} "$@"\n'
-    )
-    shim.chmod(0o755)
+    shim, flag = stalling_git(tmp_path, "rev-parse", "symbolic-ref", "log")
     points = cp.CrashPoints(match=f"after_commit[act_intent:{key}]", action=lambda _: flag.touch())
     args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 1.0}
     try:
@@ -299,13 +300,7 @@ def test_a_git_that_stalls_under_the_lookup_stops_the_run_resumable(tmp_path: Pa
     failed (before: the raw command line of subprocess.TimeoutExpired). With the flag
     gone, the resume looks it up, commits once, and ends as a twin run."""
     s = setup_in(tmp_path / "faulty")
-    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
-    flag, shim = tmp_path / "stall", tmp_path / "git"
-    shim.write_text(
-        f'#!/bin/sh\ncase " $* " in *" log "*) [ -e {flag} ] && exec sleep 30;; esac\n'
-        f'exec {real.stdout.strip()} "$@"\n'
-    )
-    shim.chmod(0o755)
+    shim, flag = stalling_git(tmp_path, "log")
     args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 1.0}
     points = cp.CrashPoints(match="inside[act:commit:staged]")
     try:
@@ -338,13 +333,7 @@ def test_a_git_that_stalls_under_the_receipt_reread_stops_the_run_resumable(
     from crashproof.store.queue import retryable_stop
 
     s = setup_in(tmp_path / "faulty")
-    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
-    flag, shim = tmp_path / "stall", tmp_path / "git"
-    shim.write_text(
-        f'#!/bin/sh\ncase " $* " in *" log "*) [ -e {flag} ] && exec sleep 30;; esac\n'
-        f'exec {real.stdout.strip()} "$@"\n'
-    )
-    shim.chmod(0o755)
+    shim, flag = stalling_git(tmp_path, "log")
     args = {"repo": str(s.repo), "big": True, "git": str(shim), "timeout": 1.0}
     points = cp.CrashPoints(match="after_commit[step_done:commit]")
     try:
